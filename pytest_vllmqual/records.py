@@ -1,0 +1,151 @@
+"""Typed records of one qualification run.
+
+These are the in-memory evidence: gates record attempts and measurements into them, the
+plugin ships them between xdist workers as plain dicts, and ``evidence`` turns a RunRecord
+into the sanitized public report. Records grow by adding optional fields; ``from_dict``
+ignores keys it does not know so old and new workers interoperate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+GATE_OUTCOMES = ("passed", "failed", "skipped", "error")
+RUN_STATUSES = ("complete", "incomplete")
+
+
+def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class Attempt:
+    """One request of a gate: what was sent (by hash), what came back, how long it took."""
+
+    kind: str
+    label: str
+    ok: bool
+    status_code: int | None = None
+    latency_s: float | None = None
+    usage: dict[str, Any] | None = None
+    request_sha256: str | None = None
+    response_sha256: str | None = None
+    request_artifact: str | None = None
+    response_artifact: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    expected_rejection: bool = False
+    timing: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        return _from_dict(cls, data)
+
+
+@dataclass
+class GateRecord:
+    """One gate (one test): outcome, measurements, and every attempt, failures retained."""
+
+    nodeid: str
+    gate: str
+    title: str = ""
+    markers: list[str] = field(default_factory=list)
+    arm: str | None = None
+    outcome: str = "pending"
+    reason: str | None = None
+    status: str | None = None
+    duration_s: float | None = None
+    summary: str | None = None
+    measurements: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def retained_failures(self) -> list[Attempt]:
+        return [a for a in self.attempts if not a.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["attempts"] = [a.to_dict() for a in self.attempts]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GateRecord:
+        record = _from_dict(cls, {k: v for k, v in data.items() if k != "attempts"})
+        record.attempts = [Attempt.from_dict(a) for a in data.get("attempts", [])]
+        return record
+
+
+@dataclass
+class RungRecord:
+    """One ladder rung: one real streamed request at an exact prompt length."""
+
+    index: int
+    target: int
+    target_label: str
+    prompt_tokens: int | None = None
+    calibration_error: int | None = None
+    status_code: int | None = None
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+    ttft_content_s: float | None = None
+    e2e_s: float | None = None
+    prefill_tok_s: float | None = None
+    decode_tok_s: float | None = None
+    ok: bool = False
+    expected_rejection: bool = False
+    error: str | None = None
+    post_probe_smoke: str | None = None
+    health_after: str | None = None
+    server_ttft_s: float | None = None
+    server_prompt_tokens: int | None = None
+    prefix_cache_hits: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RungRecord:
+        return _from_dict(cls, data)
+
+
+@dataclass
+class RunRecord:
+    """Everything one run learned, before sanitizing. One per arm."""
+
+    run_id: str
+    arm: str
+    recipe_name: str
+    recipe_path: str
+    recipe_sha256: str
+    recipe_content: dict[str, Any]
+    started_utc: str
+    finished_utc: str | None = None
+    mode: str = "managed"
+    status: str = "complete"
+    status_reasons: list[str] = field(default_factory=list)
+    reproduce: str = ""
+    identity: dict[str, Any] = field(default_factory=dict)
+    hardware: dict[str, Any] = field(default_factory=dict)
+    lifecycle: dict[str, Any] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+    endpoints: dict[str, Any] = field(default_factory=dict)
+    gates: list[GateRecord] = field(default_factory=list)
+    ladder: list[RungRecord] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    private_dir: str | None = None
+
+    def gate_by_name(self, name: str) -> GateRecord | None:
+        for gate in self.gates:
+            if gate.gate == name:
+                return gate
+        return None

