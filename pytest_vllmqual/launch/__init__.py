@@ -1,0 +1,5 @@
+"""Launchers: subprocess, docker and external, plus readiness and teardown verification."""
+
+from .base import Launcher, ProgressFn, ServerHandle, TeardownResult
+
+__all__ = ["Launcher", "ProgressFn", "ServerHandle", "TeardownResult"]

@@ -1,0 +1,123 @@
+"""The launcher contract shared by the subprocess, docker and external launchers.
+
+A launcher owns one server's lifecycle: it starts it, says whether it is still alive, hands
+out its log, and tears it down verifying that nothing of the run survived. Readiness is not
+the launcher's business: ``launch.readiness`` polls any launcher the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+import secrets
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ProgressFn = Callable[[str], None]
+"""Receives one human-readable progress line (elapsed time, startup phase, rung)."""
+
+
+def no_progress(_line: str) -> None:
+    """A ProgressFn that drops the line."""
+
+
+@dataclass
+class ServerHandle:
+    """How clients reach a started server, and what is known about what runs there."""
+
+    base_url: str
+    served_model_name: str
+    launcher_kind: str
+    api_key: str | None = None
+    direct_only: bool = False
+    log_path: Path | None = None
+    pid: int | None = None
+    container_id: str | None = None
+    image_id: str | None = None
+    image_digest: str | None = None
+    cold_start_s: float | None = None
+
+    def auth_headers(self) -> dict[str, str]:
+        """Headers every request to this server carries."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass
+class TeardownResult:
+    """What teardown found: the seeds' "zero reclaimable files" postcondition, as data."""
+
+    launcher_kind: str
+    stopped: bool
+    seconds: float = 0.0
+    survivors: list[str] = field(default_factory=list)
+    shm_leftovers: list[str] = field(default_factory=list)
+    containers_left: int | None = None
+    shm_reclaim: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """True when no process, shm file or labelled container of the run remains."""
+        return not self.survivors and not self.shm_leftovers and not self.containers_left
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "launcher": self.launcher_kind,
+            "stopped": self.stopped,
+            "seconds": round(self.seconds, 3),
+            "surviving_processes": len(self.survivors),
+            "surviving_process_names": sorted({s.split(" ", 2)[-1] for s in self.survivors}),
+            "shm_leftover_files": len(self.shm_leftovers),
+            "containers_left": self.containers_left,
+            "shm_reclaim": self.shm_reclaim,
+            "clean": self.clean,
+            "notes": list(self.notes),
+        }
+
+
+class Launcher(abc.ABC):
+    """One server's lifecycle. Implementations must make ``stop`` safe to call twice."""
+
+    kind: str = "abstract"
+
+    @abc.abstractmethod
+    def start(self, progress: ProgressFn) -> ServerHandle:
+        """Start the server (not waiting for readiness) and return how to reach it."""
+
+    @abc.abstractmethod
+    def alive(self) -> bool | None:
+        """Whether the server process/container still runs; None when unknowable (external)."""
+
+    @abc.abstractmethod
+    def exit_code(self) -> int | None:
+        """The exit status once the server has ended, else None."""
+
+    @abc.abstractmethod
+    def log_text(self) -> str:
+        """The server log so far (raw; sanitize before showing it publicly)."""
+
+    @abc.abstractmethod
+    def stop(self) -> TeardownResult:
+        """Kill everything the run started and verify that nothing survived."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free right now on ``host`` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_is_taken(host: str, port: int) -> bool:
+    """True when something already listens on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def new_api_key() -> str:
+    """A per-run API key; it never leaves the process environment of the run."""
+    return "vq-" + secrets.token_urlsafe(24)

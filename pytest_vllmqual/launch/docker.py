@@ -1,0 +1,487 @@
+"""The docker launcher: one vLLM container per run, driven through the ``docker`` SDK.
+
+What it guarantees, and why:
+
+- the image runs by digest (``repo@sha256:…``): a tag can move, so a pinned recipe with a
+  tag is refused before anything is sent to the engine (``image_not_pinned``);
+- the server listens on 0.0.0.0:8000 inside the container but is published only on the
+  recipe's host (loopback by default) at the recipe's port;
+- the API key reaches vLLM as ``VLLM_API_KEY`` in the environment, never on the command
+  line, where ``docker inspect`` and ``ps`` would show it;
+- every container carries the labels ``vllmqual.run`` and ``vllmqual.recipe``. Before a start,
+  leftovers of the recipe from earlier crashed runs are reaped by label; after teardown, the
+  launcher verifies that nothing labelled with the run id remains. The labels make cleanup
+  independent of fixture teardown having run;
+- the container's stop timeout is longer than vLLM's own shutdown budget, so ``docker stop``
+  does not SIGKILL an engine that is still draining (Docker's default is 10 s);
+- the image id and repo digest are recorded for the identity check.
+
+The launcher assumes the engine runs on this machine (the published port, /dev/shm with
+``--ipc=host`` and the GPUs are this machine's).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+import requests
+from docker.models.containers import Container
+
+from ..errors import LaunchError, RecipeError
+from ..recipe import Recipe
+from . import gpu
+from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
+from .shm import SHM_ROOT, shm_files_of_run
+
+RUN_LABEL = "vllmqual.run"
+RECIPE_LABEL = "vllmqual.recipe"
+CONTAINER_PORT = 8000
+CONTAINER_HOST = "0.0.0.0"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+MODEL_DIR_IN_CONTAINER = "/vllmqual-model"
+PASSTHROUGH_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+"""Host variables handed to the container when set (gated checkpoints need them)."""
+VLLM_WORKER_SHUTDOWN_DEFAULT_S = 5
+"""vLLM's VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS default; ``--shutdown-timeout`` defaults to 0."""
+_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+_GPU_RELEASE_WAIT_S = 10.0
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    """The value of ``--flag V`` or ``--flag=V`` in an argv, last one winning."""
+    value: str | None = None
+    for index, arg in enumerate(args):
+        if arg == flag and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def vllm_shutdown_budget_s(recipe: Recipe) -> int:
+    """Seconds vLLM may take to shut down for this recipe: its --shutdown-timeout plus the worker timeout."""
+    env = recipe.server_env()
+    flags = list(recipe.serve.extra_args)
+    try:
+        drain = int(_flag_value(flags, "--shutdown-timeout") or 0)
+        workers = int(env.get("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", VLLM_WORKER_SHUTDOWN_DEFAULT_S))
+    except ValueError:
+        raise RecipeError(
+            f"recipe {recipe.path}: --shutdown-timeout or VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS is not an "
+            "integer. Fix: write whole seconds.",
+            path=str(recipe.path), key="serve.extra_args",
+        ) from None
+    return drain + workers
+
+
+def url_host(host: str) -> str:
+    """The host clients connect to for a bind address (0.0.0.0 → loopback, IPv6 bracketed)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def _gpu_indexes(gpus: int | list[str] | None) -> list[int] | None:
+    """NVML indexes when the recipe lists numeric device ids; None (all GPUs) otherwise."""
+    if isinstance(gpus, list) and all(g.isdigit() for g in gpus):
+        return [int(g) for g in gpus]
+    return None
+
+
+class DockerLauncher(Launcher):
+    """Start, watch and remove one labelled vLLM container for a recipe."""
+
+    kind = "docker"
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        *,
+        run_id: str,
+        artifacts_dir: Path,
+        api_key: str,
+        client: docker.DockerClient | None = None,
+        shm_root: Path = SHM_ROOT,
+    ) -> None:
+        self.recipe = recipe
+        self.run_id = run_id
+        self.artifacts_dir = artifacts_dir
+        self.api_key = api_key
+        self.shm_root = shm_root
+        self._client = client
+        self.container: Container | None = None
+        self.container_id: str | None = None
+        self.host_port: int | None = None
+        self.reaped_leftovers = 0
+        self.log_path = artifacts_dir / "server.log"
+        self._log_thread: threading.Thread | None = None
+        self._log_stream: Any = None
+        self._log_error: str | None = None
+        self._removed = False
+        self._last_exit_code: int | None = None
+        self._started_wall: float | None = None
+        self._gpu_baseline: set[int] | None = None
+
+    # -- validation that needs no engine ---------------------------------------------------
+
+    def image_reference(self) -> str:
+        """The image to run; refuses a tag in a pinned recipe before any request is sent."""
+        image = self.recipe.identity.image
+        if not image:
+            raise RecipeError(
+                f"recipe {self.recipe.path}: key 'identity.image' is missing, and the docker launcher "
+                "needs an image. Fix: add identity.image: repo@sha256:<digest>.",
+                path=str(self.recipe.path), key="identity.image",
+            )
+        if self.recipe.pinned and not _DIGEST_REF.match(image):
+            raise LaunchError(
+                f"recipe {self.recipe.name}: image {image!r} is not pinned by digest, and the recipe is "
+                "marked pinned; a tag can move to another build.",
+                status="image_not_pinned",
+                hint="replace the tag with repo@sha256:<digest> (`docker buildx imagetools inspect "
+                "IMAGE` shows it), or set 'pinned: false' for an unpinned experiment.",
+            )
+        return image
+
+    def container_command(self) -> list[str]:
+        """Model argument plus serve flags; the image's ENTRYPOINT is ["vllm", "serve"]."""
+        model = MODEL_DIR_IN_CONTAINER if self.recipe.identity.model_path else self.recipe.identity.checkpoint
+        command = [model, *self.recipe.serve_flags(host=CONTAINER_HOST, port=CONTAINER_PORT)]
+        if any(arg == "--api-key" or arg.startswith("--api-key=") for arg in command):
+            raise RecipeError(
+                f"recipe {self.recipe.path}: serve.extra_args contains --api-key; the key would be "
+                "visible in `docker inspect` and `ps`. Fix: remove it; the launcher passes the run's "
+                "key as VLLM_API_KEY in the container environment.",
+                path=str(self.recipe.path), key="serve.extra_args",
+            )
+        return command
+
+    def container_environment(self) -> dict[str, str]:
+        """Launcher env, serve env, gated-model tokens from the host, and the API key last."""
+        env = dict(self.recipe.server_env())
+        for name in PASSTHROUGH_ENV:
+            if name in os.environ and name not in env:
+                env[name] = os.environ[name]
+        env["VLLM_API_KEY"] = self.api_key
+        return env
+
+    def labels(self) -> dict[str, str]:
+        return {RUN_LABEL: self.run_id, RECIPE_LABEL: self.recipe.name}
+
+    def _check_stop_timeout(self) -> int:
+        stop_timeout = self.recipe.launcher.docker.stop_timeout_s
+        budget = vllm_shutdown_budget_s(self.recipe)
+        if stop_timeout <= budget:
+            raise RecipeError(
+                f"recipe {self.recipe.path}: launcher.docker.stop_timeout_s is {stop_timeout} s, not longer "
+                f"than vLLM's shutdown budget of {budget} s (--shutdown-timeout plus "
+                "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS); docker would SIGKILL a draining engine. "
+                f"Fix: set it above {budget}.",
+                path=str(self.recipe.path), key="launcher.docker.stop_timeout_s",
+            )
+        return stop_timeout
+
+    def _binds(self) -> dict[str, dict[str, str]]:
+        options = self.recipe.launcher.docker
+        binds: dict[str, dict[str, str]] = {}
+        if options.model_cache:
+            binds[str(Path(options.model_cache).expanduser())] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+        if self.recipe.identity.model_path:
+            binds[self.recipe.model_location()] = {"bind": MODEL_DIR_IN_CONTAINER, "mode": "ro"}
+        return binds
+
+    def _device_requests(self, progress: ProgressFn) -> list[docker.types.DeviceRequest]:
+        gpus = self.recipe.launcher.docker.gpus
+        tp = self.recipe.serve.tensor_parallel_size
+        if isinstance(gpus, list):
+            if len(gpus) < tp:
+                progress(f"warning: launcher.docker.gpus lists {len(gpus)} GPU(s) but tensor_parallel_size is {tp}")
+            return [docker.types.DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+        count = tp if gpus is None else gpus
+        if count < tp:
+            progress(f"warning: launcher.docker.gpus is {count} but tensor_parallel_size is {tp}")
+        return [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
+
+    # -- engine side ------------------------------------------------------------------------
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """The SDK client; created from DOCKER_HOST/the local socket on first use."""
+        if self._client is None:
+            try:
+                self._client = docker.from_env()
+            except docker.errors.DockerException as exc:
+                raise LaunchError(
+                    f"recipe {self.recipe.name}: no Docker engine answers ({exc}).",
+                    status="command_not_found",
+                    hint="start the Docker engine or set DOCKER_HOST; recipe key launcher.kind is 'docker'.",
+                ) from None
+        return self._client
+
+    def reap_leftovers(self, progress: ProgressFn) -> int:
+        """Force-remove containers of this recipe left by earlier runs (found by label)."""
+        leftovers = self.client.containers.list(
+            all=True, filters={"label": f"{RECIPE_LABEL}={self.recipe.name}"}, sparse=True
+        )
+        reaped = 0
+        for container in leftovers:
+            try:
+                container.remove(force=True, v=True)
+                reaped += 1
+            except docker.errors.NotFound:
+                continue
+        progress(f"reaped {reaped} leftover container(s) of recipe {self.recipe.name} from earlier runs")
+        return reaped
+
+    def _inspect_image(self, reference: str, progress: ProgressFn) -> tuple[str, str | None]:
+        """(image id, repo digest); pulls the image when the engine does not have it."""
+        try:
+            image = self.client.images.get(reference)
+        except docker.errors.ImageNotFound:
+            progress(f"pulling {reference} (a vLLM image is several GiB; this can take many minutes)")
+            try:
+                image = self.client.images.pull(reference)
+            except docker.errors.APIError as exc:
+                raise LaunchError(
+                    f"recipe {self.recipe.name}: image {reference} could not be pulled: {exc.explanation or exc}",
+                    status="image_unavailable",
+                    hint="check the digest and registry access (`docker pull IMAGE`).",
+                ) from None
+        digests: list[str] = list(image.attrs.get("RepoDigests") or [])
+        digest = reference if reference in digests else (digests[0] if digests else None)
+        return str(image.id), digest
+
+    def _start_log_stream(self, container: Container) -> None:
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        self._log_stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
+
+        def pump() -> None:
+            try:
+                with open(self.log_path, "ab") as sink:
+                    for chunk in self._log_stream:
+                        sink.write(chunk)
+                        sink.flush()
+            except Exception as exc:  # a broken stream must not kill the run
+                self._log_error = f"log stream ended: {type(exc).__name__}"
+
+        self._log_thread = threading.Thread(target=pump, name=f"vllmqual-docker-logs-{self.run_id}", daemon=True)
+        self._log_thread.start()
+
+    def start(self, progress: ProgressFn) -> ServerHandle:
+        reference = self.image_reference()
+        command = self.container_command()
+        stop_timeout = self._check_stop_timeout()
+        options = self.recipe.launcher.docker
+        host = self.recipe.launcher.host
+        port = self.recipe.launcher.port or free_port(host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
+        device_requests = self._device_requests(progress)
+
+        client = self.client
+        try:
+            self.reaped_leftovers = self.reap_leftovers(progress)
+            image_id, image_digest = self._inspect_image(reference, progress)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise LaunchError(
+                f"recipe {self.recipe.name}: the Docker engine failed before the container was created: "
+                f"{type(exc).__name__}: {exc}",
+                status="docker_error",
+                hint="check that the engine runs and answers (`docker info`), or DOCKER_HOST.",
+            ) from None
+        self._gpu_baseline = gpu.compute_process_pids(_gpu_indexes(options.gpus))
+        api = client.api
+        host_config = api.create_host_config(
+            port_bindings={f"{CONTAINER_PORT}/tcp": (host, port)},
+            binds=self._binds() or None,
+            device_requests=device_requests,
+            ipc_mode="host" if options.ipc_host else None,
+            shm_size=None if options.ipc_host else options.shm_size,
+        )
+        self._started_wall = time.time()
+        try:
+            created = api.create_container(
+                image=reference if self.recipe.pinned else image_id,
+                command=command,
+                name=options.container_name,
+                environment=self.container_environment(),
+                labels=self.labels(),
+                ports=[(CONTAINER_PORT, "tcp")],
+                host_config=host_config,
+                stop_timeout=stop_timeout,
+                detach=True,
+            )
+        except docker.errors.APIError as exc:
+            raise LaunchError(
+                f"recipe {self.recipe.name}: the container could not be created: {exc.explanation or exc}",
+                status="docker_error",
+                hint="a container with the same name that is not labelled for this recipe blocks the "
+                "name: remove it or change launcher.docker.container_name." if exc.status_code == 409 else "",
+            ) from None
+        self.container_id = str(created["Id"])
+        self.host_port = port
+        try:
+            self.container = client.containers.get(self.container_id)
+            self.container.start()
+        except docker.errors.APIError as exc:
+            explanation = str(exc.explanation or exc)
+            self._remove_quietly()
+            taken = "port is already allocated" in explanation or "address already in use" in explanation
+            raise LaunchError(
+                f"recipe {self.recipe.name}: the container could not be started: {explanation}",
+                status="port_in_use" if taken else "docker_error",
+                hint=f"{host}:{port} is taken; free it or change launcher.port." if taken
+                else "GPU requests need the NVIDIA container toolkit (`docker info` lists the nvidia runtime).",
+            ) from None
+        self._start_log_stream(self.container)
+        progress(f"container started for recipe {self.recipe.name}, published on {host}:{port}")
+        return ServerHandle(
+            base_url=f"http://{url_host(host)}:{port}",
+            served_model_name=self.recipe.identity.served_model_name,
+            launcher_kind=self.kind,
+            api_key=self.api_key,
+            log_path=self.log_path,
+            container_id=self.container_id,
+            image_id=image_id,
+            image_digest=image_digest,
+        )
+
+    def _state(self) -> dict[str, Any] | None:
+        if self.container is None or self._removed:
+            return None
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            return None
+        state: dict[str, Any] = self.container.attrs.get("State") or {}
+        return state
+
+    def alive(self) -> bool | None:
+        state = self._state()
+        return bool(state and (state.get("Running") or state.get("Restarting")))
+
+    def exit_code(self) -> int | None:
+        state = self._state()
+        if state is None:
+            return self._last_exit_code
+        if state.get("Running") or state.get("Restarting") or state.get("Status") == "created":
+            return None
+        code = state.get("ExitCode")
+        return int(code) if code is not None else None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _remove_quietly(self) -> None:
+        if self.container_id is None:
+            return
+        try:
+            self.client.api.remove_container(self.container_id, force=True, v=True)
+        except docker.errors.APIError:
+            pass
+
+    def stop(self) -> TeardownResult:
+        """Stop within the stop timeout, remove, then verify nothing labelled with the run id remains."""
+        started = time.monotonic()
+        notes: list[str] = []
+        stopped = False
+        if self.container is not None and not self._removed:
+            try:
+                self.container.stop(timeout=self.recipe.launcher.docker.stop_timeout_s)
+                state = self._state() or {}
+                code = state.get("ExitCode")
+                self._last_exit_code = int(code) if code is not None else None
+                stopped = True
+            except docker.errors.NotFound:
+                stopped = True
+            except docker.errors.APIError as exc:
+                notes.append(f"docker stop failed ({exc.status_code}); forcing removal")
+            try:
+                self.container.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                notes.append(f"docker rm failed ({exc.status_code})")
+            self._removed = True
+            stopped = True
+        elif self._removed:
+            stopped = True
+            notes.append("already torn down; re-verified")
+        if self._log_thread is not None:
+            if self._log_stream is not None:
+                try:
+                    self._log_stream.close()
+                except Exception:  # the stream may already be gone
+                    pass
+            self._log_thread.join(timeout=5.0)
+        if self._log_error:
+            notes.append(self._log_error)
+        containers_left = self._labelled_run_containers(notes)
+        survivors = self._gpu_survivors(notes)
+        shm_left = (
+            shm_files_of_run(self.run_id, root=self.shm_root, started_at=self._started_wall)
+            if self.recipe.launcher.docker.ipc_host and self._started_wall is not None else []
+        )
+        return TeardownResult(
+            launcher_kind=self.kind,
+            stopped=stopped,
+            seconds=time.monotonic() - started,
+            survivors=survivors,
+            shm_leftovers=shm_left,
+            containers_left=containers_left,
+            notes=notes,
+        )
+
+    def _labelled_run_containers(self, notes: list[str]) -> int:
+        """Count what still carries the run label, after one forced removal attempt of stragglers.
+
+        -1 when the engine could not be asked: unverified counts as not clean.
+        """
+        label = {"label": f"{RUN_LABEL}={self.run_id}"}
+        if self._client is None and self.container_id is None:
+            return 0  # no engine was ever contacted, so nothing can carry the run label
+        try:
+            left = self.client.containers.list(all=True, filters=label, sparse=True)
+            for straggler in left:
+                try:
+                    straggler.remove(force=True, v=True)
+                    notes.append("force-removed a straggling container labelled for the run")
+                except docker.errors.NotFound:
+                    continue
+                except docker.errors.APIError as exc:
+                    notes.append(f"a container labelled for the run could not be removed ({exc.status_code})")
+            if left:
+                left = self.client.containers.list(all=True, filters=label, sparse=True)
+            return len(left)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, LaunchError) as exc:
+            notes.append(f"could not verify container removal: {type(exc).__name__}")
+            return -1 if self.container_id else 0
+
+    def _gpu_survivors(self, notes: list[str]) -> list[str]:
+        """Compute processes on the GPUs that were not there before start (workers that outlived rm -f)."""
+        if self._gpu_baseline is None:
+            if self.container_id is not None:
+                notes.append("GPU release not verified: NVML not available here")
+            return []
+        extra = gpu.wait_for_gpu_release(
+            self._gpu_baseline, _gpu_indexes(self.recipe.launcher.docker.gpus), timeout_s=_GPU_RELEASE_WAIT_S
+        )
+        survivors: list[str] = []
+        for pid in sorted(extra or ()):
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip() or "gpu-process"
+            except OSError:
+                comm = "gpu-process"
+            survivors.append(f"{pid} gpu {comm}")
+        return survivors

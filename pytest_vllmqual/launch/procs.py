@@ -1,0 +1,102 @@
+"""Find and kill every process of a run, whatever became of the direct child.
+
+vLLM's API server spawns an EngineCore, which spawns one worker per TP rank. Killing only
+the direct child (vLLM's own test helper does) leaves workers holding memory. Each run's
+server is therefore started in its own session *and* with ``VLLMQUAL_RUN_ID`` in its
+environment; a process belongs to the run when either mark matches. This module is
+stdlib-only because the reaper imports it in a bare interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_ENV = "VLLMQUAL_RUN_ID"
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """The facts about one process needed to decide whether it is ours."""
+
+    pid: int
+    ppid: int
+    session: int
+    state: str
+    name: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} {self.name}"
+
+
+def read_proc(pid: int) -> ProcInfo | None:
+    """Parse /proc/PID/stat; None when the process is gone."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    close = raw.rfind(")")
+    name = raw[raw.find("(") + 1 : close]
+    fields = raw[close + 2 :].split()
+    # fields: state ppid pgrp session ...
+    return ProcInfo(pid=pid, ppid=int(fields[1]), session=int(fields[3]), state=fields[0], name=name)
+
+
+def _has_run_env(pid: int, run_id: str) -> bool:
+    try:
+        environ = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return f"{RUN_ENV}={run_id}".encode() in environ.split(b"\0")
+
+
+def processes_of_run(run_id: str, session: int | None = None, *, exclude: set[int] | None = None) -> list[ProcInfo]:
+    """Live (non-zombie) processes that carry the run's env mark or belong to its session."""
+    skip = {os.getpid()} | (exclude or set())
+    found: list[ProcInfo] = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid in skip:
+            continue
+        info = read_proc(pid)
+        if info is None or info.state in ("Z", "X"):
+            continue
+        if (session is not None and info.session == session) or _has_run_env(pid, run_id):
+            found.append(info)
+    return found
+
+
+def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[int] | None = None) -> list[ProcInfo]:
+    """SIGTERM the run's processes, SIGKILL what is left after ``grace_s``; return survivors.
+
+    Stopped (SIGSTOP) processes ignore SIGTERM until continued, so they are sent SIGCONT
+    with it; SIGKILL works on them regardless.
+    """
+    procs = processes_of_run(run_id, session, exclude=exclude)
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for proc in procs:
+            _signal(proc.pid, sig)
+    deadline = time.monotonic() + grace_s
+    while procs and time.monotonic() < deadline:
+        time.sleep(0.1)
+        procs = processes_of_run(run_id, session, exclude=exclude)
+    for proc in procs:
+        _signal(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while procs and time.monotonic() < deadline:
+        time.sleep(0.05)
+        procs = processes_of_run(run_id, session, exclude=exclude)
+    return procs
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,180 @@
+"""Readiness: wait until a started server can really serve, or say exactly why it cannot.
+
+Ready means all of: the process is alive, ``/health`` answers 200, ``/v1/models`` lists the
+served name, and one real 1-token completion succeeds within its own timeout (a server whose
+``/health`` says 200 while generation hangs is never declared ready). Each condition is a
+strategy object (the testcontainers shape), checked in order on every poll. A startup that
+the log already shows as failed (KV does not fit, port taken) ends at once instead of
+waiting out the deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from ..engine import classify_startup_failure, last_startup_phase
+from ..errors import LaunchError
+from ..recipe import StartupConfig
+from .base import Launcher, ProgressFn, ServerHandle
+
+LOG_TAIL_LINES = 25
+PROGRESS_EVERY_S = 5.0
+
+
+def log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` non-empty lines of a log."""
+    kept = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+@dataclass
+class Probe:
+    """The result of one readiness condition on one poll."""
+
+    ready: bool
+    detail: str = ""
+
+
+class ReadinessCheck(Protocol):
+    """One condition of readiness. ``name`` appears in progress and timeout messages."""
+
+    name: str
+
+    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe: ...
+
+
+class HealthOk:
+    name = "/health 200"
+
+    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe:
+        response = client.get("/health", timeout=2.0)
+        return Probe(response.status_code == 200, f"/health {response.status_code}")
+
+
+class ModelListed:
+    name = "/v1/models lists the served name"
+
+    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe:
+        response = client.get("/v1/models", timeout=5.0)
+        if response.status_code != 200:
+            return Probe(False, f"/v1/models {response.status_code}")
+        ids = [m.get("id") for m in response.json().get("data", [])]
+        ok = handle.served_model_name in ids
+        return Probe(ok, "" if ok else f"/v1/models lists {ids}, not {handle.served_model_name!r}")
+
+
+class OneTokenCompletion:
+    name = "one real 1-token completion"
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+
+    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe:
+        body = {
+            "model": handle.served_model_name,
+            "messages": [{"role": "user", "content": "Say ok."}],
+            "max_tokens": 1,
+            "temperature": 0,
+        }
+        try:
+            response = client.post("/v1/chat/completions", json=body, timeout=self.timeout_s)
+        except httpx.TimeoutException:
+            return Probe(False, f"1-token completion did not answer within {self.timeout_s:g} s "
+                                "(generation hangs although /health may answer)")
+        if response.status_code != 200:
+            return Probe(False, f"1-token completion returned HTTP {response.status_code}: {response.text[:200]}")
+        usage = response.json().get("usage") or {}
+        return Probe(bool(usage.get("completion_tokens")), "1-token completion returned no tokens")
+
+
+def default_checks(startup: StartupConfig) -> list[ReadinessCheck]:
+    return [HealthOk(), ModelListed(), OneTokenCompletion(startup.ready_completion_timeout_s)]
+
+
+def wait_until_ready(
+    launcher: Launcher,
+    handle: ServerHandle,
+    startup: StartupConfig,
+    progress: ProgressFn,
+    *,
+    recipe_name: str,
+    checks: list[ReadinessCheck] | None = None,
+) -> float:
+    """Block until ready; return seconds from ``start`` to ready. Raises LaunchError."""
+    checks = checks if checks is not None else default_checks(startup)
+    started = time.monotonic()
+    deadline = started + startup.deadline_s
+    last_progress = started
+    last_detail = "server not answering yet"
+    with httpx.Client(base_url=handle.base_url, headers=handle.auth_headers()) as client:
+        while True:
+            log = launcher.log_text()
+            failure = classify_startup_failure(log)
+            if failure is not None:
+                raise _failure_error(failure, launcher, recipe_name, log)
+            if launcher.alive() is False:
+                code = launcher.exit_code()
+                raise LaunchError(
+                    f"the server for recipe {recipe_name!r} exited during startup"
+                    + (" with status 0, which is never success for a server" if code == 0 else ""),
+                    status="exited",
+                    exit_code=code,
+                    log_tail=log_tail(log),
+                    hint="read the log tail above; the full log is in the run's private artifacts.",
+                )
+            now = time.monotonic()
+            if now >= deadline:
+                phase = last_startup_phase(log) or "no startup phase logged"
+                raise LaunchError(
+                    f"the server for recipe {recipe_name!r} was not ready within the "
+                    f"{startup.deadline_s:g} s startup deadline; last phase reached: {phase}; "
+                    f"last readiness check: {last_detail}",
+                    status="startup_timeout",
+                    log_tail=log_tail(log),
+                    hint="raise startup.deadline_s in the recipe if the model is just slow to load; "
+                    "otherwise the phase above is where it hangs.",
+                    details={"last_phase": phase},
+                )
+            ready = True
+            for check in checks:
+                try:
+                    probe = check.check(client, handle)
+                except httpx.HTTPError as exc:
+                    probe = Probe(False, f"{check.name}: {type(exc).__name__}")
+                if not probe.ready:
+                    ready = False
+                    last_detail = probe.detail or check.name
+                    break
+            if ready:
+                return time.monotonic() - started
+            if now - last_progress >= PROGRESS_EVERY_S:
+                last_progress = now
+                phase = last_startup_phase(log) or "starting"
+                progress(f"waiting for {recipe_name}: {now - started:5.1f} s elapsed, phase: {phase}")
+            time.sleep(startup.poll_interval_s)
+
+
+def _failure_error(failure: object, launcher: Launcher, recipe_name: str, log: str) -> LaunchError:
+    kind = str(getattr(failure, "kind", "startup_failed"))
+    details = failure.to_dict() if hasattr(failure, "to_dict") else {}
+    if kind == "kv_insufficient":
+        message = (
+            f"recipe {recipe_name!r} asks for more KV cache than fits: "
+            f"{details.get('needed_gib')} GiB needed for max_model_len {details.get('max_seq_len')}, "
+            f"{details.get('available_gib')} GiB available; the engine estimates the maximum "
+            f"length at {details.get('estimated_max_len')} tokens"
+        )
+        hint = ("lower serve.max_model_len to at most the estimated length, raise the KV memory "
+                "(gpu_memory_utilization, VLLM_CPU_KVCACHE_SPACE on CPU), or use a smaller KV dtype.")
+    elif kind == "port_in_use":
+        message = f"the server for recipe {recipe_name!r} could not bind its port: already in use"
+        hint = "set launcher.port: 0 in the recipe, or stop whatever holds the port."
+    else:
+        message = f"the server for recipe {recipe_name!r} failed during startup ({kind})"
+        hint = "read the log tail above; the full log is in the run's private artifacts."
+    return LaunchError(message, status=kind, exit_code=launcher.exit_code(), log_tail=log_tail(log),
+                       hint=hint, details=details)

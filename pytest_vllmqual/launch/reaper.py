@@ -1,0 +1,34 @@
+"""A watchdog that kills a run's server when the pytest process that owns it dies.
+
+Fixture teardown does not run when pytest is SIGKILLed, or ended by a timeout that kills
+the process. The reaper is a separate process in its own session, started next to the
+server: it polls the owner's pid and, once the owner is gone, kills every process of the
+run (by session and by the ``VLLMQUAL_RUN_ID`` mark). It imports only the stdlib.
+
+Usage: python -m pytest_vllmqual.launch.reaper OWNER_PID RUN_ID SESSION_ID
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .procs import kill_run, read_proc
+
+
+def owner_alive(pid: int) -> bool:
+    """True while the owner runs; a zombie owner counts as dead."""
+    info = read_proc(pid)
+    return info is not None and info.state not in ("Z", "X")
+
+
+def main(argv: list[str]) -> int:
+    owner, run_id, session = int(argv[0]), argv[1], int(argv[2])
+    while owner_alive(owner):
+        time.sleep(0.25)
+    kill_run(run_id, session, grace_s=3.0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,349 @@
+"""Find and reclaim shared-memory files that a vLLM run left in ``/dev/shm``.
+
+vLLM's native CPU KV offload backs its host tier with one file per engine,
+``/dev/shm/vllm_offload_{engine_id}.mmap`` (``vllm/v1/kv_offload/cpu/shared_offload_region.py``:
+``SharedOffloadRegion.mmap_path``; older trees derived the id from an instance id or the
+pid, same prefix and suffix). vLLM unlinks it once every TP worker has mapped it, so a file
+of that name survives only when a run died during startup; then it holds host memory (16 GiB
+for the ``393k-offload`` arm) until someone removes it.
+
+Removing the wrong file breaks a live server, so the reclaim is guarded:
+
+1. names: only vLLM's offload naming, or a name carrying this run's id. ``torch_*`` (gloo),
+   ``psm_*`` (Python shared_memory, vLLM's message queues), ``sem.*`` and everything else
+   is foreign and never touched;
+2. no holder: no process maps the file (``/proc/*/maps``) or holds it open
+   (``/proc/*/fd``); files are matched by (device, inode), so a holder inside a container
+   sharing the host IPC namespace is seen too;
+3. two scans: the file's (size, mtime, inode) must be unchanged across a settle interval,
+   and it must still have no holder at the second scan.
+
+A third scan checks the postcondition: no file of the reclaimable naming remains.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SHM_ROOT = Path("/dev/shm")
+VLLM_OFFLOAD_PATTERNS: tuple[str, ...] = ("vllm_offload_*.mmap",)
+"""vLLM's native KV offload region naming (see the module docstring for the source)."""
+FIXTURE_MARK = "vllmqual-fixture"
+FIXTURE_BYTES = 4096
+
+_COUNT_WORDS = {0: "zero", 1: "exactly one"}
+
+
+@dataclass(frozen=True)
+class ShmFile:
+    """One regular file in the shm directory, with what the two-scan guard compares."""
+
+    name: str
+    size: int
+    mtime_ns: int
+    ctime: float
+    inode: int
+    device: int
+    uid: int
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(device, inode): how mappings and open descriptors are matched to the file."""
+        return (self.device, self.inode)
+
+    def unchanged_since(self, earlier: ShmFile) -> bool:
+        return (self.inode, self.size, self.mtime_ns) == (earlier.inode, earlier.size, earlier.mtime_ns)
+
+
+def is_reclaimable_name(name: str, run_id: str | None, patterns: Sequence[str] = VLLM_OFFLOAD_PATTERNS) -> bool:
+    """True for vLLM offload naming or a name that carries the run id; everything else is foreign."""
+    if run_id and run_id in name:
+        return True
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _list_regular_files(root: Path) -> list[ShmFile]:
+    files: list[ShmFile] = []
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return files
+    for entry in entries:
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        files.append(ShmFile(entry.name, st.st_size, st.st_mtime_ns, st.st_ctime, st.st_ino, st.st_dev, st.st_uid))
+    return sorted(files, key=lambda f: f.name)
+
+
+def scan_shm(patterns: Sequence[str] = VLLM_OFFLOAD_PATTERNS, root: Path = SHM_ROOT,
+             *, run_id: str | None = None) -> list[ShmFile]:
+    """Regular files in ``root`` whose names are reclaimable (offload patterns or the run id)."""
+    return [f for f in _list_regular_files(root) if is_reclaimable_name(f.name, run_id, patterns)]
+
+
+@dataclass
+class Holders:
+    """Which of the watched files some process maps or holds open, from one pass over /proc."""
+
+    held: set[tuple[int, int]]
+    unreadable_uids: set[int]
+    unreadable_processes: int
+
+
+def _process_uid(status_path: Path) -> int | None:
+    try:
+        for line in status_path.read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[2])  # effective uid
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _mapped_keys(maps_text: str, wanted_inodes: set[int]) -> Iterable[tuple[int, int]]:
+    """(device, inode) pairs from /proc/PID/maps lines whose inode is watched."""
+    for line in maps_text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 5:
+            continue
+        try:
+            inode = int(fields[4])
+        except ValueError:
+            continue
+        if inode == 0 or inode not in wanted_inodes:
+            continue
+        major, _, minor = fields[3].partition(":")
+        try:
+            yield (os.makedev(int(major, 16), int(minor, 16)), inode)
+        except ValueError:
+            continue
+
+
+def _ancestor_pids(proc: Path) -> set[int]:
+    """This process and its ancestors: the session that started us, never a vLLM engine."""
+    pids: set[int] = set()
+    pid = os.getpid()
+    while pid > 0 and pid not in pids:
+        pids.add(pid)
+        try:
+            status = (proc / str(pid) / "status").read_text()
+        except OSError:
+            break
+        ppid = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "0")
+        pid = int(ppid)
+    return pids
+
+
+def find_holders(files: Sequence[ShmFile], proc: Path = Path("/proc")) -> Holders:
+    """One pass over /proc: which watched files are mapped or open, and which processes could not be read.
+
+    A process whose maps or fds cannot be read (another user's, or a sandbox init that hides
+    its maps even from root) makes files of its uid unverifiable, unless it is this process's
+    ancestor: the session that started the run does not map an engine's offload region.
+    """
+    wanted = {f.key for f in files}
+    wanted_inodes = {f.inode for f in files}
+    holders = Holders(held=set(), unreadable_uids=set(), unreadable_processes=0)
+    if not wanted:
+        return holders
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return holders
+    ancestors = _ancestor_pids(proc)
+    for pid in pids:
+        base = proc / pid
+        unreadable = False
+        try:
+            for key in _mapped_keys((base / "maps").read_text(), wanted_inodes):
+                if key in wanted:
+                    holders.held.add(key)
+        except FileNotFoundError:
+            continue  # the process ended
+        except (PermissionError, ProcessLookupError, OSError):
+            unreadable = True
+        try:
+            for entry in os.scandir(base / "fd"):
+                try:
+                    target = os.readlink(entry.path)
+                    if not target.startswith("/"):
+                        continue  # socket:, pipe:, anon_inode:
+                    st = os.stat(entry.path)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in wanted:
+                    holders.held.add((st.st_dev, st.st_ino))
+        except FileNotFoundError:
+            continue
+        except (PermissionError, OSError):
+            unreadable = True
+        if unreadable and int(pid) not in ancestors:
+            holders.unreadable_processes += 1
+            uid = _process_uid(base / "status")
+            if uid is not None:
+                holders.unreadable_uids.add(uid)
+    return holders
+
+
+def _count_phrase(count: int) -> str:
+    return _COUNT_WORDS.get(count, f"{count:,}")
+
+
+def reclaim_summary(reclaimed: Sequence[dict[str, Any]], skipped: dict[str, int], remaining: int) -> str:
+    """The seed's wording: "reclaimed exactly one unmapped 4,096-byte fixture; clean postcondition"."""
+    parts: list[str] = []
+    if not reclaimed:
+        parts.append("found zero reclaimable files")
+    elif len(reclaimed) == 1:
+        item = reclaimed[0]
+        noun = "fixture" if FIXTURE_MARK in item["name"] else "file"
+        parts.append(f"reclaimed exactly one unmapped {item['bytes']:,}-byte {noun}")
+    else:
+        total = sum(int(item["bytes"]) for item in reclaimed)
+        parts.append(f"reclaimed {len(reclaimed):,} unmapped files ({total:,} bytes)")
+    wording = {
+        "mapped": "left {} mapped or open",
+        "changed": "left {} that changed between scans",
+        "unverifiable": "left {} whose holders could not be checked",
+        "failed": "could not remove {}",
+    }
+    for key, template in wording.items():
+        if skipped.get(key):
+            parts.append(template.format(_count_phrase(skipped[key])))
+    if remaining:
+        parts.append(f"postcondition not clean: {_count_phrase(remaining)} reclaimable-named file(s) remain")
+    else:
+        parts.append("clean postcondition")
+    return "; ".join(parts)
+
+
+def reclaim_shm(
+    run_id: str | None,
+    *,
+    root: Path = SHM_ROOT,
+    patterns: Sequence[str] = VLLM_OFFLOAD_PATTERNS,
+    settle_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+    proc: Path = Path("/proc"),
+) -> dict[str, Any]:
+    """Guarded two-scan reclaim of the run's and vLLM's offload files in ``root``.
+
+    Returns {scanned, candidates, reclaimed: [{name, bytes}], skipped_mapped, skipped_changed,
+    skipped_foreign, skipped_unverifiable, failed, remaining, unreadable_processes,
+    postcondition_clean, summary}. ``sleep`` waits the settle interval (injectable so a test
+    can change a file between the scans deterministically).
+    """
+    first_all = _list_regular_files(root)
+    first = [f for f in first_all if is_reclaimable_name(f.name, run_id, patterns)]
+    holders_first = find_holders(first, proc)
+    sleep(settle_s)
+    second = {f.name: f for f in scan_shm(patterns, root, run_id=run_id)}
+    holders_second = find_holders(list(second.values()), proc)
+    held = holders_first.held | holders_second.held
+    unreadable_uids = holders_first.unreadable_uids | holders_second.unreadable_uids
+
+    reclaimed: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
+    skipped = {"mapped": 0, "changed": 0, "unverifiable": 0, "failed": 0}
+    for earlier in first:
+        later = second.get(earlier.name)
+        if later is None or not later.unchanged_since(earlier):
+            skipped["changed"] += 1
+            continue
+        if later.key in held:
+            skipped["mapped"] += 1
+            continue
+        if later.uid in unreadable_uids:
+            # A process of the file's owner could not be inspected: it might map the file.
+            skipped["unverifiable"] += 1
+            continue
+        path = root / later.name
+        try:
+            st = os.lstat(path)
+            if (st.st_ino, st.st_size, st.st_mtime_ns) != (later.inode, later.size, later.mtime_ns):
+                skipped["changed"] += 1
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            skipped["changed"] += 1
+            continue
+        except OSError as exc:
+            skipped["failed"] += 1
+            failed.append({"name": later.name, "error": exc.strerror or type(exc).__name__})
+            continue
+        reclaimed.append({"name": later.name, "bytes": later.size})
+
+    remaining = [f.name for f in scan_shm(patterns, root, run_id=run_id)]
+    return {
+        "scanned": len(first_all),
+        "candidates": len(first),
+        "reclaimed": reclaimed,
+        "skipped_mapped": skipped["mapped"],
+        "skipped_changed": skipped["changed"],
+        "skipped_foreign": len(first_all) - len(first),
+        "skipped_unverifiable": skipped["unverifiable"],
+        "failed": failed,
+        "remaining": remaining,
+        "unreadable_processes": max(holders_first.unreadable_processes, holders_second.unreadable_processes),
+        "postcondition_clean": not remaining,
+        "summary": reclaim_summary(reclaimed, skipped, len(remaining)),
+    }
+
+
+def fixture_name(run_id: str) -> str:
+    """The planted fixture's name: vLLM's offload naming, marked as ours and carrying the run id."""
+    return f"vllm_offload_{FIXTURE_MARK}-{run_id}.mmap"
+
+
+def plant_fixture(run_id: str, *, root: Path = SHM_ROOT, size: int = FIXTURE_BYTES) -> Path:
+    """Create an unmapped offload-named file, to prove the reclaim path before trusting it."""
+    path = root / fixture_name(run_id)
+    with open(path, "xb") as handle:
+        handle.write(b"\0" * size)
+    return path
+
+
+def prove_reclaim_path(run_id: str, *, root: Path = SHM_ROOT, settle_s: float = 2.0) -> dict[str, Any]:
+    """The seeds' "native-offload cleanup prerequisite": plant one fixture, reclaim, check it is gone.
+
+    Adds ``fixture_reclaimed`` (the planted file was among the reclaimed ones and is gone).
+    """
+    path = plant_fixture(run_id, root=root)
+    result = reclaim_shm(run_id, root=root, settle_s=settle_s)
+    result["fixture_reclaimed"] = (
+        any(item["name"] == path.name for item in result["reclaimed"]) and not path.exists()
+    )
+    return result
+
+
+def shm_files_of_run(
+    run_id: str,
+    *,
+    root: Path = SHM_ROOT,
+    started_at: float | None = None,
+    patterns: Sequence[str] = VLLM_OFFLOAD_PATTERNS,
+) -> list[str]:
+    """Names in ``root`` that belong to the run, for the teardown postcondition.
+
+    A name carrying the run id is the run's. vLLM's offload files carry a random engine id,
+    so with ``started_at`` (epoch seconds of the launch) an offload-named file created at or
+    after it is counted as the run's too.
+    """
+    names: list[str] = []
+    for f in _list_regular_files(root):
+        if run_id and run_id in f.name:
+            names.append(f.name)
+        elif started_at is not None and any(fnmatch.fnmatchcase(f.name, p) for p in patterns) \
+                and f.ctime >= started_at:
+            names.append(f.name)
+    return names

