@@ -193,7 +193,7 @@ class Recipe:
     def subprocess_argv(self, *, host: str, port: int) -> list[str]:
         """The full argv for the subprocess launcher."""
         command = [part.replace("{python}", sys.executable) for part in self.launcher.command]
-        return command + ["--model", self.model_location()] + self.serve_flags(host=host, port=port)
+        return [*command, "--model", self.model_location(), *self.serve_flags(host=host, port=port)]
 
     def server_env(self) -> dict[str, str]:
         """Environment additions for the server: launcher env, then serve env."""

@@ -1,0 +1,129 @@
+"""Gate checks as plain functions: each returns the list of rules a response broke.
+
+Gates in ``suites/`` call these and assert the list is empty, so the failure message says
+exactly what broke ("tool call 0 names get_time, expected get_weather"), and unit tests can
+show each gate turning red on a broken response without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .client import StreamResult
+from .errors import RecipeError
+
+
+@dataclass(frozen=True)
+class ToolFixture:
+    """One typed tool with the prompt that should make a model call it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    prompt: str
+    expected: dict[str, Any]
+
+    def openai_tool(self) -> dict[str, Any]:
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def responses_tool(self) -> dict[str, Any]:
+        return {"type": "function", "name": self.name, "description": self.description,
+                "parameters": self.parameters}
+
+
+def load_tool_fixtures(path: Path) -> list[ToolFixture]:
+    """The typed tool fixtures (``fixtures/tools/typed_tools.yaml``)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise RecipeError(f"tool fixtures {path} cannot be read: {exc}. Fix: restore the file.",
+                          path=str(path)) from None
+    return [ToolFixture(name=t["name"], description=t.get("description", ""), parameters=t["parameters"],
+                        prompt=t["prompt"], expected=t.get("expected", {})) for t in data["tools"]]
+
+
+def schema_problems(instance: Any, schema: dict[str, Any], what: str) -> list[str]:
+    """Every JSON-Schema violation of ``instance``, phrased with its path."""
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        problems.append(f"{what} violates the schema at {where}: {error.message}")
+    return problems
+
+
+def check_json_content(content: str, schema: dict[str, Any], finish_reason: str | None) -> list[str]:
+    """JSON gate: content parses, validates, and the model stopped by itself."""
+    problems: list[str] = []
+    if finish_reason != "stop":
+        problems.append(f"finish_reason is {finish_reason!r}, expected 'stop'")
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError as exc:
+        return [*problems, f"content is not JSON ({exc.msg} at char {exc.pos}): {content[:120]!r}"]
+    return problems + schema_problems(value, schema, "content")
+
+
+def check_tool_call(
+    calls: list[dict[str, Any]], fixture: ToolFixture, *, value_checks: bool
+) -> list[str]:
+    """Typed-tool gate: exactly one call, the right name, arguments valid (and equal if asked).
+
+    ``calls`` are OpenAI tool_calls entries ({"function": {"name", "arguments"}}) or
+    reassembled ``{"name", "arguments"}`` dicts.
+    """
+    if not calls:
+        return [f"no tool call; expected a call to {fixture.name}"]
+    problems: list[str] = []
+    if len(calls) > 1:
+        problems.append(f"{len(calls)} tool calls; expected exactly one")
+    call = calls[0]
+    function = call.get("function", call)
+    name = function.get("name")
+    if name != fixture.name:
+        problems.append(f"tool call names {name!r}, expected {fixture.name!r}")
+        return problems
+    raw = function.get("arguments")
+    try:
+        arguments = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        return [*problems, f"arguments of {fixture.name} are not JSON ({exc.msg}): {str(raw)[:120]!r}"]
+    problems += schema_problems(arguments, fixture.parameters, f"arguments of {fixture.name}")
+    if value_checks and not problems and arguments != fixture.expected:
+        problems.append(f"arguments of {fixture.name} are {arguments}, expected {fixture.expected}")
+    return problems
+
+
+def check_stream_tool(result: StreamResult, fixture: ToolFixture, *, value_checks: bool) -> list[str]:
+    """Streaming-tool gate: the SSE contract, then the reassembled call."""
+    problems = list(result.violations)
+    if result.status_code != 200:
+        return [f"HTTP {result.status_code}: {result.attempt.error}", *problems]
+    calls = [{"name": c.name, "arguments": c.arguments} for c in result.tool_calls]
+    problems += check_tool_call(calls, fixture, value_checks=value_checks)
+    if result.tool_calls and result.finish_reason != "tool_calls":
+        problems.append(f"finish_reason is {result.finish_reason!r}, expected 'tool_calls'")
+    return problems
+
+
+def check_fingerprints(counts: dict[str, int], expected: dict[str, int]) -> list[str]:
+    """Reasoning contract: counts match the pinned fingerprints and differ between efforts."""
+    problems: list[str] = []
+    if len(counts) > 1 and len(set(counts.values())) == 1:
+        problems.append(
+            f"the prompt has {next(iter(counts.values()))} tokens at every effort "
+            f"({', '.join(counts)}): the chat template ignores reasoning_effort")
+    elif len(set(counts.values())) < len(counts):
+        problems.append(f"some efforts give the same prompt length: {counts}")
+    for effort, want in expected.items():
+        got = counts.get(effort)
+        if got != want:
+            problems.append(f"effort {effort}: {got} prompt tokens, expected fingerprint {want}")
+    return problems

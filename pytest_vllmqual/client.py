@@ -1,0 +1,424 @@
+"""OpenAI-API calls with timing, usage and evidence, and nothing retried behind your back.
+
+Every call becomes an ``Attempt``: status, latency, usage and the SHA-256 of the exact
+request and response bytes, whose raw copies go to the private artifacts through the sink.
+HTTP errors are results, not exceptions, so a gate can retain a 400 and go on. Transport
+failures ask the liveness guard whether the server is gone; if it is, ``ServerGoneError``
+ends the gate at once instead of each later gate waiting out its own timeout.
+
+Streaming is parsed from the raw SSE so that the harness, not an SDK, decides what the
+first token is: ``ttft_s`` is the first delta carrying output of any kind (content,
+reasoning or a tool call), ``ttft_content_s`` the first visible content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from .errors import ServerGoneError
+from .launch.base import ServerHandle
+from .records import Attempt
+
+
+class AttemptSink(Protocol):
+    """Receives every attempt with its raw bytes (stored privately, hashed publicly)."""
+
+    def record_attempt(self, attempt: Attempt, request: bytes, response: bytes) -> None: ...
+
+
+class LivenessGuard(Protocol):
+    """Knows whether the server is still usable; shared by all gates of a run."""
+
+    def assert_usable(self) -> None:
+        """Raise ServerGoneError when the server is already known dead or hung."""
+
+    def after_failure(self, error: Exception | None, status_code: int | None, text: str) -> ServerGoneError | None:
+        """Decide, after a failed request, whether the server is gone (and remember it).
+
+        ``error`` is the transport exception, or None for an HTTP error status.
+        """
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _error_text(response_text: str) -> str:
+    try:
+        data = json.loads(response_text)
+    except ValueError:
+        return response_text[:500]
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:2000]
+        return str(err)[:2000]
+    return response_text[:500]
+
+
+@dataclass
+class ChatResult:
+    """A non-streamed response (chat, responses, or any JSON endpoint)."""
+
+    attempt: Attempt
+    status_code: int | None
+    body: dict[str, Any] | None
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return self.attempt.ok
+
+    @property
+    def choice(self) -> dict[str, Any]:
+        choices = (self.body or {}).get("choices") or [{}]
+        first: dict[str, Any] = choices[0]
+        return first
+
+    @property
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = self.choice.get("message") or {}
+        return message
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.choice.get("finish_reason")
+
+    @property
+    def content(self) -> str:
+        return str(self.message.get("content") or "")
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        calls: list[dict[str, Any]] = self.message.get("tool_calls") or []
+        return calls
+
+    @property
+    def usage(self) -> dict[str, Any]:
+        usage: dict[str, Any] = (self.body or {}).get("usage") or {}
+        return usage
+
+
+@dataclass
+class StreamedToolCall:
+    """A tool call reassembled from stream deltas."""
+
+    index: int
+    id: str | None = None
+    type: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass
+class StreamResult:
+    """A streamed chat completion: timings, reassembled output, and every broken rule."""
+
+    attempt: Attempt
+    status_code: int | None
+    saw_done: bool = False
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[StreamedToolCall] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    chunks: int = 0
+    ttft_s: float | None = None
+    ttft_content_s: float | None = None
+    e2e_s: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.attempt.ok
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """The DESIGN.md metrics for this request."""
+        prompt = (self.usage or {}).get("prompt_tokens")
+        completion = (self.usage or {}).get("completion_tokens")
+        prefill = prompt / self.ttft_s if prompt and self.ttft_s else None
+        decode = None
+        if completion and completion > 1 and self.e2e_s and self.ttft_s and self.e2e_s > self.ttft_s:
+            decode = (completion - 1) / (self.e2e_s - self.ttft_s)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "ttft_s": self.ttft_s,
+            "ttft_content_s": self.ttft_content_s,
+            "e2e_s": self.e2e_s,
+            "prefill_tok_s": prefill,
+            "decode_tok_s": decode,
+        }
+
+
+class QualClient:
+    """HTTP client for one server. Never retries; one call is one attempt."""
+
+    def __init__(
+        self,
+        handle: ServerHandle,
+        *,
+        timeout_s: float,
+        sink: AttemptSink | None = None,
+        guard: LivenessGuard | None = None,
+    ) -> None:
+        self.handle = handle
+        self.model = handle.served_model_name
+        self.timeout_s = timeout_s
+        self.sink = sink
+        self.guard = guard
+        self._http = httpx.Client(
+            base_url=handle.base_url,
+            headers=handle.auth_headers(),
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> QualClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _emit(self, attempt: Attempt, request: bytes, response: bytes) -> None:
+        attempt.request_sha256 = sha256_hex(request)
+        attempt.response_sha256 = sha256_hex(response)
+        if self.sink is not None:
+            self.sink.record_attempt(attempt, request, response)
+
+    def _transport_failure(self, attempt: Attempt, request: bytes, exc: Exception, raw: bytes = b"") -> None:
+        attempt.ok = False
+        attempt.error_kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
+        attempt.error = f"{type(exc).__name__}: {exc}"[:500]
+        gone = self.guard.after_failure(exc, None, '') if self.guard is not None else None
+        if gone is not None:
+            attempt.error_kind = gone.status
+            attempt.error = f"{attempt.error}; {gone}"
+        self._emit(attempt, request, raw)
+        if gone is not None:
+            raise gone
+
+    # -- JSON endpoints -------------------------------------------------------------------
+
+    def post_json(
+        self, path: str, body: dict[str, Any], *, kind: str, label: str, expect_status: int = 200,
+        timeout_s: float | None = None,
+    ) -> ChatResult:
+        """POST a JSON body; one attempt. ``expect_status`` other than 200 marks an expected rejection."""
+        if self.guard is not None:
+            self.guard.assert_usable()
+        request = _dumps(body)
+        attempt = Attempt(kind=kind, label=label, ok=False)
+        started = time.perf_counter()
+        try:
+            response = self._http.post(
+                path, content=request, headers={"content-type": "application/json"},
+                timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as exc:
+            attempt.latency_s = time.perf_counter() - started
+            self._transport_failure(attempt, request, exc)
+            return ChatResult(attempt, None, None, "")
+        attempt.latency_s = time.perf_counter() - started
+        attempt.status_code = response.status_code
+        text = response.text
+        parsed: dict[str, Any] | None = None
+        try:
+            loaded = response.json()
+            parsed = loaded if isinstance(loaded, dict) else None
+        except ValueError:
+            parsed = None
+        attempt.ok = response.status_code == expect_status
+        if expect_status != 200:
+            attempt.expected_rejection = attempt.ok
+        if response.status_code != 200:
+            attempt.error = _error_text(text)
+            attempt.error_kind = f"http_{response.status_code}"
+        if parsed is not None and isinstance(parsed.get("usage"), dict):
+            attempt.usage = {k: v for k, v in parsed["usage"].items() if isinstance(v, int)}
+        self._emit(attempt, request, response.content)
+        self._check_server_error(attempt, response.status_code, text)
+        return ChatResult(attempt, response.status_code, parsed, text)
+
+    def _check_server_error(self, attempt: Attempt, status_code: int, text: str) -> None:
+        """A 5xx may mean the engine died behind a live API server; ask the guard."""
+        if status_code < 500 or self.guard is None:
+            return
+        gone = self.guard.after_failure(None, status_code, text)
+        if gone is not None:
+            attempt.error_kind = gone.status
+            raise gone
+
+    def get_json(self, path: str, *, timeout_s: float = 10.0) -> Any:
+        """GET an informational endpoint (not an attempt of any gate)."""
+        response = self._http.get(path, timeout=timeout_s)
+        response.raise_for_status()
+        return response.json()
+
+    def chat(self, body: dict[str, Any], *, label: str, expect_status: int = 200,
+             timeout_s: float | None = None) -> ChatResult:
+        body = {"model": self.model, **body}
+        return self.post_json("/v1/chat/completions", body, kind="chat", label=label,
+                              expect_status=expect_status, timeout_s=timeout_s)
+
+    def responses(self, body: dict[str, Any], *, label: str) -> ChatResult:
+        body = {"model": self.model, **body}
+        return self.post_json("/v1/responses", body, kind="responses", label=label)
+
+    def tokenize_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                      chat_template_kwargs: dict[str, Any] | None = None, label: str = "tokenize") -> ChatResult:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        if tools:
+            body["tools"] = tools
+        if chat_template_kwargs:
+            body["chat_template_kwargs"] = chat_template_kwargs
+        return self.post_json("/tokenize", body, kind="tokenize", label=label)
+
+    # -- streaming ------------------------------------------------------------------------
+
+    def stream_chat(self, body: dict[str, Any], *, label: str, timeout_s: float | None = None) -> StreamResult:
+        """Stream a chat completion, timing it and checking the SSE contract as it goes."""
+        if self.guard is not None:
+            self.guard.assert_usable()
+        body = {"model": self.model, **body, "stream": True,
+                "stream_options": {"include_usage": True, **(body.get("stream_options") or {})}}
+        request = _dumps(body)
+        attempt = Attempt(kind="stream", label=label, ok=False)
+        result = StreamResult(attempt=attempt, status_code=None)
+        raw = bytearray()
+        started = time.perf_counter()
+        try:
+            with self._http.stream(
+                "POST", "/v1/chat/completions", content=request,
+                headers={"content-type": "application/json", "accept": "text/event-stream"},
+                timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT,
+            ) as response:
+                result.status_code = attempt.status_code = response.status_code
+                if response.status_code != 200:
+                    body_bytes = response.read()
+                    raw += body_bytes
+                    attempt.latency_s = result.e2e_s = time.perf_counter() - started
+                    attempt.error = _error_text(body_bytes.decode(errors="replace"))
+                    attempt.error_kind = f"http_{response.status_code}"
+                    self._emit(attempt, request, bytes(raw))
+                    self._check_server_error(attempt, response.status_code, body_bytes.decode(errors="replace"))
+                    return result
+                for line in _iter_lines(response, raw):
+                    _consume_sse_line(line, result, started)
+        except httpx.HTTPError as exc:
+            attempt.latency_s = result.e2e_s = time.perf_counter() - started
+            result.error = f"{type(exc).__name__}: {exc}"
+            result.violations.append(
+                "stream broke after the 200 headers" if result.status_code == 200 else "no response")
+            self._transport_failure(attempt, request, exc, bytes(raw))
+            return result
+        end = time.perf_counter()
+        attempt.latency_s = result.e2e_s = end - started
+        if not result.saw_done:
+            result.violations.append("stream ended without the [DONE] terminator")
+        if result.usage is None:
+            result.violations.append("stream has no usage chunk (stream_options.include_usage was sent)")
+        attempt.ok = not result.violations
+        if result.violations:
+            attempt.error = "; ".join(result.violations)
+            attempt.error_kind = "stream_contract"
+        if result.usage:
+            attempt.usage = {k: v for k, v in result.usage.items() if isinstance(v, int)}
+        attempt.timing = {k: v for k, v in result.metrics().items() if k.endswith("_s") or k.endswith("tok_s")}
+        self._emit(attempt, request, bytes(raw))
+        return result
+
+
+def _iter_lines(response: httpx.Response, raw: bytearray) -> Iterator[str]:
+    """Lines of the SSE body, keeping the raw bytes for the private artifact."""
+    buffer = b""
+    for chunk in response.iter_raw():
+        raw += chunk
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line.decode(errors="replace").rstrip("\r")
+    if buffer:
+        yield buffer.decode(errors="replace")
+
+
+def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:
+    if not line.startswith("data:"):
+        return
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        result.saw_done = True
+        return
+    if result.saw_done:
+        result.violations.append("data after the [DONE] terminator")
+        return
+    try:
+        chunk = json.loads(payload)
+    except ValueError:
+        result.violations.append(f"unparseable SSE data: {payload[:80]!r}")
+        return
+    result.chunks += 1
+    if chunk.get("usage") and not chunk.get("choices"):
+        result.usage = chunk["usage"]
+        return
+    if chunk.get("usage"):
+        result.usage = chunk["usage"]
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        now = time.perf_counter() - started
+        content = delta.get("content")
+        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+        tool_deltas = delta.get("tool_calls") or []
+        if (content or reasoning or tool_deltas) and result.ttft_s is None:
+            result.ttft_s = now
+        if content:
+            if result.ttft_content_s is None:
+                result.ttft_content_s = now
+            result.content += content
+        if reasoning:
+            result.reasoning += reasoning
+        for tool_delta in tool_deltas:
+            _merge_tool_delta(result, tool_delta)
+        if choice.get("finish_reason"):
+            result.finish_reason = choice["finish_reason"]
+
+
+def _merge_tool_delta(result: StreamResult, delta: dict[str, Any]) -> None:
+    """Apply one tool-call delta, recording every rule it breaks."""
+    index = delta.get("index")
+    if not isinstance(index, int):
+        result.violations.append("tool-call delta without an integer index")
+        return
+    function = delta.get("function") or {}
+    existing = next((c for c in result.tool_calls if c.index == index), None)
+    if existing is None:
+        if not delta.get("id"):
+            result.violations.append(f"first delta of tool call {index} has no id")
+        if not function.get("name"):
+            result.violations.append(f"first delta of tool call {index} has no function name")
+        existing = StreamedToolCall(index=index, id=delta.get("id"), type=delta.get("type"),
+                                    name=function.get("name"))
+        result.tool_calls.append(existing)
+    else:
+        if delta.get("id") and delta.get("id") != existing.id:
+            result.violations.append(f"tool call {index} changed its id mid-stream")
+        if function.get("name") and existing.name and function.get("name") != existing.name:
+            result.violations.append(f"tool call {index} changed its name mid-stream")
+    if function.get("arguments"):
+        existing.arguments += function["arguments"]

@@ -1,0 +1,469 @@
+"""pytest glue: options, markers, fixtures, xdist hand-off, report hooks.
+
+This is the only module that imports pytest. Everything it does is delegated to the
+pytest-free core (recipe, launch, client, session, run, evidence).
+
+Fixtures (all function-scoped handles over one session-scoped owner, the pytest-httpserver
+layering):
+
+- ``recipe`` -> Recipe: the recipe of the test's arm (``--recipe`` or a ``recipe`` marker).
+- ``vllm_server`` -> ServerHandle: that recipe's server, started on first use and ready.
+- ``gate`` -> GateRecorder: where the test records attempts, measurements and a summary.
+- ``qual_client`` -> QualClient: an API client wired to ``gate`` and to the liveness guard.
+- ``server_facts`` -> dict: engine facts, endpoint facts and the identity check.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .client import QualClient
+from .errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
+from .launch.base import ServerHandle
+from .recipe import Recipe, resolve_recipe
+from .records import GateRecord
+from .run import QualRun
+from .session import STATE_FILE, GateRecorder, ServerGuard, ServerManager, traffic_lock
+from .settings import Settings, resolve_settings
+
+RUN_KEY = pytest.StashKey[QualRun]()
+SETTINGS_KEY = pytest.StashKey[Settings]()
+WORKER_KEY = pytest.StashKey[dict[str, Any]]()
+RECORD_KEY = pytest.StashKey[GateRecorder]()
+
+MARKERS = {
+    "functional": "functional preflight gates (smoke, JSON, tools, streaming tool, continuation, Responses)",
+    "reasoning": "reasoning prompt contract (per-effort prompt-token fingerprints)",
+    "quality": "repeated quality checks reported as k/N",
+    "capacity": "measurement gates: exact-length ladder, KV pool, concurrency; run alone",
+    "engine": "engine facts and identity gates",
+    "lifecycle": "startup, teardown and cleanup gates",
+    "recipe(name)": "run this module/class against the named recipe's server (one server at a time)",
+    "gate(name)": "the evidence name of a gate (defaults to the test name without test_)",
+}
+MEASUREMENT_MARKERS = ("capacity",)
+
+
+# -- options --------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vllmqual", "LLM serve qualification (pytest_vllmqual)")
+    group.addoption("--recipe", dest="vllmqual_recipe", metavar="NAME|PATH", default=None,
+                    help="recipe to qualify: a name in the recipes dir or a YAML path. Precedence: "
+                    "--recipe, then $VLLMQUAL_RECIPE, then ini vllmqual_recipe, then 'tiny-cpu'.")
+    group.addoption("--vllmqual-reports-dir", dest="vllmqual_reports_dir", metavar="DIR", default=None,
+                    help="where reports are written (default: reports/; private artifacts under DIR/private/).")
+    group.addoption("--vllmqual-endpoint", dest="vllmqual_endpoint", metavar="URL", default=None,
+                    help="run the gates against an already running server (direct-only, no lifecycle).")
+    group.addoption("--vllmqual-recipes-dir", dest="vllmqual_recipes_dir", metavar="DIR", default=None,
+                    help="where named recipes are looked up (default: fixtures/recipes).")
+    parser.addini("vllmqual_recipe", "default recipe name or path", default=None)
+    parser.addini("vllmqual_reports_dir", "reports directory", default=None)
+    parser.addini("vllmqual_recipes_dir", "recipes directory", default=None)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _progress(config: pytest.Config) -> Any:
+    def emit(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        text = f"[vllmqual] {line}"
+        if reporter is None:
+            return
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(text)
+        else:
+            reporter.write_line(text)
+    return emit
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    settings = resolve_settings(
+        rootdir=Path(str(config.rootpath)),
+        env=dict(os.environ),
+        cli_recipe=config.getoption("vllmqual_recipe"),
+        ini_recipe=config.getini("vllmqual_recipe") or None,
+        cli_reports=config.getoption("vllmqual_reports_dir"),
+        ini_reports=config.getini("vllmqual_reports_dir") or None,
+        cli_endpoint=config.getoption("vllmqual_endpoint"),
+        cli_recipes_dir=config.getoption("vllmqual_recipes_dir"),
+        ini_recipes_dir=config.getini("vllmqual_recipes_dir") or None,
+    )
+    config.stash[SETTINGS_KEY] = settings
+    try:
+        recipe = resolve_recipe(str(settings.recipe.value), settings.recipes_dir)
+    except RecipeError as exc:
+        raise pytest.UsageError(f"{exc} (recipe chosen by {settings.recipe.source})") from None
+    if _is_worker(config):
+        config.stash[WORKER_KEY] = config.workerinput.get("vllmqual", {})  # type: ignore[attr-defined]
+    config.stash[RUN_KEY] = QualRun(settings, recipe, progress=_progress(config),
+                                    invocation_args=list(config.invocation_params.args))
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(), "vllmqual-xdist")
+    if not _is_worker(config):
+        _install_sigterm_handler()
+
+
+def _install_sigterm_handler() -> None:
+    """SIGTERM becomes KeyboardInterrupt, so teardown and the (incomplete) report still happen."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (embedded use)
+        pass
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        return []
+    r = run.default_recipe
+    settings = config.stash[SETTINGS_KEY]
+    rev = r.identity.revision or "unpinned"
+    image = r.identity.image or "no image (subprocess)"
+    lines = [
+        f"vllmqual: recipe {r.name} ({r.path}, sha256 {r.sha256[:12]}) chosen by {settings.recipe.source}",
+        f"vllmqual: identity {r.identity.checkpoint}@{rev}, {image}, runtime {r.identity.runtime_version}, "
+        f"served as {r.identity.served_model_name}; launcher {'external' if settings.endpoint.value else r.launcher.kind}; "
+        f"TP={r.serve.tensor_parallel_size} max_model_len={r.serve.max_model_len}",
+        f"vllmqual: reproduce with: {run.reproduce_line(r.name)}",
+    ]
+    return lines
+
+
+# -- arms and ordering ----------------------------------------------------------------------
+
+
+def _arm_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("recipe")
+    if marker is not None and marker.args:
+        return str(marker.args[0])
+    return None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group tests by recipe so that each arm's server starts once (default recipe first)."""
+    run = config.stash[RUN_KEY]
+    default = run.default_recipe.name
+    order: dict[str, int] = {default: 0}
+    for item in items:
+        arm = _arm_of(item) or default
+        order.setdefault(arm, len(order))
+    items.sort(key=lambda it: order[_arm_of(it) or default])
+
+
+# -- xdist: the controller owns the server --------------------------------------------------
+
+
+class XdistHooks:
+    """Registered only when xdist is present: hand the server to workers via workerinput."""
+
+    @pytest.hookimpl
+    def pytest_configure_node(self, node: Any) -> None:
+        config: pytest.Config = node.config
+        run = config.stash[RUN_KEY]
+        arm = run.arm(run.default_recipe.name)
+        manager = run.activate(arm)
+        info: dict[str, Any] = {"arm": arm.key, "run_id": arm.run_id, "private_dir": str(arm.private_dir)}
+        try:
+            handle = manager.ensure_ready()
+        except LaunchError as exc:
+            info["startup_error"] = {"message": str(exc.args[0]) if exc.args else "", "status": exc.status,
+                                     "exit_code": exc.exit_code, "log_tail": exc.log_tail, "hint": exc.hint}
+        else:
+            info["handle"] = {"base_url": handle.base_url, "served_model_name": handle.served_model_name,
+                              "launcher_kind": handle.launcher_kind, "api_key": handle.api_key,
+                              "direct_only": handle.direct_only, "cold_start_s": handle.cold_start_s}
+            info["facts"] = {"engine": manager.facts.engine, "endpoints": manager.facts.endpoints,
+                             "identity": manager.facts.identity, "cold_start_s": manager.facts.cold_start_s}
+        node.workerinput["vllmqual"] = info
+
+
+# -- the server for a test ------------------------------------------------------------------
+
+
+class _WorkerServer:
+    """A worker's view of the controller's server (no lifecycle, same private dir)."""
+
+    def __init__(self, info: dict[str, Any], recipe: Recipe) -> None:
+        self.info = info
+        self.recipe = recipe
+        self.private_dir = Path(info["private_dir"])
+        self.handle = ServerHandle(**info["handle"]) if "handle" in info else None
+        self.guard = (ServerGuard(self.handle, self.private_dir / STATE_FILE,
+                                  probe_timeout_s=recipe.startup.ready_completion_timeout_s)
+                      if self.handle else None)
+
+    def ensure_ready(self) -> ServerHandle:
+        if self.handle is None:
+            err = self.info.get("startup_error", {})
+            raise LaunchError(err.get("message", "the server did not start"), status=err.get("status", "unknown"),
+                              exit_code=err.get("exit_code"), log_tail=err.get("log_tail", ""),
+                              hint=err.get("hint", ""))
+        return self.handle
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        facts: dict[str, Any] = self.info.get("facts", {})
+        return facts
+
+
+def _fail(exc: VllmQualError) -> None:
+    from .sanitize import Sanitizer
+
+    pytest.fail(Sanitizer().scrub(str(exc)), pytrace=False)
+
+
+def _arm_key(request: pytest.FixtureRequest) -> str:
+    run = request.config.stash[RUN_KEY]
+    return _arm_of(request.node) or run.default_recipe.name
+
+
+@pytest.fixture
+def recipe(request: pytest.FixtureRequest) -> Recipe:
+    """The Recipe of this test's arm."""
+    run = request.config.stash[RUN_KEY]
+    key = _arm_key(request)
+    try:
+        return run.recipe(key)
+    except RecipeError as exc:
+        _fail(exc)
+        raise
+
+
+def _server_owner(request: pytest.FixtureRequest) -> ServerManager | _WorkerServer:
+    config = request.config
+    run = config.stash[RUN_KEY]
+    key = _arm_key(request)
+    if _is_worker(config):
+        info = config.stash[WORKER_KEY]
+        if key != info.get("arm"):
+            pytest.fail(f"recipe marker {key!r}: under xdist only the session recipe "
+                        f"{info.get('arm')!r} has a server. Fix: run recipe-marked tests without -n.",
+                        pytrace=False)
+        return _WorkerServer(info, run.recipe(key))
+    return run.activate(run.arm(key))
+
+
+@pytest.fixture
+def vllm_server(request: pytest.FixtureRequest) -> ServerHandle:
+    """The ready server of this test's recipe (started on first use; at most one alive)."""
+    owner = _server_owner(request)
+    try:
+        handle = owner.ensure_ready()
+        guard = owner.guard
+        if guard is not None:
+            guard.assert_usable()
+    except (LaunchError, ServerGoneError) as exc:
+        recorder = request.node.stash.get(RECORD_KEY, None)
+        if recorder is not None:
+            recorder.record.status = getattr(exc, "status", None)
+        _fail(exc)
+        raise
+    return handle
+
+
+@pytest.fixture
+def server_facts(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> dict[str, Any]:
+    """Engine facts, endpoint facts and the identity check of the running server."""
+    owner = _server_owner(request)
+    if isinstance(owner, ServerManager):
+        return {"engine": owner.facts.engine, "endpoints": owner.facts.endpoints,
+                "identity": owner.facts.identity, "cold_start_s": owner.facts.cold_start_s}
+    return owner.facts
+
+
+@pytest.fixture
+def gate(request: pytest.FixtureRequest) -> GateRecorder:
+    """Where this gate records attempts, measurements, thresholds and its k/N summary."""
+    recorder: GateRecorder | None = request.node.stash.get(RECORD_KEY, None)
+    return recorder if recorder is not None else _new_recorder(request.node)
+
+
+@pytest.fixture
+def qual_client(request: pytest.FixtureRequest, vllm_server: ServerHandle, gate: GateRecorder,
+                recipe: Recipe) -> Iterator[QualClient]:
+    """An API client for this test: no retries, every call recorded into ``gate``."""
+    owner = _server_owner(request)
+    with QualClient(vllm_server, timeout_s=recipe.requests.timeout_s, sink=gate, guard=owner.guard) as client:
+        yield client
+
+
+@pytest.fixture(autouse=True)
+def _vllmqual_traffic_isolation(request: pytest.FixtureRequest) -> Generator[None, None, None]:
+    """Measurement gates hold the traffic lock exclusively; other gates share it."""
+    if "gate" not in request.fixturenames:
+        yield
+        return
+    config = request.config
+    if _is_worker(config):
+        private_dir = Path(config.stash[WORKER_KEY].get("private_dir", "."))
+    else:
+        run = config.stash[RUN_KEY]
+        private_dir = run.arm(_arm_key(request)).private_dir
+    exclusive = any(request.node.get_closest_marker(m) for m in MEASUREMENT_MARKERS)
+    with traffic_lock(private_dir, exclusive=exclusive):
+        yield
+
+
+def _gate_name(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("gate")
+    if marker is not None and marker.args:
+        return str(marker.args[0])
+    name = getattr(item, "originalname", None) or item.name
+    return name[5:] if name.startswith("test_") else name
+
+
+def _new_recorder(item: pytest.Item) -> GateRecorder:
+    config = item.config
+    run = config.stash[RUN_KEY]
+    arm = _arm_of(item) or run.default_recipe.name
+    if _is_worker(config):
+        private_dir = Path(config.stash[WORKER_KEY].get("private_dir", "."))
+        prefix = f"{config.workerinput['workerid']}-"  # type: ignore[attr-defined]
+    else:
+        private_dir = run.arm(arm).private_dir
+        prefix = ""
+    doc = (getattr(item, "obj", None).__doc__ or "").strip().splitlines() if hasattr(item, "obj") else []
+    record = GateRecord(
+        nodeid=item.nodeid, gate=_gate_name(item), title=doc[0] if doc else "",
+        markers=sorted({m.name for m in item.iter_markers() if m.name in MARKERS or m.name in
+                        ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle")}),
+        arm=arm,
+    )
+    recorder = GateRecorder(record, private_dir, prefix=prefix)
+    item.stash[RECORD_KEY] = recorder
+    return recorder
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "gate" in getattr(item, "fixturenames", ()):
+        _new_recorder(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    recorder = item.stash.get(RECORD_KEY, None)
+    if recorder is None:
+        return
+    record = recorder.record
+    if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
+        gone = call.excinfo.value
+        record.status = gone.status
+        report.longrepr = f"{gone.status}: {gone}" + (f"\nlast log lines:\n{gone.log_tail}" if gone.log_tail else "")
+    final = report.when == "call" or (report.when == "setup" and report.outcome != "passed")
+    if not final:
+        return
+    record.outcome = "error" if report.when == "setup" and report.outcome == "failed" else report.outcome
+    record.duration_s = round(report.duration, 4)
+    if report.outcome != "passed":
+        record.reason = _reason_text(report)
+    if report.when == "setup" and record.status is None and call.excinfo is not None:
+        record.status = getattr(call.excinfo.value, "status", None)
+    data = record.to_dict()
+    report.vllmqual_gate = data  # type: ignore[attr-defined]
+    for key, value in record.measurements.items():
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            report.user_properties.append((f"vllmqual.{record.gate}.{key}", value))
+    if record.summary:
+        report.user_properties.append((f"vllmqual.{record.gate}.summary", record.summary))
+
+
+def _reason_text(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    text = getattr(report, "longreprtext", "") or str(report.longrepr or "")
+    lines = [line for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("E ")]
+    chosen = errors or lines[-3:]
+    return "\n".join(line.removeprefix("E ").strip() for line in chosen)[:2000]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    data = getattr(report, "vllmqual_gate", None)
+    if not data:
+        return
+    config = _CONFIG.get("config")
+    if config is None or _is_worker(config):
+        return
+    run = config.stash[RUN_KEY]
+    run.add_gate(data.get("arm") or run.default_recipe.name, data)
+
+
+_CONFIG: dict[str, pytest.Config] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _CONFIG["config"] = session.config
+
+
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    config = _CONFIG.get("config")
+    if config is not None and RUN_KEY in config.stash:
+        for arm in config.stash[RUN_KEY].arms.values():
+            arm.interrupted = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if _is_worker(config) or RUN_KEY not in config.stash:
+        return
+    run = config.stash[RUN_KEY]
+    if session.shouldstop or exitstatus == pytest.ExitCode.INTERRUPTED:
+        for arm in run.arms.values():
+            arm.interrupted = True
+    run.stop_all()
+    if not run.arms:
+        return
+    hook = config.hook
+    try:
+        paths = run.write_reports(
+            generate=lambda record: hook.pytest_vllmqual_generate_report(config=config, record=record),
+            update=lambda report: hook.pytest_vllmqual_update_report(config=config, report=report),
+        )
+    except (VllmQualError, OSError) as exc:
+        run.progress(f"REPORT NOT WRITTEN: {exc}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    for path in paths:
+        run.progress(f"report written: {path}")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _is_worker(config) or RUN_KEY not in config.stash:
+        return
+    run = config.stash[RUN_KEY]
+    from .summary import summary_lines
+
+    for arm in run.arms.values():
+        if arm.report is None:
+            continue
+        terminalreporter.write_sep("=", f"vllmqual: {arm.recipe.name}")
+        for line in summary_lines(arm.report, arm.report_path):
+            terminalreporter.write_line(line)

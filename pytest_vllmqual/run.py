@@ -1,0 +1,213 @@
+"""One pytest session's qualification run: arms, their servers, their records, their reports.
+
+An *arm* is one recipe run in this session (the default recipe, a ``recipe`` marker's
+recipe, or an A/B arm). At most one arm's server is alive at a time. Gate records arrive
+as dicts (from this process or from xdist workers) and are merged per arm; at the end each
+arm gets its own sanitized report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import RecipeError, ReportError
+from .launch.base import ProgressFn
+from .recipe import Recipe, resolve_recipe
+from .records import GateRecord, RungRecord, RunRecord
+from .session import ServerManager, make_run_id, utc_now, utc_stamp
+from .settings import Settings
+
+
+@dataclass
+class Arm:
+    """One recipe's run within the session."""
+
+    key: str
+    recipe: Recipe
+    run_id: str
+    private_dir: Path
+    started_utc: str
+    manager: ServerManager | None = None
+    gates: list[GateRecord] = field(default_factory=list)
+    interrupted: bool = False
+    report_path: Path | None = None
+    report: dict[str, Any] | None = None
+
+
+class QualRun:
+    """The controller-side state of a session (see module docstring)."""
+
+    def __init__(self, settings: Settings, default_recipe: Recipe, *, progress: ProgressFn,
+                 invocation_args: list[str]) -> None:
+        self.settings = settings
+        self.default_recipe = default_recipe
+        self.progress = progress
+        self.invocation_args = invocation_args
+        self.stamp = utc_stamp()
+        self.arms: dict[str, Arm] = {}
+        self._recipes: dict[str, Recipe] = {default_recipe.name: default_recipe}
+        self.active: Arm | None = None
+
+    # -- recipes and arms ---------------------------------------------------------------
+
+    def recipe(self, name: str) -> Recipe:
+        """A recipe by name, loaded once (RecipeError on bad input)."""
+        if name not in self._recipes:
+            self._recipes[name] = resolve_recipe(name, self.settings.recipes_dir)
+        return self._recipes[name]
+
+    def arm(self, key: str, recipe_name: str | None = None) -> Arm:
+        if key not in self.arms:
+            recipe = self.recipe(recipe_name or key)
+            run_id = f"{key}-{self.stamp}-{os.getpid()}"
+            self.arms[key] = Arm(
+                key=key, recipe=recipe, run_id=run_id,
+                private_dir=self.settings.reports_dir / "private" / run_id,
+                started_utc=utc_now(),
+            )
+        return self.arms[key]
+
+    def activate(self, arm: Arm) -> ServerManager:
+        """Make ``arm`` the one with a live server, stopping any other first (exclusive GPUs)."""
+        if self.active is not None and self.active is not arm and self.active.manager is not None:
+            self.progress(f"stopping {self.active.recipe.name} before starting {arm.recipe.name} "
+                          "(one server at a time)")
+            self.active.manager.stop()
+        if arm.manager is None:
+            arm.private_dir.mkdir(parents=True, exist_ok=True)
+            arm.manager = ServerManager(arm.recipe, run_id=arm.run_id, private_dir=arm.private_dir,
+                                        endpoint=self.settings.endpoint.value, progress=self.progress)
+        self.active = arm
+        return arm.manager
+
+    def add_gate(self, arm_key: str, record: dict[str, Any]) -> None:
+        self.arm(arm_key).gates.append(GateRecord.from_dict(record))
+
+    def reproduce_line(self, recipe_name: str) -> str:
+        args = [a for a in self.invocation_args if not a.startswith("--recipe")]
+        skip_next = False
+        kept: list[str] = []
+        for arg in args:
+            if skip_next:
+                skip_next = False
+                continue
+            if arg == "--recipe":
+                skip_next = True
+                continue
+            kept.append(arg)
+        return shlex.join(["pytest", f"--recipe={recipe_name}", *kept])
+
+    # -- the end ------------------------------------------------------------------------
+
+    def stop_all(self) -> None:
+        for arm in self.arms.values():
+            if arm.manager is not None:
+                arm.manager.stop()
+
+    def run_record(self, arm: Arm) -> RunRecord:
+        manager = arm.manager
+        record = RunRecord(
+            run_id=arm.run_id,
+            arm=arm.key,
+            recipe_name=arm.recipe.name,
+            recipe_path=str(arm.recipe.path),
+            recipe_sha256=arm.recipe.sha256,
+            recipe_content=arm.recipe.raw,
+            started_utc=arm.started_utc,
+            finished_utc=utc_now(),
+            mode="direct-only" if self.settings.endpoint.value else "managed",
+            reproduce=self.reproduce_line(arm.recipe.name),
+            gates=list(arm.gates),
+            private_dir=str(arm.private_dir),
+        )
+        for gate in arm.gates:
+            for rung in gate.measurements.get("ladder", []) or []:
+                record.ladder.append(RungRecord.from_dict(rung))
+        reasons: list[str] = []
+        if arm.interrupted:
+            reasons.append("the session was interrupted before all gates ran")
+        if manager is not None:
+            record.engine = manager.facts.engine
+            record.endpoints = manager.facts.endpoints
+            record.identity = manager.facts.identity
+            record.lifecycle = {
+                "launcher": manager.launcher.kind if manager.launcher else arm.recipe.launcher.kind,
+                "cold_start_s": manager.facts.cold_start_s,
+                "startup_status": manager.startup_status,
+                "startup_error": None if manager.startup_error is None else {
+                    "status": manager.startup_error.status,
+                    "message": str(manager.startup_error.args[0]) if manager.startup_error.args else "",
+                    "exit_code": manager.startup_error.exit_code,
+                    "log_tail": manager.startup_error.log_tail,
+                    "details": manager.startup_error.details,
+                },
+                "teardown": manager.teardown.to_dict() if manager.teardown else None,
+            }
+            if manager.startup_error is not None:
+                reasons.append(f"the server did not start ({manager.startup_error.status})")
+            if manager.guard is not None:
+                state = manager.guard.state()
+                if state.get("status", "ok") != "ok":
+                    reasons.append(f"the server became {state['status']} during the run: {state.get('detail', '')}")
+                    record.lifecycle["server_state"] = state
+        if any(g.status in ("server_dead", "hung") for g in arm.gates):
+            reasons.append("gates ended early because the server was gone")
+        record.status = "incomplete" if reasons else "complete"
+        record.status_reasons = sorted(set(reasons), key=reasons.index)
+        return record
+
+    def write_reports(
+        self,
+        *,
+        generate: Callable[[RunRecord], dict[str, Any] | None] | None = None,
+        update: Callable[[dict[str, Any]], object] | None = None,
+    ) -> list[Path]:
+        """Build, validate and atomically write one sanitized report per arm.
+
+        ``generate`` may replace the default report builder; ``update`` may change the report
+        in place. Either way the result is sanitized again and schema-validated before writing.
+        """
+        from .evidence import build_public_report, resanitize, write_report_atomic
+        from .launch.gpu import hardware_summary
+
+        written: list[Path] = []
+        hardware = hardware_summary()
+        for arm in self.arms.values():
+            if arm.manager is None and not arm.gates:
+                continue
+            record = self.run_record(arm)
+            record.hardware = hardware
+            api_key = arm.manager.handle.api_key if arm.manager and arm.manager.handle else None
+            secrets = [api_key] if api_key else []
+            report = (generate(record) if generate else None) or build_public_report(
+                record, known_secrets=secrets, tool_version=__version__)
+            if update is not None:
+                update(report)
+                report = resanitize(report, known_secrets=secrets)
+            path = self.settings.reports_dir / f"{arm.recipe.name}-{self.stamp}.json"
+            if len(self.arms) > 1:
+                path = self.settings.reports_dir / f"{arm.key}-{self.stamp}.json"
+            write_report_atomic(report, path)
+            arm.report_path = path
+            arm.report = report
+            written.append(path)
+        return written
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """Read a written report back (for the CLI and tests)."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"report {path} cannot be read: {exc}") from None
+    return data
+
+
+__all__ = ["Arm", "QualRun", "RecipeError", "load_report", "make_run_id"]

@@ -1,0 +1,351 @@
+"""The run, without pytest: one server at a time, gate recording, liveness, evidence.
+
+``ServerManager`` owns the managed server of the current arm (prepare → start → ready →
+facts → stop). ``ServerGuard`` decides whether a failed request means the server is gone,
+and shares that verdict with every gate (and every xdist worker, through a state file in
+the private run directory) so later gates end at once as ``server_dead`` or ``hung``.
+``GateRecorder`` is what a gate writes its attempts and measurements into.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .engine import fetch_engine_endpoints, parse_engine_log
+from .errors import LaunchError, ServerGoneError
+from .identity import check_identity
+from .launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, new_api_key
+from .launch.external import ExternalLauncher
+from .launch.readiness import log_tail, wait_until_ready
+from .launch.subprocess import SubprocessLauncher
+from .recipe import Recipe
+from .records import Attempt, GateRecord
+
+STATE_FILE = "server_state.json"
+LOCK_FILE = "traffic.lock"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def make_run_id(recipe_name: str) -> str:
+    return f"{recipe_name}-{utc_stamp()}-{os.getpid()}"
+
+
+# -- liveness -------------------------------------------------------------------------------
+
+
+class ServerGuard:
+    """Shared verdict on whether the server is usable; see the module docstring."""
+
+    def __init__(self, handle: ServerHandle, state_file: Path, *, launcher: Launcher | None = None,
+                 probe_timeout_s: float = 30.0) -> None:
+        self.handle = handle
+        self.state_file = state_file
+        self.launcher = launcher
+        self.probe_timeout_s = probe_timeout_s
+        self._lock = threading.Lock()
+
+    def state(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.state_file.read_text())
+            return data
+        except (OSError, ValueError):
+            return {"status": "ok"}
+
+    def mark(self, status: str, detail: str) -> None:
+        with self._lock:
+            if self.state().get("status") not in (None, "ok"):
+                return
+            tail = log_tail(self.launcher.log_text(), 15) if self.launcher is not None else ""
+            tmp = self.state_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"status": status, "detail": detail, "log_tail": tail, "at": utc_now()}))
+            os.replace(tmp, self.state_file)
+
+    def gone_error(self) -> ServerGoneError | None:
+        state = self.state()
+        status = state.get("status", "ok")
+        if status == "ok":
+            return None
+        return ServerGoneError(
+            f"the server is {status.replace('_', ' ')} ({state.get('detail', '')}); this gate was not run "
+            "against it", status=status, log_tail=state.get("log_tail", ""))
+
+    def assert_usable(self) -> None:
+        gone = self.gone_error()
+        if gone is not None:
+            raise gone
+
+    def after_failure(self, error: Exception | None, status_code: int | None, text: str) -> ServerGoneError | None:
+        if self.launcher is not None and self.launcher.alive() is False:
+            self.mark("server_dead", f"the server process exited with status {self.launcher.exit_code()}")
+            return self.gone_error()
+        if error is None:
+            if status_code is not None and status_code >= 500 and re.search(r"EngineDead|EngineCore encountered", text):
+                self.mark("server_dead", "the engine core died (EngineDeadError)")
+                return self.gone_error()
+            return None
+        verdict = self.probe(after_timeout=isinstance(error, httpx.TimeoutException))
+        if verdict is not None:
+            self.mark(*verdict)
+            return self.gone_error()
+        return None
+
+    def probe(self, *, after_timeout: bool) -> tuple[str, str] | None:
+        """Ask the server directly: refused → dead; a 1-token completion that hangs → hung."""
+        with httpx.Client(base_url=self.handle.base_url, headers=self.handle.auth_headers()) as client:
+            try:
+                health = client.get("/health", timeout=5.0)
+            except httpx.TimeoutException:
+                return ("hung", "/health did not answer within 5 s")
+            except httpx.HTTPError as exc:
+                return ("server_dead", f"/health unreachable: {type(exc).__name__}")
+            if health.status_code != 200:
+                return ("server_dead", f"/health answered {health.status_code}")
+            if not after_timeout:
+                return None
+            body = {"model": self.handle.served_model_name, "max_tokens": 1, "temperature": 0,
+                    "messages": [{"role": "user", "content": "Say ok."}]}
+            try:
+                response = client.post("/v1/chat/completions", json=body, timeout=self.probe_timeout_s)
+            except httpx.TimeoutException:
+                return ("hung", f"a 1-token completion did not answer within {self.probe_timeout_s:g} s")
+            except httpx.HTTPError as exc:
+                return ("server_dead", f"1-token completion failed: {type(exc).__name__}")
+            if response.status_code >= 500:
+                return ("server_dead", f"1-token completion answered {response.status_code}")
+        return None
+
+
+class DeathMonitor:
+    """Polls the managed process so a death is noticed even between requests."""
+
+    def __init__(self, launcher: Launcher, guard: ServerGuard, interval_s: float = 0.5) -> None:
+        self.launcher = launcher
+        self.guard = guard
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vllmqual-death-monitor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if self.launcher.alive() is False:
+                self.guard.mark("server_dead", f"the server process exited with status {self.launcher.exit_code()}")
+                return
+
+
+# -- traffic isolation ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def traffic_lock(private_dir: Path, *, exclusive: bool) -> Iterator[None]:
+    """Measurements hold the lock exclusively; other gates share it. Works across xdist workers."""
+    private_dir.mkdir(parents=True, exist_ok=True)
+    with open(private_dir / LOCK_FILE, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# -- gate recording -------------------------------------------------------------------------
+
+
+class GateRecorder:
+    """What a gate writes into: attempts (raw bytes kept privately), measurements, a summary."""
+
+    def __init__(self, record: GateRecord, private_dir: Path, *, prefix: str = "") -> None:
+        self.record = record
+        self.private_dir = private_dir
+        self.prefix = prefix
+        self._lock = threading.Lock()
+
+    def record_attempt(self, attempt: Attempt, request: bytes, response: bytes) -> None:
+        with self._lock:
+            number = len(self.record.attempts) + 1
+            self.record.attempts.append(attempt)
+        safe_gate = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.record.gate)
+        safe_label = re.sub(r"[^A-Za-z0-9_.-]+", "_", attempt.label)[:60]
+        base = f"gates/{self.prefix}{safe_gate}/{number:03d}-{safe_label}"
+        directory = self.private_dir / "gates" / f"{self.prefix}{safe_gate}"
+        directory.mkdir(parents=True, exist_ok=True)
+        (self.private_dir / f"{base}.request.json").write_bytes(request)
+        (self.private_dir / f"{base}.response.txt").write_bytes(response)
+        attempt.request_artifact = f"{base}.request.json"
+        attempt.response_artifact = f"{base}.response.txt"
+
+    def measure(self, **values: Any) -> None:
+        self.record.measurements.update(values)
+
+    def threshold(self, **values: Any) -> None:
+        self.record.thresholds.update(values)
+
+    def summary(self, text: str) -> None:
+        self.record.summary = text
+
+
+# -- the managed server ---------------------------------------------------------------------
+
+
+@dataclass
+class ServerFacts:
+    """What is known about the running server once it is ready."""
+
+    cold_start_s: float | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
+    endpoints: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+class ServerManager:
+    """Owns at most one managed server (the GPUs are exclusive) for the current recipe."""
+
+    def __init__(self, recipe: Recipe, *, run_id: str, private_dir: Path, endpoint: str | None = None,
+                 progress: ProgressFn) -> None:
+        self.recipe = recipe
+        self.run_id = run_id
+        self.private_dir = private_dir
+        self.endpoint = endpoint or (recipe.launcher.endpoint if recipe.launcher.kind == "external" else None)
+        self.progress = progress
+        self.launcher: Launcher | None = None
+        self.handle: ServerHandle | None = None
+        self.guard: ServerGuard | None = None
+        self.monitor: DeathMonitor | None = None
+        self.startup_error: LaunchError | None = None
+        self.startup_status: str = "not_started"
+        self.facts = ServerFacts()
+        self.teardown: TeardownResult | None = None
+        self.started_at: float | None = None
+
+    @property
+    def direct_only(self) -> bool:
+        return self.endpoint is not None
+
+    def _make_launcher(self) -> Launcher:
+        if self.endpoint is not None:
+            return ExternalLauncher(self.recipe, self.endpoint)
+        api_key = os.environ.get(self.recipe.launcher.api_key_env) if self.recipe.launcher.api_key_env else None
+        api_key = api_key or new_api_key()
+        if self.recipe.launcher.kind == "docker":
+            from .launch.docker import DockerLauncher
+
+            return DockerLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
+        return SubprocessLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
+
+    def run_prepare(self) -> None:
+        """Run the recipe's prepare command (e.g. build the fixture model; cached)."""
+        if not self.recipe.prepare or self.direct_only:
+            return
+        import sys
+
+        argv = [part.replace("{python}", sys.executable) for part in self.recipe.prepare]
+        self.progress(f"prepare: {' '.join(argv[1:] if argv[0] == sys.executable else argv)}")
+        log_path = self.private_dir / "prepare.log"
+        self.private_dir.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(argv, cwd=str(self.recipe.project_root), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                text = line.decode(errors="replace").rstrip()
+                if text:
+                    self.progress(f"prepare: {text}")
+            code = proc.wait()
+        if code != 0:
+            raise LaunchError(
+                f"recipe {self.recipe.path}: the 'prepare' command exited with status {code}",
+                status="prepare_failed", exit_code=code, log_tail=log_tail(log_path.read_text(errors="replace")),
+                hint="run the prepare command by hand to see the whole output.")
+
+    def ensure_ready(self) -> ServerHandle:
+        """Start the server if needed and return its handle; a failed start is remembered."""
+        if self.handle is not None and self.startup_status == "ready":
+            return self.handle
+        if self.startup_error is not None:
+            raise self.startup_error
+        self.started_at = time.monotonic()
+        try:
+            self.run_prepare()
+            self.launcher = self._make_launcher()
+            self.startup_status = "starting"
+            handle = self.launcher.start(self.progress)
+            self.handle = handle
+            if self.direct_only:
+                self.facts.cold_start_s = None
+            else:
+                self.facts.cold_start_s = wait_until_ready(self.launcher, handle, self.recipe.startup,
+                                                           self.progress, recipe_name=self.recipe.name)
+                handle.cold_start_s = self.facts.cold_start_s
+                self.progress(f"{self.recipe.name} ready in {self.facts.cold_start_s:.1f} s at {handle.base_url}")
+        except LaunchError as exc:
+            self.startup_error = exc
+            self.startup_status = exc.status
+            self.stop()
+            raise
+        self.startup_status = "ready"
+        self.guard = ServerGuard(handle, self.private_dir / STATE_FILE, launcher=self.launcher,
+                                 probe_timeout_s=self.recipe.startup.ready_completion_timeout_s)
+        if self.launcher is not None and self.launcher.alive() is not None:
+            self.monitor = DeathMonitor(self.launcher, self.guard)
+            self.monitor.start()
+        self.collect_facts()
+        return handle
+
+    def collect_facts(self) -> None:
+        """Engine facts from the log and the endpoints, then the identity check."""
+        assert self.handle is not None and self.launcher is not None
+        facts = parse_engine_log(self.launcher.log_text())
+        self.facts.engine = facts.to_dict()
+        with httpx.Client(base_url=self.handle.base_url, headers=self.handle.auth_headers()) as client:
+            endpoints = fetch_engine_endpoints(client)
+        self.facts.endpoints = endpoints.to_dict()
+        identity = check_identity(
+            self.recipe,
+            version=endpoints.version,
+            models=endpoints.models,
+            tp_size_seen=facts.tp_size_seen if not self.direct_only else None,
+            image_digest=self.handle.image_digest,
+            launcher_kind=self.launcher.kind,
+        )
+        self.facts.identity = identity.to_dict(self.recipe)
+
+    def stop(self) -> TeardownResult | None:
+        """Tear down (idempotent). External servers are left running."""
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+        if self.launcher is None:
+            return self.teardown
+        if self.teardown is None:
+            self.teardown = self.launcher.stop()
+            if self.startup_status == "ready":
+                self.startup_status = "stopped"
+        return self.teardown

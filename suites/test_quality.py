@@ -1,0 +1,96 @@
+"""Repeated quality checks reported as k/N (the seeds' "intelligence 2 checks × 3/3; session
+recall 3/3; tools 3/3; 32K context pass"). A check the recipe declares not applicable is
+reported as skipped with the recipe's reason, never as passed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures
+from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.session import GateRecorder
+
+pytestmark = [pytest.mark.quality]
+
+CHECKS_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "quality" / "checks.yaml"
+CHECKS: dict[str, Any] = yaml.safe_load(CHECKS_FILE.read_text())
+
+
+def _skip_if_not_applicable(recipe: Recipe, gate: GateRecorder, check: str) -> None:
+    reasons: dict[str, str] = recipe.gate("quality").get("not_applicable") or {}
+    reason = reasons.get(check) or reasons.get(check.split("[")[0].split(".")[0])
+    if reason:
+        gate.summary("not applicable")
+        pytest.skip(f"not applicable to recipe {recipe.name}: {reason}")
+
+
+def _repeat(recipe: Recipe) -> int:
+    return int(recipe.gate("quality").get("repeat", 3))
+
+
+def _effort_body(recipe: Recipe) -> dict[str, Any]:
+    effort = recipe.gate("quality").get("reasoning_effort")
+    return {"reasoning_effort": effort} if effort else {}
+
+
+def _run_repeated(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, label: str,
+                  messages: list[dict[str, Any]], expect: str, max_tokens: int = 32) -> None:
+    n = _repeat(recipe)
+    answers: list[str] = []
+    passed = 0
+    for i in range(n):
+        result = qual_client.chat({"messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                                   **_effort_body(recipe)}, label=f"{label}-{i + 1}")
+        answer = result.content if result.status_code == 200 else f"HTTP {result.status_code}"
+        answers.append(answer)
+        if result.status_code == 200 and re.search(expect, answer, re.IGNORECASE):
+            passed += 1
+    gate.summary(f"{passed}/{n}")
+    gate.measure(passed=passed, repeat=n, answers_distinct=len(set(answers)))
+    gate.threshold(required=f"{n}/{n}")
+    assert passed == n, f"{label}: {passed}/{n} answers matched /{expect}/; answers: {answers}"
+
+
+@pytest.mark.parametrize("check", CHECKS["intelligence"], ids=lambda c: c["name"])
+def test_quality_intelligence(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
+                              check: dict[str, Any]) -> None:
+    """Intelligence: a known-answer question at the recipe's reasoning effort, k/N."""
+    _skip_if_not_applicable(recipe, gate, "intelligence")
+    _run_repeated(qual_client, recipe, gate, check["name"], [{"role": "user", "content": check["prompt"]}],
+                  check["expect"])
+
+
+@pytest.mark.parametrize("check", CHECKS["session_recall"], ids=lambda c: c["name"])
+def test_quality_session_recall(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
+                                check: dict[str, Any]) -> None:
+    """Session recall: a fact from the first turn is recalled turns later, k/N."""
+    _skip_if_not_applicable(recipe, gate, "session_recall")
+    _run_repeated(qual_client, recipe, gate, check["name"], list(check["turns"]), check["expect"])
+
+
+def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
+    """Tools, repeated: the same typed call is made correctly every time, k/N."""
+    _skip_if_not_applicable(recipe, gate, "tools")
+    path = Path(recipe.gate("tools").get("fixtures", "fixtures/tools/typed_tools.yaml"))
+    fixtures: list[ToolFixture] = load_tool_fixtures(path if path.is_absolute() else recipe.project_root / path)
+    fixture = fixtures[1 % len(fixtures)]
+    n = _repeat(recipe)
+    passed, problems_seen = 0, []
+    for i in range(n):
+        result = qual_client.chat({"messages": [{"role": "user", "content": fixture.prompt}],
+                                   "tools": [f.openai_tool() for f in fixtures], "tool_choice": "auto",
+                                   "max_tokens": recipe.gate("tools").get("max_tokens", 256), "temperature": 0,
+                                   **_effort_body(recipe)}, label=f"quality-tool-{i + 1}")
+        problems = (check_tool_call(result.tool_calls, fixture, value_checks=False)
+                    if result.status_code == 200 else [f"HTTP {result.status_code}"])
+        passed += not problems
+        problems_seen += problems
+    gate.summary(f"{passed}/{n}")
+    gate.measure(passed=passed, repeat=n, tool=fixture.name)
+    assert passed == n, f"tools {passed}/{n}: {'; '.join(problems_seen)}"
