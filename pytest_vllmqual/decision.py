@@ -1,0 +1,458 @@
+"""The decision block: a verdict, what the run proves, what it does not, and the caveats.
+
+Everything here is derived from the public report dict (so it works the same on a report
+read back from disk), and every sentence is generated from what was measured. Nothing is a
+fixed claim: a list item exists because a section of the report has, or lacks, the
+evidence. The vocabulary is the seeds':
+
+``no-promotion``
+    The run cannot support promotion: a gate failed or errored, the run is incomplete
+    (interrupted, server gone, startup failed), the served identity differs from the recipe
+    (``provenance_mismatch``), teardown left something behind, or no gate ran.
+``direct-only``
+    Every gate that ran passed, but the endpoint was used as it was (external launcher): this
+    run neither started nor stopped it, so cold start and teardown are not evidence.
+``healthy``
+    Managed, and every gate that ran passed, but the qualification is incomplete: the
+    functional preflight is not 6/6, the identity is not verified, there is no completed
+    capacity rung, no cold start was measured, or the engine's KV pool was not read.
+``candidate``
+    Managed cold start, verified identity, 6/6 functional preflight, at least one completed
+    capacity rung, engine facts read, clean teardown and no failing gate. This is the most
+    a single run can earn.
+``priority-challenger``
+    Only an A/B comparison (the compare module) can award it: a candidate that held up
+    against the control arm under a bracketed replay. ``decide`` never returns it.
+
+Whatever the verdict, a qualification run changes no route and promotes nothing; the
+decision says so in ``boundary``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+VERDICTS: dict[str, str] = {
+    "no-promotion": "a gate failed, the run is incomplete, the identity differs, or teardown was not clean",
+    "direct-only": "gates passed on an endpoint this run did not start or stop",
+    "healthy": "managed and every gate that ran passed, but the qualification evidence is incomplete",
+    "candidate": "managed, verified, 6/6 preflight, capacity and engine facts measured; the most one run earns",
+    "priority-challenger": "awarded only by an A/B comparison against the control arm",
+}
+SINGLE_RUN_VERDICTS = ("no-promotion", "direct-only", "healthy", "candidate")
+
+PREFLIGHT_GATES = ("smoke", "json", "tools", "streaming_tool", "tool_continuation", "responses")
+"""The six gates of the seeds' functional preflight, in their order."""
+
+PREFLIGHT_LABELS = {
+    "smoke": "smoke",
+    "json": "JSON",
+    "tools": "typed tool calls",
+    "streaming_tool": "streaming tool",
+    "tool_continuation": "tool-result continuation",
+    "responses": "Responses API",
+}
+
+SECTION_GATES = ("capacity", "engine")
+"""Gates whose evidence has its own report section (the ladder, the engine facts)."""
+
+BOUNDARY = "No route or promotion changed: a qualification run never promotes."
+FAILING_OUTCOMES = ("failed", "error")
+_HEALTHY_WORDS = ("ok", "healthy", "passed", "200")
+
+
+# -- formatting helpers (shared with html.py and evidence.py) --------------------------------
+
+
+def short_tokens(n: int | float) -> str:
+    """Token counts the way the seeds write them: 300,000 → 300K, 117,500 → 117.5K, 131,072 → 131K.
+
+    Whole thousands and exact hundreds are written exactly; other sizes (the binary context
+    lengths 32,768, 131,072, 393,216) are floored to whole thousands.
+    """
+    if n < 1000:
+        return f"{n:,.0f}"
+    whole = int(n)
+    if whole % 1000 == 0:
+        return f"{whole // 1000:,}K"
+    if whole % 100 == 0:
+        return f"{whole / 1000:,.1f}K"
+    return f"{whole // 1000:,}K"
+
+
+def fmt_num(value: Any, digits: int = 2, unit: str = "") -> str:
+    """A number with thousands separators, or "n/a"."""
+    if value is None or isinstance(value, bool):
+        return "n/a"
+    if isinstance(value, int):
+        return f"{value:,}{unit}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}{unit}"
+    return f"{value}{unit}"
+
+
+def first_line(text: Any, limit: int = 200) -> str:
+    """The first line of a message, shortened: list items stay one line."""
+    if not text:
+        return ""
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def tools_phrase(gate: Mapping[str, Any] | None) -> str:
+    """"20/20 tool calls" from the tools gate's measurements, else the generic label."""
+    if not gate:
+        return PREFLIGHT_LABELS["tools"]
+    m = gate.get("measurements") or {}
+    passed = m.get("passed", m.get("valid_calls"))
+    total = m.get("total", m.get("count"))
+    if isinstance(passed, int) and isinstance(total, int) and total:
+        return f"{passed}/{total} tool calls"
+    return PREFLIGHT_LABELS["tools"]
+
+
+def gates_named(report: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+    return [g for g in report.get("gates") or [] if g.get("gate") == name]
+
+
+def gate_outcome(report: Mapping[str, Any], name: str) -> str:
+    """One outcome per gate name: failed/error beats skipped beats passed; absent if none ran."""
+    records = gates_named(report, name)
+    if not records:
+        return "absent"
+    outcomes = [str(g.get("outcome")) for g in records]
+    for worst in ("error", "failed", "pending", "skipped"):
+        if worst in outcomes:
+            return worst
+    return "passed" if all(o == "passed" for o in outcomes) else outcomes[0]
+
+
+def preflight_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The preflight section: {passed, total, summary "k/6", text, gates[{gate, outcome}]}."""
+    rows = [{"gate": name, "outcome": gate_outcome(report, name)} for name in PREFLIGHT_GATES]
+    passed = sum(1 for r in rows if r["outcome"] == "passed")
+    tools = gates_named(report, "tools")
+    labels = [tools_phrase(tools[0] if tools else None) if r["gate"] == "tools" else PREFLIGHT_LABELS[r["gate"]]
+              for r in rows if r["outcome"] == "passed"]
+    summary = f"{passed}/{len(rows)}"
+    return {
+        "passed": passed,
+        "total": len(rows),
+        "summary": summary,
+        "text": summary + (": " + ", ".join(labels) if labels else ""),
+        "gates": rows,
+    }
+
+
+def ok_rungs(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Completed rungs with an API-reported size (the only size a capacity claim uses)."""
+    return [r for r in report.get("ladder") or []
+            if r.get("ok") and not r.get("expected_rejection") and isinstance(r.get("prompt_tokens"), int)]
+
+
+def largest_rung(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    rungs = ok_rungs(report)
+    return max(rungs, key=lambda r: int(r["prompt_tokens"])) if rungs else None
+
+
+def _recipe_block(report: Mapping[str, Any], *path: str) -> Any:
+    node: Any = (report.get("recipe") or {}).get("content") or {}
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
+
+
+def max_model_len(report: Mapping[str, Any]) -> int | None:
+    expected = (report.get("identity") or {}).get("expected") or {}
+    value = expected.get("max_model_len") or _recipe_block(report, "serve", "max_model_len")
+    return value if isinstance(value, int) else None
+
+
+def _healthy(value: Any) -> bool:
+    return bool(value) and any(word in str(value).lower() for word in _HEALTHY_WORDS)
+
+
+def _label(gate: Mapping[str, Any]) -> str:
+    return str(gate.get("title") or gate.get("gate") or gate.get("nodeid") or "?")
+
+
+# -- the decision --------------------------------------------------------------------------
+
+
+def _blocking_reasons(report: Mapping[str, Any]) -> list[str]:
+    run = report.get("run") or {}
+    reasons: list[str] = []
+    if run.get("status") == "incomplete":
+        why = "; ".join(run.get("status_reasons") or []) or "no reason recorded"
+        reasons.append(f"the run is incomplete: {why}")
+    gates = report.get("gates") or []
+    if not gates:
+        reasons.append("no gate ran")
+    for gate in gates:
+        if gate.get("outcome") in FAILING_OUTCOMES:
+            status = f" [{gate['status']}]" if gate.get("status") else ""
+            why = first_line(gate.get("reason"))
+            reasons.append(f"gate {gate.get('gate')} {gate.get('outcome')}{status}" + (f": {why}" if why else ""))
+    identity = report.get("identity") or {}
+    if identity.get("status") == "provenance_mismatch":
+        fields = [str(c.get("field")) for c in identity.get("checks") or [] if c.get("ok") is False]
+        reasons.append("provenance mismatch: the server that answered differs from the recipe in "
+                       + (", ".join(fields) or "an identity field"))
+    teardown = (report.get("lifecycle") or {}).get("teardown") or {}
+    if run.get("mode") != "direct-only" and teardown and teardown.get("clean") is False:
+        reasons.append(
+            f"teardown was not clean: {teardown.get('surviving_processes', 0)} surviving processes, "
+            f"{teardown.get('shm_leftover_files', 0)} /dev/shm files, "
+            f"{teardown.get('containers_left') or 0} containers left")
+    return reasons
+
+
+def _missing_evidence(report: Mapping[str, Any]) -> list[str]:
+    missing: list[str] = []
+    preflight = report.get("preflight") or preflight_summary(report)
+    if preflight.get("passed") != preflight.get("total"):
+        absent = [PREFLIGHT_LABELS.get(str(g["gate"]), str(g["gate"])) + f" ({g['outcome']})"
+                  for g in preflight.get("gates") or [] if g.get("outcome") != "passed"]
+        missing.append(f"the functional preflight is {preflight.get('summary')}; not passed: {', '.join(absent)}")
+    identity = report.get("identity") or {}
+    if identity.get("status") != "verified":
+        missing.append(f"the identity is {identity.get('status') or 'unverified'}")
+    if (report.get("lifecycle") or {}).get("cold_start_s") is None:
+        missing.append("no cold start was measured")
+    if not ok_rungs(report):
+        missing.append("no capacity rung completed")
+    if (report.get("engine") or {}).get("kv_cache_tokens") is None:
+        missing.append("the engine's KV pool was not read")
+    return missing
+
+
+def _proves(report: Mapping[str, Any]) -> list[str]:
+    proves: list[str] = []
+    run = report.get("run") or {}
+    identity = report.get("identity") or {}
+    checks = identity.get("checks") or []
+    if identity.get("status") == "verified":
+        expected = identity.get("expected") or {}
+        verified = {str(c.get("field")) for c in checks if c.get("ok") is True}
+        parts = []
+        if "runtime_version" in verified:
+            parts.append(f"runtime {expected.get('runtime_version')}")
+        if "served_model" in verified:
+            parts.append(f"served model {expected.get('served_model_name')}")
+        if "max_model_len" in verified:
+            parts.append(f"max_model_len {fmt_num(expected.get('max_model_len'))}")
+        if "tensor_parallel_size" in verified:
+            parts.append(f"TP={expected.get('tensor_parallel_size')}")
+        if "image_digest" in verified:
+            parts.append("the pinned image digest")
+        proves.append("the server that answered is the recipe's pinned identity: " + ", ".join(parts))
+    lifecycle = report.get("lifecycle") or {}
+    if run.get("mode") == "managed" and lifecycle.get("cold_start_s") is not None:
+        proves.append(f"a cold managed start passed health and a real completion in "
+                      f"{lifecycle['cold_start_s']:.1f} seconds")
+    preflight = report.get("preflight") or preflight_summary(report)
+    if preflight.get("passed"):
+        proves.append(f"the functional preflight passed {preflight.get('text')}")
+    for gate in report.get("gates") or []:
+        if gate.get("gate") in (*PREFLIGHT_GATES, *SECTION_GATES) or gate.get("outcome") != "passed":
+            continue
+        summary = first_line(gate.get("summary"), 300)
+        proves.append(f"{_label(gate)}: {summary}" if summary else f"{_label(gate)} passed")
+    top = largest_rung(report)
+    if top is not None:
+        done = len(ok_rungs(report))
+        proves.append(
+            f"a request of {fmt_num(top.get('prompt_tokens'))} API-reported prompt tokens completed "
+            f"({fmt_num(top.get('ttft_s'), 3)} s TTFT, {fmt_num(top.get('e2e_s'), 3)} s E2E, "
+            f"{fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s, "
+            f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s); {done} ladder rung(s) completed")
+        probed = [r for r in report.get("ladder") or [] if r.get("post_probe_smoke") is not None]
+        if probed and all(_healthy(r.get("post_probe_smoke")) for r in probed):
+            proves.append(f"a short functional smoke passed after every context probe ({len(probed)}/{len(probed)})")
+    for rung in report.get("ladder") or []:
+        if rung.get("expected_rejection") and rung.get("ok"):
+            size = rung.get("prompt_tokens") or rung.get("target")
+            after = " and the server stayed healthy" if _healthy(rung.get("health_after")) else ""
+            proves.append(f"a {fmt_num(size)}-token prompt beyond max_model_len was rejected with HTTP "
+                          f"{rung.get('status_code')}{after}")
+    engine = report.get("engine") or {}
+    if engine.get("kv_cache_tokens") is not None:
+        text = f"the engine reported a KV pool of {fmt_num(engine['kv_cache_tokens'])} tokens"
+        if engine.get("max_concurrency") is not None:
+            text += (f" ({fmt_num(engine['max_concurrency'], 2)}x concurrency at "
+                     f"{fmt_num(engine.get('concurrency_at_tokens'))} tokens per request)")
+        if engine.get("min_rank_kv_gib") is not None:
+            text += f" and {fmt_num(engine['min_rank_kv_gib'], 2)} GiB minimum-rank KV allocation"
+        if engine.get("ranks"):
+            text += f" over {len(engine['ranks'])} rank(s)"
+        proves.append(text)
+    teardown = lifecycle.get("teardown") or {}
+    if run.get("mode") == "managed" and teardown.get("clean") is True:
+        proves.append("teardown left no process, /dev/shm file or container of the run")
+    return proves
+
+
+def _does_not_prove(report: Mapping[str, Any]) -> list[str]:
+    items: list[str] = []
+    run = report.get("run") or {}
+    limit = max_model_len(report)
+    floor = _recipe_block(report, "gates", "capacity", "min_largest_prompt")
+    top = largest_rung(report)
+    if top is None:
+        items.append("any request near the configured context: no capacity rung completed"
+                     + (f" (configured {fmt_num(limit)} tokens)" if limit else ""))
+    else:
+        largest = int(top["prompt_tokens"])
+        if isinstance(floor, int) and largest <= floor:
+            items.append(f"a request above {short_tokens(floor)} prompt tokens "
+                         f"(the largest measured was {fmt_num(largest)})")
+        elif limit and largest < limit:
+            items.append(f"a request between {fmt_num(largest)} prompt tokens (the largest measured) and "
+                         f"the configured {fmt_num(limit)}")
+        kv = (report.get("engine") or {}).get("kv_cache_tokens")
+        if isinstance(kv, int) and kv > largest:
+            items.append(f"that one request can use the whole reported KV pool of {fmt_num(kv)} tokens "
+                         f"(the largest measured prompt was {fmt_num(largest)})")
+    concurrency = gates_named(report, "concurrency")
+    if gate_outcome(report, "concurrency") == "passed":
+        n = (concurrency[0].get("measurements") or {}).get("requests")
+        items.append(f"concurrency beyond {n} active requests" if isinstance(n, int)
+                     else "concurrency beyond the measured request count")
+    else:
+        items.append("concurrency beyond one active request")
+    items.append("broad task-quality equivalence: bounded checks are not a benchmark")
+    preflight = report.get("preflight") or preflight_summary(report)
+    for row in preflight.get("gates") or []:
+        if row.get("outcome") == "absent":
+            items.append(f"the {PREFLIGHT_LABELS.get(str(row['gate']), row['gate'])} preflight gate: it did not run")
+    for gate in report.get("gates") or []:
+        if gate.get("outcome") != "skipped":
+            continue
+        reason = first_line(gate.get("reason")) or "no reason given"
+        if "not applicable" in reason.lower():
+            items.append(f"{_label(gate)}: not applicable to this recipe ({reason})")
+        else:
+            items.append(f"{_label(gate)}: skipped ({reason})")
+    if run.get("mode") == "direct-only":
+        items.append("a cold start or a clean teardown of this endpoint: it was used direct-only")
+    identity = report.get("identity") or {}
+    if identity.get("status") == "unverified":
+        unknown = [str(c.get("field")) for c in identity.get("checks") or [] if c.get("ok") is None]
+        items.append("that the served model is the recipe's pinned identity"
+                     + (f" ({', '.join(unknown)} could not be checked)" if unknown else ""))
+    device = str((report.get("engine") or {}).get("device") or "").lower()
+    hardware = report.get("hardware") or {}
+    if device == "cpu" or (hardware.get("source") == "n/a" and not hardware.get("gpu_count")):
+        items.append("anything about GPU memory or GPU throughput: the engine ran without a GPU"
+                     if device == "cpu" else "anything about the GPUs: NVML was not available")
+    return items
+
+
+def _caveats(report: Mapping[str, Any]) -> list[str]:
+    caveats: list[str] = []
+    run = report.get("run") or {}
+    if run.get("status") == "incomplete":
+        caveats.append("the run is incomplete: " + ("; ".join(run.get("status_reasons") or []) or "no reason recorded"))
+    for gate in report.get("gates") or []:
+        failed = [a for a in gate.get("attempts") or [] if not a.get("ok") and not a.get("expected_rejection")]
+        if not failed:
+            continue
+        first = failed[0]
+        code = f"HTTP {first['status_code']}" if first.get("status_code") else (first.get("error_kind") or "error")
+        why = first_line(first.get("error"), 160)
+        caveats.append(
+            f"gate {gate.get('gate')} retains {len(failed)} failed attempt(s), not retried away; the first "
+            f"({first.get('label')}) was {code}" + (f": {why}" if why else ""))
+    ladder = list(report.get("ladder") or [])
+    for rung in ladder:
+        if not rung.get("ok") and not rung.get("expected_rejection"):
+            code = f"HTTP {rung['status_code']}" if rung.get("status_code") else "no response"
+            why = first_line(rung.get("error"), 160)
+            caveats.append(f"the {rung.get('target_label')} context target returned {code}"
+                           + (f" ({why})" if why else "") + "; it remains a real failed attempt")
+    for rung in ladder:
+        err = rung.get("calibration_error")
+        if isinstance(err, int) and err != 0 and isinstance(rung.get("prompt_tokens"), int):
+            caveats.append(
+                f"the {rung.get('target_label')} target ({fmt_num(rung.get('target'))}) produced "
+                f"{fmt_num(rung['prompt_tokens'])} API-reported prompt tokens (calibration error {err:+,}); "
+                "claims use the reported count")
+    measured = sorted((r for r in ladder if isinstance(r.get("prompt_tokens"), int) and isinstance(r.get("target"), int)),
+                      key=lambda r: (int(r["target"]), int(r.get("index") or 0)))
+    for earlier, later in itertools.pairwise(measured):
+        if int(later["target"]) > int(earlier["target"]) and int(later["prompt_tokens"]) < int(earlier["prompt_tokens"]):
+            caveats.append(
+                f"requested targets were non-monotonic: {earlier.get('target_label')} produced "
+                f"{fmt_num(earlier['prompt_tokens'])} actual tokens while {later.get('target_label')} produced "
+                f"{fmt_num(later['prompt_tokens'])}; a target label is not a capacity measurement")
+            break
+    for rung in ladder:
+        server = rung.get("server_prompt_tokens")
+        if isinstance(server, int) and isinstance(rung.get("prompt_tokens"), int) and server != rung["prompt_tokens"]:
+            caveats.append(f"the {rung.get('target_label')} rung: the API reported {fmt_num(rung['prompt_tokens'])} "
+                           f"prompt tokens but the server's /metrics counted {fmt_num(server)}")
+    if len(ok_rungs(report)) > 0:
+        caveats.append("one request per target supports a capacity comparison, not a performance ranking; "
+                       "small timing deltas are bounded observations")
+    identity = report.get("identity") or {}
+    for check in identity.get("checks") or []:
+        if check.get("ok") is False:
+            caveats.append(f"provenance mismatch: {check.get('field')} expected {check.get('expected')!r}, "
+                           f"observed {check.get('observed')!r}")
+    engine = report.get("engine") or {}
+    limit = max_model_len(report)
+    kv = engine.get("kv_cache_tokens")
+    if isinstance(kv, int) and limit and kv < limit:
+        caveats.append(f"the engine-reported KV pool ({fmt_num(kv)} tokens) is below the configured "
+                       f"{fmt_num(limit)}-token context")
+    if run.get("mode") == "direct-only":
+        caveats.append("direct-only: this run did not start or stop the endpoint; its owner and operating "
+                       "mode are outside the evidence")
+    return caveats
+
+
+def decide(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The decision block for one run's public report (see the module docstring)."""
+    run = report.get("run") or {}
+    blocking = _blocking_reasons(report)
+    if blocking:
+        verdict, reasons = "no-promotion", blocking
+    elif run.get("mode") == "direct-only":
+        verdict = "direct-only"
+        reasons = ["every gate that ran passed on an endpoint this run did not start or stop"]
+    else:
+        missing = _missing_evidence(report)
+        if missing:
+            verdict = "healthy"
+            reasons = ["every gate that ran passed, but the qualification is incomplete: " + "; ".join(missing)]
+        else:
+            verdict = "candidate"
+            reasons = ["managed cold start, verified identity, 6/6 functional preflight, a completed capacity "
+                       "ladder, engine facts and a clean teardown; a single run is at most a candidate "
+                       "(priority-challenger needs an A/B against the control arm)"]
+    if verdict == "no-promotion":
+        summary = "no-promotion"
+    elif verdict == "direct-only":
+        summary = "healthy and direct-only; no-promotion"
+    else:
+        summary = f"{verdict}; no-promotion"
+    return {
+        "verdict": verdict,
+        "summary": summary,
+        "scope": "single run",
+        "reasons": reasons,
+        "proves": _proves(report),
+        "does_not_prove": _does_not_prove(report),
+        "caveats": _caveats(report),
+        "boundary": BOUNDARY,
+    }
+
+
+def verdict_rank(verdict: str) -> int:
+    """Order of strength, for comparisons: no-promotion < direct-only < healthy < candidate < priority-challenger."""
+    order: Sequence[str] = (*SINGLE_RUN_VERDICTS, "priority-challenger")
+    return order.index(verdict) if verdict in order else -1

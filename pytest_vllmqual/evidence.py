@@ -1,0 +1,665 @@
+"""Private artifacts, the sanitized public report, its schema, and the atomic writer.
+
+Two stores, never mixed. Raw artifacts (request and response bodies, server logs) stay in
+the run's private folder; :class:`ArtifactStore` writes them and hashes each file after it
+is closed. The public report is built by :func:`build_public_report` from an *allowlist*:
+every section copies known keys one by one, so a new field in a record never reaches the
+report by accident, and every string that came from the run passes the
+:class:`~pytest_vllmqual.sanitize.Sanitizer`. Artifacts appear in the report only as
+``{name, size, sha256}``; :func:`verify_report` re-checks them against the private folder.
+
+:func:`write_report_atomic` validates against ``schemas/report.schema.json`` first, then
+writes a temp file in the target directory, fsyncs it and renames it into place: a partial
+report never exists, and a failure names the path.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from . import __version__
+from .decision import decide, ok_rungs, preflight_summary
+from .errors import ReportError, VllmQualError
+from .launch.base import TeardownResult
+from .records import Attempt, GateRecord, RungRecord, RunRecord
+from .sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
+
+SCHEMA_ID = "https://pytest-vllmqual/schemas/report/1"
+SCHEMA_VERSION = 1
+TOOL_NAME = "pytest-vllmqual"
+
+MAX_TEXT = 2000
+"""Free text (errors, reasons) is cut to this many characters; the full text stays private."""
+MAX_LOG_TAIL_LINES = 40
+
+IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served_model_name", "max_model_len",
+                   "tensor_parallel_size", "served_model", "image_digest")
+HARDWARE_FIELDS = ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect", "driver_version")
+ENGINE_FIELDS = ("device", "kv_pool", "kv_cache_tokens", "max_concurrency", "concurrency_at_tokens",
+                 "min_rank_kv_gib", "tp_size_seen", "init_engine_seconds", "compilation_seconds", "vllm_version",
+                 "redacted_arg_keys")
+ENGINE_RANK_FIELDS = ("rank", "process", "weights_gib", "load_seconds", "weights_read_seconds", "available_kv_gib",
+                      "kv_in_use_gib", "kv_gib", "cuda_graph_gib", "graph_capture_seconds", "peak_activation_gib",
+                      "non_torch_gib", "consumed_gib", "device_free_gib", "device_total_gib", "cpu_node_memory_gib")
+CACHE_CONFIG_FIELDS = ("num_gpu_blocks", "num_cpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens",
+                       "kv_cache_max_concurrency", "enable_prefix_caching", "gpu_memory_utilization")
+TEARDOWN_FIELDS = ("launcher", "stopped", "seconds", "surviving_processes", "surviving_process_names",
+                   "shm_leftover_files", "containers_left", "shm_reclaim", "clean", "notes")
+ATTEMPT_FIELDS = ("kind", "label", "ok", "status_code", "latency_s", "usage", "request_sha256", "response_sha256",
+                  "request_artifact", "response_artifact", "error", "error_kind", "expected_rejection", "timing")
+USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens", "output_tokens",
+                "reasoning_tokens", "cached_tokens")
+TIMING_FIELDS = ("ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s", "decode_tok_s", "chunks",
+                 "first_delta_kind")
+RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration_error", "status_code",
+               "finish_reason", "completion_tokens", "ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s",
+               "decode_tok_s", "ok", "expected_rejection", "error", "post_probe_smoke", "health_after",
+               "server_ttft_s", "server_prompt_tokens", "prefix_cache_hits")
+GATE_MEASUREMENTS_IN_SECTIONS = ("ladder",)
+"""Measurements reported as their own section (the capacity gate's rungs) are not repeated per gate."""
+
+BOOKKEEPING_SUFFIXES = (".lock", ".tmp")
+"""Files in the private folder that are tool bookkeeping, not evidence (and hidden files)."""
+
+_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9._@+=-]+(?:/[A-Za-z0-9._@+=-]+)*$")
+_CHUNK = 1 << 20
+
+
+class ArtifactError(VllmQualError):
+    """An artifact name is unsafe (absolute, escaping the private folder) or cannot be written."""
+
+
+# -- private artifacts ----------------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _is_bookkeeping(relative: str) -> bool:
+    return any(part.startswith(".") for part in relative.split("/")) or relative.endswith(BOOKKEEPING_SUFFIXES)
+
+
+class ArtifactStore:
+    """The run's private folder: raw evidence that never leaves the operator's disk.
+
+    Anything written into the folder (by this class, or by a launcher writing its log there
+    through :meth:`path_for`) is an artifact. :meth:`entries` hashes every file at call time,
+    so call it after the writers have closed their files (after teardown).
+    """
+
+    def __init__(self, private_dir: Path) -> None:
+        self.private_dir = Path(private_dir)
+
+    def _target(self, name: str) -> Path:
+        if not _ARTIFACT_NAME.match(name) or any(part in (".", "..") for part in name.split("/")):
+            raise ArtifactError(
+                f"artifact name {name!r} is not a safe relative name (letters, digits, ._@+=- and '/'). "
+                "Fix: name artifacts like 'gates/smoke/001-smoke.request.json'.")
+        return self.private_dir / name
+
+    def path_for(self, name: str) -> Path:
+        """The path a writer should use for artifact ``name`` (parent folders created, mode 0700)."""
+        target = self._target(name)
+        try:
+            self.private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise ArtifactError(f"cannot create the private artifact folder {target.parent}: "
+                                f"{exc.strerror or exc}") from None
+        return target
+
+    def write_bytes(self, name: str, data: bytes) -> dict[str, Any]:
+        """Write one artifact, close it, then hash the file on disk."""
+        target = self.path_for(name)
+        try:
+            with open(target, "wb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise ArtifactError(f"cannot write artifact {target}: {exc.strerror or exc}") from None
+        return self.entry(name)
+
+    def write_text(self, name: str, text: str) -> dict[str, Any]:
+        return self.write_bytes(name, text.encode("utf-8"))
+
+    def write_json(self, name: str, obj: Any) -> dict[str, Any]:
+        return self.write_bytes(name, json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
+
+    def entry(self, name: str) -> dict[str, Any]:
+        """{name, size, sha256} of one artifact, from the closed file on disk."""
+        target = self._target(name)
+        return {"name": name, "size": target.stat().st_size, "sha256": sha256_file(target)}
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every artifact in the private folder, sorted by name; names are relative, '/'-separated."""
+        if not self.private_dir.is_dir():
+            return []
+        found: list[dict[str, Any]] = []
+        for path in sorted(self.private_dir.rglob("*")):
+            if not path.is_file() or path.is_symlink():
+                continue
+            relative = path.relative_to(self.private_dir).as_posix()
+            if _is_bookkeeping(relative):
+                continue
+            found.append({"name": relative, "size": path.stat().st_size, "sha256": sha256_file(path)})
+        return found
+
+
+# -- the public report ----------------------------------------------------------------------
+
+
+def _pick(source: Mapping[str, Any] | None, keys: Iterable[str]) -> dict[str, Any]:
+    """Copy only ``keys`` (the allowlist) from ``source``."""
+    source = source or {}
+    return {k: source[k] for k in keys if k in source}
+
+
+def _text(value: Any, limit: int = MAX_TEXT) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _log_tail(value: Any) -> str | None:
+    if not value:
+        return None
+    lines = str(value).splitlines()[-MAX_LOG_TAIL_LINES:]
+    return _text("\n".join(lines), MAX_TEXT * 2)
+
+
+def _scalar(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _text(value)
+
+
+def _shallow(value: Any) -> Any:
+    """A scalar or a list of scalars; deeper structure is flattened to text."""
+    if isinstance(value, list | tuple):
+        return [_scalar(v) if not isinstance(v, dict | list | tuple) else _text(json.dumps(v, default=str))
+                for v in value]
+    if isinstance(value, dict):
+        return _text(json.dumps(value, default=str, sort_keys=True))
+    return _scalar(value)
+
+
+def _flat(obj: Any) -> dict[str, Any] | None:
+    """A flat object: string keys, shallow values."""
+    if not isinstance(obj, Mapping):
+        return None
+    return {str(k): _shallow(v) for k, v in obj.items()}
+
+
+def _measurement(value: Any) -> Any:
+    """Measurements are gate-defined names; values are limited by shape, never dumped deeply."""
+    if isinstance(value, Mapping):
+        return _flat(value)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, Mapping) for v in value):
+        return [_flat(v) for v in value]
+    return _shallow(value)
+
+
+def _attempt(attempt: Attempt) -> dict[str, Any]:
+    data = _pick(attempt.to_dict(), ATTEMPT_FIELDS)
+    data["error"] = _text(data.get("error"))
+    data["usage"] = _pick(data["usage"], USAGE_FIELDS) if isinstance(data.get("usage"), Mapping) else None
+    data["timing"] = _pick(data["timing"], TIMING_FIELDS) if isinstance(data.get("timing"), Mapping) else None
+    return data
+
+
+def _gate(gate: GateRecord) -> dict[str, Any]:
+    attempts = [_attempt(a) for a in gate.attempts]
+    return {
+        "nodeid": gate.nodeid,
+        "gate": gate.gate,
+        "title": gate.title or gate.gate,
+        "markers": [str(m) for m in gate.markers],
+        "arm": gate.arm,
+        "outcome": gate.outcome,
+        "reason": _text(gate.reason),
+        "status": gate.status,
+        "duration_s": gate.duration_s,
+        "summary": _text(gate.summary),
+        "measurements": {str(k): _measurement(v) for k, v in gate.measurements.items()
+                         if k not in GATE_MEASUREMENTS_IN_SECTIONS},
+        "thresholds": {str(k): _measurement(v) for k, v in gate.thresholds.items()},
+        "attempts": attempts,
+        "retained_failures": sum(1 for a in gate.attempts if not a.ok and not a.expected_rejection),
+    }
+
+
+def _rung(rung: RungRecord) -> dict[str, Any]:
+    data = _pick(rung.to_dict(), RUNG_FIELDS)
+    data["error"] = _text(data.get("error"))
+    pt, ttft = data.get("prompt_tokens"), data.get("ttft_s")
+    if data.get("prefill_tok_s") is None and isinstance(pt, int) and isinstance(ttft, int | float) and ttft > 0:
+        data["prefill_tok_s"] = round(pt / ttft, 2)
+    ct, e2e = data.get("completion_tokens"), data.get("e2e_s")
+    if (data.get("decode_tok_s") is None and isinstance(ct, int) and ct > 1
+            and isinstance(e2e, int | float) and isinstance(ttft, int | float) and e2e > ttft):
+        data["decode_tok_s"] = round((ct - 1) / (e2e - ttft), 2)
+    if data.get("calibration_error") is None and isinstance(pt, int):
+        data["calibration_error"] = pt - int(data["target"])
+    return data
+
+
+def _ladder_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    ladder = report.get("ladder") or []
+    completed = ok_rungs(report)
+    errors = [abs(r["calibration_error"]) for r in ladder if isinstance(r.get("calibration_error"), int)]
+    largest = max(completed, key=lambda r: int(r["prompt_tokens"])) if completed else None
+    return {
+        "rungs": len(ladder),
+        "completed": len(completed),
+        "failed": sum(1 for r in ladder if not r.get("ok") and not r.get("expected_rejection")),
+        "rejected_as_expected": sum(1 for r in ladder if r.get("expected_rejection") and r.get("ok")),
+        "max_abs_calibration_error": max(errors) if errors else None,
+        "largest": dict(largest) if largest else None,
+    }
+
+
+def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
+    checks = []
+    for check in identity.get("checks") or []:
+        if not isinstance(check, Mapping):
+            continue
+        row = {"field": str(check.get("field")), "expected": _shallow(check.get("expected")),
+               "observed": _shallow(check.get("observed")), "ok": check.get("ok")}
+        if check.get("note"):
+            row["note"] = _text(check.get("note"))
+        checks.append(row)
+    status = identity.get("status")
+    if status not in ("verified", "provenance_mismatch", "unverified"):
+        if any(c["ok"] is False for c in checks):
+            status = "provenance_mismatch"
+        elif checks and all(c["ok"] for c in checks):
+            status = "verified"
+        else:
+            status = "unverified"
+    return {
+        "status": status,
+        "expected": {k: _shallow(v) for k, v in _pick(identity.get("expected"), IDENTITY_FIELDS).items()},
+        "observed": {k: _shallow(v) for k, v in _pick(identity.get("observed"), IDENTITY_FIELDS).items()},
+        "checks": checks,
+    }
+
+
+def _hardware(hardware: Mapping[str, Any]) -> dict[str, Any]:
+    data = _pick(hardware, HARDWARE_FIELDS)
+    source = data.get("source")
+    interconnect = data.get("interconnect")
+    count = data.get("gpu_count")
+    memory = data.get("gpu_memory_gib")
+    out: dict[str, Any] = {
+        "source": source if source in ("nvml", "n/a") else "n/a",
+        "gpu_model": str(data.get("gpu_model") or "n/a"),
+        "gpu_count": count if isinstance(count, int) and count >= 0 else 0,
+        "gpu_memory_gib": memory if isinstance(memory, int | float) else None,
+        "interconnect": interconnect if interconnect in ("NVLink", "PCIe", "n/a") else "n/a",
+    }
+    if data.get("driver_version") is not None:
+        out["driver_version"] = str(data["driver_version"])
+    return out
+
+
+def _teardown(teardown: TeardownResult | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if teardown is None:
+        return None
+    data = teardown.to_dict() if isinstance(teardown, TeardownResult) else dict(teardown)
+    out = _pick(data, TEARDOWN_FIELDS)
+    if "shm_reclaim" in out:
+        out["shm_reclaim"] = _flat(out["shm_reclaim"])
+    if "notes" in out:
+        out["notes"] = [str(_text(n)) for n in out["notes"] or []]
+    return out
+
+
+def _lifecycle(run: RunRecord, teardown: TeardownResult | Mapping[str, Any] | None) -> dict[str, Any]:
+    life = run.lifecycle
+    out: dict[str, Any] = {
+        "launcher": life.get("launcher"),
+        "cold_start_s": life.get("cold_start_s"),
+        "startup_status": life.get("startup_status"),
+        "last_phase": life.get("last_phase") or (run.engine or {}).get("last_phase"),
+        "teardown": _teardown(teardown if teardown is not None else life.get("teardown")),
+    }
+    error = life.get("startup_error")
+    if isinstance(error, Mapping):
+        out["startup_error"] = {
+            "status": error.get("status"),
+            "message": _text(error.get("message")),
+            "exit_code": error.get("exit_code"),
+            "log_tail": _log_tail(error.get("log_tail")),
+            "hint": _text(error.get("hint")),
+            "details": {str(k): _shallow(v) for k, v in (error.get("details") or {}).items()},
+        }
+    state = life.get("server_state")
+    if isinstance(state, Mapping):
+        out["server_state"] = {"status": _text(state.get("status")), "detail": _text(state.get("detail"))}
+    return out
+
+
+def _non_default_args(args: Any, sanitizer: Sanitizer) -> dict[str, Any] | None:
+    """The engine's effective args; values of secret-named keys are replaced outright."""
+    if not isinstance(args, Mapping):
+        return None
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if SECRET_KEY_NAME.search(str(key)) and value not in (None, "", [], False):
+            out[str(key)] = sanitizer.redact("secret")
+        else:
+            out[str(key)] = _measurement(value)
+    return out
+
+
+def _recipe_content(content: Mapping[str, Any], sanitizer: Sanitizer) -> dict[str, Any]:
+    """The recipe as loaded, with the values of secret-named environment variables replaced."""
+    out = json.loads(json.dumps(content, default=str))
+    for section in ("launcher", "serve"):
+        block = out.get(section)
+        env = block.get("env") if isinstance(block, dict) else None
+        if isinstance(env, dict):
+            for name, value in env.items():
+                if SECRET_ENV_NAME.search(str(name)) and value:
+                    env[name] = sanitizer.redact("secret")
+    result: dict[str, Any] = out
+    return result
+
+
+def _rank(facts: Mapping[str, Any], position: int) -> dict[str, Any]:
+    """engine.RankFacts.to_dict() (label, tp_rank) or an already public rank (rank, process)."""
+    data = dict(facts)
+    if not isinstance(data.get("rank"), int):
+        data["rank"] = data["tp_rank"] if isinstance(data.get("tp_rank"), int) else position
+    if data.get("process") is None and data.get("label") is not None:
+        data["process"] = str(data["label"])
+    if data.get("kv_gib") is None:
+        data["kv_gib"] = data.get("available_kv_gib") if data.get("available_kv_gib") is not None \
+            else data.get("kv_in_use_gib")
+    return _pick(data, ENGINE_RANK_FIELDS)
+
+
+def _number_or_text(value: Any) -> Any:
+    """/metrics labels are strings: "4437" → 4437, "2.17" → 2.17, "None" → None."""
+    if not isinstance(value, str):
+        return _shallow(value)
+    if value in ("None", ""):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value
+
+
+def _cache_config(run: RunRecord) -> dict[str, Any] | None:
+    """``vllm:cache_config_info`` labels, wherever the engine facts or endpoint facts hold them."""
+    endpoints = run.endpoints or {}
+    found = endpoints.get("metrics")
+    metrics: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    for candidate in ((run.engine or {}).get("cache_config"), endpoints.get("cache_config"),
+                      metrics.get("cache_config"), metrics.get("cache_config_info")):
+        if isinstance(candidate, Mapping) and candidate:
+            return {k: _number_or_text(v) for k, v in _pick(candidate, CACHE_CONFIG_FIELDS).items()}
+    return None
+
+
+def _engine(run: RunRecord, sanitizer: Sanitizer) -> dict[str, Any]:
+    facts = run.engine or {}
+    out = _pick(facts, ENGINE_FIELDS)
+    if "redacted_arg_keys" in out:
+        out["redacted_arg_keys"] = [str(k) for k in out["redacted_arg_keys"] or []]
+    out["ranks"] = [_rank(r, i) for i, r in enumerate(facts.get("ranks") or []) if isinstance(r, Mapping)]
+    if out.get("min_rank_kv_gib") is None:
+        kv = [r["kv_gib"] for r in out["ranks"] if isinstance(r.get("kv_gib"), int | float)]
+        if kv:
+            out["min_rank_kv_gib"] = min(kv)
+    tokens, gib = out.get("kv_cache_tokens"), out.get("min_rank_kv_gib")
+    if isinstance(tokens, int) and isinstance(gib, int | float) and gib > 0:
+        out["kv_tokens_per_gib"] = round(tokens / gib, 1)
+    out["non_default_args"] = _non_default_args(facts.get("non_default_args"), sanitizer)
+    out["cache_config"] = _cache_config(run)
+    return out
+
+
+def build_public_report(
+    run: RunRecord,
+    *,
+    sanitizer: Sanitizer | None = None,
+    known_secrets: Iterable[str] = (),
+    teardown: TeardownResult | Mapping[str, Any] | None = None,
+    artifacts: Sequence[Mapping[str, Any]] | None = None,
+    tool_version: str | None = None,
+) -> dict[str, Any]:
+    """The sanitized public report for one run (one arm), as a dict that validates.
+
+    ``sanitizer`` defaults to a fresh one that also scrubs ``known_secrets``. ``teardown``
+    overrides ``run.lifecycle["teardown"]``. ``artifacts`` defaults to ``run.artifacts``, or,
+    when that is empty, to every file in ``run.private_dir`` (hashed now).
+    """
+    sanitizer = sanitizer or Sanitizer()
+    for secret in known_secrets:
+        sanitizer.add_secret(secret)
+    if artifacts is None:
+        artifacts = run.artifacts or (ArtifactStore(Path(run.private_dir)).entries() if run.private_dir else [])
+    from_run: dict[str, Any] = {
+        "run": {
+            "id": run.run_id,
+            "arm": run.arm,
+            "started_utc": run.started_utc,
+            "finished_utc": run.finished_utc,
+            "status": run.status if run.status in ("complete", "incomplete") else "incomplete",
+            "status_reasons": [str(_text(r)) for r in run.status_reasons],
+            "mode": "direct-only" if run.mode == "direct-only" else "managed",
+            "reproduce": run.reproduce,
+        },
+        "recipe": {"name": run.recipe_name, "sha256": run.recipe_sha256,
+                   "content": _recipe_content(run.recipe_content, sanitizer)},
+        "identity": _identity(run.identity),
+        "hardware": _hardware(run.hardware),
+        "lifecycle": _lifecycle(run, teardown),
+        "engine": _engine(run, sanitizer),
+        "gates": [_gate(g) for g in run.gates],
+        "ladder": [_rung(r) for r in run.ladder],
+        "artifacts": [{"name": str(a["name"]), "size": int(a["size"]), "sha256": str(a["sha256"])}
+                      for a in artifacts],
+    }
+    scrubbed: dict[str, Any] = sanitizer.scrub_obj(from_run)
+    report: dict[str, Any] = {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": TOOL_NAME, "version": tool_version or __version__},
+        **{k: scrubbed[k] for k in ("run", "recipe", "identity", "hardware", "lifecycle", "engine", "gates")},
+    }
+    report["preflight"] = preflight_summary(report)
+    report["ladder"] = scrubbed["ladder"]
+    report["ladder_summary"] = _ladder_summary(report)
+    report["decision"] = decide(report)
+    report["artifacts"] = scrubbed["artifacts"]
+    report["redactions"] = sanitizer.redaction_summary()
+    report["extensions"] = {}
+    return report
+
+
+def resanitize(report: dict[str, Any], *, known_secrets: Iterable[str] = (),
+               sanitizer: Sanitizer | None = None) -> dict[str, Any]:
+    """Scrub a report again after user hooks changed it; redaction counts are added up.
+
+    Pseudonyms already in the report stay reserved, so a newly found host does not become a
+    second "host-A".
+    """
+    sanitizer = sanitizer or Sanitizer()
+    for secret in known_secrets:
+        sanitizer.add_secret(secret)
+    sanitizer.reserve(json.dumps(report, default=str))
+    previous = dict(report.get("redactions") or {})
+    scrubbed: dict[str, Any] = sanitizer.scrub_obj(report)
+    for kind, count in sanitizer.redaction_summary().items():
+        previous[kind] = int(previous.get(kind, 0)) + count
+    scrubbed["redactions"] = previous
+    return scrubbed
+
+
+# -- schema, writing and verification -------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def report_schema() -> dict[str, Any]:
+    """The report JSON Schema shipped in the package (draft 2020-12, ``$id`` …/report/1)."""
+    text = resources.files("pytest_vllmqual").joinpath("schemas/report.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def validation_errors(report: Any) -> list[str]:
+    """Every schema violation as "key.path: message", best first; empty when valid."""
+    validator = jsonschema.Draft202012Validator(report_schema())
+    errors = sorted(validator.iter_errors(report), key=lambda e: (len(list(e.absolute_path)), e.message))
+    out = []
+    for error in errors:
+        where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        out.append(f"{where}: {error.message}")
+    return out
+
+
+def validate_report(report: Any, *, where: str = "report") -> None:
+    """Raise ReportError naming the first violation (and how many more) when invalid."""
+    problems = validation_errors(report)
+    if problems:
+        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ReportError(f"{where} does not match the report schema {SCHEMA_ID}: {problems[0]}{more}")
+
+
+def _write_hint(exc: OSError, directory: Path) -> str:
+    if exc.errno == errno.ENOSPC:
+        return f"free space on the device holding {directory}"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"make {directory} writable, or choose another reports directory"
+    return f"check that {directory} exists and is writable"
+
+
+def write_text_atomic(text: str, path: Path, *, what: str = "report") -> Path:
+    """Write ``text`` to ``path`` via a temp file, fsync and rename; ReportError names the path."""
+    path = Path(path)
+    directory = path.parent
+    tmp_name: str | None = None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+        tmp_name = None
+        try:
+            dir_fd = os.open(directory, os.O_RDONLY)
+        except OSError:
+            return path
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass
+        finally:
+            os.close(dir_fd)
+        return path
+    except OSError as exc:
+        raise ReportError(
+            f"cannot write the {what} {path}: {exc.strerror or exc}. Fix: {_write_hint(exc, directory)}."
+        ) from None
+    finally:
+        if tmp_name is not None:
+            try:
+                os.unlink(tmp_name)
+            except OSError:
+                pass
+
+
+def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:
+    """Validate ``report`` against the schema, then write it atomically to ``path``.
+
+    Nothing is written when validation fails; on an unwritable directory or a full disk
+    ReportError names the path and no partial file is left.
+    """
+    validate_report(report, where=f"report {path}")
+    text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    return write_text_atomic(text, Path(path))
+
+
+def load_report(path: Path, *, validate: bool = True) -> dict[str, Any]:
+    """Read a report back; ReportError when missing, not JSON, or (by default) not valid."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot read report {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ReportError(f"report {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"report {path} is not a JSON object")
+    if validate:
+        validate_report(data, where=f"report {path}")
+    return data
+
+
+def verify_report(report_path: Path, private_dir: Path) -> list[str]:
+    """Re-check every artifact hash of a report against the private folder.
+
+    Returns the problems (empty = every listed file exists with its size and SHA-256, no file
+    is unlisted, and every attempt's request/response hash matches its artifact). Raises
+    ReportError when the report itself cannot be read or is invalid.
+    """
+    report = load_report(Path(report_path))
+    private_dir = Path(private_dir)
+    if not private_dir.is_dir():
+        return [f"private folder {private_dir} does not exist"]
+    problems: list[str] = []
+    root = private_dir.resolve()
+    listed: dict[str, Mapping[str, Any]] = {}
+    for artifact in report.get("artifacts") or []:
+        name = str(artifact["name"])
+        listed[name] = artifact
+        target = (private_dir / name).resolve()
+        if root not in target.parents:
+            problems.append(f"unsafe: {name} (points outside the private folder)")
+            continue
+        if not target.is_file():
+            problems.append(f"missing: {name}")
+            continue
+        size = target.stat().st_size
+        digest = sha256_file(target)
+        if digest != artifact["sha256"] or size != artifact["size"]:
+            problems.append(f"changed: {name} (sha256 {artifact['sha256'][:12]}…, {artifact['size']} bytes in the "
+                            f"report; {digest[:12]}…, {size} bytes on disk)")
+    for entry in ArtifactStore(private_dir).entries():
+        if entry["name"] not in listed:
+            problems.append(f"extra: {entry['name']} (in the private folder, not in the report)")
+    for gate in report.get("gates") or []:
+        for attempt in gate.get("attempts") or []:
+            for side in ("request", "response"):
+                name, digest = attempt.get(f"{side}_artifact"), attempt.get(f"{side}_sha256")
+                if name and digest and name in listed and listed[name]["sha256"] != digest:
+                    problems.append(f"changed: {name} (attempt {attempt.get('label')!r} of gate "
+                                    f"{gate.get('gate')} recorded a different {side} sha256)")
+    return problems

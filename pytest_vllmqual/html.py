@@ -1,0 +1,631 @@
+"""One self-contained HTML page for a public report: tables in the seeds' style, and plots.
+
+The page works offline: inline CSS, inline SVG generated here, no script, no external
+asset. Everything from the report is escaped. Layout:
+
+- the decision block (verdict, what the run proves and does not prove, caveats);
+- "Gate | Result", the seeds' results table;
+- "Measurement | Value", the engine facts and the largest request;
+- the capacity ladder: TTFT and effective prefill against API-reported prompt tokens, with
+  failed and rejected rungs marked distinctly (``svg#ladder-plot``);
+- per-rank memory, stacked weights / KV / peak activation / CUDA graph
+  (``svg#memory-chart``);
+- every gate, the identity checks, lifecycle, artifacts and the redaction summary.
+
+``render_html(report, comparison=...)`` adds an A/B section; see :func:`comparison_section`
+for the shape it expects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape as _escape
+from typing import Any
+
+from .decision import (
+    PREFLIGHT_GATES,
+    first_line,
+    fmt_num,
+    gate_outcome,
+    gates_named,
+    largest_rung,
+    preflight_summary,
+    short_tokens,
+)
+
+COLORS = {
+    "ok": "#1f77b4",
+    "failed": "#d62728",
+    "rejected": "#ff7f0e",
+    "weights": "#4c78a8",
+    "kv": "#59a14f",
+    "activation": "#f28e2b",
+    "graph": "#b07aa1",
+}
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1180px;
+color:#1b1f24;line-height:1.45;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #d0d7de;
+padding-bottom:.2rem}h3{font-size:1.02rem;margin-bottom:.3rem}
+.meta{color:#57606a;font-size:.92rem}
+table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.92rem}
+th,td{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.fail td{background:#ffebe9}tr.skip td{background:#fff8c5}tr.rejected td{background:#fff1e5}
+.badge{display:inline-block;padding:.15rem .6rem;border-radius:1rem;font-weight:600;color:#fff;background:#57606a}
+.verdict-candidate .badge,.verdict-priority-challenger .badge{background:#1a7f37}
+.verdict-healthy .badge{background:#0969da}.verdict-direct-only .badge{background:#8250df}
+.verdict-no-promotion .badge{background:#cf222e}
+.decision{border:1px solid #d0d7de;border-radius:.5rem;padding:.2rem 1.2rem 1rem;background:#fbfcfd}
+.boundary{font-style:italic;color:#57606a}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem;word-break:break-all}
+svg{background:#fff;border:1px solid #d0d7de;border-radius:.4rem;margin:.4rem 0;max-width:100%;height:auto}
+.scroll{overflow-x:auto;max-width:100%}
+svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#1b1f24}
+svg .axis{stroke:#57606a;stroke-width:1}svg .grid{stroke:#eaeef2;stroke-width:1}
+svg .title{font-size:13px;font-weight:600}
+pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;font-size:.8rem}
+"""
+
+
+def esc(value: Any) -> str:
+    """HTML-escape anything (None becomes "n/a")."""
+    return _escape("n/a" if value is None else str(value), quote=True)
+
+
+def _table(table_id: str, headers: Sequence[str], rows: Iterable[Sequence[Any]],
+           row_classes: Sequence[str] | None = None, numeric: Sequence[int] = ()) -> str:
+    """A table; cells are escaped text."""
+    out = [f'<table id="{esc(table_id)}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in headers)
+           + "</tr></thead><tbody>"]
+    for i, row in enumerate(rows):
+        cls = row_classes[i] if row_classes and i < len(row_classes) and row_classes[i] else ""
+        cells = "".join(f'<td class="num">{esc(c)}</td>' if j in numeric else f"<td>{esc(c)}</td>"
+                        for j, c in enumerate(row))
+        out.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
+    out.append("</tbody></table>")
+    return '<div class="scroll">' + "".join(out) + "</div>"
+
+
+def _list(items: Iterable[Any], list_id: str) -> str:
+    body = "".join(f"<li>{esc(i)}</li>" for i in items)
+    return f'<ul id="{esc(list_id)}">{body}</ul>' if body else f'<p id="{esc(list_id)}">None.</p>'
+
+
+def _outcome_class(outcome: Any) -> str:
+    return {"failed": "fail", "error": "fail", "skipped": "skip", "pending": "skip", "absent": "skip"}.get(
+        str(outcome), "")
+
+
+# -- numbers across ranks -----------------------------------------------------------------------
+
+
+def per_rank(ranks: Sequence[Mapping[str, Any]], key: str, digits: int = 2, unit: str = " GiB") -> str:
+    """"75.64 GiB" when every rank agrees, else "75.64 / 75.60 GiB (rank 0 / rank 1)"."""
+    values = [(r.get("rank"), r.get(key)) for r in ranks if isinstance(r.get(key), int | float)]
+    if not values:
+        return "n/a"
+    shown = {f"{v:,.{digits}f}" for _, v in values}
+    if len(shown) == 1:
+        return f"{values[0][1]:,.{digits}f}{unit}"
+    joined = " / ".join(f"{v:,.{digits}f}" for _, v in values)
+    names = " / ".join(f"rank {r}" for r, _ in values)
+    return f"{joined}{unit} ({names})"
+
+
+# -- the seeds' tables --------------------------------------------------------------------------
+
+
+def _identity_text(report: Mapping[str, Any]) -> str:
+    identity = report.get("identity") or {}
+    status = identity.get("status") or "unverified"
+    checks = identity.get("checks") or []
+    if status == "provenance_mismatch":
+        bad = [f"{c.get('field')} expected {c.get('expected')}, observed {c.get('observed')}"
+               for c in checks if c.get("ok") is False]
+        return "Provenance mismatch: " + "; ".join(bad)
+    good = [str(c.get("field")) for c in checks if c.get("ok") is True]
+    unknown = [str(c.get("field")) for c in checks if c.get("ok") is None]
+    expected = identity.get("expected") or {}
+    text = f"{status.capitalize()}: runtime {expected.get('runtime_version')}, served model " \
+           f"{expected.get('served_model_name')}, max_model_len {fmt_num(expected.get('max_model_len'))}, " \
+           f"TP={expected.get('tensor_parallel_size')}"
+    text += f" (checked: {', '.join(good) or 'none'}"
+    text += f"; not checkable: {', '.join(unknown)})" if unknown else ")"
+    return text
+
+
+def _gate_result(gate: Mapping[str, Any]) -> str:
+    outcome = str(gate.get("outcome"))
+    detail = first_line(gate.get("summary"), 400) if outcome == "passed" else first_line(gate.get("reason"), 400)
+    word = {"passed": "Passed", "failed": "Failed", "error": "Error", "skipped": "Skipped"}.get(outcome, outcome)
+    status = f" [{gate.get('status')}]" if gate.get("status") else ""
+    return f"{word}{status}" + (f": {detail}" if detail else "")
+
+
+def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(gate, result, css class) rows of the seeds' "Gate | Result" table."""
+    rows: list[tuple[str, str, str]] = []
+    run = report.get("run") or {}
+    life = report.get("lifecycle") or {}
+    error = life.get("startup_error") or {}
+    if run.get("mode") == "direct-only":
+        rows.append(("Cold managed start", "Not measured: the endpoint was used direct-only", "skip"))
+    elif error:
+        rows.append(("Cold managed start", f"Failed ({error.get('status')}): {first_line(error.get('message'))}",
+                     "fail"))
+    elif life.get("cold_start_s") is not None:
+        rows.append(("Cold managed start", f"Passed health in {life['cold_start_s']:.1f} seconds", ""))
+    else:
+        rows.append(("Cold managed start", "Not measured", "skip"))
+    identity_status = (report.get("identity") or {}).get("status")
+    rows.append(("Identity", _identity_text(report),
+                 "fail" if identity_status == "provenance_mismatch" else ("" if identity_status == "verified" else "skip")))
+    for gate in gates_named(report, "reasoning"):
+        rows.append((str(gate.get("title") or "Reasoning prompt contract"), _gate_result(gate),
+                     _outcome_class(gate.get("outcome"))))
+    preflight = report.get("preflight") or preflight_summary(report)
+    not_passed = [f"{g['gate']} {g['outcome']}" for g in preflight.get("gates") or [] if g.get("outcome") != "passed"]
+    rows.append(("Functional preflight", str(preflight.get("text")) + (f"; {', '.join(not_passed)}" if not_passed else ""),
+                 "" if not not_passed else "fail"))
+    handled = {*PREFLIGHT_GATES, "reasoning", "capacity", "engine"}
+    for gate in report.get("gates") or []:
+        if gate.get("gate") in handled:
+            continue
+        rows.append((str(gate.get("title") or gate.get("gate")), _gate_result(gate), _outcome_class(gate.get("outcome"))))
+    top = largest_rung(report)
+    capacity = gate_outcome(report, "capacity")
+    if top is not None:
+        text = (f"{fmt_num(top.get('prompt_tokens'))} actual prompt tokens; {fmt_num(top.get('ttft_s'), 3)} s TTFT; "
+                f"{fmt_num(top.get('e2e_s'), 3)} s E2E; {fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s; "
+                f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s")
+        if capacity in ("failed", "error"):
+            text = f"Capacity gate {capacity}; largest completed: " + text
+        rows.append(("Near-limit capacity", text, _outcome_class(capacity)))
+    elif capacity != "absent":
+        gate = gates_named(report, "capacity")[0]
+        rows.append(("Near-limit capacity", _gate_result(gate) or "no rung completed", "fail"))
+    engine = report.get("engine") or {}
+    if engine.get("kv_cache_tokens") is not None:
+        device = str(engine.get("device") or "GPU").upper()
+        text = (f"{fmt_num(engine.get('min_rank_kv_gib'), 2)} GiB, {fmt_num(engine.get('kv_cache_tokens'))} tokens, "
+                f"reported {fmt_num(engine.get('max_concurrency'), 2)}× capacity at the configured "
+                f"{fmt_num(engine.get('concurrency_at_tokens'))}-token envelope")
+        engine_gate = gate_outcome(report, "engine")
+        if engine_gate in ("failed", "error"):
+            text = f"Engine gate {engine_gate}: " + text
+        rows.append((f"{device} KV allocation", text, _outcome_class(engine_gate)))
+    teardown = life.get("teardown") or {}
+    if teardown:
+        if teardown.get("clean"):
+            text = (f"Clean: no surviving process, {teardown.get('shm_leftover_files', 0)} /dev/shm files, "
+                    f"{teardown.get('containers_left') or 0} containers left ({fmt_num(teardown.get('seconds'), 1)} s)")
+        else:
+            text = (f"Not clean: {teardown.get('surviving_processes')} surviving processes "
+                    f"({', '.join(teardown.get('surviving_process_names') or [])}), "
+                    f"{teardown.get('shm_leftover_files')} /dev/shm files, {teardown.get('containers_left') or 0} containers")
+        reclaim = teardown.get("shm_reclaim")
+        if reclaim:
+            text += "; shm reclaim: " + ", ".join(f"{k} {v}" for k, v in reclaim.items())
+        rows.append(("Teardown", text, "" if teardown.get("clean") else "fail"))
+    elif run.get("mode") == "direct-only":
+        rows.append(("Teardown", "Not run: the endpoint was used direct-only", "skip"))
+    rows.append(("Route and promotion", "No route or promotion changed", ""))
+    return rows
+
+
+def measurement_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(measurement, value) rows: the seeds' engine facts and the largest request."""
+    engine = report.get("engine") or {}
+    ranks = engine.get("ranks") or []
+    device = str(engine.get("device") or "GPU").upper()
+    rows: list[tuple[str, str]] = []
+    if engine.get("min_rank_kv_gib") is not None:
+        rows.append(("Minimum-rank KV allocation", f"{fmt_num(engine['min_rank_kv_gib'], 2)} GiB"))
+    if engine.get("kv_cache_tokens") is not None:
+        rows.append((f"Engine-reported {device} KV tokens", fmt_num(engine["kv_cache_tokens"])))
+    if engine.get("max_concurrency") is not None:
+        at = engine.get("concurrency_at_tokens")
+        label = f"Reported {short_tokens(at)} concurrency" if isinstance(at, int) else "Reported concurrency"
+        rows.append((label, f"{fmt_num(engine['max_concurrency'], 2)}x"))
+    if any(r.get("peak_activation_gib") is not None for r in ranks):
+        rows.append(("Peak activation per rank", per_rank(ranks, "peak_activation_gib")))
+    if any(r.get("weights_gib") is not None for r in ranks):
+        rows.append(("Weight allocation per rank", per_rank(ranks, "weights_gib")))
+    if any(r.get("kv_gib") is not None for r in ranks):
+        rows.append(("KV allocation per rank", per_rank(ranks, "kv_gib")))
+    if any(r.get("cuda_graph_gib") is not None for r in ranks):
+        rows.append(("CUDA graph memory per rank", per_rank(ranks, "cuda_graph_gib")))
+    if engine.get("kv_tokens_per_gib") is not None:
+        rows.append(("KV tokens per GiB (minimum rank)", fmt_num(engine["kv_tokens_per_gib"], 1)))
+    if engine.get("init_engine_seconds") is not None:
+        rows.append(("Engine init (profile, KV cache, warmup)", f"{fmt_num(engine['init_engine_seconds'], 2)} s"))
+    if engine.get("tp_size_seen") is not None:
+        rows.append(("Ranks seen in the log", fmt_num(engine["tp_size_seen"])))
+    cache = engine.get("cache_config") or {}
+    if cache:
+        rows.append(("KV cache config (/metrics)", ", ".join(f"{k} {v}" for k, v in cache.items())))
+    preflight = report.get("preflight") or preflight_summary(report)
+    rows.append(("Functional preflight", str(preflight.get("summary"))))
+    top = largest_rung(report)
+    if top is not None:
+        rows += [
+            ("Largest actual prompt", fmt_num(top.get("prompt_tokens"))),
+            ("Largest-request TTFT", f"{fmt_num(top.get('ttft_s'), 3)} s"),
+            ("Largest-request E2E", f"{fmt_num(top.get('e2e_s'), 3)} s"),
+            ("Largest-request effective prefill", f"{fmt_num(top.get('prefill_tok_s'), 0)} tok/s"),
+            ("Largest-request decode", f"{fmt_num(top.get('decode_tok_s'), 2)} tok/s"),
+        ]
+    cold = (report.get("lifecycle") or {}).get("cold_start_s")
+    if cold is not None:
+        rows.append(("Cold managed start", f"{cold:.1f} s"))
+    hardware = report.get("hardware") or {}
+    if hardware.get("source") == "nvml":
+        rows.append(("Hardware", f"{hardware.get('gpu_count')}× {hardware.get('gpu_model')}, "
+                                 f"{fmt_num(hardware.get('gpu_memory_gib'), 1)} GiB each, {hardware.get('interconnect')}"))
+    else:
+        rows.append(("Hardware", "n/a (no GPU read through NVML)"))
+    return rows
+
+
+# -- SVG ------------------------------------------------------------------------------------------
+
+
+def nice_ticks(high: float, count: int = 5) -> list[float]:
+    """Round tick values from 0 to at least ``high``."""
+    if high <= 0 or not math.isfinite(high):
+        return [0.0, 1.0]
+    raw = high / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = magnitude
+    for factor in (1, 2, 2.5, 5, 10):
+        step = factor * magnitude
+        if high / step <= count:
+            break
+    ticks = [0.0]
+    while ticks[-1] < high - 1e-9:
+        ticks.append(round(ticks[-1] + step, 10))
+    return ticks
+
+
+def _tick_label(value: float, kind: str) -> str:
+    if kind == "tokens":
+        return short_tokens(value) if value else "0"
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def _marker(kind: str, x: float, y: float, tip: str) -> str:
+    title = f"<title>{esc(tip)}</title>"
+    if kind == "ok":
+        return (f'<circle class="pt pt-ok" cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{COLORS["ok"]}">'
+                f"{title}</circle>")
+    if kind == "failed":
+        d = f"M{x - 5:.1f},{y - 5:.1f}L{x + 5:.1f},{y + 5:.1f}M{x - 5:.1f},{y + 5:.1f}L{x + 5:.1f},{y - 5:.1f}"
+        return f'<path class="pt pt-failed" d="{d}" stroke="{COLORS["failed"]}" stroke-width="2.5">{title}</path>'
+    return (f'<rect class="pt pt-rejected" x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" fill="none" '
+            f'stroke="{COLORS["rejected"]}" stroke-width="2">{title}</rect>')
+
+
+def _rung_kind(rung: Mapping[str, Any]) -> str:
+    if rung.get("expected_rejection"):
+        return "rejected"
+    return "ok" if rung.get("ok") else "failed"
+
+
+def _panel(panel_id: str, title: str, y_key: str, y_unit: str, ladder: Sequence[Mapping[str, Any]],
+           left: float, top: float, width: float, height: float) -> str:
+    """One scatter panel: y_key against API-reported prompt tokens (target where none was reported)."""
+    points = []
+    for rung in ladder:
+        x = rung.get("prompt_tokens") if isinstance(rung.get("prompt_tokens"), int) else rung.get("target")
+        if not isinstance(x, int | float):
+            continue
+        y = rung.get(y_key)
+        points.append((float(x), float(y) if isinstance(y, int | float) else None, _rung_kind(rung), rung))
+    x_ticks = nice_ticks(max([p[0] for p in points], default=1.0) * 1.03)
+    y_ticks = nice_ticks(max([p[1] for p in points if p[1] is not None], default=1.0) * 1.1)
+    x_max, y_max = x_ticks[-1], y_ticks[-1]
+
+    def sx(value: float) -> float:
+        return left + value / x_max * width
+
+    def sy(value: float) -> float:
+        return top + height - value / y_max * height
+
+    out = [f'<g id="{esc(panel_id)}" class="panel">',
+           f'<text class="title" x="{left:.1f}" y="{top - 12:.1f}">{esc(title)}</text>']
+    for tick in y_ticks:
+        y = sy(tick)
+        out.append(f'<line class="grid" x1="{left:.1f}" y1="{y:.1f}" x2="{left + width:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<text x="{left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">{esc(_tick_label(tick, y_unit))}</text>')
+    for tick in x_ticks:
+        x = sx(tick)
+        out.append(f'<line class="axis" x1="{x:.1f}" y1="{top + height:.1f}" x2="{x:.1f}" y2="{top + height + 4:.1f}"/>')
+        out.append(f'<text x="{x:.1f}" y="{top + height + 17:.1f}" text-anchor="middle">'
+                   f"{esc(_tick_label(tick, 'tokens'))}</text>")
+    out.append(f'<line class="axis" x1="{left:.1f}" y1="{top + height:.1f}" x2="{left + width:.1f}" y2="{top + height:.1f}"/>')
+    out.append(f'<line class="axis" x1="{left:.1f}" y1="{top:.1f}" x2="{left:.1f}" y2="{top + height:.1f}"/>')
+    out.append(f'<text x="{left + width / 2:.1f}" y="{top + height + 34:.1f}" text-anchor="middle">'
+               "API-reported prompt tokens</text>")
+    out.append(f'<text x="{left - 48:.1f}" y="{top + height / 2:.1f}" text-anchor="middle" '
+               f'transform="rotate(-90 {left - 48:.1f} {top + height / 2:.1f})">{esc(y_unit)}</text>')
+    line = sorted((p for p in points if p[2] == "ok" and p[1] is not None), key=lambda p: p[0])
+    if len(line) > 1:
+        coords = " ".join(f"{sx(p[0]):.1f},{sy(p[1] or 0):.1f}" for p in line)
+        out.append(f'<polyline class="series" points="{coords}" fill="none" stroke="{COLORS["ok"]}" '
+                   'stroke-width="1.5" stroke-opacity="0.6"/>')
+    for x, y, kind, rung in points:
+        value = "no measurement" if y is None else f"{y:,.3f} {y_unit}"
+        size = (f"{rung['prompt_tokens']:,} actual prompt tokens" if isinstance(rung.get("prompt_tokens"), int)
+                else f"no API-reported size; placed at the target {rung.get('target'):,}")
+        status = f"HTTP {rung.get('status_code')}" if rung.get("status_code") else ""
+        tip = f"{rung.get('target_label')}: {size}; {value}; {kind} {status}".strip()
+        out.append(_marker(kind, sx(x), sy(y if y is not None else 0.0), tip))
+    out.append("</g>")
+    return "".join(out)
+
+
+def ladder_svg(report: Mapping[str, Any]) -> str:
+    """Two panels (TTFT s and effective prefill tok/s against actual prompt tokens) with a legend."""
+    ladder = list(report.get("ladder") or [])
+    width, height = 1100, 380
+    parts = [f'<svg id="ladder-plot" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="Capacity ladder: TTFT and effective prefill '
+             'against API-reported prompt tokens">']
+    parts.append(_panel("ladder-ttft", "TTFT (s)", "ttft_s", "s", ladder, 80, 50, 420, 250))
+    parts.append(_panel("ladder-prefill", "Effective prefill (tok/s)", "prefill_tok_s", "tok/s", ladder,
+                        640, 50, 420, 250))
+    legend = [("ok", "completed rung"), ("failed", "failed rung (retained; at the bottom when nothing was measured)"),
+              ("rejected", "rejected as expected (beyond max_model_len)")]
+    parts.append('<g id="ladder-legend">')
+    x = 80.0
+    for kind, text in legend:
+        parts.append(_marker(kind, x, height - 20, text))
+        parts.append(f'<text x="{x + 10:.1f}" y="{height - 16:.1f}">{esc(text)}</text>')
+        x += 30 + len(text) * 6.0
+    parts.append("</g></svg>")
+    return "".join(parts)
+
+
+def memory_svg(report: Mapping[str, Any]) -> str:
+    """Per-rank stacked bars: weights, KV, peak activation and (when logged) CUDA graph memory, in GiB."""
+    ranks = [r for r in (report.get("engine") or {}).get("ranks") or [] if isinstance(r.get("rank"), int)]
+    segments = [("weights_gib", "weights", "Weights"), ("kv_gib", "kv", "KV cache"),
+                ("peak_activation_gib", "activation", "Peak activation")]
+    if any(isinstance(r.get("cuda_graph_gib"), int | float) for r in ranks):
+        segments.append(("cuda_graph_gib", "graph", "CUDA graph"))
+    totals = [sum(float(r.get(k) or 0) for k, _, _ in segments) for r in ranks]
+    ticks = nice_ticks(max(totals, default=1.0) * 1.05)
+    top_value = ticks[-1]
+    bar_w, gap, left, top, plot_h = 90, 60, 80, 40, 260
+    width = max(560, left + len(ranks) * (bar_w + gap) + 220)
+    height = top + plot_h + 60
+    out = [f'<svg id="memory-chart" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="Per-rank memory in GiB">',
+           f'<text class="title" x="{left}" y="22">Per-rank memory (GiB)</text>']
+
+    def sy(value: float) -> float:
+        return top + plot_h - value / top_value * plot_h
+
+    for tick in ticks:
+        out.append(f'<line class="grid" x1="{left}" y1="{sy(tick):.1f}" x2="{left + len(ranks) * (bar_w + gap)}" '
+                   f'y2="{sy(tick):.1f}"/>')
+        out.append(f'<text x="{left - 6}" y="{sy(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
+    out.append(f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>')
+    for i, rank in enumerate(ranks):
+        x = left + gap / 2 + i * (bar_w + gap)
+        base = 0.0
+        out.append(f'<g id="memory-rank-{rank["rank"]}" class="bar">')
+        for key, css, label in segments:
+            value = rank.get(key)
+            if not isinstance(value, int | float) or value <= 0:
+                continue
+            y_top, y_bottom = sy(base + value), sy(base)
+            tip = f"rank {rank['rank']}: {label} {value:,.2f} GiB"
+            out.append(f'<rect class="seg seg-{css}" x="{x:.1f}" y="{y_top:.1f}" width="{bar_w}" '
+                       f'height="{max(y_bottom - y_top, 0.8):.1f}" fill="{COLORS[css]}">'
+                       f"<title>{esc(tip)}</title></rect>")
+            base += value
+        out.append(f'<text x="{x + bar_w / 2:.1f}" y="{top + plot_h + 18}" text-anchor="middle">'
+                   f"rank {esc(rank['rank'])}</text>")
+        out.append(f'<text x="{x + bar_w / 2:.1f}" y="{sy(base) - 5:.1f}" text-anchor="middle">'
+                   f"{base:,.2f}</text></g>")
+    legend_x = left + len(ranks) * (bar_w + gap) + 20
+    out.append('<g id="memory-legend">')
+    for j, (key, css, label) in enumerate(segments):
+        y = top + 10 + j * 22
+        values = [r.get(key) for r in ranks]
+        shown = "n/a" if all(v is None for v in values) else label
+        out.append(f'<rect x="{legend_x}" y="{y - 10}" width="14" height="14" fill="{COLORS[css]}"/>'
+                   f'<text x="{legend_x + 20}" y="{y + 1}">{esc(shown)}</text>')
+    out.append("</g></svg>")
+    return "".join(out)
+
+
+# -- sections -------------------------------------------------------------------------------------
+
+
+def _decision_section(report: Mapping[str, Any]) -> str:
+    decision = report.get("decision") or {}
+    verdict = str(decision.get("verdict") or "unknown")
+    return (
+        f'<section id="decision" class="decision verdict-{esc(verdict)}"><h2>Decision</h2>'
+        f'<p class="verdict"><span class="badge" id="verdict">{esc(verdict)}</span> {esc(decision.get("summary"))}'
+        f' <span class="meta">({esc(decision.get("scope"))})</span></p>'
+        + _list(decision.get("reasons") or [], "decision-reasons")
+        + "<h3>What this proves</h3>" + _list(decision.get("proves") or [], "proves")
+        + "<h3>What it does not prove</h3>" + _list(decision.get("does_not_prove") or [], "does-not-prove")
+        + "<h3>Caveats</h3>" + _list(decision.get("caveats") or [], "caveats")
+        + f'<p class="boundary">{esc(decision.get("boundary"))}</p></section>'
+    )
+
+
+def _ladder_section(report: Mapping[str, Any]) -> str:
+    ladder = report.get("ladder") or []
+    if not ladder:
+        return '<section id="ladder"><h2>Capacity ladder</h2><p>No capacity ladder ran.</p></section>'
+    rows = []
+    classes = []
+    for r in ladder:
+        kind = _rung_kind(r)
+        classes.append({"failed": "fail", "rejected": "rejected"}.get(kind, ""))
+        result = {"ok": "completed", "failed": "failed (retained)", "rejected": "rejected as expected"}[kind]
+        rows.append((r.get("index"), r.get("target_label"), fmt_num(r.get("target")), fmt_num(r.get("prompt_tokens")),
+                     fmt_num(r.get("calibration_error")), r.get("status_code"), r.get("finish_reason"),
+                     fmt_num(r.get("ttft_s"), 3), fmt_num(r.get("e2e_s"), 3), fmt_num(r.get("prefill_tok_s"), 0),
+                     fmt_num(r.get("decode_tok_s"), 2), r.get("post_probe_smoke"), r.get("health_after"),
+                     result + (f": {first_line(r.get('error'), 160)}" if r.get("error") else "")))
+    summary = report.get("ladder_summary") or {}
+    return (
+        '<section id="ladder"><h2>Capacity ladder</h2>'
+        f'<p>{esc(summary.get("completed"))} of {esc(summary.get("rungs"))} rungs completed, '
+        f'{esc(summary.get("failed"))} failed (retained), {esc(summary.get("rejected_as_expected"))} rejected as '
+        "expected. Sizes are the API-reported <code>usage.prompt_tokens</code>; a target label is never evidence.</p>"
+        + ladder_svg(report)
+        + _table("ladder-table", ["#", "Target label", "Target", "Actual prompt tokens", "Calibration error",
+                                  "HTTP", "Finish", "TTFT s", "E2E s", "Prefill tok/s", "Decode tok/s",
+                                  "Post-probe smoke", "Health after", "Result"],
+                 rows, classes, numeric=(0, 2, 3, 4, 7, 8, 9, 10))
+        + "</section>"
+    )
+
+
+def _engine_section(report: Mapping[str, Any]) -> str:
+    engine = report.get("engine") or {}
+    ranks = engine.get("ranks") or []
+    rank_rows = [(r.get("rank"), r.get("process"), fmt_num(r.get("weights_gib")), fmt_num(r.get("kv_gib")),
+                  fmt_num(r.get("peak_activation_gib")), fmt_num(r.get("cuda_graph_gib")),
+                  fmt_num(r.get("load_seconds"), 2)) for r in ranks]
+    body = _table("measurements", ["Measurement", "Value"], measurement_rows(report))
+    if ranks:
+        body += "<h3>Per rank</h3>" + _table(
+            "rank-facts", ["Rank", "Process", "Weights GiB", "KV GiB", "Peak activation GiB", "CUDA graph GiB",
+                           "Load s"], rank_rows, numeric=(0, 2, 3, 4, 5, 6))
+        body += memory_svg(report)
+    else:
+        body += "<p>No per-rank engine facts were read from the server log.</p>"
+    args = engine.get("non_default_args")
+    if args:
+        body += "<h3>Non-default engine args</h3>" + _table(
+            "engine-args", ["Arg", "Value"], [(k, v) for k, v in sorted(args.items())])
+    return f'<section id="engine-facts"><h2>Measurements and engine facts</h2>{body}</section>'
+
+
+def _gates_section(report: Mapping[str, Any]) -> str:
+    gates = report.get("gates") or []
+    rows = [(g.get("gate"), g.get("title"), g.get("outcome"), g.get("status") or "", fmt_num(g.get("duration_s"), 2),
+             len(g.get("attempts") or []), g.get("retained_failures"),
+             first_line(g.get("summary") if g.get("outcome") == "passed" else g.get("reason"), 300))
+            for g in gates]
+    classes = [_outcome_class(g.get("outcome")) for g in gates]
+    return ('<section id="gates"><h2>All gates</h2>'
+            + _table("gate-table", ["Gate", "Title", "Outcome", "Status", "Duration s", "Attempts",
+                                    "Retained failures", "Summary or reason"], rows, classes, numeric=(4, 5, 6))
+            + "</section>")
+
+
+def _identity_section(report: Mapping[str, Any]) -> str:
+    identity = report.get("identity") or {}
+    rows = [(c.get("field"), c.get("expected"), c.get("observed"),
+             {True: "ok", False: "MISMATCH", None: "not checkable"}.get(c.get("ok"), "?"), c.get("note") or "")
+            for c in identity.get("checks") or []]
+    classes = ["fail" if c.get("ok") is False else ("skip" if c.get("ok") is None else "")
+               for c in identity.get("checks") or []]
+    hardware = report.get("hardware") or {}
+    recipe = report.get("recipe") or {}
+    hw_rows = [(k, hardware.get(k)) for k in ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect",
+                                              "driver_version") if k in hardware]
+    return (f'<section id="identity"><h2>Identity and hardware</h2><p>Recipe <b>{esc(recipe.get("name"))}</b>, '
+            f'file SHA-256 <code>{esc(recipe.get("sha256"))}</code>. Identity: <b>{esc(identity.get("status"))}</b>.</p>'
+            + _table("identity-checks", ["Field", "Expected", "Observed", "Check", "Note"], rows, classes)
+            + _table("hardware", ["Hardware", "Value"], hw_rows) + "</section>")
+
+
+def _lifecycle_section(report: Mapping[str, Any]) -> str:
+    life = report.get("lifecycle") or {}
+    rows: list[tuple[str, Any]] = [("Launcher", life.get("launcher")),
+                                   ("Cold start to ready", fmt_num(life.get("cold_start_s"), 1, " s")),
+                                   ("Startup status", life.get("startup_status")), ("Last phase", life.get("last_phase"))]
+    teardown = life.get("teardown") or {}
+    for key in ("stopped", "seconds", "surviving_processes", "surviving_process_names", "shm_leftover_files",
+                "containers_left", "clean", "notes"):
+        if key in teardown:
+            value = teardown[key]
+            rows.append((f"Teardown: {key.replace('_', ' ')}",
+                         ", ".join(map(str, value)) if isinstance(value, list) else value))
+    extra = ""
+    error = life.get("startup_error") or {}
+    if error:
+        extra = (f"<h3>Startup error ({esc(error.get('status'))})</h3><p>{esc(error.get('message'))}</p>"
+                 + (f"<pre>{esc(error.get('log_tail'))}</pre>" if error.get("log_tail") else "")
+                 + (f"<p>Hint: {esc(error.get('hint'))}</p>" if error.get("hint") else ""))
+    return ('<section id="lifecycle"><h2>Lifecycle</h2>' + _table("lifecycle-table", ["Lifecycle", "Value"], rows)
+            + extra + "</section>")
+
+
+def _artifacts_section(report: Mapping[str, Any]) -> str:
+    artifacts = report.get("artifacts") or []
+    rows = [(a.get("name"), fmt_num(a.get("size")), a.get("sha256")) for a in artifacts]
+    redactions = report.get("redactions") or {}
+    return ('<section id="artifacts"><h2>Private artifacts and redactions</h2>'
+            "<p>Raw artifacts stay in the operator's private folder; they are named here by SHA-256 only. "
+            "<code>vllmqual verify REPORT PRIVATE_DIR</code> re-checks every hash.</p>"
+            + _table("artifact-table", ["Artifact", "Bytes", "SHA-256"], rows, numeric=(1,))
+            + _table("redactions", ["Scrubbed kind", "Replacements"],
+                     sorted(redactions.items()) or [("none", 0)], numeric=(1,))
+            + "</section>")
+
+
+def comparison_section(comparison: Mapping[str, Any]) -> str:
+    """The optional A/B section, in the seeds' "Measurement | control | candidate | Change" style.
+
+    Expected shape (the compare module fills it): ``{"title": str, "arms": [str, ...],
+    "rows": [{"measurement": str, "values": [str, ...], "change": str}], "verdict": str,
+    "notes": [str, ...]}``. Every field is optional and every value is escaped.
+    """
+    arms = [str(a) for a in comparison.get("arms") or []]
+    rows = [(r.get("measurement"), *[str(v) for v in r.get("values") or []], r.get("change") or "")
+            for r in comparison.get("rows") or []]
+    verdict = comparison.get("verdict")
+    return (f'<section id="comparison"><h2>{esc(comparison.get("title") or "A/B comparison")}</h2>'
+            + (f'<p>Verdict: <span class="badge">{esc(verdict)}</span></p>' if verdict else "")
+            + _table("comparison-table", ["Measurement", *arms, "Change"], rows)
+            + _list(comparison.get("notes") or [], "comparison-notes") + "</section>")
+
+
+def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None = None) -> str:
+    """The whole page for one report (plus an optional A/B section), as one offline HTML string."""
+    run = report.get("run") or {}
+    recipe = report.get("recipe") or {}
+    tool = report.get("tool") or {}
+    decision = report.get("decision") or {}
+    results = seed_result_rows(report)
+    title = f"vllmqual: {recipe.get('name')} ({run.get('arm')}) — {decision.get('verdict')}"
+    body = [
+        f"<header><h1>Qualification report: {esc(recipe.get('name'))}</h1>",
+        f'<p class="meta">arm <b>{esc(run.get("arm"))}</b> · run <code>{esc(run.get("id"))}</code> · '
+        f'{esc(run.get("started_utc"))} → {esc(run.get("finished_utc"))} · status <b>{esc(run.get("status"))}</b>'
+        + (f' ({esc("; ".join(run.get("status_reasons") or []))})' if run.get("status_reasons") else "")
+        + f' · mode <b>{esc(run.get("mode"))}</b> · {esc(tool.get("name"))} {esc(tool.get("version"))}</p></header>',
+        _decision_section(report),
+        '<section id="results"><h2>Gates and measurements</h2>'
+        + _table("gate-results", ["Gate", "Result"], [(g, r) for g, r, _ in results], [c for _, _, c in results])
+        + "</section>",
+        _engine_section(report),
+        _ladder_section(report),
+        comparison_section(comparison) if comparison is not None else "",
+        _gates_section(report),
+        _identity_section(report),
+        _lifecycle_section(report),
+        _artifacts_section(report),
+        f'<footer><p class="meta">Schema <code>{esc(report.get("schema"))}</code> · reproduce: '
+        f'<code>{esc(run.get("reproduce"))}</code></p></footer>',
+    ]
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+            + "".join(body) + "</body></html>\n")

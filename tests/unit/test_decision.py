@@ -1,0 +1,187 @@
+"""The decision block: verdicts in the seeds' vocabulary, and lists generated from the evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_samples import seed_control_run
+
+from pytest_vllmqual.decision import SINGLE_RUN_VERDICTS, decide, short_tokens, verdict_rank
+from pytest_vllmqual.evidence import build_public_report, validation_errors
+from pytest_vllmqual.records import GateRecord, RunRecord
+from pytest_vllmqual.sanitize import Sanitizer
+
+
+def build(run: RunRecord) -> dict[str, Any]:
+    report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    assert validation_errors(report) == []
+    return report
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> RunRecord:
+    return seed_control_run(tmp_path / "private")
+
+
+def test_seed_control_is_a_candidate_and_never_more(run: RunRecord) -> None:
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "candidate"
+    assert decision["summary"] == "candidate; no-promotion"
+    assert "at most a candidate" in decision["reasons"][0]
+    assert decision["boundary"].startswith("No route or promotion changed")
+
+
+def test_proves_lists_what_was_measured(run: RunRecord) -> None:
+    proves = build(run)["decision"]["proves"]
+    assert any(p.startswith("a cold managed start passed health and a real completion in 323.5 seconds") for p in proves)
+    assert ("the functional preflight passed 6/6: smoke, JSON, 20/20 tool calls, streaming tool, tool-result "
+            "continuation, Responses API") in proves
+    assert any(p.startswith("a request of 119,503 API-reported prompt tokens completed (17.445 s TTFT") for p in proves)
+    assert "Reasoning prompt contract: Low/high/max fingerprints passed at 6/85/98 prompt tokens" in proves
+    assert "a short functional smoke passed after every context probe (5/5)" in proves
+    assert any("131,073-token prompt beyond max_model_len was rejected with HTTP 400" in p for p in proves)
+    assert any(p.startswith("the engine reported a KV pool of 283,917 tokens (2.17x concurrency at 131,072") for p in proves)
+    assert any(p.startswith("the server that answered is the recipe's pinned identity") and "TP=2" in p for p in proves)
+
+
+def test_does_not_prove_is_generated_from_what_is_missing(run: RunRecord) -> None:
+    items = build(run)["decision"]["does_not_prove"]
+    assert "a request above 300K prompt tokens (the largest measured was 119,503)" in items
+    assert "concurrency beyond one active request" in items
+    assert any(i.startswith("broad task-quality equivalence") for i in items)
+    assert any("whole reported KV pool of 283,917 tokens" in i for i in items)
+
+
+def test_does_not_prove_without_a_prompt_floor_names_the_gap_to_max_model_len(run: RunRecord) -> None:
+    run.recipe_content = {**run.recipe_content, "gates": {}}
+    items = build(run)["decision"]["does_not_prove"]
+    assert "a request between 119,503 prompt tokens (the largest measured) and the configured 131,072" in items
+    assert not any("300K" in i for i in items)
+
+
+def test_a_passed_concurrency_gate_moves_the_concurrency_boundary(run: RunRecord) -> None:
+    run.gates.append(GateRecord(nodeid="suites/test_capacity.py::test_concurrency", gate="concurrency",
+                                title="Concurrency", outcome="passed", measurements={"requests": 4},
+                                summary="4 concurrent requests completed"))
+    items = build(run)["decision"]["does_not_prove"]
+    assert "concurrency beyond 4 active requests" in items
+    assert "concurrency beyond one active request" not in items
+
+
+def test_skipped_quality_checks_are_listed_with_their_reason(run: RunRecord) -> None:
+    run.gates.append(GateRecord(nodeid="suites/test_quality.py::test_long_context", gate="quality_long_context",
+                                title="32K context recall", outcome="skipped",
+                                reason="not applicable: the recipe's context is below 32K"))
+    run.gates.append(GateRecord(nodeid="suites/test_quality.py::test_other", gate="other", title="Other check",
+                                outcome="skipped", reason="needs a GPU"))
+    report = build(run)
+    items = report["decision"]["does_not_prove"]
+    assert "32K context recall: not applicable to this recipe (not applicable: the recipe's context is below 32K)" in items
+    assert "Other check: skipped (needs a GPU)" in items
+    assert report["decision"]["verdict"] == "candidate", "a skipped gate is not a failing gate"
+
+
+def test_caveats_keep_retained_failures_calibration_and_non_monotonic_targets(run: RunRecord) -> None:
+    caveats = build(run)["decision"]["caveats"]
+    assert any(c.startswith("gate capacity retains 1 failed attempt(s), not retried away; the first (120K) was HTTP 400")
+               for c in caveats)
+    assert any(c.startswith("the 120K context target returned HTTP 400") for c in caveats)
+    assert any(c.startswith("the 117.5K target (117,500) produced 87,207 API-reported prompt tokens (calibration "
+                            "error -30,293)") for c in caveats)
+    assert ("requested targets were non-monotonic: 119.5K produced 119,503 actual tokens while 120K replay produced "
+            "88,939; a target label is not a capacity measurement") in caveats
+    assert any(c.startswith("one request per target supports a capacity comparison") for c in caveats)
+
+
+def test_a_failing_gate_means_no_promotion_with_the_gate_named(run: RunRecord) -> None:
+    gate = next(g for g in run.gates if g.gate == "json")
+    gate.outcome, gate.reason = "failed", "reply did not match the schema\ntraceback line"
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "no-promotion" and decision["summary"] == "no-promotion"
+    assert "gate json failed: reply did not match the schema" in decision["reasons"]
+
+
+def test_an_incomplete_run_means_no_promotion_with_the_reason(run: RunRecord) -> None:
+    run.status, run.status_reasons = "incomplete", ["the session was interrupted before all gates ran"]
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "no-promotion"
+    assert "the run is incomplete: the session was interrupted before all gates ran" in decision["reasons"]
+
+
+def test_provenance_mismatch_means_no_promotion_and_a_caveat(run: RunRecord) -> None:
+    run.identity["status"] = "provenance_mismatch"
+    run.identity["checks"][0].update(observed="0.32.0", ok=False)
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "no-promotion"
+    assert any(r.startswith("provenance mismatch: the server that answered differs from the recipe in runtime_version")
+               for r in decision["reasons"])
+    assert any(c.startswith("provenance mismatch: runtime_version expected") and "observed '0.32.0'" in c
+               for c in decision["caveats"])
+
+
+def test_unclean_teardown_means_no_promotion(run: RunRecord) -> None:
+    run.lifecycle["teardown"] = {**run.lifecycle["teardown"], "clean": False, "surviving_processes": 2}
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "no-promotion"
+    assert any(r.startswith("teardown was not clean: 2 surviving processes") for r in decision["reasons"])
+
+
+def test_direct_only_passes_as_healthy_and_direct_only(run: RunRecord) -> None:
+    run.mode = "direct-only"
+    run.lifecycle = {"launcher": "external", "cold_start_s": None, "teardown": None}
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "direct-only"
+    assert decision["summary"] == "healthy and direct-only; no-promotion"
+    assert "a cold start or a clean teardown of this endpoint: it was used direct-only" in decision["does_not_prove"]
+    assert any(c.startswith("direct-only:") for c in decision["caveats"])
+    assert not any("cold managed start" in p for p in decision["proves"])
+
+
+def test_incomplete_evidence_is_healthy_not_candidate(run: RunRecord) -> None:
+    run.gates = [g for g in run.gates if g.gate != "tool_continuation"]
+    run.ladder = []
+    run.engine = {}
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "healthy" and decision["summary"] == "healthy; no-promotion"
+    reason = decision["reasons"][0]
+    assert "the functional preflight is 5/6; not passed: tool-result continuation (absent)" in reason
+    assert "no capacity rung completed" in reason and "the engine's KV pool was not read" in reason
+    assert "the tool-result continuation preflight gate: it did not run" in decision["does_not_prove"]
+    assert any(i.startswith("any request near the configured context: no capacity rung completed")
+               for i in decision["does_not_prove"])
+
+
+def test_unverified_identity_and_cpu_engine_are_stated(run: RunRecord) -> None:
+    run.identity["status"] = "unverified"
+    for check in run.identity["checks"][2:]:
+        check["ok"] = None
+    run.engine["device"] = "CPU"  # engine.py writes the pool name as the log does
+    decision = build(run)["decision"]
+    assert decision["verdict"] == "healthy"
+    assert ("that the served model is the recipe's pinned identity (max_model_len, tensor_parallel_size, image_digest "
+            "could not be checked)") in decision["does_not_prove"]
+    assert "anything about GPU memory or GPU throughput: the engine ran without a GPU" in decision["does_not_prove"]
+
+
+def test_no_gates_means_no_promotion(run: RunRecord) -> None:
+    run.gates = []
+    assert "no gate ran" in build(run)["decision"]["reasons"]
+
+
+def test_decide_on_a_bare_report_never_crashes_and_never_promotes() -> None:
+    decision = decide({})
+    assert decision["verdict"] == "no-promotion"
+    assert decision["verdict"] in SINGLE_RUN_VERDICTS
+
+
+@pytest.mark.parametrize(("n", "text"), [(300000, "300K"), (117500, "117.5K"), (131072, "131K"), (393216, "393K"),
+                                         (119503, "119K"), (32768, "32K"), (512, "512")])
+def test_short_tokens_match_the_seeds_way_of_writing_sizes(n: int, text: str) -> None:
+    assert short_tokens(n) == text
+
+
+def test_verdict_order() -> None:
+    order = [verdict_rank(v) for v in ("no-promotion", "direct-only", "healthy", "candidate", "priority-challenger")]
+    assert order == sorted(order) and verdict_rank("unknown") == -1
