@@ -185,6 +185,11 @@ class QualClient:
             timeout=httpx.Timeout(timeout_s, connect=10.0),
         )
 
+    @property
+    def http(self) -> httpx.Client:
+        """The underlying client, for informational calls that are not gate attempts."""
+        return self._http
+
     def close(self) -> None:
         self._http.close()
 

