@@ -354,6 +354,10 @@ def _lifecycle(run: RunRecord, teardown: TeardownResult | Mapping[str, Any] | No
     state = life.get("server_state")
     if isinstance(state, Mapping):
         out["server_state"] = {"status": _text(state.get("status")), "detail": _text(state.get("detail"))}
+    preflight = life.get("gpu_preflight")
+    if isinstance(preflight, Mapping):
+        out["gpu_preflight"] = {"status": _text(preflight.get("status")), "reason": _text(preflight.get("reason")),
+                                "other_processes": preflight.get("other_processes")}
     return out
 
 

@@ -28,7 +28,7 @@ from .errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
 from .launch.base import ServerHandle
 from .recipe import Recipe, resolve_recipe
 from .records import GateRecord
-from .run import QualRun
+from .run import QualRun, ab_plan
 from .session import STATE_FILE, GateRecorder, ServerGuard, ServerManager, traffic_lock
 from .settings import Settings, resolve_settings
 
@@ -36,6 +36,7 @@ RUN_KEY = pytest.StashKey[QualRun]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
 WORKER_KEY = pytest.StashKey[dict[str, Any]]()
 RECORD_KEY = pytest.StashKey[GateRecorder]()
+SANITIZER_KEY = pytest.StashKey[Any]()
 
 MARKERS = {
     "functional": "functional preflight gates (smoke, JSON, tools, streaming tool, continuation, Responses)",
@@ -64,6 +65,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the gates against an already running server (direct-only, no lifecycle).")
     group.addoption("--vllmqual-recipes-dir", dest="vllmqual_recipes_dir", metavar="DIR", default=None,
                     help="where named recipes are looked up (default: fixtures/recipes).")
+    group.addoption("--ab", dest="vllmqual_ab", metavar="CONTROL,CANDIDATE", default=None,
+                    help="A/B: run every gate against the control recipe, then the candidate "
+                    "(one server at a time), write a report per arm and comparison.json.")
+    group.addoption("--bracket", dest="vllmqual_bracket", action="store_true", default=False,
+                    help="with --ab: replay the control after the candidate (A, B, A).")
     parser.addini("vllmqual_recipe", "default recipe name or path", default=None)
     parser.addini("vllmqual_reports_dir", "reports directory", default=None)
     parser.addini("vllmqual_recipes_dir", "recipes directory", default=None)
@@ -118,10 +124,34 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[WORKER_KEY] = config.workerinput.get("vllmqual", {})  # type: ignore[attr-defined]
     config.stash[RUN_KEY] = QualRun(settings, recipe, progress=_progress(config),
                                     invocation_args=list(config.invocation_params.args))
+    run = config.stash[RUN_KEY]
+    ab = config.getoption("vllmqual_ab")
+    if config.getoption("vllmqual_bracket") and not ab:
+        raise pytest.UsageError("--bracket needs --ab CONTROL,CANDIDATE. Fix: add --ab=131k-control,131k-4096.")
+    if ab:
+        if config.getoption("numprocesses", None) and not _is_worker(config):
+            raise pytest.UsageError("--ab runs its arms in order with one server at a time, which xdist "
+                                    "cannot do. Fix: drop -n for the A/B run.")
+        try:
+            run.set_plan(ab_plan(ab, bracket=config.getoption("vllmqual_bracket")))
+        except RecipeError as exc:
+            raise pytest.UsageError(f"{exc} (from --ab)") from None
+    hook = config.hook
+    run.generate = lambda record: hook.pytest_vllmqual_generate_report(config=config, record=record)
+    run.update = lambda report: hook.pytest_vllmqual_update_report(config=config, report=report)
+    run.on_arm_done = lambda arm: _write_arm_report_safely(run, arm)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "vllmqual-xdist")
     if not _is_worker(config):
         _install_sigterm_handler()
+
+
+def _write_arm_report_safely(run: QualRun, arm: Any) -> None:
+    """An arm finished mid-session (the next arm starts): write its report now, or say why not."""
+    try:
+        run.write_arm_report(arm)
+    except (VllmQualError, OSError) as exc:
+        run.progress(f"REPORT NOT WRITTEN for {arm.key}: {exc}")
 
 
 def _install_sigterm_handler() -> None:
@@ -156,17 +186,32 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _arm_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("vllmqual_arm"):
+        return str(callspec.params["vllmqual_arm"])
     marker = item.get_closest_marker("recipe")
     if marker is not None and marker.args:
         return str(marker.args[0])
     return None
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """With an A/B plan, every gate runs once per arm (ids A-…, B-…, A2-…)."""
+    run = metafunc.config.stash.get(RUN_KEY, None)
+    if run is None or not run.plan or "vllmqual_arm" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("recipe") is not None:
+        return
+    keys = [spec.key for spec in run.plan]
+    metafunc.parametrize("vllmqual_arm", keys, ids=keys, indirect=True)
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests by recipe so that each arm's server starts once (default recipe first)."""
+    """Group tests by arm so that each arm's server starts once, in plan order."""
     run = config.stash[RUN_KEY]
     default = run.default_recipe.name
-    order: dict[str, int] = {default: 0}
+    order: dict[str, int] = {spec.key: i for i, spec in enumerate(run.plan)}
+    order.setdefault(default, len(order))
     for item in items:
         arm = _arm_of(item) or default
         order.setdefault(arm, len(order))
@@ -241,12 +286,17 @@ def _arm_key(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def recipe(request: pytest.FixtureRequest) -> Recipe:
+def vllmqual_arm(request: pytest.FixtureRequest) -> str:
+    """The key of this test's arm: an A/B arm, a ``recipe`` marker's recipe, or the session recipe."""
+    return _arm_key(request)
+
+
+@pytest.fixture
+def recipe(request: pytest.FixtureRequest, vllmqual_arm: str) -> Recipe:
     """The Recipe of this test's arm."""
     run = request.config.stash[RUN_KEY]
-    key = _arm_key(request)
     try:
-        return run.recipe(key)
+        return run.arm(vllmqual_arm).recipe
     except RecipeError as exc:
         _fail(exc)
         raise
@@ -262,12 +312,12 @@ def _server_owner(request: pytest.FixtureRequest) -> ServerManager | _WorkerServ
             pytest.fail(f"recipe marker {key!r}: under xdist only the session recipe "
                         f"{info.get('arm')!r} has a server. Fix: run recipe-marked tests without -n.",
                         pytrace=False)
-        return _WorkerServer(info, run.recipe(key))
+        return _WorkerServer(info, run.arm(key).recipe)
     return run.activate(run.arm(key))
 
 
 @pytest.fixture
-def vllm_server(request: pytest.FixtureRequest) -> ServerHandle:
+def vllm_server(request: pytest.FixtureRequest, vllmqual_arm: str) -> ServerHandle:
     """The ready server of this test's recipe (started on first use; at most one alive)."""
     owner = _server_owner(request)
     try:
@@ -301,7 +351,7 @@ def progress(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def gate(request: pytest.FixtureRequest) -> GateRecorder:
+def gate(request: pytest.FixtureRequest, vllmqual_arm: str) -> GateRecorder:
     """Where this gate records attempts, measurements, thresholds and its k/N summary."""
     recorder: GateRecorder | None = request.node.stash.get(RECORD_KEY, None)
     return recorder if recorder is not None else _new_recorder(request.node)
@@ -392,11 +442,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         record.status = getattr(call.excinfo.value, "status", None)
     data = record.to_dict()
     report.vllmqual_gate = data  # type: ignore[attr-defined]
+    sanitizer = _sanitizer(item)
     for key, value in record.measurements.items():
         if isinstance(value, (int, float, str, bool)) or value is None:
-            report.user_properties.append((f"vllmqual.{record.gate}.{key}", value))
+            report.user_properties.append((f"vllmqual.{record.gate}.{key}", sanitizer.scrub_obj(value)))
     if record.summary:
-        report.user_properties.append((f"vllmqual.{record.gate}.summary", record.summary))
+        report.user_properties.append((f"vllmqual.{record.gate}.summary", sanitizer.scrub(record.summary)))
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+        # junit XML and the terminal carry failure text: scrub it like the report's free text.
+        text = str(report.longrepr)
+        scrubbed = sanitizer.scrub(text)
+        if scrubbed != text:
+            report.longrepr = scrubbed
+
+
+def _sanitizer(item: pytest.Item) -> Any:
+    """One Sanitizer per session, knowing the run's API key once a server is up."""
+    from .sanitize import Sanitizer
+
+    config = item.config
+    cached = config.stash.get(SANITIZER_KEY, None)
+    if cached is None:
+        cached = Sanitizer()
+        config.stash[SANITIZER_KEY] = cached
+    keys: list[str | None] = []
+    if _is_worker(config):
+        keys.append((config.stash[WORKER_KEY].get("handle") or {}).get("api_key"))
+    else:
+        for arm in config.stash[RUN_KEY].arms.values():
+            if arm.manager is not None and arm.manager.handle is not None:
+                keys.append(arm.manager.handle.api_key)
+    for key in keys:
+        if key:
+            cached.add_secret(key)
+    return cached
 
 
 def _reason_text(report: pytest.TestReport) -> str:
@@ -447,18 +526,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run.stop_all()
     if not run.arms:
         return
-    hook = config.hook
     try:
-        paths = run.write_reports(
-            generate=lambda record: hook.pytest_vllmqual_generate_report(config=config, record=record),
-            update=lambda report: hook.pytest_vllmqual_update_report(config=config, report=report),
-        )
+        run.write_reports()
+        if run.plan:
+            run.write_comparison()
     except (VllmQualError, OSError) as exc:
         run.progress(f"REPORT NOT WRITTEN: {exc}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        return
-    for path in paths:
-        run.progress(f"report written: {path}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -470,6 +544,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for arm in run.arms.values():
         if arm.report is None:
             continue
-        terminalreporter.write_sep("=", f"vllmqual: {arm.recipe.name}")
+        title = arm.recipe.name if arm.key == arm.recipe.name else f"{arm.key} ({arm.role})"
+        terminalreporter.write_sep("=", f"vllmqual: {title}")
         for line in summary_lines(arm.report, arm.report_path):
             terminalreporter.write_line(line)
+    if run.comparison is not None:
+        from .compare import render_markdown
+
+        terminalreporter.write_sep("=", "vllmqual: A/B comparison")
+        for line in render_markdown(run.comparison).splitlines():
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"comparison: {run.comparison_path}")

@@ -73,6 +73,7 @@ class LauncherConfig:
     port: int = 0
     env: dict[str, str] = field(default_factory=dict)
     api_key_env: str | None = None
+    require_exclusive_gpus: bool = False
     docker: DockerOptions = field(default_factory=DockerOptions)
 
 
@@ -194,6 +195,14 @@ class Recipe:
         """The full argv for the subprocess launcher."""
         command = [part.replace("{python}", sys.executable) for part in self.launcher.command]
         return [*command, "--model", self.model_location(), *self.serve_flags(host=host, port=port)]
+
+    def gpu_indexes(self) -> list[int] | None:
+        """NVML indexes the server will use: the docker GPU list, else the first TP-size GPUs."""
+        gpus = self.launcher.docker.gpus
+        if isinstance(gpus, list):
+            return [int(g) for g in gpus if str(g).isdigit()] or None
+        count = gpus if isinstance(gpus, int) else self.serve.tensor_parallel_size
+        return list(range(count))
 
     def server_env(self) -> dict[str, str]:
         """Environment additions for the server: launcher env, then serve env."""
@@ -404,6 +413,7 @@ def _typed(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
         port=launcher_raw.get("port", 0),
         env=dict(launcher_raw.get("env") or {}),
         api_key_env=launcher_raw.get("api_key_env"),
+        require_exclusive_gpus=bool(launcher_raw.get("require_exclusive_gpus", False)),
         docker=docker,
     )
     serve_raw = dict(raw["serve"])

@@ -25,12 +25,35 @@ from .session import ServerManager, make_run_id, utc_now, utc_stamp
 from .settings import Settings
 
 
+@dataclass(frozen=True)
+class ArmSpec:
+    """One planned arm: its key (unique in the session), recipe and role in the A/B."""
+
+    key: str
+    recipe: str
+    role: str
+
+
+def ab_plan(spec: str, *, bracket: bool) -> list[ArmSpec]:
+    """``--ab CONTROL,CANDIDATE`` (``--bracket``: control again after the candidate)."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if len(names) != 2:
+        raise RecipeError(
+            f"--ab takes exactly two recipes, CONTROL,CANDIDATE; got {spec!r}. "
+            "Fix: e.g. --ab=131k-control,131k-4096 (add --bracket to replay the control after the candidate).")
+    plan = [ArmSpec(f"A-{names[0]}", names[0], "control"), ArmSpec(f"B-{names[1]}", names[1], "candidate")]
+    if bracket:
+        plan.append(ArmSpec(f"A2-{names[0]}", names[0], "replay"))
+    return plan
+
+
 @dataclass
 class Arm:
     """One recipe's run within the session."""
 
     key: str
     recipe: Recipe
+    role: str
     run_id: str
     private_dir: Path
     started_utc: str
@@ -54,6 +77,18 @@ class QualRun:
         self.arms: dict[str, Arm] = {}
         self._recipes: dict[str, Recipe] = {default_recipe.name: default_recipe}
         self.active: Arm | None = None
+        self.plan: list[ArmSpec] = []
+        self.comparison_path: Path | None = None
+        self.comparison: dict[str, Any] | None = None
+        self.on_arm_done: Callable[[Arm], None] | None = None
+        self.generate: Callable[[RunRecord], dict[str, Any] | None] | None = None
+        self.update: Callable[[dict[str, Any]], object] | None = None
+
+    def set_plan(self, plan: list[ArmSpec]) -> None:
+        """Plan arms run in order (A/B, bracketed replay); loads every recipe now (fail fast)."""
+        for spec in plan:
+            self.recipe(spec.recipe)
+        self.plan = plan
 
     # -- recipes and arms ---------------------------------------------------------------
 
@@ -63,12 +98,13 @@ class QualRun:
             self._recipes[name] = resolve_recipe(name, self.settings.recipes_dir)
         return self._recipes[name]
 
-    def arm(self, key: str, recipe_name: str | None = None) -> Arm:
+    def arm(self, key: str) -> Arm:
         if key not in self.arms:
-            recipe = self.recipe(recipe_name or key)
+            spec = next((s for s in self.plan if s.key == key), None)
+            recipe = self.recipe(spec.recipe if spec else key)
             run_id = f"{key}-{self.stamp}-{os.getpid()}"
             self.arms[key] = Arm(
-                key=key, recipe=recipe, run_id=run_id,
+                key=key, recipe=recipe, role=spec.role if spec else "single", run_id=run_id,
                 private_dir=self.settings.reports_dir / "private" / run_id,
                 started_utc=utc_now(),
             )
@@ -77,9 +113,10 @@ class QualRun:
     def activate(self, arm: Arm) -> ServerManager:
         """Make ``arm`` the one with a live server, stopping any other first (exclusive GPUs)."""
         if self.active is not None and self.active is not arm and self.active.manager is not None:
-            self.progress(f"stopping {self.active.recipe.name} before starting {arm.recipe.name} "
-                          "(one server at a time)")
+            self.progress(f"stopping {self.active.key} before starting {arm.key} (one server at a time)")
             self.active.manager.stop()
+            if self.on_arm_done is not None:
+                self.on_arm_done(self.active)
         if arm.manager is None:
             arm.private_dir.mkdir(parents=True, exist_ok=True)
             arm.manager = ServerManager(arm.recipe, run_id=arm.run_id, private_dir=arm.private_dir,
@@ -149,6 +186,7 @@ class QualRun:
                     "details": manager.startup_error.details,
                 },
                 "teardown": manager.teardown.to_dict() if manager.teardown else None,
+                "gpu_preflight": manager.gpu_preflight,
             }
             if manager.startup_error is not None:
                 reasons.append(f"the server did not start ({manager.startup_error.status})")
@@ -169,36 +207,68 @@ class QualRun:
         generate: Callable[[RunRecord], dict[str, Any] | None] | None = None,
         update: Callable[[dict[str, Any]], object] | None = None,
     ) -> list[Path]:
-        """Build, validate and atomically write one sanitized report per arm.
+        """Write every arm's report not written yet (see ``write_arm_report``)."""
+        if generate is not None:
+            self.generate = generate
+        if update is not None:
+            self.update = update
+        written: list[Path] = []
+        for arm in self.arms.values():
+            path = self.write_arm_report(arm)
+            if path is not None:
+                written.append(path)
+        return written
 
-        ``generate`` may replace the default report builder; ``update`` may change the report
-        in place. Either way the result is sanitized again and schema-validated before writing.
+    def write_arm_report(self, arm: Arm) -> Path | None:
+        """Build, sanitize, validate and atomically write one arm's report (once).
+
+        ``self.generate`` may replace the default builder and ``self.update`` may change the
+        report in place (the plugin's hooks); either way the result is sanitized again and
+        schema-validated before it is written.
         """
         from .evidence import build_public_report, resanitize, write_report_atomic
         from .launch.gpu import hardware_summary
+        from .sanitize import Sanitizer
 
-        written: list[Path] = []
-        hardware = hardware_summary()
-        for arm in self.arms.values():
-            if arm.manager is None and not arm.gates:
-                continue
-            record = self.run_record(arm)
-            record.hardware = hardware
-            api_key = arm.manager.handle.api_key if arm.manager and arm.manager.handle else None
-            secrets = [api_key] if api_key else []
-            report = (generate(record) if generate else None) or build_public_report(
-                record, known_secrets=secrets, tool_version=__version__)
-            if update is not None:
-                update(report)
-                report = resanitize(report, known_secrets=secrets)
-            path = self.settings.reports_dir / f"{arm.recipe.name}-{self.stamp}.json"
-            if len(self.arms) > 1:
-                path = self.settings.reports_dir / f"{arm.key}-{self.stamp}.json"
-            write_report_atomic(report, path)
-            arm.report_path = path
-            arm.report = report
-            written.append(path)
-        return written
+        if arm.report_path is not None or (arm.manager is None and not arm.gates):
+            return None
+        if arm.manager is not None:
+            arm.manager.stop()
+        record = self.run_record(arm)
+        record.hardware = hardware_summary(arm.recipe.gpu_indexes())
+        api_key = arm.manager.handle.api_key if arm.manager and arm.manager.handle else None
+        sanitizer = Sanitizer(known_secrets=[api_key] if api_key else [])
+        if arm.manager is not None and arm.manager.handle is not None:
+            sanitizer.add_identifier("container_id", arm.manager.handle.container_id)
+        generated = self.generate(record) if self.generate else None
+        report = generated or build_public_report(record, sanitizer=sanitizer, tool_version=__version__)
+        if self.update is not None:
+            self.update(report)
+        if generated is not None or self.update is not None:
+            report = resanitize(report, sanitizer=sanitizer)
+        name = arm.key if self.plan or len(self.arms) > 1 else arm.recipe.name
+        path = self.settings.reports_dir / f"{name}-{self.stamp}.json"
+        write_report_atomic(report, path)
+        arm.report_path = path
+        arm.report = report
+        self.progress(f"report written: {path}")
+        return path
+
+    def write_comparison(self) -> Path | None:
+        """With an A/B plan: compare control and candidate (and the replay) into comparison.json."""
+        from .compare import compare_reports, write_comparison
+
+        by_role = {spec.role: self.arms.get(spec.key) for spec in self.plan}
+        control, candidate, replay = by_role.get("control"), by_role.get("candidate"), by_role.get("replay")
+        if control is None or candidate is None or control.report is None or candidate.report is None:
+            return None
+        self.comparison = compare_reports(control.report, candidate.report,
+                                          replay=replay.report if replay is not None else None)
+        path = self.settings.reports_dir / f"comparison-{self.stamp}.json"
+        write_comparison(self.comparison, path)
+        self.comparison_path = path
+        self.progress(f"comparison written: {path}")
+        return path
 
 
 def load_report(path: Path) -> dict[str, Any]:

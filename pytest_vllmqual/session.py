@@ -241,6 +241,7 @@ class ServerManager:
         self.startup_error: LaunchError | None = None
         self.startup_status: str = "not_started"
         self.facts = ServerFacts()
+        self.gpu_preflight: dict[str, Any] | None = None
         self.teardown: TeardownResult | None = None
         self.started_at: float | None = None
 
@@ -285,6 +286,16 @@ class ServerManager:
                 status="prepare_failed", exit_code=code, log_tail=log_tail(log_path.read_text(errors="replace")),
                 hint="run the prepare command by hand to see the whole output.")
 
+    def check_gpus(self) -> None:
+        """Exclusivity preflight through NVML before a managed start ("n/a" without a GPU)."""
+        from .launch.gpu import exclusivity_preflight, raise_if_refused
+
+        self.gpu_preflight = exclusivity_preflight(self.recipe.gpu_indexes(),
+                                                   self.recipe.launcher.require_exclusive_gpus)
+        self.progress(f"GPU exclusivity preflight: {self.gpu_preflight['status']} "
+                      f"({self.gpu_preflight.get('reason', '')})")
+        raise_if_refused(self.gpu_preflight)
+
     def ensure_ready(self) -> ServerHandle:
         """Start the server if needed and return its handle; a failed start is remembered."""
         if self.handle is not None and self.startup_status == "ready":
@@ -294,6 +305,8 @@ class ServerManager:
         self.started_at = time.monotonic()
         try:
             self.run_prepare()
+            if not self.direct_only:
+                self.check_gpus()
             self.launcher = self._make_launcher()
             self.startup_status = "starting"
             handle = self.launcher.start(self.progress)

@@ -94,3 +94,29 @@ def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecord
     gate.summary(f"{passed}/{n}")
     gate.measure(passed=passed, repeat=n, tool=fixture.name)
     assert passed == n, f"tools {passed}/{n}: {'; '.join(problems_seen)}"
+
+
+def test_quality_long_context(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: Any) -> None:
+    """Long context: a fact at the start of an exact-length prompt is recalled at the end, k/N."""
+    _skip_if_not_applicable(recipe, gate, "long_context")
+    from pytest_vllmqual.prompts import ChatShape, ExactPromptBuilder, ServerTokenCounter, new_nonce
+
+    spec = CHECKS["long_context"]
+    target = int(recipe.gate("quality").get("long_context_tokens", 32768))
+    effort = recipe.gate("quality").get("reasoning_effort")
+    shape = ChatShape(question=spec["question"], system_prompt=spec["needle"], reasoning_effort=effort)
+    builder = ExactPromptBuilder(ServerTokenCounter(qual_client.http, qual_client.model))
+    n = _repeat(recipe)
+    passed, answers, sizes = 0, [], []
+    for i in range(n):
+        prompt = builder.build(target, shape, nonce=new_nonce(f"long-{i}"))
+        progress(f"long-context check {i + 1}/{n}: {prompt.measured_tokens:,} prompt tokens")
+        result = qual_client.chat({**prompt.request_fields(), "max_tokens": 32, "temperature": 0},
+                                  label=f"long-context-{i + 1}")
+        sizes.append(result.usage.get("prompt_tokens"))
+        answer = result.content if result.status_code == 200 else f"HTTP {result.status_code}"
+        answers.append(answer)
+        passed += result.status_code == 200 and bool(re.search(spec["expect"], answer, re.IGNORECASE))
+    gate.summary(f"{passed}/{n} at {target:,} tokens")
+    gate.measure(passed=passed, repeat=n, target_tokens=target, prompt_tokens=sizes)
+    assert passed == n, f"long context {passed}/{n} at {target:,} tokens recalled /{spec['expect']}/; answers: {answers}"

