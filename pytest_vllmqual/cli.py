@@ -6,6 +6,8 @@ Subcommands:
 - ``vllmqual verify REPORT.json PRIVATE_DIR``: re-check every artifact hash (exit 1 on a
   mismatch, with the problems listed).
 - ``vllmqual recipes [--dir DIR]``: the recipes there, with launcher and max_model_len.
+- ``vllmqual compare A.json B.json [--replay A2.json] [-o comparison.json] [--html OUT.html]``:
+  the A/B comparison (``compare.py``), written atomically and printed as a markdown table.
 
 Every operator error (missing file, invalid JSON, a report that fails its schema) prints
 one line on stderr and exits 2; no traceback. A new subcommand registers itself with
@@ -115,10 +117,61 @@ def _run_recipes(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if invalid else EXIT_OK
 
 
+# -- compare ------------------------------------------------------------------------------
+
+
+def _configure_compare(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("control", type=Path, metavar="A.json", help="the control arm's report")
+    parser.add_argument("candidate", type=Path, metavar="B.json", help="the candidate arm's report")
+    parser.add_argument("--replay", type=Path, metavar="A2.json", default=None,
+                        help="a fresh run of the control (bracketed: after the candidate)")
+    parser.add_argument("-o", "--output", type=Path, metavar="comparison.json", default=None,
+                        help="where to write the comparison (default: comparison.json next to B.json)")
+    parser.add_argument("--html", type=Path, metavar="OUT.html", default=None,
+                        help="also write the candidate's HTML page with the comparison section")
+    parser.add_argument("--target-prompt", type=int, metavar="TOKENS", default=None,
+                        help="'does not prove' a request above this many prompt tokens (default: the recipes' "
+                             "min_largest_prompt, else 300,000)")
+    parser.add_argument("--target-context", type=int, metavar="TOKENS", default=None,
+                        help="'does not prove' startup at this context (default: the recipes' min_kv_tokens, "
+                             "else 393,216)")
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .compare import Targets, compare_files, load_arm_report, render_markdown, write_comparison_atomic
+    from .evidence import write_text_atomic
+    from .html import render_html
+
+    targets = None
+    if args.target_prompt is not None or args.target_context is not None:
+        paths = [args.control, args.candidate, *([args.replay] if args.replay else [])]
+        targets = Targets.from_reports([load_arm_report(p) for p in paths])
+        overrides = {k: v for k, v in (("prompt_tokens", args.target_prompt),
+                                       ("context_tokens", args.target_context)) if v is not None}
+        for key, value in overrides.items():
+            if value < 1:
+                raise VllmQualError(f"--target-{key.split('_')[0]} must be a positive token count, got {value}")
+        targets = replace(targets, **overrides, source="command line")
+    comparison = compare_files(args.control, args.candidate, replay=args.replay, targets=targets)
+    output: Path = args.output or args.candidate.parent / "comparison.json"
+    write_comparison_atomic(comparison, output)
+    print(render_markdown(comparison), end="")
+    print(f"wrote {output}")
+    if args.html is not None:
+        page = render_html(load_arm_report(args.candidate, "candidate"), comparison=comparison)
+        write_text_atomic(page, args.html, what="HTML report")
+        print(f"wrote {args.html}")
+    return EXIT_OK
+
+
 register_command("report", "render a report as one self-contained HTML file", _configure_report, _run_report)
 register_command("verify", "re-check a report's artifact hashes against the private folder",
                  _configure_verify, _run_verify)
 register_command("recipes", "list recipes with their launcher and max_model_len", _configure_recipes, _run_recipes)
+register_command("compare", "compare two arm reports (A/B), with an optional replay of the control",
+                 _configure_compare, _run_compare)
 
 
 class _Parser(argparse.ArgumentParser):

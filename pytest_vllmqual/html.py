@@ -585,16 +585,45 @@ def comparison_section(comparison: Mapping[str, Any]) -> str:
 
     Expected shape (the compare module fills it): ``{"title": str, "arms": [str, ...],
     "rows": [{"measurement": str, "values": [str, ...], "change": str}], "verdict": str,
-    "notes": [str, ...]}``. Every field is optional and every value is escaped.
+    "notes": [str, ...]}``; a full comparison record (``compare.compare_reports``) adds the
+    controlled variables, the retained findings, the decision lists and the arm reports'
+    SHA-256. Every field is optional and every value is escaped.
     """
     arms = [str(a) for a in comparison.get("arms") or []]
     rows = [(r.get("measurement"), *[str(v) for v in r.get("values") or []], r.get("change") or "")
             for r in comparison.get("rows") or []]
-    verdict = comparison.get("verdict")
-    return (f'<section id="comparison"><h2>{esc(comparison.get("title") or "A/B comparison")}</h2>'
-            + (f'<p>Verdict: <span class="badge">{esc(verdict)}</span></p>' if verdict else "")
-            + _table("comparison-table", ["Measurement", *arms, "Change"], rows)
-            + _list(comparison.get("notes") or [], "comparison-notes") + "</section>")
+    decision = comparison.get("decision") or {}
+    verdict = comparison.get("verdict") or decision.get("verdict")
+    out = [f'<section id="comparison"><h2>{esc(comparison.get("title") or "A/B comparison")}</h2>'
+           + (f'<p class="verdict-{esc(verdict)}">Verdict: <span class="badge" id="comparison-verdict">{esc(verdict)}'
+              f'</span> {esc(decision.get("summary") or "")}</p>' if verdict else "")
+           + _table("comparison-table", ["Measurement", *arms, "Change"], rows)
+           + _list(comparison.get("notes") or [], "comparison-notes")]
+    variables = comparison.get("controlled_variables") or {}
+    if variables:
+        changes = [(c.get("kind"), c.get("path"), c.get("control"), c.get("candidate"))
+                   for c in variables.get("changed") or []]
+        out.append(f'<h3>Controlled variables</h3><p id="controlled-summary">{esc(variables.get("summary"))}'
+                   + (" <b>Confounded.</b>" if variables.get("confounded") else "") + "</p>"
+                   + _table("controlled-variables", ["Kind", "Recipe key", *arms], changes,
+                            ["fail" if c[0] == "functional" and variables.get("confounded") else "" for c in changes]))
+    findings = comparison.get("findings") or []
+    if findings:
+        out.append("<h3>Retained findings</h3>" + _table(
+            "comparison-findings", ["Finding", "Status", "Summary"],
+            [(f.get("id"), f.get("status"), f.get("summary")) for f in findings],
+            ["fail" if f.get("status") in ("flagged", "not_reproducible") else "" for f in findings]))
+    if decision:
+        out.append("<h3>What the comparison proves</h3>" + _list(decision.get("proves") or [], "comparison-proves")
+                   + "<h3>What it does not prove</h3>"
+                   + _list(decision.get("does_not_prove") or [], "comparison-does-not-prove")
+                   + "<h3>Caveats</h3>" + _list(decision.get("caveats") or [], "comparison-caveats"))
+    refs: list[Mapping[str, Any]] = [ref for ref in (comparison.get(role) for role in ("control", "candidate", "replay"))
+                                     if isinstance(ref, Mapping)]
+    if refs:
+        out.append(_table("comparison-reports", ["Role", "Recipe", "Run", "Report SHA-256"],
+                          [(r.get("role"), r.get("recipe"), r.get("run_id"), r.get("report_sha256")) for r in refs]))
+    return "".join(out) + "</section>"
 
 
 def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None = None) -> str:
