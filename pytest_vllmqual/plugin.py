@@ -70,6 +70,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "(one server at a time), write a report per arm and comparison.json.")
     group.addoption("--bracket", dest="vllmqual_bracket", action="store_true", default=False,
                     help="with --ab: replay the control after the candidate (A, B, A).")
+    group.addoption("--campaign", dest="vllmqual_campaign", metavar="NAME|FILE|SPEC", default=None,
+                    help="an ordered campaign of arms with stop conditions and fallbacks, e.g. 393k "
+                    "(fixtures/campaigns/393k.yaml) or '393k-fp8kv:kv_pool+ladder,393k-offload?fallback'.")
     parser.addini("vllmqual_recipe", "default recipe name or path", default=None)
     parser.addini("vllmqual_reports_dir", "reports directory", default=None)
     parser.addini("vllmqual_recipes_dir", "recipes directory", default=None)
@@ -136,6 +139,19 @@ def pytest_configure(config: pytest.Config) -> None:
             run.set_plan(ab_plan(ab, bracket=config.getoption("vllmqual_bracket")))
         except RecipeError as exc:
             raise pytest.UsageError(f"{exc} (from --ab)") from None
+    campaign = config.getoption("vllmqual_campaign")
+    if campaign:
+        if ab:
+            raise pytest.UsageError("--campaign and --ab both plan arms. Fix: use one of them.")
+        if config.getoption("numprocesses", None) and not _is_worker(config):
+            raise pytest.UsageError("--campaign runs its arms in order with one server at a time, which xdist "
+                                    "cannot do. Fix: drop -n for the campaign run.")
+        from .campaign import campaigns_dir, load_campaign
+
+        try:
+            run.set_campaign(load_campaign(campaign, search_dirs=[campaigns_dir(Path(str(config.rootpath)))]))
+        except VllmQualError as exc:
+            raise pytest.UsageError(f"{exc} (from --campaign)") from None
     hook = config.hook
     run.generate = lambda record: hook.pytest_vllmqual_generate_report(config=config, record=record)
     run.update = lambda report: hook.pytest_vllmqual_update_report(config=config, report=report)
@@ -287,8 +303,15 @@ def _arm_key(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def vllmqual_arm(request: pytest.FixtureRequest) -> str:
-    """The key of this test's arm: an A/B arm, a ``recipe`` marker's recipe, or the session recipe."""
-    return _arm_key(request)
+    """The key of this test's arm: an A/B or campaign arm, a ``recipe`` marker's recipe, or the
+    session recipe. A campaign arm that its campaign does not run is skipped with the reason."""
+    key = _arm_key(request)
+    run = request.config.stash[RUN_KEY]
+    if run.campaign is not None and not _is_worker(request.config):
+        reason = run.campaign_skip_reason(key)
+        if reason is not None:
+            pytest.skip(f"campaign: {reason}")
+    return key
 
 
 @pytest.fixture
@@ -528,7 +551,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     try:
         run.write_reports()
-        if run.plan:
+        if run.campaign is not None:
+            run.write_campaign_record()
+        elif run.plan:
             run.write_comparison()
     except (VllmQualError, OSError) as exc:
         run.progress(f"REPORT NOT WRITTEN: {exc}")

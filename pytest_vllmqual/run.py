@@ -78,6 +78,8 @@ class QualRun:
         self._recipes: dict[str, Recipe] = {default_recipe.name: default_recipe}
         self.active: Arm | None = None
         self.plan: list[ArmSpec] = []
+        self.campaign: Any = None
+        self.campaign_path: Path | None = None
         self.comparison_path: Path | None = None
         self.comparison: dict[str, Any] | None = None
         self.on_arm_done: Callable[[Arm], None] | None = None
@@ -97,6 +99,49 @@ class QualRun:
         if name not in self._recipes:
             self._recipes[name] = resolve_recipe(name, self.settings.recipes_dir)
         return self._recipes[name]
+
+    def set_campaign(self, campaign: Any) -> None:
+        """Plan a campaign's arms in order; which of them really run is decided arm by arm."""
+        self.set_plan([ArmSpec(a.name, a.recipe_name, "campaign") for a in campaign.arms])
+        self.campaign = campaign.plan()
+
+    def finish_other_arms(self, key: str) -> None:
+        """Before arm ``key`` starts: stop the active arm and write its report (one server at a time)."""
+        if self.active is not None and self.active.key != key and self.active.report_path is None:
+            if self.active.manager is not None:
+                self.active.manager.stop()
+            if self.on_arm_done is not None:
+                self.on_arm_done(self.active)
+
+    def campaign_skip_reason(self, key: str) -> str | None:
+        """Why campaign arm ``key`` must not run now (None: it runs). Reports written so far decide."""
+        if self.campaign is None or (key in self.arms and (self.arms[key].manager is not None or self.arms[key].gates)):
+            return None
+        self.finish_other_arms(key)
+        done = {k: a.report for k, a in self.arms.items() if a.report is not None}
+        next_arm = self.campaign.next_arm(done)
+        if next_arm == key:
+            return None
+        for decision in self.campaign.decisions():
+            if decision.arm.name == key:
+                return str(decision.reason)
+        return f"campaign arm {key} does not run"
+
+    def write_campaign_record(self) -> Path | None:
+        """The campaign record: which arm ran and why (written beside the arm reports)."""
+        from .evidence import write_text_atomic
+
+        if self.campaign is None:
+            return None
+        done = {k: a.report for k, a in self.arms.items() if a.report is not None}
+        self.campaign.next_arm(done)
+        record = self.campaign.record()
+        record["reports"] = {k: str(a.report_path.name) for k, a in self.arms.items() if a.report_path}
+        path = self.settings.reports_dir / f"campaign-{self.stamp}.json"
+        write_text_atomic(json.dumps(record, indent=2, sort_keys=True) + "\n", path, what="campaign record")
+        self.campaign_path = path
+        self.progress(f"campaign record written: {path} ({record['outcome']})")
+        return path
 
     def arm(self, key: str) -> Arm:
         if key not in self.arms:
@@ -256,7 +301,7 @@ class QualRun:
 
     def write_comparison(self) -> Path | None:
         """With an A/B plan: compare control and candidate (and the replay) into comparison.json."""
-        from .compare import compare_reports, write_comparison
+        from .compare import compare_reports, write_comparison_atomic
 
         by_role = {spec.role: self.arms.get(spec.key) for spec in self.plan}
         control, candidate, replay = by_role.get("control"), by_role.get("candidate"), by_role.get("replay")
@@ -265,7 +310,7 @@ class QualRun:
         self.comparison = compare_reports(control.report, candidate.report,
                                           replay=replay.report if replay is not None else None)
         path = self.settings.reports_dir / f"comparison-{self.stamp}.json"
-        write_comparison(self.comparison, path)
+        write_comparison_atomic(self.comparison, path)
         self.comparison_path = path
         self.progress(f"comparison written: {path}")
         return path

@@ -32,7 +32,7 @@ def tiny_data() -> dict[str, object]:
 
 
 def test_shipped_recipes_are_the_five_named_ones() -> None:
-    assert available_recipes(RECIPES) == ["131k-4096", "131k-control", "393k-fp8kv", "393k-offload", "tiny-cpu"]
+    assert {"131k-4096", "131k-control", "393k-fp8kv", "393k-offload", "tiny-cpu"} <= set(available_recipes(RECIPES))
 
 
 @pytest.mark.parametrize("name", ["131k-4096", "131k-control", "393k-fp8kv", "393k-offload"])

@@ -1,0 +1,74 @@
+"""A/B and campaign runs for real on CPU (issue 7): one pytest session runs the arms in order
+with one server at a time, writes a report per arm, and the comparison or campaign record."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vllmqual.compare import validate_comparison
+from pytest_vllmqual.evidence import validate_report
+from pytest_vllmqual.launch.procs import processes_of_run
+
+ROOT = Path(__file__).resolve().parents[2]
+GATES = ["suites/test_smoke.py", "suites/test_engine.py"]
+pytestmark = [pytest.mark.real_vllm]
+
+
+def run_session(reports: Path, *args: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", *GATES, f"--vllmqual-reports-dir={reports}",
+                           "-p", "no:cacheprovider", "-q", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def test_bracketed_ab_runs_a_b_a_and_compares(tmp_path: Path) -> None:
+    code, output = run_session(tmp_path, "--ab=tiny-cpu,tiny-cpu-4096", "--bracket")
+    assert code == 0, output[-6000:]
+    arm_reports = sorted(tmp_path.glob("A-*.json")) + sorted(tmp_path.glob("B-*.json")) + sorted(tmp_path.glob("A2-*.json"))
+    assert len(arm_reports) == 3, ([p.name for p in tmp_path.glob("*.json")], output[-3000:])
+    loaded = [load(p) for p in arm_reports]
+    for report in loaded:
+        validate_report(report)
+        assert report["run"]["status"] == "complete"
+        assert processes_of_run(report["run"]["id"]) == []
+    control, candidate, replay = (next(r for r in loaded if r["run"]["arm"].startswith(prefix))
+                                  for prefix in ("A-", "B-", "A2-"))
+    assert control["recipe"]["content"]["serve"]["max_num_batched_tokens"] == 8192
+    assert candidate["recipe"]["content"]["serve"]["max_num_batched_tokens"] == 4096
+    # Arms ran one after another (one server at a time): each ended before the next one's run ended.
+    assert control["run"]["finished_utc"] <= candidate["run"]["finished_utc"] <= replay["run"]["finished_utc"]
+    comparisons = list(tmp_path.glob("comparison-*.json"))
+    assert len(comparisons) == 1
+    comparison = load(comparisons[0])
+    validate_comparison(comparison)
+    changed = comparison["controlled_variables"]
+    assert "serve.max_num_batched_tokens" in json.dumps(changed)
+    assert changed["confounded"] is False
+    assert "vllmqual: A/B comparison" in output and "| Measurement |" in output
+    assert replay["run"]["arm"].startswith("A2-")
+
+
+def test_campaign_runs_the_fallback_when_the_first_arm_fails_kv_pool(tmp_path: Path) -> None:
+    code, output = run_session(tmp_path, "--campaign=tiny-fallback")
+    assert code == 1, output[-6000:]  # the first arm's kv_pool gate fails on purpose
+    first = load(next(tmp_path.glob("tiny-cpu-kvfail-*.json")))
+    second = load(next(tmp_path.glob("tiny-cpu-2*.json")))
+    kv_gate = next(g for g in first["gates"] if g["gate"] == "kv_pool")
+    assert kv_gate["outcome"] == "failed" and "1,000,000,000" in kv_gate["reason"]
+    assert all(g["outcome"] in ("passed", "skipped") for g in second["gates"])
+    record = load(next(tmp_path.glob("campaign-*.json")))
+    assert record["ran"] == ["tiny-cpu-kvfail", "tiny-cpu"]
+    assert any("tiny-cpu ran because tiny-cpu-kvfail failed kv_pool" in r for r in record["reasons"]), record
+    for report in (first, second):
+        assert processes_of_run(report["run"]["id"]) == []
