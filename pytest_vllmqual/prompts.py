@@ -37,6 +37,9 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import httpx
 
 from pytest_vllmqual.corpus import PAD_WORD_CANDIDATES, filler_text
+
+ODD_FIXERS = (".", ",", ";", "!", "?", ":", " -", "7")
+"""Suffixes tried, in order, to add one token after a word when pad words cost two."""
 from pytest_vllmqual.errors import CalibrationError
 
 Message = dict[str, Any]
@@ -414,36 +417,64 @@ class ExactPromptBuilder:
         self.max_corrections = max_corrections
         self.reserve_pad_tokens = reserve_pad_tokens
         self._pad_words: list[str] | None = None
+        self._pad_cost = 1
+        self._fixer: str | None = None
+        self._fixer_tail: str | None = None
         self._chars_per_token: float | None = None
 
     def _discover_pad_words(self, counter: TokenCounter) -> list[str]:
-        """Words that are exactly one token after a space.
+        """Words that cost the same number of tokens (1, else 2) each after a space.
 
         One call settles a tokenizer trained on English (n words cost n tokens only if each
         costs one). Small-vocabulary tokenizers then get one tiny call per candidate, most
-        common words first, until ``MIN_PAD_WORDS`` are found.
+        common words first, until ``MIN_PAD_WORDS`` are found. A tokenizer that never glues a
+        space onto a word (the fixture model's) gets two-token pad words, and an odd residue
+        is then closed by one ``_odd_fixer`` appended to the last word.
         """
         if self._pad_words is not None:
             return self._pad_words
         candidates = list(PAD_WORD_CANDIDATES)
+        found: list[str] = []
         if counter.count_text("".join(" " + word for word in candidates)) == len(candidates):
             found = candidates
+            self._pad_cost = 1
         else:
-            found = []
-            for word in candidates:
-                if counter.count_text(" " + word) == 1:
-                    found.append(word)
-                    if len(found) >= self.MIN_PAD_WORDS:
-                        break
+            for cost in (1, 2):
+                for word in candidates:
+                    if counter.count_text(" " + word) == cost and (cost == 1 or counter.count_text(word) == 1):
+                        found.append(word)
+                        if len(found) >= self.MIN_PAD_WORDS:
+                            break
+                if found:
+                    self._pad_cost = cost
+                    break
         if not found:
             raise CalibrationError(
-                f"none of the {len(candidates)} pad-word candidates is a single token "
-                "after a space in this tokenizer; exact calibration needs at least one"
+                f"none of the {len(candidates)} pad-word candidates costs one or two tokens after a "
+                "space in this tokenizer; exact calibration needs at least one"
             )
         words = list(found)
         random.Random(f"vllmqual-pads-{self.seed}").shuffle(words)
         self._pad_words = words
         return words
+
+    def _odd_fixer(self, counter: TokenCounter, tail: str) -> str:
+        """A short suffix that adds exactly one token after a word, before ``tail`` (measured in
+        that context: a suffix may merge with the tail's first characters)."""
+        if self._fixer is None or self._fixer_tail != tail:
+            self._fixer, self._fixer_tail = None, tail
+            base = "the story of the " + (self._pad_words or ["the"])[0]
+            base_count = counter.count_text(base + tail)
+            for fixer in ODD_FIXERS:
+                if counter.count_text(base + fixer + tail) == base_count + 1:
+                    self._fixer = fixer
+                    break
+            else:
+                raise CalibrationError(
+                    f"the pad words cost {self._pad_cost} tokens each and none of {ODD_FIXERS} adds "
+                    "exactly one token after a word, so odd targets cannot be reached exactly"
+                )
+        return self._fixer
 
     def _estimate_chars_per_token(self, counter: TokenCounter) -> float:
         if self._chars_per_token is None:
@@ -539,26 +570,34 @@ class ExactPromptBuilder:
         pads = self._discover_pad_words(counter)
         need = target - overhead
         prefix, prefix_tokens = self._filler_prefix(counter, need - self.reserve_pad_tokens)
-        n_pads = need - prefix_tokens
+        cost = self._pad_cost
+        n_pads = (need - prefix_tokens) // cost
+        use_fixer = cost > 1 and (need - prefix_tokens) % cost == 1
         pad_offset = 0
-        seen: set[tuple[int, int, int]] = set()
+        seen: set[tuple[int, int, int, bool]] = set()
         measured = overhead
         for _ in range(self.max_corrections):
-            state = (len(prefix), n_pads, pad_offset)
+            state = (len(prefix), n_pads, pad_offset, use_fixer)
             seen.add(state)
             padding = "".join(" " + pads[(pad_offset + i) % len(pads)] for i in range(n_pads))
+            if use_fixer:
+                padding += self._odd_fixer(counter, tail)
             messages = compose(prefix + padding)
             measured = counter.count_chat(messages, shape)
             if measured == target:
                 return finish(messages, measured, overhead)
-            n_pads += target - measured
+            residue = target - measured
+            if cost > 1 and residue % cost:
+                use_fixer = not use_fixer
+                residue += -1 if use_fixer else 1
+            n_pads += residue // cost
             # Keep at least one pad word after the filler so the filler/tail boundary stays
             # the same (adding a pad word then always adds exactly its own token).
             while n_pads < 1 and prefix:
                 prefix = _drop_last_word(prefix)
                 n_pads += 1
             n_pads = max(n_pads, 0)
-            if (len(prefix), n_pads, pad_offset) in seen:
+            if (len(prefix), n_pads, pad_offset, use_fixer) in seen:
                 # Oscillating at a boundary that merges tokens: change the boundary.
                 if prefix:
                     prefix = _drop_last_word(prefix)

@@ -228,6 +228,7 @@ class QualRun:
                     "message": str(manager.startup_error.args[0]) if manager.startup_error.args else "",
                     "exit_code": manager.startup_error.exit_code,
                     "log_tail": manager.startup_error.log_tail,
+                    "hint": manager.startup_error.hint,
                     "details": manager.startup_error.details,
                 },
                 "teardown": manager.teardown.to_dict() if manager.teardown else None,
@@ -297,7 +298,16 @@ class QualRun:
         arm.report_path = path
         arm.report = report
         self.progress(f"report written: {path}")
+        self.write_html(report, path.with_suffix(".html"))
         return path
+
+    def write_html(self, report: dict[str, Any], path: Path, comparison: dict[str, Any] | None = None) -> None:
+        """The human-readable page beside the JSON (rendered from the sanitized report only)."""
+        from .evidence import write_text_atomic
+        from .html import render_html
+
+        write_text_atomic(render_html(report, comparison=comparison), path, what="HTML report")
+        self.progress(f"HTML report written: {path}")
 
     def write_comparison(self) -> Path | None:
         """With an A/B plan: compare control and candidate (and the replay) into comparison.json."""
@@ -313,6 +323,7 @@ class QualRun:
         write_comparison_atomic(self.comparison, path)
         self.comparison_path = path
         self.progress(f"comparison written: {path}")
+        self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
         return path
 
 

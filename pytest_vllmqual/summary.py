@@ -65,4 +65,6 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
                      f"{teardown.get('shm_leftover_files', 0)} /dev/shm files left)")
     if path is not None:
         lines.append(f"report: {path}")
+        if path.with_suffix(".html").exists():
+            lines.append(f"readable report: {path.with_suffix('.html')}")
     return lines

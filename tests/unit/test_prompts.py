@@ -378,8 +378,27 @@ class ParityCounter:
 def test_tokenizer_without_single_token_words_is_a_clear_error() -> None:
     counter = ParityCounter()
     assert isinstance(counter, TokenCounter)
-    with pytest.raises(CalibrationError, match="pad-word candidates is a single token"):
+    with pytest.raises(CalibrationError, match="pad-word candidates costs one or two tokens"):
         build_exact_prompt(counter, 101, nonce="p")
+
+
+class SpaceIsATokenCounter(ParityCounter):
+    """Like the fixture model's tokenizer: a space is never glued onto a word, so " the" is two
+    tokens; punctuation is one token of its own."""
+
+    def count_text(self, text: str) -> int:
+        return len(re.findall(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]| ", text))
+
+    def cut_text(self, text: str, max_tokens: int) -> TextCut:
+        pieces = re.findall(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]|\s", text)
+        kept = "".join(pieces[:max_tokens])
+        return TextCut(kept, self.count_text(kept), self.count_text(text))
+
+
+@pytest.mark.parametrize("target", [101, 102, 777, 4096, 4097])
+def test_two_token_pad_words_reach_odd_and_even_targets(target: int) -> None:
+    prompt = build_exact_prompt(SpaceIsATokenCounter(), target, nonce="p")
+    assert prompt.measured_tokens == target
 
 
 def test_unreachable_target_reports_iterations_and_last_count(
