@@ -151,8 +151,9 @@ def run_ladder(
         progress(f"ladder rung {index + 1}/{len(plan)}: sending {prompt.measured_tokens:,} tokens")
         started = time.perf_counter()
         try:
+            # ignore_eos: every rung decodes the same number of tokens, so decode tok/s compares.
             stream = client.stream_chat({**prompt.request_fields(), "max_tokens": rung_max_tokens,
-                                         "temperature": 0}, label=f"rung-{index}-{target}")
+                                         "temperature": 0, "ignore_eos": True}, label=f"rung-{index}-{target}")
         except ServerGoneError as exc:
             rung.error = f"{exc.status}: {exc}"
             rung.health_after = exc.status

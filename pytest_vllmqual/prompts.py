@@ -37,10 +37,10 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import httpx
 
 from pytest_vllmqual.corpus import PAD_WORD_CANDIDATES, filler_text
+from pytest_vllmqual.errors import CalibrationError
 
 ODD_FIXERS = (".", ",", ";", "!", "?", ":", " -", "7")
 """Suffixes tried, in order, to add one token after a word when pad words cost two."""
-from pytest_vllmqual.errors import CalibrationError
 
 Message = dict[str, Any]
 
