@@ -1,0 +1,131 @@
+"""Each gate can turn red, with a message that says what broke (issue 3): a wrong schema, a
+missing [DONE], a missing usage chunk, a template that ignores the effort, a wrong tool name.
+Streams are replayed through httpx.MockTransport: the real server never breaks these rules
+on demand, which is exactly why the checks need proof that they fire."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_vllmqual.checks import (
+    ToolFixture,
+    check_fingerprints,
+    check_json_content,
+    check_stream_tool,
+    check_tool_call,
+)
+from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.launch.base import ServerHandle
+
+WEATHER = ToolFixture(
+    name="get_weather", description="", prompt="What is the weather in Lima in celsius?",
+    parameters={"type": "object", "properties": {"city": {"type": "string"},
+                                                 "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": False},
+    expected={"city": "Lima", "unit": "celsius"},
+)
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+          "additionalProperties": False}
+
+
+def sse(chunks: list[dict[str, Any]], *, done: bool = True) -> bytes:
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+    return (body + ("data: [DONE]\n\n" if done else "")).encode()
+
+
+def tool_stream(name: str = "get_weather", args: str = '{"city": "Lima", "unit": "celsius"}',
+                usage: bool = True) -> list[dict[str, Any]]:
+    chunks: list[dict[str, Any]] = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": args[:10]}}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": args[10:]}}]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    if usage:
+        chunks.append({"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 12, "total_tokens": 62}})
+    return chunks
+
+
+def replay(body: bytes) -> QualClient:
+    transport = httpx.MockTransport(lambda request: httpx.Response(
+        200, stream=httpx.ByteStream(body), headers={"content-type": "text/event-stream"}))
+    client = QualClient(ServerHandle(base_url="http://test", served_model_name="m", launcher_kind="external"),
+                        timeout_s=5)
+    client._http = httpx.Client(base_url="http://test", transport=transport)
+    return client
+
+
+def test_a_good_stream_passes() -> None:
+    result = replay(sse(tool_stream())).stream_chat({"messages": []}, label="ok")
+    assert check_stream_tool(result, WEATHER, value_checks=True) == []
+    assert result.ttft_s is not None and result.usage == {"prompt_tokens": 50, "completion_tokens": 12,
+                                                          "total_tokens": 62}
+
+
+def test_missing_done_turns_the_streaming_gate_red() -> None:
+    result = replay(sse(tool_stream(), done=False)).stream_chat({"messages": []}, label="no-done")
+    assert "stream ended without the [DONE] terminator" in check_stream_tool(result, WEATHER, value_checks=False)
+    assert not result.attempt.ok
+
+
+def test_missing_usage_chunk_turns_the_streaming_gate_red() -> None:
+    result = replay(sse(tool_stream(usage=False))).stream_chat({"messages": []}, label="no-usage")
+    problems = check_stream_tool(result, WEATHER, value_checks=False)
+    assert any("no usage chunk" in p for p in problems)
+
+
+def test_first_tool_delta_without_id_is_named() -> None:
+    chunks = tool_stream()
+    del chunks[1]["choices"][0]["delta"]["tool_calls"][0]["id"]
+    result = replay(sse(chunks)).stream_chat({"messages": []}, label="no-id")
+    assert "first delta of tool call 0 has no id" in check_stream_tool(result, WEATHER, value_checks=False)
+
+
+def test_wrong_tool_name_turns_the_tools_gate_red() -> None:
+    problems = check_tool_call([{"function": {"name": "get_time", "arguments": "{}"}}], WEATHER, value_checks=False)
+    assert problems == ["tool call names 'get_time', expected 'get_weather'"]
+    streamed = replay(sse(tool_stream(name="get_time"))).stream_chat({"messages": []}, label="wrong-name")
+    assert "tool call names 'get_time', expected 'get_weather'" in check_stream_tool(streamed, WEATHER,
+                                                                                    value_checks=False)
+
+
+def test_arguments_outside_the_schema_are_named() -> None:
+    problems = check_tool_call([{"function": {"name": "get_weather",
+                                              "arguments": '{"city": "Lima", "unit": "kelvin", "x": 1}'}}],
+                               WEATHER, value_checks=False)
+    assert any("unit" in p and "kelvin" in p for p in problems)
+    assert any("Additional properties" in p for p in problems)
+
+
+def test_value_checks_compare_expected_values() -> None:
+    calls = [{"function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]
+    assert check_tool_call(calls, WEATHER, value_checks=False) == []
+    assert "expected {'city': 'Lima', 'unit': 'celsius'}" in check_tool_call(calls, WEATHER, value_checks=True)[0]
+
+
+def test_wrong_schema_turns_the_json_gate_red() -> None:
+    assert check_json_content('{"city": "Lima"}', SCHEMA, "stop") == []
+    problems = check_json_content('{"town": "Lima"}', SCHEMA, "stop")
+    assert any("'city' is a required property" in p for p in problems)
+    assert check_json_content('{"city": "Li', SCHEMA, "length")[0] == "finish_reason is 'length', expected 'stop'"
+
+
+def test_a_template_that_ignores_the_effort_turns_the_reasoning_gate_red() -> None:
+    problems = check_fingerprints({"low": 9, "high": 9, "max": 9}, {})
+    assert problems == ["the prompt has 9 tokens at every effort (low, high, max): the chat template ignores "
+                        "reasoning_effort"]
+    assert check_fingerprints({"low": 42, "high": 82, "max": 175}, {"low": 42, "high": 82, "max": 175}) == []
+    assert check_fingerprints({"low": 6, "high": 85, "max": 99}, {"low": 6, "high": 85, "max": 98}) == [
+        "effort max: 99 prompt tokens, expected fingerprint 98"]
+
+
+@pytest.mark.parametrize("body", [b"data: {not json}\n\n", b""])
+def test_garbage_streams_are_reported(body: bytes) -> None:
+    result = replay(body).stream_chat({"messages": []}, label="garbage")
+    assert result.violations and not result.attempt.ok
