@@ -13,8 +13,10 @@ reasoning or a tool call), ``ttft_content_s`` the first visible content.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,6 +46,23 @@ class LivenessGuard(Protocol):
 
         ``error`` is the transport exception, or None for an HTTP error status.
         """
+
+
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """httpx's default verifying SSL context (certifi, or SSL_CERT_FILE/SSL_CERT_DIR), built once.
+
+    httpx builds a new context and loads the whole CA bundle into it for every Client, even
+    for a plain-http server: 20-90 ms each on the 2-core machines, and a run makes one client
+    per gate (benchmarks/bench_client.py measures it).
+    """
+    return httpx.create_ssl_context()
+
+
+def http_client(handle: ServerHandle, **kwargs: Any) -> httpx.Client:
+    """An httpx client for ``handle``'s server (base URL, auth headers), on the shared SSL context."""
+    return httpx.Client(base_url=handle.base_url, headers=handle.auth_headers(), verify=shared_ssl_context(),
+                        **kwargs)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -179,11 +198,7 @@ class QualClient:
         self.timeout_s = timeout_s
         self.sink = sink
         self.guard = guard
-        self._http = httpx.Client(
-            base_url=handle.base_url,
-            headers=handle.auth_headers(),
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
-        )
+        self._http = http_client(handle, timeout=httpx.Timeout(timeout_s, connect=10.0))
 
     @property
     def http(self) -> httpx.Client:

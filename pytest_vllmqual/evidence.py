@@ -553,6 +553,27 @@ def validate_report(report: Any, *, where: str = "report") -> None:
         raise ReportError(f"{where} does not match the report schema {SCHEMA_ID}: {problems[0]}{more}")
 
 
+def check_writable_dir(directory: Path, *, what: str = "reports directory") -> None:
+    """Raise ReportError when ``directory`` cannot be created or written, without creating it.
+
+    Run before a server is started: a run whose report cannot be written must not spend a
+    cold start first. The nearest existing ancestor decides (``os.access``; as root only a
+    read-only file system or a non-directory on the path refuses).
+    """
+    directory = Path(directory)
+    existing = directory
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ReportError(
+            f"the {what} {directory} cannot be created: {existing} is not a directory. "
+            "Fix: choose another reports directory (--vllmqual-reports-dir DIR).")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ReportError(
+            f"the {what} {directory} is not writable ({existing} does not allow it). "
+            f"Fix: make {existing} writable, or choose another reports directory (--vllmqual-reports-dir DIR).")
+
+
 def _write_hint(exc: OSError, directory: Path) -> str:
     if exc.errno == errno.ENOSPC:
         return f"free space on the device holding {directory}"
@@ -596,6 +617,24 @@ def write_text_atomic(text: str, path: Path, *, what: str = "report") -> Path:
                 os.unlink(tmp_name)
             except OSError:
                 pass
+
+
+def redact_junit_hostname(path: Path) -> bool:
+    """pytest writes this machine's name into its junit XML (``<testsuite hostname=...>``);
+    replace it with ``redacted``, atomically. Returns whether the file was changed."""
+    import platform
+    from xml.sax.saxutils import quoteattr
+
+    node = platform.node()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    needle = f"hostname={quoteattr(node)}"
+    if not node or needle not in text:
+        return False
+    write_text_atomic(text.replace(needle, 'hostname="redacted"'), Path(path), what="junit XML")
+    return True
 
 
 def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:

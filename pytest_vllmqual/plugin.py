@@ -232,6 +232,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         arm = _arm_of(item) or default
         order.setdefault(arm, len(order))
     items.sort(key=lambda it: order[_arm_of(it) or default])
+    if not _is_worker(config) and any({"gate", "vllm_server"} & set(getattr(it, "fixturenames", ())) for it in items):
+        from .evidence import check_writable_dir
+
+        try:  # before any server starts: a report that cannot be written makes the run worthless
+            check_writable_dir(run.settings.reports_dir)
+        except VllmQualError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 # -- xdist: the controller owns the server --------------------------------------------------
@@ -461,6 +468,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     record.duration_s = round(report.duration, 4)
     if report.outcome != "passed":
         record.reason = _reason_text(report)
+        if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
+            record.reason = f"{call.excinfo.value.status}: {call.excinfo.value}"  # not the log tail's last lines
     if report.when == "setup" and record.status is None and call.excinfo is not None:
         record.status = getattr(call.excinfo.value, "status", None)
     data = record.to_dict()
@@ -558,6 +567,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     except (VllmQualError, OSError) as exc:
         run.progress(f"REPORT NOT WRITTEN: {exc}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """pytest's junit XML names this machine (testsuite hostname): redact it like the report does."""
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if not xmlpath or _is_worker(config) or RUN_KEY not in config.stash:
+        return
+    from .evidence import redact_junit_hostname
+
+    try:
+        redact_junit_hostname(Path(os.path.abspath(xmlpath)))
+    except VllmQualError as exc:
+        config.stash[RUN_KEY].progress(f"junit XML not redacted: {exc}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

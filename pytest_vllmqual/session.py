@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from .client import http_client
 from .engine import fetch_engine_endpoints, parse_engine_log
 from .errors import LaunchError, ServerGoneError
 from .identity import check_identity
@@ -112,7 +113,7 @@ class ServerGuard:
 
     def probe(self, *, after_timeout: bool) -> tuple[str, str] | None:
         """Ask the server directly: refused → dead; a 1-token completion that hangs → hung."""
-        with httpx.Client(base_url=self.handle.base_url, headers=self.handle.auth_headers()) as client:
+        with http_client(self.handle) as client:
             try:
                 health = client.get("/health", timeout=5.0)
             except httpx.TimeoutException:
@@ -337,7 +338,7 @@ class ServerManager:
         assert self.handle is not None and self.launcher is not None
         facts = parse_engine_log(self.launcher.log_text())
         self.facts.engine = facts.to_dict()
-        with httpx.Client(base_url=self.handle.base_url, headers=self.handle.auth_headers()) as client:
+        with http_client(self.handle) as client:
             endpoints = fetch_engine_endpoints(client)
         self.facts.endpoints = endpoints.to_dict()
         identity = check_identity(

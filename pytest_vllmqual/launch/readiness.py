@@ -16,6 +16,7 @@ from typing import Protocol
 
 import httpx
 
+from ..client import http_client
 from ..engine import classify_startup_failure, last_startup_phase
 from ..errors import LaunchError
 from ..recipe import StartupConfig
@@ -110,7 +111,7 @@ def wait_until_ready(
     deadline = started + startup.deadline_s
     last_progress = started
     last_detail = "server not answering yet"
-    with httpx.Client(base_url=handle.base_url, headers=handle.auth_headers()) as client:
+    with http_client(handle) as client:
         while True:
             log = launcher.log_text()
             failure = classify_startup_failure(log)

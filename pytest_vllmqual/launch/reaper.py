@@ -3,17 +3,20 @@
 Fixture teardown does not run when pytest is SIGKILLed, or ended by a timeout that kills
 the process. The reaper is a separate process in its own session, started next to the
 server: it polls the owner's pid and, once the owner is gone, kills every process of the
-run (by session and by the ``VLLMQUAL_RUN_ID`` mark). It imports only the stdlib.
+run (by session and by the ``VLLMQUAL_RUN_ID`` mark), then reclaims the /dev/shm files those
+processes held, as teardown would. It imports only the stdlib.
 
 Usage: python -m pytest_vllmqual.launch.reaper OWNER_PID RUN_ID SESSION_ID
 """
 
 from __future__ import annotations
 
+import glob
 import sys
 import time
 
-from .procs import kill_run, read_proc
+from .procs import kill_run, processes_of_run, read_proc
+from .shm import reclaim_shm, shm_names_held_by, unheld_run_files
 
 
 def owner_alive(pid: int) -> bool:
@@ -26,7 +29,11 @@ def main(argv: list[str]) -> int:
     owner, run_id, session = int(argv[0]), argv[1], int(argv[2])
     while owner_alive(owner):
         time.sleep(0.25)
+    held = shm_names_held_by(p.pid for p in processes_of_run(run_id, session))
     kill_run(run_id, session, grace_s=3.0)
+    names = unheld_run_files(held)
+    if names:  # what teardown would have reclaimed: the run's shm, once nothing holds it
+        reclaim_shm(run_id, patterns=[glob.escape(n) for n in names], settle_s=0.3)
     return 0
 
 

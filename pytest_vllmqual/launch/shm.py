@@ -330,6 +330,54 @@ def prove_reclaim_path(run_id: str, *, root: Path = SHM_ROOT, settle_s: float = 
     return result
 
 
+def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path = Path("/proc")) -> set[str]:
+    """Names of files in ``root`` that ``pids`` map or hold open: the run's own shared memory.
+
+    Taken from the run's processes before teardown kills them. vLLM's processes create more
+    than offload regions: Python ``psm_*`` segments (message queues) and ``sem.*`` survive a
+    SIGKILL, and only their holders say whose they are.
+    """
+    prefix = str(root).rstrip("/") + "/"
+    names: set[str] = set()
+    for pid in pids:
+        base = proc / str(pid)
+        targets: list[str] = []
+        try:
+            for line in (base / "maps").read_text().splitlines():
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6:
+                    targets.append(fields[5])
+        except OSError:
+            pass
+        try:
+            for entry in os.scandir(base / "fd"):
+                try:
+                    targets.append(os.readlink(entry.path))
+                except OSError:
+                    continue
+        except OSError:
+            pass
+        for target in targets:
+            if target.startswith(prefix):
+                name = target[len(prefix):].removesuffix(" (deleted)")
+                if name and "/" not in name:
+                    names.add(name)
+    return names
+
+
+def unheld_run_files(names: Iterable[str], *, root: Path = SHM_ROOT, proc: Path = Path("/proc")) -> list[str]:
+    """Those of ``names`` that still exist and that no live process maps or holds open.
+
+    Run after the run's processes are gone: a file some live process still holds belongs to
+    someone else (another run on a shared machine), so it is neither the run's leftover nor
+    the run's to remove.
+    """
+    wanted = set(names)
+    files = [f for f in _list_regular_files(root) if f.name in wanted]
+    held = find_holders(files, proc).held
+    return sorted(f.name for f in files if f.key not in held)
+
+
 def shm_files_of_run(
     run_id: str,
     *,

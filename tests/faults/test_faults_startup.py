@@ -1,0 +1,278 @@
+"""RELIABILITY.md cases 1-7: faults during startup.
+
+Each test runs a real pytest session (two gates that need the server, see
+gates/startup_probe.py) and checks the JSON report, the gates' outcomes and statuses, the
+timing, and the process table after the session. Real vLLM wherever the fault can be made
+for real; the fault server (tests/faults/fault_server.py) only where noted, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_harness import (
+    PYTHON,
+    Session,
+    derive_recipe,
+    fault_server_recipe,
+    kill_tagged,
+    server_sessions,
+    survivors,
+    tagged_processes,
+)
+
+from pytest_vllmqual.engine import last_startup_phase
+
+HOLD_PORT = """
+import socket, sys, time
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+if sys.argv[1] == "listen":
+    sock.listen()
+print(sock.getsockname()[1], flush=True)
+time.sleep(600)
+"""
+
+
+def startup_error(session: Session) -> dict[str, Any]:
+    error = session.report["lifecycle"].get("startup_error")
+    assert error, f"no startup_error in the report\n{session.tail()}"
+    return dict(error)
+
+
+def assert_gates_errored(session: Session, status: str) -> None:
+    """Both gates ended as setup errors carrying ``status``, and neither gate body ran."""
+    gates = {g["gate"]: g for g in session.report["gates"]}
+    assert set(gates) == {"first_gate", "second_gate"}, gates.keys()
+    for gate in gates.values():
+        assert (gate["outcome"], gate["status"]) == ("error", status), gate
+        assert gate["attempts"] == []
+    assert not session.has_mark("first_gate_ran") and not session.has_mark("second_gate_ran")
+    assert session.report["run"]["status"] == "incomplete"
+    assert any(status in reason for reason in session.report["run"]["status_reasons"]), session.report["run"]
+    assert session.returncode == pytest.ExitCode.TESTS_FAILED, session.tail()
+
+
+def assert_nothing_left(session: Session) -> None:
+    assert session.left_processes == [], session.left_processes
+    assert survivors(session, session.run_id if session.report_paths() else None) == []
+    teardown = session.report["lifecycle"].get("teardown")
+    if teardown is not None:
+        assert teardown["surviving_processes"] == 0 and teardown["clean"] is True, teardown
+
+
+def hold_port(mode: str) -> tuple[subprocess.Popen[str], int]:
+    """Another process that holds a loopback port (listening, or only bound)."""
+    holder = subprocess.Popen([PYTHON, "-c", HOLD_PORT, mode], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    return holder, int(holder.stdout.readline())
+
+
+@pytest.mark.real_vllm
+def test_01_port_already_taken(tmp_path: Path) -> None:
+    """The recipe's port is taken: the run fails within seconds as port_in_use; no engine is left.
+
+    (a) another process listens there: the launcher refuses before starting anything;
+    (b) another process holds it bound but not listening, so the preflight cannot see it: the
+    real vLLM starts, fails to bind, and the failure is classified from its log.
+    """
+    listener, port = hold_port("listen")
+    try:
+        recipe = derive_recipe(tmp_path / "a", "tiny-cpu-port", {"launcher": {"port": port}})
+        session = Session(tmp_path / "a", recipe, ["startup_probe"]).run(timeout_s=300)
+        error = startup_error(session)
+        assert error["status"] == "port_in_use"
+        assert f"port {port}" in error["message"] and "already in use" in error["message"]
+        assert "launcher.port: 0" in error["hint"]
+        assert_gates_errored(session, "port_in_use")
+        assert session.gate("first_gate")["duration_s"] < 5
+        assert not (session.private_dir() / "server.log").exists(), "a server was started on a taken port"
+        assert_nothing_left(session)
+        assert listener.poll() is None, "the process holding the port was killed"
+    finally:
+        listener.kill()
+        listener.wait()
+
+    binder, port = hold_port("bind")
+    try:
+        recipe = derive_recipe(tmp_path / "b", "tiny-cpu-port", {"launcher": {"port": port}}, real_model=True)
+        session = Session(tmp_path / "b", recipe, ["startup_probe"]).run(timeout_s=300)
+        error = startup_error(session)
+        assert error["status"] == "port_in_use", error
+        assert "already in use" in error["message"]
+        assert "Address already in use" in (error["log_tail"] or "")
+        assert_gates_errored(session, "port_in_use")
+        assert session.gate("first_gate")["duration_s"] < 60, "port_in_use must not wait out the deadline"
+        log = (session.private_dir() / "server.log").read_text()
+        assert "Errno 98" in log and "EngineCore" not in log, "vLLM built an engine although its port was taken"
+        assert_nothing_left(session)
+        assert binder.poll() is None, "the process holding the port was killed"
+    finally:
+        binder.kill()
+        binder.wait()
+
+
+def test_02_launch_command_missing(tmp_path: Path) -> None:
+    """A missing or non-executable launch command: a clear error naming the command and the
+    recipe key, before any gate body runs; nothing is started."""
+    not_executable = tmp_path / "vllm-serve-not-executable"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    not_executable.chmod(0o644)
+    for variant, command in (("missing", "/nonexistent/bin/vllm-serve"), ("notexec", str(not_executable))):
+        directory = tmp_path / variant
+        recipe = derive_recipe(directory, f"tiny-cpu-{variant}", {"launcher": {"command": [command]}})
+        session = Session(directory, recipe, ["startup_probe"]).run(timeout_s=120)
+        error = startup_error(session)
+        assert error["status"] == "command_not_found"
+        assert command in error["message"] and "'launcher.command'" in error["message"], error["message"]
+        assert str(recipe.path) in error["message"]
+        assert_gates_errored(session, "command_not_found")
+        assert "launcher.command" in session.junit.read_text()
+        teardown = session.report["lifecycle"]["teardown"]
+        assert teardown["clean"] and teardown["surviving_processes"] == 0, teardown
+        assert not (session.private_dir() / "server.log").exists() or not (
+            session.private_dir() / "server.log").read_text()
+        assert_nothing_left(session)
+
+
+@pytest.mark.real_vllm
+def test_03_kv_does_not_fit(tmp_path: Path) -> None:
+    """A recipe asking for more KV than fits fails fast as kv_insufficient, with the needed and
+    available GiB and the estimated maximum length parsed from vLLM's own log line."""
+    base = derive_recipe(tmp_path / "base", "base").data
+    recipe = derive_recipe(tmp_path, "tiny-cpu-kv", {
+        "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": "auto", "-VLLM_CPU_KVCACHE_SPACE": None}},
+        "serve": {"tensor_parallel_size": 1, "max_model_len": 32768,
+                  "extra_args": [*base["serve"]["extra_args"], "--kv-cache-memory-bytes", "4194304"]},
+        "startup": {"deadline_s": 600},
+    }, real_model=True)
+    session = Session(tmp_path, recipe, ["startup_probe"]).run(timeout_s=700)
+    error = startup_error(session)
+    assert error["status"] == "kv_insufficient", error
+    log = (session.private_dir() / "server.log").read_text()
+    line = re.search(r"max seq len \((\d+)\), \(([\d.]+) GiB KV cache is needed, which is larger than the "
+                     r"available KV cache memory \(([\d.]+) GiB\)\. Based on the available memory, the estimated "
+                     r"maximum model length is (\d+)", log)
+    assert line, "vLLM did not print the KV-insufficient line"
+    details = error["details"]
+    assert details["max_seq_len"] == int(line.group(1)) == 32768
+    assert details["needed_gib"] == float(line.group(2))
+    assert details["available_gib"] == float(line.group(3))
+    assert details["estimated_max_len"] == int(line.group(4))
+    for figure in (line.group(2), line.group(3), line.group(4)):
+        assert figure in error["message"], error["message"]
+    assert_gates_errored(session, "kv_insufficient")
+    waited = session.gate("first_gate")["duration_s"]
+    assert waited < 200 and waited < recipe.data["startup"]["deadline_s"] / 3, f"waited {waited} s"
+    assert_nothing_left(session)
+
+
+def test_04_server_exits_during_startup(tmp_path: Path) -> None:
+    """The server exits during startup with status 3, or with 0: noticed within one poll
+    interval, with the exit code and the sanitized log tail; exit 0 is never success."""
+    poll_s = 0.5
+    for code in (3, 0):
+        directory = tmp_path / f"exit{code}"
+        script = ('echo launched >> "$FAULT_MARKS/launches"; echo "loading weights from $HF_HOME"; '
+                  f'sleep 1; date +%s.%N > "$FAULT_MARKS/exited_at"; exit {code}')
+        recipe = derive_recipe(directory, f"tiny-cpu-exit{code}", {
+            "launcher": {"command": ["sh", "-c", script]},
+            "startup": {"poll_interval_s": poll_s, "deadline_s": 120},
+        })
+        session = Session(directory, recipe, ["startup_probe"],
+                          env={"HF_HOME": "/home/alice-canary/.cache/huggingface"}).run(timeout_s=120)
+        error = startup_error(session)
+        assert (error["status"], error["exit_code"]) == ("exited", code), error
+        assert "exited during startup" in error["message"]
+        if code == 0:
+            assert "status 0, which is never success" in error["message"]
+        assert "loading weights from <home>/.cache/huggingface" in error["log_tail"], error["log_tail"]
+        assert "alice-canary" not in session.report_path.read_text() + session.junit.read_text()
+        exited_at = float((session.marks_dir / "exited_at").read_text())
+        noticed = session.mark("noticed_at") - exited_at
+        assert 0 <= noticed < poll_s + 0.5, f"noticed {noticed:.2f} s after the exit (poll interval {poll_s} s)"
+        assert (session.marks_dir / "launches").read_text().count("launched") == 1, "restarted after a failure"
+        assert_gates_errored(session, "exited")
+        assert_nothing_left(session)
+
+
+@pytest.mark.real_vllm
+def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
+    """A TP worker is SIGSTOPped while the real server starts: the deadline fires, the report
+    shows the last startup phase reached, and the whole tree (the stopped worker too) is killed."""
+    deadline_s = 75
+    recipe = derive_recipe(tmp_path, "tiny-cpu-starthang", {"startup": {"deadline_s": deadline_s}}, real_model=True)
+    session = Session(tmp_path, recipe, ["startup_probe"]).start()
+    stopped: list[int] = []
+    try:
+        limit = time.monotonic() + deadline_s - 10
+        while not stopped and time.monotonic() < limit and session.proc.poll() is None:  # type: ignore[union-attr]
+            for proc in tagged_processes(recipe.tag):
+                if "Worker_TP1" in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
+                    subprocess.run(["kill", "-STOP", str(proc.pid)], check=True)
+                    stopped.append(proc.pid)
+            time.sleep(0.2)
+        assert stopped, "TP worker 1 never appeared before the deadline"
+        session.wait(timeout_s=300).snapshot()
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))
+    error = startup_error(session)
+    assert error["status"] == "startup_timeout", error
+    phase = error["details"]["last_phase"]
+    assert f"last phase reached: {phase}" in error["message"], error["message"]
+    assert phase != "ready (application startup complete)"
+    lines = (session.private_dir() / "server.log").read_text().splitlines()
+    reached = {last_startup_phase("\n".join(lines[:n])) for n in range(1, len(lines) + 1)}
+    assert phase in reached, f"{phase!r} is not a phase the log passed through: {reached}"
+    assert_gates_errored(session, "startup_timeout")
+    waited = session.gate("first_gate")["duration_s"]
+    assert deadline_s - 1 <= waited < deadline_s + 15, f"the deadline is {deadline_s} s, the gate waited {waited} s"
+    assert not Path(f"/proc/{stopped[0]}").exists(), "the stopped worker survived"
+    assert_nothing_left(session)
+    assert session.report["lifecycle"]["teardown"]["surviving_processes"] == 0
+
+
+def test_06_health_503_forever(tmp_path: Path) -> None:
+    """/health answers 503 forever: the startup deadline is still enforced.
+
+    Fault server: a real vLLM answers 503 only once its engine is dead, and then it also exits;
+    it cannot be made to stay up answering 503.
+    """
+    recipe = fault_server_recipe(tmp_path, "tiny-cpu-503", env={"FAULT_HEALTH": "503"},
+                                 overrides={"startup": {"deadline_s": 3}})
+    session = Session(tmp_path, recipe, ["startup_probe"]).run(timeout_s=120)
+    error = startup_error(session)
+    assert error["status"] == "startup_timeout"
+    assert "3 s startup deadline" in error["message"] and "last readiness check: /health 503" in error["message"]
+    assert "health 503" in (error["log_tail"] or "")
+    assert_gates_errored(session, "startup_timeout")
+    assert 3 <= session.gate("first_gate")["duration_s"] < 6
+    assert_nothing_left(session)
+
+
+def test_07_health_ok_generation_hangs(tmp_path: Path) -> None:
+    """/health answers 200 but generation hangs: the 1-token completion has its own timeout, so
+    the server is never declared ready and no gate runs against it.
+
+    Fault server: a real vLLM cannot be made to answer /health while never generating (a
+    stopped worker also stops the startup before /health is up, see test_05).
+    """
+    requests_file = tmp_path / "requests.jsonl"
+    recipe = fault_server_recipe(tmp_path, "tiny-cpu-genhang",
+                                 env={"FAULT_GENERATION": "hang", "FAULT_REQUESTS_FILE": str(requests_file)},
+                                 overrides={"startup": {"deadline_s": 6, "ready_completion_timeout_s": 2}})
+    session = Session(tmp_path, recipe, ["startup_probe"]).run(timeout_s=120)
+    error = startup_error(session)
+    assert error["status"] == "startup_timeout"
+    assert "1-token completion did not answer within 2 s" in error["message"], error["message"]
+    assert session.report["lifecycle"]["cold_start_s"] is None, "declared ready"
+    assert_gates_errored(session, "startup_timeout")
+    completions = [line for line in requests_file.read_text().splitlines() if "/v1/chat/completions" in line]
+    assert 1 <= len(completions) <= 3, completions
+    assert 6 <= session.gate("first_gate")["duration_s"] < 10
+    assert_nothing_left(session)

