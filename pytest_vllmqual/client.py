@@ -192,8 +192,10 @@ class QualClient:
         timeout_s: float,
         sink: AttemptSink | None = None,
         guard: LivenessGuard | None = None,
+        retries: int = 0,
     ) -> None:
         self.handle = handle
+        self.retries = retries
         self.model = handle.served_model_name
         self.timeout_s = timeout_s
         self.sink = sink
@@ -240,7 +242,22 @@ class QualClient:
         self, path: str, body: dict[str, Any], *, kind: str, label: str, expect_status: int = 200,
         timeout_s: float | None = None,
     ) -> ChatResult:
-        """POST a JSON body; one attempt. ``expect_status`` other than 200 marks an expected rejection."""
+        """POST a JSON body. A failed attempt is retried only under the recipe's explicit
+        ``requests.retries``; every attempt (``label``, ``label-retry1``, …) is recorded."""
+        result = self._post_once(path, body, kind=kind, label=label, expect_status=expect_status,
+                                 timeout_s=timeout_s)
+        for number in range(1, self.retries + 1):
+            if result.ok:
+                break
+            result = self._post_once(path, body, kind=kind, label=f"{label}-retry{number}",
+                                     expect_status=expect_status, timeout_s=timeout_s)
+        return result
+
+    def _post_once(
+        self, path: str, body: dict[str, Any], *, kind: str, label: str, expect_status: int,
+        timeout_s: float | None,
+    ) -> ChatResult:
+        """One POST, one attempt. ``expect_status`` other than 200 marks an expected rejection."""
         if self.guard is not None:
             self.guard.assert_usable()
         request = _dumps(body)
@@ -313,6 +330,16 @@ class QualClient:
     # -- streaming ------------------------------------------------------------------------
 
     def stream_chat(self, body: dict[str, Any], *, label: str, timeout_s: float | None = None) -> StreamResult:
+        """Stream a chat completion (retried only under the recipe's explicit ``requests.retries``,
+        every attempt recorded)."""
+        result = self._stream_once(body, label=label, timeout_s=timeout_s)
+        for number in range(1, self.retries + 1):
+            if result.ok:
+                break
+            result = self._stream_once(body, label=f"{label}-retry{number}", timeout_s=timeout_s)
+        return result
+
+    def _stream_once(self, body: dict[str, Any], *, label: str, timeout_s: float | None) -> StreamResult:
         """Stream a chat completion, timing it and checking the SSE contract as it goes."""
         if self.guard is not None:
             self.guard.assert_usable()

@@ -392,7 +392,8 @@ def qual_client(request: pytest.FixtureRequest, vllm_server: ServerHandle, gate:
                 recipe: Recipe) -> Iterator[QualClient]:
     """An API client for this test: no retries, every call recorded into ``gate``."""
     owner = _server_owner(request)
-    with QualClient(vllm_server, timeout_s=recipe.requests.timeout_s, sink=gate, guard=owner.guard) as client:
+    with QualClient(vllm_server, timeout_s=recipe.requests.timeout_s, sink=gate, guard=owner.guard,
+                    retries=recipe.requests.retries) as client:
         yield client
 
 

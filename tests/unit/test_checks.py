@@ -129,3 +129,31 @@ def test_a_template_that_ignores_the_effort_turns_the_reasoning_gate_red() -> No
 def test_garbage_streams_are_reported(body: bytes) -> None:
     result = replay(body).stream_chat({"messages": []}, label="garbage")
     assert result.violations and not result.attempt.ok
+
+
+def test_explicit_retries_record_every_attempt() -> None:
+    """RELIABILITY 12: a retry happens only when the recipe asks, and every attempt is kept."""
+    calls: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            return httpx.Response(500, json={"error": {"message": "transient"}})
+        return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]})
+
+    recorded: list[Any] = []
+
+    class Sink:
+        def record_attempt(self, attempt: Any, request: bytes, response: bytes) -> None:
+            recorded.append(attempt)
+
+    for retries, expected_ok, expected_attempts in ((0, False, 1), (1, True, 2)):
+        calls.clear()
+        recorded.clear()
+        client = QualClient(ServerHandle(base_url="http://test", served_model_name="m", launcher_kind="external"),
+                            timeout_s=5, sink=Sink(), retries=retries)
+        client._http = httpx.Client(base_url="http://test", transport=httpx.MockTransport(answer))
+        result = client.chat({"messages": []}, label="flaky")
+        assert result.ok is expected_ok and len(recorded) == expected_attempts == len(calls)
+        assert recorded[0].status_code == 500 and not recorded[0].ok
+        assert [a.label for a in recorded] == ["flaky", "flaky-retry1"][:expected_attempts]
