@@ -14,6 +14,7 @@ test:
 	scripts/setup.sh --browser
 	$(VENV)/bin/ruff check pytest_vllmqual suites tests fixtures benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python fixtures/model/build_tiny_model.py
 	$(PYTEST) tests
 
 lint:
