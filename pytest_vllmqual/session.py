@@ -299,6 +299,10 @@ class ServerManager:
 
     def ensure_ready(self) -> ServerHandle:
         """Start the server if needed and return its handle; a failed start is remembered."""
+        if self.teardown is not None and self.launcher is not None and not self.direct_only:
+            raise LaunchError(
+                f"the server of recipe {self.recipe.name!r} was already torn down in this session; "
+                "its tests must run together (the plugin groups them by arm)", status="stopped")
         if self.handle is not None and self.startup_status == "ready":
             return self.handle
         if self.startup_error is not None:
@@ -359,7 +363,6 @@ class ServerManager:
         if self.launcher is None:
             return self.teardown
         if self.teardown is None:
+            # startup_status keeps the startup outcome ("ready"); the teardown has its own record.
             self.teardown = self.launcher.stop()
-            if self.startup_status == "ready":
-                self.startup_status = "stopped"
         return self.teardown
