@@ -476,11 +476,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     data = record.to_dict()
     report.vllmqual_gate = data  # type: ignore[attr-defined]
     sanitizer = _sanitizer(item)
+    properties: list[tuple[str, object]] = []
     for key, value in record.measurements.items():
         if isinstance(value, (int, float, str, bool)) or value is None:
-            report.user_properties.append((f"vllmqual.{record.gate}.{key}", sanitizer.scrub_obj(value)))
+            properties.append((f"vllmqual.{record.gate}.{key}", sanitizer.scrub_obj(value)))
     if record.summary:
-        report.user_properties.append((f"vllmqual.{record.gate}.summary", sanitizer.scrub(record.summary)))
+        properties.append((f"vllmqual.{record.gate}.summary", sanitizer.scrub(record.summary)))
+    # junit writes the properties of the *teardown* report, which pytest builds from the item.
+    item.user_properties.extend(properties)
+    report.user_properties.extend(properties)
     if report.longrepr is not None and not isinstance(report.longrepr, tuple):
         # junit XML and the terminal carry failure text: scrub it like the report's free text.
         text = str(report.longrepr)

@@ -76,7 +76,7 @@ def test_engine_facts_are_the_real_tp2_cpu_server(tiny_run: SessionRun) -> None:
     engine = tiny_run.report["engine"]
     assert engine["device"] == "CPU" and engine["kv_cache_tokens"] > 32768
     assert engine["concurrency_at_tokens"] == 32768 and engine["max_concurrency"] > 1
-    assert [r["rank"] for r in engine["ranks"]] == ["Worker_TP0", "Worker_TP1"]
+    assert [(r["rank"], r["process"]) for r in engine["ranks"]] == [(0, "Worker_TP0"), (1, "Worker_TP1")]
     assert all(r["kv_gib"] == 1.0 for r in engine["ranks"])
     identity = tiny_run.report["identity"]
     assert identity["status"] == "verified", identity

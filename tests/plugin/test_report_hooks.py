@@ -52,3 +52,15 @@ def pytest_vllmqual_update_report(config, report):
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*REPORT NOT WRITTEN*not_a_section*"])
     assert not list(reports.glob("tiny-cpu-*.json")), "an invalid report must never be written"
+
+
+def test_junit_carries_gate_measurements(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_gate=GATE)
+    junit = pytester.path / "junit.xml"
+    result = pytester.runpytest_subprocess(f"--vllmqual-recipes-dir={ROOT / 'fixtures' / 'recipes'}",
+                                           f"--vllmqual-reports-dir={pytester.path / 'reports'}",
+                                           f"--junitxml={junit}")
+    assert result.ret == 0
+    text = junit.read_text()
+    assert '<property name="vllmqual.measured.answer" value="42"' in text
+    assert '<property name="vllmqual.measured.summary" value="pass"' in text
