@@ -57,7 +57,7 @@ from typing import Any
 
 import yaml
 
-from .decision import PREFLIGHT_GATES, first_line, gate_outcome, largest_rung, preflight_summary
+from .decision import PREFLIGHT_GATES, first_line, gate_outcome, largest_rung, preflight_summary, recipe_value
 from .errors import VllmQualError
 
 DEFAULT_REQUIREMENTS = ("gates",)
@@ -181,15 +181,6 @@ class ArmDecision:
 # -- requirements ----------------------------------------------------------------------------------
 
 
-def _recipe_value(report: Mapping[str, Any], *path: str) -> Any:
-    node: Any = (report.get("recipe") or {}).get("content") or {}
-    for key in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(key)
-    return node
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -221,10 +212,10 @@ def _kv_pool(report: Mapping[str, Any]) -> Requirement:
         if gate.get("gate") == "kv_pool":
             threshold = _int((gate.get("thresholds") or {}).get("min_kv_tokens")) or threshold
     for path in (("gates", "engine", "min_kv_tokens"), ("gates", "capacity", "min_kv_tokens")):
-        threshold = threshold or _int(_recipe_value(report, *path))
+        threshold = threshold or _int(recipe_value(report, *path))
     basis = "recipe minimum"
     if threshold is None:
-        threshold = _int(_recipe_value(report, "serve", "max_model_len"))
+        threshold = _int(recipe_value(report, "serve", "max_model_len"))
         basis = "max_model_len"
     outcome = gate_outcome(report, "kv_pool")
     if tokens is None:
@@ -241,7 +232,7 @@ def _kv_pool(report: Mapping[str, Any]) -> Requirement:
 
 
 def _ladder(report: Mapping[str, Any]) -> Requirement:
-    floor = _int(_recipe_value(report, "gates", "capacity", "min_largest_prompt"))
+    floor = _int(recipe_value(report, "gates", "capacity", "min_largest_prompt"))
     top = largest_rung(report)
     largest = _int(top.get("prompt_tokens")) if top is not None else None
     rungs = list(report.get("ladder") or [])

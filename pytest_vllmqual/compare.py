@@ -82,6 +82,7 @@ from .decision import (
     largest_rung,
     ok_rungs,
     preflight_summary,
+    recipe_value,
     short_tokens,
 )
 from .errors import ComparisonError, ReportError
@@ -126,7 +127,7 @@ class Tolerances:
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> Tolerances:
         """The control recipe's ``compare`` values; defaults fill the keys it does not set."""
-        block = _recipe_value(report, "compare")
+        block = recipe_value(report, "compare")
         if not isinstance(block, Mapping):
             return cls()
         values = {k: float(block[k]) for k in ("timing_noise_floor_pct", "replay_tolerance_pct",
@@ -160,11 +161,11 @@ class Targets:
         prompts: list[int] = []
         contexts: list[int] = []
         for report in reports:
-            value = _recipe_value(report, "gates", "capacity", "min_largest_prompt")
+            value = recipe_value(report, "gates", "capacity", "min_largest_prompt")
             if isinstance(value, int) and not isinstance(value, bool):
                 prompts.append(value)
             for path in (("gates", "engine", "min_kv_tokens"), ("gates", "capacity", "min_kv_tokens")):
-                value = _recipe_value(report, *path)
+                value = recipe_value(report, *path)
                 if isinstance(value, int) and not isinstance(value, bool):
                     contexts.append(value)
         if not prompts and not contexts:
@@ -275,15 +276,6 @@ class Metric:
 
     def text(self) -> str:
         return self.display if self.display is not None else self.rule.show(self.value)
-
-
-def _recipe_value(report: Mapping[str, Any], *path: str) -> Any:
-    node: Any = (report.get("recipe") or {}).get("content") or {}
-    for key in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(key)
-    return node
 
 
 def _rank_max(ranks: Iterable[Mapping[str, Any]], key: str) -> float | None:
@@ -578,7 +570,7 @@ def kv_consistency(control: Mapping[str, Any], candidate: Mapping[str, Any], tol
     per_pct = (per_b - per_a) / per_a * 100
     assert gib_pct is not None and tok_pct is not None
     headline = f"{_pct_text(gib_pct)} KV bytes vs {_pct_text(tok_pct)} reported tokens"
-    dtype = _recipe_value(control, "serve", "kv_cache_dtype") or dtype_a or "auto"
+    dtype = recipe_value(control, "serve", "kv_cache_dtype") or dtype_a or "auto"
     figures = {
         "control_kv_gib": gib_a, "candidate_kv_gib": gib_b, "kv_gib_change_pct": _float(gib_pct, 3),
         "control_kv_tokens": tok_a, "candidate_kv_tokens": tok_b, "kv_tokens_change_pct": _float(tok_pct, 3),
@@ -720,7 +712,7 @@ def _largest_prompt(reports: Iterable[Mapping[str, Any]]) -> int | None:
 
 
 def _max_model_len(report: Mapping[str, Any]) -> int | None:
-    value = _recipe_value(report, "serve", "max_model_len")
+    value = recipe_value(report, "serve", "max_model_len")
     if not isinstance(value, int):
         value = ((report.get("identity") or {}).get("expected") or {}).get("max_model_len")
     return value if isinstance(value, int) and not isinstance(value, bool) else None

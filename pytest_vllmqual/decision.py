@@ -157,7 +157,8 @@ def largest_rung(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return max(rungs, key=lambda r: int(r["prompt_tokens"])) if rungs else None
 
 
-def _recipe_block(report: Mapping[str, Any], *path: str) -> Any:
+def recipe_value(report: Mapping[str, Any], *path: str) -> Any:
+    """A value of the report's recipe content by key path (None when absent); shared by compare/campaign."""
     node: Any = (report.get("recipe") or {}).get("content") or {}
     for key in path:
         if not isinstance(node, Mapping):
@@ -168,7 +169,7 @@ def _recipe_block(report: Mapping[str, Any], *path: str) -> Any:
 
 def max_model_len(report: Mapping[str, Any]) -> int | None:
     expected = (report.get("identity") or {}).get("expected") or {}
-    value = expected.get("max_model_len") or _recipe_block(report, "serve", "max_model_len")
+    value = expected.get("max_model_len") or recipe_value(report, "serve", "max_model_len")
     return value if isinstance(value, int) else None
 
 
@@ -300,7 +301,7 @@ def _does_not_prove(report: Mapping[str, Any]) -> list[str]:
     items: list[str] = []
     run = report.get("run") or {}
     limit = max_model_len(report)
-    floor = _recipe_block(report, "gates", "capacity", "min_largest_prompt")
+    floor = recipe_value(report, "gates", "capacity", "min_largest_prompt")
     top = largest_rung(report)
     if top is None:
         items.append("any request near the configured context: no capacity rung completed"

@@ -774,25 +774,9 @@ class HistogramSnapshot:
 
 
 @dataclass(frozen=True)
-class HistogramDelta:
-    """What one window of requests added to a histogram."""
-
-    sum: float
-    count: float
-    buckets: tuple[tuple[float, float], ...] = ()
-
-    @property
-    def mean(self) -> float | None:
-        """Mean of the new observations (e.g. the server-side TTFT of one request)."""
-        return self.sum / self.count if self.count > 0 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sum": self.sum,
-            "count": self.count,
-            "mean": self.mean,
-            "buckets": [["+Inf" if math.isinf(le) else le, n] for le, n in self.buckets],
-        }
+class HistogramDelta(HistogramSnapshot):
+    """What one window of requests added to a histogram; ``mean`` is the mean of the new
+    observations (e.g. the server-side TTFT of one request)."""
 
 
 @dataclass(frozen=True)
