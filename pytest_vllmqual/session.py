@@ -299,14 +299,14 @@ class ServerManager:
 
     def ensure_ready(self) -> ServerHandle:
         """Start the server if needed and return its handle; a failed start is remembered."""
+        if self.startup_error is not None:
+            raise self.startup_error
         if self.teardown is not None and self.launcher is not None and not self.direct_only:
             raise LaunchError(
                 f"the server of recipe {self.recipe.name!r} was already torn down in this session; "
                 "its tests must run together (the plugin groups them by arm)", status="stopped")
         if self.handle is not None and self.startup_status == "ready":
             return self.handle
-        if self.startup_error is not None:
-            raise self.startup_error
         self.started_at = time.monotonic()
         try:
             self.run_prepare()
