@@ -23,7 +23,7 @@ lint:
 
 bench:
 	scripts/setup.sh
-	$(VENV)/bin/python benchmarks/run_all.py
+	$(VENV)/bin/python benchmarks/bench_prompts.py
 
 model:
 	$(VENV)/bin/python fixtures/model/build_tiny_model.py
