@@ -8,7 +8,9 @@ for real; the fault server (tests/faults/fault_server.py) only where noted, with
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -202,6 +204,15 @@ def test_04_server_exits_during_startup(tmp_path: Path) -> None:
         assert_nothing_left(session)
 
 
+def cmdline_of(pid: int) -> str:
+    """The process's command line, or "" once it has exited: startup spawns short-lived helpers
+    that can vanish between listing /proc and reading it (seen in CI)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 @pytest.mark.real_vllm
 def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
     """A TP worker is SIGSTOPped while the real server starts: the deadline fires, the report
@@ -214,8 +225,11 @@ def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
         limit = time.monotonic() + deadline_s - 10
         while not stopped and time.monotonic() < limit and session.proc.poll() is None:  # type: ignore[union-attr]
             for proc in tagged_processes(recipe.tag):
-                if "Worker_TP1" in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
-                    subprocess.run(["kill", "-STOP", str(proc.pid)], check=True)
+                if "Worker_TP1" in cmdline_of(proc.pid):
+                    try:
+                        os.kill(proc.pid, signal.SIGSTOP)
+                    except ProcessLookupError:
+                        continue
                     stopped.append(proc.pid)
             time.sleep(0.2)
         assert stopped, "TP worker 1 never appeared before the deadline"
