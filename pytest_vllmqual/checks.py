@@ -7,6 +7,7 @@ show each gate turning red on a broken response without a server.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,14 +40,28 @@ class ToolFixture:
 
 
 def load_tool_fixtures(path: Path) -> list[ToolFixture]:
-    """The typed tool fixtures (``fixtures/tools/typed_tools.yaml``)."""
+    """The typed tool fixtures (``fixtures/tools/typed_tools.yaml``), read once per file version.
+
+    Four gates use them, each right after a request, when the server's post-step busy-poll
+    makes the CPU scarce on small machines: parsing the YAML again cost ~1 s per gate there.
+    """
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        stat = path.stat()
+    except OSError as exc:
         raise RecipeError(f"tool fixtures {path} cannot be read: {exc}. Fix: restore the file.",
                           path=str(path)) from None
-    return [ToolFixture(name=t["name"], description=t.get("description", ""), parameters=t["parameters"],
-                        prompt=t["prompt"], expected=t.get("expected", {})) for t in data["tools"]]
+    return list(_load_tool_fixtures(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tool_fixtures(path: str, _mtime_ns: int, _size: int) -> tuple[ToolFixture, ...]:
+    try:
+        data = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, yaml.YAMLError) as exc:
+        raise RecipeError(f"tool fixtures {path} cannot be read: {exc}. Fix: restore the file.",
+                          path=path) from None
+    return tuple(ToolFixture(name=t["name"], description=t.get("description", ""), parameters=t["parameters"],
+                             prompt=t["prompt"], expected=t.get("expected", {})) for t in data["tools"])
 
 
 def schema_problems(instance: Any, schema: dict[str, Any], what: str) -> list[str]:

@@ -21,7 +21,7 @@ from .client import QualClient, StreamResult
 from .engine import MetricsSnapshot, parse_metrics
 from .errors import CalibrationError, ServerGoneError
 from .launch.base import ProgressFn
-from .prompts import ChatShape, ExactPromptBuilder, ServerTokenCounter, new_nonce
+from .prompts import ChatShape, ExactPrompt, ExactPromptBuilder, ServerTokenCounter, new_nonce
 from .recipe import Recipe
 from .records import RungRecord
 
@@ -42,18 +42,34 @@ def rung_targets(recipe: Recipe) -> list[tuple[int, str]]:
     return targets
 
 
-def fetch_metrics(http: httpx.Client) -> MetricsSnapshot | None:
-    """A /metrics snapshot, or None where the endpoint is absent."""
+def fetch_metrics_text(http: httpx.Client) -> str | None:
+    """The raw /metrics body, or None where the endpoint is absent.
+
+    Gates fetch the body between requests and parse it afterwards: right after a request
+    vLLM's TP workers busy-poll for a second (``busy_loop_s`` in its shm_broadcast), and on
+    a 2-core machine any parsing done then waits for the CPU (measured: 9 ms of parsing took
+    0.5 s; docs/PERFORMANCE.md).
+    """
     try:
         response = http.get("/metrics", timeout=10.0)
     except httpx.HTTPError:
         return None
-    if response.status_code != 200:
+    return response.text if response.status_code == 200 else None
+
+
+def parse_metrics_text(text: str | None) -> MetricsSnapshot | None:
+    """A snapshot of a body from ``fetch_metrics_text``; None where absent or malformed."""
+    if text is None:
         return None
     try:
-        return parse_metrics(response.text)
+        return parse_metrics(text)
     except Exception:  # a malformed exposition is not a gate failure; the cross-check says n/a
         return None
+
+
+def fetch_metrics(http: httpx.Client) -> MetricsSnapshot | None:
+    """A /metrics snapshot, or None where the endpoint is absent."""
+    return parse_metrics_text(fetch_metrics_text(http))
 
 
 @dataclass
@@ -135,56 +151,81 @@ def run_ladder(
     plan = [(t, label, False) for t, label in rung_targets(recipe)]
     if settings.get("max_len_plus_one", True):
         plan.append((mml + 1, "max_model_len + 1", True))
-    result = LadderResult()
-    for index, (target, label, expect_reject) in enumerate(plan):
-        rung = RungRecord(index=index, target=target, target_label=label, expected_rejection=expect_reject)
-        result.rungs.append(rung)
-        progress(f"ladder rung {index + 1}/{len(plan)}: target {target:,} tokens ({label}) — building prompt")
+    # Every prompt is built before the first probe: calibration asks /tokenize many times, and
+    # between probes the server's post-step busy-poll would slow it for nothing.
+    progress(f"ladder: building {len(plan)} exact-length prompts before the first probe")
+    prompts: list[ExactPrompt | CalibrationError] = []
+    for index, (target, _label, expect_reject) in enumerate(plan):
         try:
-            prompt = builder.build(target, shape, nonce=new_nonce(index), allow_over_max_model_len=expect_reject)
+            prompts.append(builder.build(target, shape, nonce=new_nonce(index),
+                                         allow_over_max_model_len=expect_reject))
         except CalibrationError as exc:
-            rung.error = f"calibration: {exc}"
-            progress(f"ladder rung {index + 1}: {rung.error}")
-            continue
-        rung_max_tokens = max(1, min(max_tokens, mml - target)) if not expect_reject else max_tokens
-        before = fetch_metrics(client.http)
-        progress(f"ladder rung {index + 1}/{len(plan)}: sending {prompt.measured_tokens:,} tokens")
-        started = time.perf_counter()
-        try:
-            # ignore_eos: every rung decodes the same number of tokens, so decode tok/s compares.
-            stream = client.stream_chat({**prompt.request_fields(), "max_tokens": rung_max_tokens,
-                                         "temperature": 0, "ignore_eos": True}, label=f"rung-{index}-{target}")
-        except ServerGoneError as exc:
-            rung.error = f"{exc.status}: {exc}"
-            rung.health_after = exc.status
-            raise
-        after = fetch_metrics(client.http)
-        _apply_stream(rung, stream)
-        if expect_reject:
-            error = stream.attempt.error or ""
-            rung.ok = stream.status_code == 400 and error.startswith(OVER_LENGTH_PREFIX)
-            stream.attempt.expected_rejection = rung.ok
-            stream.attempt.ok = rung.ok
-            rung.error = error[:300]
-            if rung.prompt_tokens is None:
-                rung.prompt_tokens = prompt.measured_tokens
-                rung.calibration_error = prompt.measured_tokens - target
-        else:
-            rung.ok = stream.ok and stream.status_code == 200 and rung.calibration_error == 0
-            if not stream.ok:
-                rung.error = (stream.attempt.error or "")[:300]
-            elif rung.calibration_error != 0:
-                rung.error = f"calibration error {rung.calibration_error} tokens"
-            _cross_check(rung, before, after)
-        rung.health_after = _health(client)
-        rung.post_probe_smoke = post_probe_smoke(client, recipe, label=f"post-probe-{index}")
-        elapsed = time.perf_counter() - started
-        progress(
-            f"ladder rung {index + 1}/{len(plan)}: HTTP {rung.status_code}, "
-            f"{rung.prompt_tokens or 0:,} prompt tokens, TTFT {rung.ttft_s or 0:.3f} s, "
-            f"{'expected rejection' if expect_reject and rung.ok else ('ok' if rung.ok else 'FAILED')}; "
-            f"post-probe smoke {rung.post_probe_smoke} ({elapsed:.1f} s)")
+            prompts.append(exc)
+    result = LadderResult()
+    snapshots: list[tuple[RungRecord, str | None, str | None]] = []
+    try:
+        for index, (target, label, expect_reject) in enumerate(plan):
+            rung = RungRecord(index=index, target=target, target_label=label, expected_rejection=expect_reject)
+            result.rungs.append(rung)
+            prompt = prompts[index]
+            if isinstance(prompt, CalibrationError):
+                rung.error = f"calibration: {prompt}"
+                progress(f"ladder rung {index + 1}: {rung.error}")
+                continue
+            before, after = _probe_rung(client, recipe, rung, prompt, max_tokens=max_tokens,
+                                        rungs=len(plan), progress=progress)
+            if not expect_reject:
+                snapshots.append((rung, before, after))
+    finally:
+        for rung, before, after in snapshots:
+            _cross_check(rung, parse_metrics_text(before), parse_metrics_text(after))
     return result
+
+
+def _probe_rung(client: QualClient, recipe: Recipe, rung: RungRecord, prompt: ExactPrompt, *, max_tokens: int,
+                rungs: int, progress: ProgressFn) -> tuple[str | None, str | None]:
+    """Send one rung, then its health check and post-probe smoke; the /metrics bodies around it."""
+    index, target, expect_reject = rung.index, rung.target, rung.expected_rejection
+    mml = recipe.serve.max_model_len
+    rung_max_tokens = max(1, min(max_tokens, mml - target)) if not expect_reject else max_tokens
+    before = fetch_metrics_text(client.http)
+    progress(f"ladder rung {index + 1}/{rungs}: target {target:,} tokens ({rung.target_label}) — "
+             f"sending {prompt.measured_tokens:,} tokens")
+    started = time.perf_counter()
+    try:
+        # ignore_eos: every rung decodes the same number of tokens, so decode tok/s compares.
+        stream = client.stream_chat({**prompt.request_fields(), "max_tokens": rung_max_tokens,
+                                     "temperature": 0, "ignore_eos": True}, label=f"rung-{index}-{target}")
+    except ServerGoneError as exc:
+        rung.error = f"{exc.status}: {exc}"
+        rung.health_after = exc.status
+        raise
+    after = fetch_metrics_text(client.http)
+    _apply_stream(rung, stream)
+    if expect_reject:
+        error = stream.attempt.error or ""
+        rung.ok = stream.status_code == 400 and error.startswith(OVER_LENGTH_PREFIX)
+        stream.attempt.expected_rejection = rung.ok
+        stream.attempt.ok = rung.ok
+        rung.error = error[:300]
+        if rung.prompt_tokens is None:
+            rung.prompt_tokens = prompt.measured_tokens
+            rung.calibration_error = prompt.measured_tokens - target
+    else:
+        rung.ok = stream.ok and stream.status_code == 200 and rung.calibration_error == 0
+        if not stream.ok:
+            rung.error = (stream.attempt.error or "")[:300]
+        elif rung.calibration_error != 0:
+            rung.error = f"calibration error {rung.calibration_error} tokens"
+    rung.health_after = _health(client)
+    rung.post_probe_smoke = post_probe_smoke(client, recipe, label=f"post-probe-{index}")
+    elapsed = time.perf_counter() - started
+    progress(
+        f"ladder rung {index + 1}/{rungs}: HTTP {rung.status_code}, "
+        f"{rung.prompt_tokens or 0:,} prompt tokens, TTFT {rung.ttft_s or 0:.3f} s, "
+        f"{'expected rejection' if expect_reject and rung.ok else ('ok' if rung.ok else 'FAILED')}; "
+        f"post-probe smoke {rung.post_probe_smoke} ({elapsed:.1f} s)")
+    return before, after
 
 
 @dataclass
@@ -207,7 +248,7 @@ def run_concurrency(client: QualClient, recipe: Recipe, *, progress: ProgressFn,
     max_tokens = int(settings.get("max_tokens", 32))
     builder = ExactPromptBuilder(ServerTokenCounter(client.http, client.model))
     prompts = [builder.build(tokens, shape or ChatShape(), nonce=new_nonce(f"c{i}")) for i in range(n)]
-    before = fetch_metrics(client.http)
+    before = fetch_metrics_text(client.http)
     progress(f"concurrency: {n} requests of {tokens:,} prompt tokens at once")
     started = time.perf_counter()
 
@@ -218,7 +259,7 @@ def run_concurrency(client: QualClient, recipe: Recipe, *, progress: ProgressFn,
     with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
         results = list(pool.map(one, range(n)))
     wall = time.perf_counter() - started
-    after = fetch_metrics(client.http)
+    after = fetch_metrics_text(client.http)
     rows, failures = [], []
     total_out = 0
     for i, res in enumerate(results):
@@ -228,8 +269,9 @@ def run_concurrency(client: QualClient, recipe: Recipe, *, progress: ProgressFn,
             failures.append(f"request {i}: {res.attempt.error}")
         total_out += int(m["completion_tokens"] or 0)
     preemptions = None
-    if before is not None and after is not None:
-        value = after.delta(before).counter("vllm:num_preemptions_total")
+    before_snapshot, after_snapshot = parse_metrics_text(before), parse_metrics_text(after)
+    if before_snapshot is not None and after_snapshot is not None:
+        value = after_snapshot.delta(before_snapshot).counter("vllm:num_preemptions_total")
         preemptions = int(value) if value is not None else None
     return ConcurrencyResult(requests=rows, wall_s=wall,
                              aggregate_output_tok_s=total_out / wall if wall > 0 else None,

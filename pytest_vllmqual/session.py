@@ -320,7 +320,8 @@ class ServerManager:
                 self.facts.cold_start_s = None
             else:
                 self.facts.cold_start_s = wait_until_ready(self.launcher, handle, self.recipe.startup,
-                                                           self.progress, recipe_name=self.recipe.name)
+                                                           self.progress, recipe_name=self.recipe.name,
+                                                           before_last_check=self.collect_facts)
                 handle.cold_start_s = self.facts.cold_start_s
                 self.progress(f"{self.recipe.name} ready in {self.facts.cold_start_s:.1f} s at {handle.base_url}")
         except LaunchError as exc:
@@ -334,7 +335,8 @@ class ServerManager:
         if self.launcher is not None and self.launcher.alive() is not None:
             self.monitor = DeathMonitor(self.launcher, self.guard)
             self.monitor.start()
-        self.collect_facts()
+        if not self.facts.identity:  # direct-only servers have no readiness wait
+            self.collect_facts()
         return handle
 
     def collect_facts(self) -> None:

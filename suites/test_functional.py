@@ -34,6 +34,13 @@ JSON_SCHEMA: dict[str, Any] = {
 JSON_PROMPT = "Lima is the capital of Peru. Reply in JSON with the city and the country."
 
 
+DEFAULT_TOOL_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tools" / "typed_tools.yaml"
+if DEFAULT_TOOL_FIXTURES.is_file():
+    # Read at collection, while no server runs: read between requests, it waited ~1 s for the CPU
+    # on 2-core machines (the server's post-step busy-poll; docs/PERFORMANCE.md).
+    load_tool_fixtures(DEFAULT_TOOL_FIXTURES)
+
+
 @pytest.fixture
 def tool_fixtures(recipe: Recipe) -> list[ToolFixture]:
     path = Path(recipe.gate("tools").get("fixtures", "fixtures/tools/typed_tools.yaml"))

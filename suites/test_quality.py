@@ -115,8 +115,10 @@ def test_quality_long_context(qual_client: QualClient, recipe: Recipe, gate: Gat
     builder = ExactPromptBuilder(ServerTokenCounter(qual_client.http, qual_client.model))
     n = _repeat(recipe)
     passed, answers, sizes = 0, [], []
-    for i in range(n):
-        prompt = builder.build(target, shape, nonce=new_nonce(f"long-{i}"))
+    # Built before the first request: calibration between requests would wait out the server's
+    # post-step busy-poll (docs/PERFORMANCE.md).
+    prompts = [builder.build(target, shape, nonce=new_nonce(f"long-{i}")) for i in range(n)]
+    for i, prompt in enumerate(prompts):
         progress(f"long-context check {i + 1}/{n}: {prompt.measured_tokens:,} prompt tokens")
         result = qual_client.chat({**prompt.request_fields(), "max_tokens": 32, "temperature": 0},
                                   label=f"long-context-{i + 1}")

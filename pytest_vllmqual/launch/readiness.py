@@ -11,6 +11,7 @@ waiting out the deadline.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,11 +105,19 @@ def wait_until_ready(
     *,
     recipe_name: str,
     checks: list[ReadinessCheck] | None = None,
+    before_last_check: Callable[[], None] | None = None,
 ) -> float:
-    """Block until ready; return seconds from ``start`` to ready. Raises LaunchError."""
+    """Block until ready; return seconds from ``start`` to ready. Raises LaunchError.
+
+    ``before_last_check`` runs once, when every check but the last passes (the API answers,
+    the model is listed), before the final one-token completion: the plugin reads the engine
+    facts there, while the server is idle. Its time is left out of the returned seconds.
+    """
     checks = checks if checks is not None else default_checks(startup)
     started = time.monotonic()
     deadline = started + startup.deadline_s
+    hook_pending = before_last_check is not None
+    hook_s = 0.0
     last_progress = started
     last_detail = "server not answering yet"
     with http_client(handle) as client:
@@ -141,7 +150,13 @@ def wait_until_ready(
                     details={"last_phase": phase},
                 )
             ready = True
-            for check in checks:
+            for index, check in enumerate(checks):
+                if hook_pending and before_last_check is not None and index == len(checks) - 1:
+                    hook_started = time.monotonic()
+                    before_last_check()
+                    hook_pending = False
+                    hook_s = time.monotonic() - hook_started
+                    deadline += hook_s
                 try:
                     probe = check.check(client, handle)
                 except httpx.HTTPError as exc:
@@ -151,7 +166,7 @@ def wait_until_ready(
                     last_detail = probe.detail or check.name
                     break
             if ready:
-                return time.monotonic() - started
+                return time.monotonic() - started - hook_s
             if now - last_progress >= PROGRESS_EVERY_S:
                 last_progress = now
                 phase = last_startup_phase(log) or "starting"
