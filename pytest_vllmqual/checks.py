@@ -64,6 +64,13 @@ def _load_tool_fixtures(path: str, _mtime_ns: int, _size: int) -> tuple[ToolFixt
                              prompt=t["prompt"], expected=t.get("expected", {})) for t in data["tools"])
 
 
+def warm_up_validation() -> None:
+    """Pay jsonschema's one-time costs (lazy imports, first validator build) up front: the
+    plugin calls this while the server boots, not right after a request, where the server's
+    post-step busy-poll makes CPU scarce on small machines (docs/PERFORMANCE.md)."""
+    schema_problems({"a": "b"}, {"type": "object", "properties": {"a": {"type": "string"}}}, "warm-up")
+
+
 def schema_problems(instance: Any, schema: dict[str, Any], what: str) -> list[str]:
     """Every JSON-Schema violation of ``instance``, phrased with its path."""
     validator = jsonschema.Draft202012Validator(schema)

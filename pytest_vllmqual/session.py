@@ -25,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from .client import http_client
+from .checks import warm_up_validation
+from .client import http_client, shared_ssl_context
 from .engine import fetch_engine_endpoints, parse_engine_log
 from .errors import LaunchError, ServerGoneError
 from .identity import check_identity
@@ -176,6 +177,13 @@ def traffic_lock(private_dir: Path, *, exclusive: bool) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def warm_up_while_booting() -> None:
+    """One-time client costs (the shared SSL context, jsonschema's first validator) paid while
+    the server boots instead of between requests, where they waited ~1 s for a CPU on 2 cores."""
+    shared_ssl_context()
+    warm_up_validation()
+
+
 # -- gate recording -------------------------------------------------------------------------
 
 
@@ -316,6 +324,7 @@ class ServerManager:
             self.startup_status = "starting"
             handle = self.launcher.start(self.progress)
             self.handle = handle
+            warm_up_while_booting()
             if self.direct_only:
                 self.facts.cold_start_s = None
             else:
