@@ -21,9 +21,11 @@ lint:
 	$(VENV)/bin/ruff check pytest_vllmqual suites tests fixtures benchmarks
 	$(VENV)/bin/mypy
 
+## Every figure of docs/PERFORMANCE.md against the real tiny-cpu server (about 6 minutes);
+## exits 1 when a figure is past its regression guard. Results: reports/bench/latest.json.
 bench:
-	scripts/setup.sh
-	$(VENV)/bin/python benchmarks/bench_prompts.py
+	scripts/setup.sh --bench
+	$(VENV)/bin/python benchmarks/run_all.py
 
 model:
 	$(VENV)/bin/python fixtures/model/build_tiny_model.py

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_prompts.py                         # local tokenizer
     python benchmarks/bench_prompts.py --tokenizer DIR          # a given HF tokenizer dir
-    python benchmarks/bench_prompts.py --server URL [--model NAME] [--send]
+    python benchmarks/bench_prompts.py --server URL [--model NAME] [--api-key KEY] [--send]
 
 For each target (default 32K, 131K, 400K tokens) it prints, for pytest_vllmqual's builder:
 client CPU seconds (``time.process_time``), wall seconds, counter calls and the calibration
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -227,7 +228,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     client: httpx.Client | None = None
     model = args.model
     if args.server:
-        client = httpx.Client(base_url=args.server.rstrip("/"))
+        api_key = getattr(args, "api_key", None)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        client = httpx.Client(base_url=args.server.rstrip("/"), headers=headers)
         if model is None:
             model = client.get("/v1/models", timeout=30.0).json()["data"][0]["id"]
         base_counter: TokenCounter = ServerTokenCounter(client, str(model))
@@ -245,7 +248,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     builder = ExactPromptBuilder(timed, seed=args.seed)
     warm_cpu, warm_wall = time.process_time(), time.perf_counter()
     warm_target = builder.chat_overhead(shape, "bench-warmup") + 200
-    warm = builder.build(warm_target, shape, nonce="bench-warmup", allow_over_max_model_len=True)
+    try:
+        warm = builder.build(warm_target, shape, nonce="bench-warmup", allow_over_max_model_len=True)
+    except CalibrationError as exc:
+        # This tokenizer defeats the builder: every target would be refused the same way.
+        print(f"calibration refused for this tokenizer: {exc}", flush=True)
+        refused: list[dict[str, Any]] = []
+        for target in args.targets:
+            refusal: dict[str, Any] = {"target": target, "error": str(exc)}
+            if tokenizer is not None and not args.no_peer:
+                peer = peer_style_prompt(tokenizer, target, shape, seed=args.seed)
+                refusal["peer"] = {"cpu_s": peer["cpu_s"], "wall_s": peer["wall_s"],
+                                   "error": reference_count(peer["messages"]) - target,
+                                   "content_error": peer["content_mismatch"]}
+                print(f"{target:>8} | ours refused | peer: error {refusal['peer']['error']}, "
+                      f"{peer['wall_s']:.3f} s wall", flush=True)
+            refused.append(refusal)
+        if client is not None:
+            client.close()
+        return {"tokenizer": tokenizer_label, "counter": counter_label, "shape": args.shape,
+                "error": str(exc), "rows": refused}
     header = {
         "tokenizer": tokenizer_label,
         "counter": counter_label,
@@ -346,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", metavar="URL", help="vLLM server root, e.g. http://127.0.0.1:8000")
     parser.add_argument("--model", metavar="NAME", help="served model name (default: first of /v1/models)")
+    parser.add_argument("--api-key", metavar="KEY", default=os.environ.get("VLLM_API_KEY"),
+                        help="the server's API key (default $VLLM_API_KEY); /v1 routes need it, /tokenize not")
     parser.add_argument("--tokenizer", metavar="DIR", help="local HF tokenizer directory")
     parser.add_argument(
         "--targets", metavar="N,N,...", default=",".join(map(str, DEFAULT_TARGETS)),

@@ -3,6 +3,7 @@
 # its dev tools. Re-running is cheap: a stamp records what was installed.
 #   scripts/setup.sh            # what `make qualify` needs
 #   scripts/setup.sh --browser  # plus Debian's chromium for the HTML rendering test
+#   scripts/setup.sh --bench    # plus what `make bench` needs (pandas, for vLLM's own benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -28,7 +29,12 @@ else
   echo "[setup] $VENV is up to date"
 fi
 
-if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+if [[ " $* " == *" --bench "* ]] && ! "$VENV/bin/python" -c "import pandas" 2>/dev/null; then
+  echo "[setup] installing the bench extra (pandas)"
+  "$VENV/bin/pip" install --progress-bar off -q -e ".[bench]"
+fi
+
+if [[ " $* " == *" --browser "* ]] && ! command -v chromium >/dev/null 2>&1; then
   echo "[setup] installing Debian's chromium for the headless HTML test"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
