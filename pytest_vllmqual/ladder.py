@@ -161,6 +161,8 @@ def run_ladder(
                                          allow_over_max_model_len=expect_reject))
         except CalibrationError as exc:
             prompts.append(exc)
+        progress(f"ladder: prompt {index + 1}/{len(plan)} ({target:,} tokens) "
+                 f"{'refused by calibration' if isinstance(prompts[-1], CalibrationError) else 'ready'}")
     result = LadderResult()
     snapshots: list[tuple[RungRecord, str | None, str | None]] = []
     try:

@@ -11,9 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-run_all = pytest.importorskip("run_all")
-bench_verdict = pytest.importorskip("bench_verdict")
-bench_fidelity = pytest.importorskip("bench_fidelity")
+import bench_fidelity
+import bench_verdict
+import run_all
 
 
 def test_check_verdicts_target_guard_and_interval() -> None:
