@@ -410,6 +410,9 @@ def parse_engine_log(text: str) -> EngineFacts:
             if isinstance(parsed, dict):
                 for key in _LAUNCHER_ONLY_ARGS:
                     parsed.pop(key, None)
+                for key in _LOCAL_DIR_ARGS:
+                    if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
+                        parsed[key] = MODEL_DIR_PLACEHOLDER
                 facts.non_default_args, redacted = redact_args(parsed)
                 facts.redacted_arg_keys = sorted(set(redacted))
         if facts.vllm_version is None:
@@ -464,6 +467,10 @@ def _device(pools: list[str], cpu_evidence: bool, gpu_evidence: bool) -> str | N
 
 # Chosen by the launcher for this run, not part of the recipe; the listen address is private.
 _LAUNCHER_ONLY_ARGS = ("host", "port")
+#: Args that name a local directory: its absolute path says where the operator keeps files, not
+#: what was served (the identity block names the checkpoint), so the report shows a placeholder.
+_LOCAL_DIR_ARGS = ("model", "tokenizer", "download_dir")
+MODEL_DIR_PLACEHOLDER = "<model-dir>"
 # A key is secret when one of its "_"-separated words is one of these ("hf_token", "api_key")
 # or it contains "secret"/"password" anywhere. Word matching keeps "max_num_batched_tokens"
 # and "tokenizer", which are configuration, not secrets.
@@ -509,16 +516,43 @@ def redact_args(args: Mapping[str, Any], _path: str = "") -> tuple[dict[str, Any
 
 
 def _parse_python_literal(text: str) -> Any:
-    """``ast.literal_eval`` that tolerates ``<enum …>`` / ``Class(…)`` reprs by quoting them."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        pass
+    """``ast.literal_eval`` that tolerates ``<enum …>`` reprs (quoted) and ``Class(k=v, …)``
+    reprs (read as ``{"type": "Class", "k": v, …}``), as vLLM ≥ 0.2x logs config objects
+    such as ``StructuredOutputsConfig(backend='xgrammar', …)`` among the non-default args."""
     quoted = re.sub(r"<[^<>]*>", lambda m: repr(m.group(0)), text)
+    for candidate in (text, quoted):
+        try:
+            return ast.literal_eval(candidate)
+        except (ValueError, SyntaxError):
+            pass
     try:
-        return ast.literal_eval(quoted)
-    except (ValueError, SyntaxError):
+        tree = ast.parse(quoted, mode="eval")
+    except SyntaxError:
         return None
+    try:
+        return _literal_with_calls(tree.body, quoted)
+    except ValueError:
+        return None
+
+
+def _literal_with_calls(node: ast.expr, source: str) -> Any:
+    """A literal expression in which keyword-only calls stand for config objects."""
+    if isinstance(node, ast.Dict):
+        return {_literal_with_calls(k, source): _literal_with_calls(v, source)
+                for k, v in zip(node.keys, node.values, strict=True) if k is not None}
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_literal_with_calls(item, source) for item in node.elts]
+    if isinstance(node, ast.Call) and not node.args:
+        name = ast.get_source_segment(source, node.func) or "?"
+        return {"type": name, **{kw.arg: _literal_with_calls(kw.value, source) for kw in node.keywords
+                                 if kw.arg is not None}}
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        segment = ast.get_source_segment(source, node)
+        if segment is None:
+            raise
+        return segment
 
 
 def _json_safe(value: Any) -> Any:

@@ -18,6 +18,7 @@ for the shape it expects.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape as _escape
@@ -511,7 +512,8 @@ def _engine_section(report: Mapping[str, Any]) -> str:
     args = engine.get("non_default_args")
     if args:
         body += "<h3>Non-default engine args</h3>" + _table(
-            "engine-args", ["Arg", "Value"], [(k, v) for k, v in sorted(args.items())])
+            "engine-args", ["Arg", "Value"],
+            [(k, json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v) for k, v in sorted(args.items())])
     return f'<section id="engine-facts"><h2>Measurements and engine facts</h2>{body}</section>'
 
 

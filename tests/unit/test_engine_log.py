@@ -449,3 +449,26 @@ def test_phase_reached_on_a_gpu_log(marker: str, phase: str) -> None:
 def test_no_phase_before_anything_is_logged() -> None:
     assert last_startup_phase("") is None
     assert last_startup_phase("Triton is installed, but doesn't include CPU backend.\n") is None
+
+
+def test_cpu_0_32_non_default_args_with_a_config_object() -> None:
+    """0.32 logs config objects as ``Class(k=v, …)`` reprs, which literal_eval refuses: they are
+    read as ``{"type": Class, …}`` instead of losing every non-default arg (seen: tiny-cpu)."""
+    line = ("(APIServer pid=1) INFO 11-30 05:38:08 [api_utils.py:286] non-default args: "
+            "{'enable_auto_tool_choice': True, 'tool_call_parser': 'hermes', 'host': '127.0.0.1', 'port': 45021, "
+            "'model': '/srv/alice/fixtures/model/build/tiny-chat', 'max_model_len': 32768, "
+            "'served_model_name': ['tiny-chat'], "
+            "'tensor_parallel_size': 2, 'max_num_batched_tokens': 8192, 'max_num_seqs': 8, "
+            "'structured_outputs_config': StructuredOutputsConfig(backend='xgrammar', disable_any_whitespace=True, "
+            "disable_additional_properties=False, reasoning_parser='', reasoning_parser_plugin='', "
+            "enable_in_reasoning=False)}\n")
+    facts = parse_engine_log(line)
+    assert facts.non_default_args is not None
+    assert facts.non_default_args["max_num_batched_tokens"] == 8192
+    assert facts.non_default_args["structured_outputs_config"] == {
+        "type": "StructuredOutputsConfig", "backend": "xgrammar", "disable_any_whitespace": True,
+        "disable_additional_properties": False, "reasoning_parser": "", "reasoning_parser_plugin": "",
+        "enable_in_reasoning": False}
+    assert "host" not in facts.non_default_args and "port" not in facts.non_default_args
+    assert facts.non_default_args["model"] == "<model-dir>"  # a local path says nothing about what was served
+    json.dumps(facts.to_dict())  # JSON-safe for the report
