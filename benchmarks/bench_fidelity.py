@@ -244,9 +244,9 @@ def vllm_bench_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, con
         lines.append(line)
         # The client's own CPU while its requests run (its imports and dataset load excluded).
         if BENCH_STARTS in line:
-            cpu_marks["start"] = _process_cpu_s(proc.pid)
+            cpu_marks["start"] = process_cpu_s(proc.pid)
         elif BENCH_ENDS in line and "end" not in cpu_marks:
-            cpu_marks["end"] = _process_cpu_s(proc.pid)
+            cpu_marks["end"] = process_cpu_s(proc.pid)
     code = proc.wait()
     after = fetch_metrics(metrics_http)
     output = "".join(lines)
@@ -269,7 +269,7 @@ def vllm_bench_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, con
     return result
 
 
-def _process_cpu_s(pid: int) -> float | None:
+def process_cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of a running process, from /proc (None where unreadable)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from bench_fidelity import process_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENT_PREFIX = "concurrent-"
@@ -109,7 +110,7 @@ def run_verdict(recipe: str, reports_dir: Path, *, recipes_dir: Path | None = No
     try:
         for line in proc.stdout:
             timeline.append((time.perf_counter() - started, line.rstrip()[:200]))
-            own_cpu = _process_cpu_s(proc.pid) or own_cpu
+            own_cpu = process_cpu_s(proc.pid) or own_cpu
             if probe is None and (match := SERVER_ADDRESS.search(line)):
                 probe = StallProbe(f"http://{match['address']}")
                 probe.start()
@@ -139,15 +140,6 @@ def run_verdict(recipe: str, reports_dir: Path, *, recipes_dir: Path | None = No
         "timeline": [{"t_s": round(t, 3), "line": text} for t, text in timeline if text.strip()],
     })
     return result
-
-
-def _process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a live process (its children excluded), from /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class StallProbe:
