@@ -39,11 +39,12 @@ def reapers_of(run_id: str) -> list[int]:
 
 def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, ProcessSampler, float]:
     """Start a real server through a gate, and end pytest by ``how`` once the tree exists."""
-    overrides: dict[str, Any] = {"startup": {"deadline_s": 300}}
-    if how == "pytest-timeout":
-        # The server lists a name readiness never waits for, so it stays "starting" with its whole
-        # tree alive: the 40 s pytest-timeout then always fires during startup, however fast it is.
-        overrides["serve"] = {"extra_args": ["--served-model-name", "vllmqual-never-listed"]}
+    # The server lists a name readiness never waits for, so it stays "starting" with its whole
+    # tree alive: the signal (or the 40 s pytest-timeout) always lands during startup, however
+    # fast the machine is. Without it, a run in CI once became ready and finished both gates
+    # before the SIGINT arrived (exit 0).
+    overrides: dict[str, Any] = {"startup": {"deadline_s": 300},
+                                 "serve": {"extra_args": ["--served-model-name", "vllmqual-never-listed"]}}
     recipe = derive_recipe(directory, f"tiny-cpu-{how.lower()}", overrides, real_model=True)
     args = ["--timeout=40", "--timeout-method=thread"] if how == "pytest-timeout" else []
     session = Session(directory, recipe, ["startup_probe"], args=args)
