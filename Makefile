@@ -25,6 +25,7 @@ lint:
 ## exits 1 when a figure is past its regression guard. Results: reports/bench/latest.json.
 bench:
 	scripts/setup.sh --bench
+	$(VENV)/bin/python fixtures/model/build_tiny_model.py
 	$(VENV)/bin/python benchmarks/run_all.py
 
 model:

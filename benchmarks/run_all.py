@@ -371,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
     tokenizer_dir = args.tokenizer or recipe.model_location()
+    if not Path(tokenizer_dir).is_dir():
+        parser.error(f"no tokenizer at {tokenizer_dir}: build the fixture model first "
+                     "(python fixtures/model/build_tiny_model.py; `make bench` does it) or pass --tokenizer DIR")
     started = datetime.now(timezone.utc)
     results: dict[str, Any] = {
         "command": "python benchmarks/run_all.py " + " ".join(argv if argv is not None else sys.argv[1:]),
