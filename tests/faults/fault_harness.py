@@ -13,6 +13,7 @@ own ``VLLMQUAL_RUN_ID`` mark (``pytest_vllmqual.launch.procs.processes_of_run``)
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,9 +178,10 @@ class Session:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.marks_dir.mkdir(exist_ok=True)
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(self.argv(), cwd=self.directory, env=session_env(self.marks_dir, self.env),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+        with _sigint_not_ignored():
+            self.proc = subprocess.Popen(self.argv(), cwd=self.directory, env=session_env(self.marks_dir, self.env),
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                         start_new_session=True)
         return self
 
     def wait(self, timeout_s: float = 900) -> Session:
@@ -406,6 +409,26 @@ def leaked_canaries(text: str, extra: dict[str, str] | None = None) -> list[str]
     if own and re.search(rf"(?<![\w.-]){re.escape(own)}(?![\w-])", text):
         found.append(f"own hostname {own!r}")
     return found
+
+
+@contextlib.contextmanager
+def _sigint_not_ignored() -> Iterator[None]:
+    """Let the session's pytest get SIGINT as Ctrl-C at a terminal delivers it.
+
+    A job started in the background by a non-interactive shell (``cmd &``, as CI runners and
+    nohup'd runs do) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt:
+    test_14's SIGINT would be a no-op there (seen in a local CI simulation). An ignored signal
+    stays ignored across exec, a handled one is reset to the default, so the handler is set
+    for the moment of the fork.
+    """
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class ProcessSampler:
