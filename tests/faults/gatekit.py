@@ -4,7 +4,7 @@ A fault test writes a small gate module into a tmp dir and runs it as a real pyt
 against a real (or fault) server. The gates make the fault themselves (SIGKILL the API
 server, SIGSTOP a TP worker) and leave what they saw in ``$FAULT_MARKS`` as JSON files, for
 facts that must not go into the public report (pids, the API key) or that the outer test
-compares with the report (timestamps, socket addresses). Stdlib only.
+compares with the report (timestamps, socket addresses). Stdlib and the plugin's /proc reader.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+from pytest_vllmqual.launch.procs import read_proc
 
 PROC = Path("/proc")
 SHM = Path("/dev/shm")
@@ -33,21 +35,9 @@ def mark(name: str, value: Any) -> None:
     os.replace(tmp, directory / f"{name}.json")
 
 
-def stat_fields(pid: int) -> tuple[str, int, int, str] | None:
-    """(state, ppid, session, name) of a process, None when it is gone."""
-    try:
-        raw = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    close = raw.rfind(")")
-    name = raw[raw.find("(") + 1 : close]
-    fields = raw[close + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[3]), name
-
-
 def alive(pid: int) -> bool:
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
+    info = read_proc(pid)
+    return info is not None and info.state not in ("Z", "X")
 
 
 def cmdline(pid: int) -> str:
@@ -63,10 +53,10 @@ def descendants(root: int) -> list[int]:
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
-        fields = stat_fields(int(entry.name))
-        if fields is None or fields[0] in ("Z", "X"):
+        info = read_proc(int(entry.name))
+        if info is None or info.state in ("Z", "X"):
             continue
-        parents.setdefault(fields[1], []).append(int(entry.name))
+        parents.setdefault(info.ppid, []).append(info.pid)
     found: list[int] = []
     todo = [root]
     while todo:
@@ -81,11 +71,11 @@ def describe_tree(root: int) -> list[dict[str, Any]]:
     """pid, ppid, session, name and command line of ``root`` and its descendants."""
     rows = []
     for pid in [root, *descendants(root)]:
-        fields = stat_fields(pid)
-        if fields is None:
+        info = read_proc(pid)
+        if info is None:
             continue
-        rows.append({"pid": pid, "ppid": fields[1], "session": fields[2], "name": fields[3],
-                     "state": fields[0], "cmdline": cmdline(pid)[:200]})
+        rows.append({"pid": pid, "ppid": info.ppid, "session": info.session, "name": info.name,
+                     "state": info.state, "cmdline": cmdline(pid)[:200]})
     return rows
 
 
@@ -101,10 +91,10 @@ def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.1) -> Any:
 
 def tp_workers(root: int) -> list[int]:
     """The TP worker processes under a vLLM API server (``VLLM::Worker_TP<n>``), by rank order."""
-    rows = [(stat_fields(pid), pid) for pid in descendants(root)]
-    workers = [(fields[3], pid) for fields, pid in rows if fields and "Worker" in fields[3]]
+    rows = [(read_proc(pid), pid) for pid in descendants(root)]
+    workers = [(info.name, pid) for info, pid in rows if info and "Worker" in info.name]
     if not workers:  # process titles not set: fall back to the command line
-        workers = [(cmdline(pid), pid) for _fields, pid in rows if "Worker" in cmdline(pid)]
+        workers = [(cmdline(pid), pid) for _info, pid in rows if "Worker" in cmdline(pid)]
     return [pid for _name, pid in sorted(workers)]
 
 
