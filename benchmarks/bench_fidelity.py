@@ -255,10 +255,11 @@ def vllm_bench_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, con
         raise RuntimeError(f"vllm bench serve exited {code}; log: {workdir / (label + '.log')}\n{output[-2000:]}")
     data = json.loads((workdir / result_name).read_text())
     requests = []
+    latencies = detailed_latencies(data)
     for i in range(len(data["ttfts"])):
         ok = not data["errors"][i]
         requests.append(RequestFigures(data["input_lens"][i], data["output_lens"][i] or None,
-                                       data["ttfts"][i] if ok else None, data["latencies"][i] if ok else None, ok))
+                                       data["ttfts"][i] if ok else None, latencies[i] if ok else None, ok))
     reported = {k: data.get(k) for k in ("median_ttft_ms", "median_tpot_ms", "output_throughput", "duration",
                                          "completed", "failed", "median_e2el_ms", "median_itl_ms")}
     start_cpu, end_cpu = cpu_marks.get("start"), cpu_marks.get("end")
@@ -267,6 +268,21 @@ def vllm_bench_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, con
                         client_cpu_s=end_cpu - start_cpu if start_cpu is not None and end_cpu is not None else None)
     _server_delta(result, before, after)
     return result
+
+
+def detailed_latencies(data: dict[str, Any]) -> list[float | None]:
+    """Each request's end-to-end latency from ``vllm bench serve --save-detailed``.
+
+    0.32 writes ``latencies``; 0.24 does not, and computes a request's latency as its TTFT plus
+    the sum of its inter-token latencies, which is what is read there (``ttfts`` and ``itls``).
+    """
+    if isinstance(data.get("latencies"), list):
+        return list(data["latencies"])
+    ttfts, itls = data.get("ttfts"), data.get("itls")
+    if not isinstance(ttfts, list) or not isinstance(itls, list) or len(ttfts) != len(itls):
+        raise RuntimeError("vllm bench serve's detailed result has neither 'latencies' nor matching "
+                           "'ttfts' and 'itls'; this benchmark reads those of vLLM 0.24 and 0.32")
+    return [None if ttft is None else float(ttft) + float(sum(gaps or [])) for ttft, gaps in zip(ttfts, itls, strict=True)]
 
 
 def process_cpu_s(pid: int) -> float | None:

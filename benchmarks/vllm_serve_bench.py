@@ -21,7 +21,10 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     from vllm.benchmarks.serve import add_cli_args
     from vllm.benchmarks.serve import main as serve_main
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # 0.24 and older keep it in vllm.utils
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
 
     parser = FlexibleArgumentParser(  # type: ignore[no-untyped-call]
         description="vLLM's serving benchmark (vllm bench serve)")

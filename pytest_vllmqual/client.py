@@ -158,6 +158,9 @@ class StreamResult:
     ttft_content_s: float | None = None
     e2e_s: float | None = None
     error: str | None = None
+    #: An error event the server sent inside the 200 stream (vLLM does this when the engine fails
+    #: mid-generation): its type, code and message, kept apart from the SSE contract violations.
+    stream_error: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -200,6 +203,8 @@ class QualClient:
         self.timeout_s = timeout_s
         self.sink = sink
         self.guard = guard
+        #: The attempt recorded last: what a caller reads when a call ends in ServerGoneError.
+        self.last_attempt: Attempt | None = None
         self._http = http_client(handle, timeout=httpx.Timeout(timeout_s, connect=10.0))
 
     @property
@@ -221,6 +226,7 @@ class QualClient:
     def _emit(self, attempt: Attempt, request: bytes, response: bytes) -> None:
         attempt.request_sha256 = sha256_hex(request)
         attempt.response_sha256 = sha256_hex(response)
+        self.last_attempt = attempt
         if self.sink is not None:
             self.sink.record_attempt(attempt, request, response)
 
@@ -377,6 +383,15 @@ class QualClient:
             return result
         end = time.perf_counter()
         attempt.latency_s = result.e2e_s = end - started
+        if result.stream_error is not None:
+            # The engine failed mid-request: an engine failure, not a missing usage chunk.
+            error = result.stream_error
+            attempt.error = (f"error event inside the 200 stream: {error.get('type') or 'error'}"
+                             f" (code {error.get('code')}): {error.get('message', '')}")[:500]
+            attempt.error_kind = "engine_error"
+            self._emit(attempt, request, bytes(raw))
+            self._check_server_error(attempt, 500, str(error.get("message", "")))
+            return result
         if not result.saw_done:
             result.violations.append("stream ended without the [DONE] terminator")
         if result.usage is None:
@@ -421,6 +436,10 @@ def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:
         result.violations.append(f"unparseable SSE data: {payload[:80]!r}")
         return
     result.chunks += 1
+    error = stream_error_event(chunk)
+    if error is not None:
+        result.stream_error = error
+        return
     if chunk.get("usage") and not chunk.get("choices"):
         result.usage = chunk["usage"]
         return
@@ -444,6 +463,23 @@ def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:
             _merge_tool_delta(result, tool_delta)
         if choice.get("finish_reason"):
             result.finish_reason = choice["finish_reason"]
+
+
+def stream_error_event(chunk: Any) -> dict[str, Any] | None:
+    """The error a server put inside a 200 stream, or None for an ordinary chunk.
+
+    vLLM sends ``{"error": {"message", "type", "code"}}`` (≥0.11) or the flat
+    ``{"object": "error", "message", …}`` (older) followed by ``[DONE]`` when generation fails.
+    """
+    if not isinstance(chunk, dict):
+        return None
+    if isinstance(chunk.get("error"), dict):
+        inner: dict[str, Any] = chunk["error"]
+    elif chunk.get("object") == "error":
+        inner = chunk
+    else:
+        return None
+    return {"type": inner.get("type"), "code": inner.get("code"), "message": str(inner.get("message", ""))}
 
 
 def _merge_tool_delta(result: StreamResult, delta: dict[str, Any]) -> None:

@@ -77,6 +77,9 @@ class LadderResult:
     """All rungs, in order, plus what the cross-checks found."""
 
     rungs: list[RungRecord] = field(default_factory=list)
+    #: Set when the server died or hung during a rung: that rung is the last one, marked
+    #: ``killed_server``, and the climb stopped there.
+    server_gone: ServerGoneError | None = None
 
     @property
     def measured(self) -> list[RungRecord]:
@@ -167,6 +170,8 @@ def run_ladder(
     snapshots: list[tuple[RungRecord, str | None, str | None]] = []
     try:
         for index, (target, label, expect_reject) in enumerate(plan):
+            if result.server_gone is not None:
+                break
             rung = RungRecord(index=index, target=target, target_label=label, expected_rejection=expect_reject)
             result.rungs.append(rung)
             prompt = prompts[index]
@@ -174,8 +179,12 @@ def run_ladder(
                 rung.error = f"calibration: {prompt}"
                 progress(f"ladder rung {index + 1}: {rung.error}")
                 continue
-            before, after = _probe_rung(client, recipe, rung, prompt, max_tokens=max_tokens,
-                                        rungs=len(plan), progress=progress)
+            try:
+                before, after = _probe_rung(client, recipe, rung, prompt, max_tokens=max_tokens,
+                                            rungs=len(plan), progress=progress)
+            except ServerGoneError as exc:
+                result.server_gone = exc
+                continue
             if not expect_reject:
                 snapshots.append((rung, before, after))
     finally:
@@ -199,8 +208,18 @@ def _probe_rung(client: QualClient, recipe: Recipe, rung: RungRecord, prompt: Ex
         stream = client.stream_chat({**prompt.request_fields(), "max_tokens": rung_max_tokens,
                                      "temperature": 0, "ignore_eos": True}, label=f"rung-{index}-{target}")
     except ServerGoneError as exc:
-        rung.error = f"{exc.status}: {exc}"
+        # The request in flight is evidence: it stays in the ladder as a failed rung that the
+        # server did not survive, with what the client saw before the death.
+        last = client.last_attempt
+        if last is not None and last.label.startswith(f"rung-{index}-{target}"):
+            rung.status_code = last.status_code
+            rung.e2e_s = last.latency_s
+        seen = f" after {last.error_kind}" if last is not None and last.error_kind else ""
+        rung.error = f"{exc.status} during this rung{seen}: {exc}"[:300]
         rung.health_after = exc.status
+        rung.killed_server = True
+        rung.post_probe_smoke = "not run: the server did not survive this rung"
+        progress(f"ladder rung {index + 1}/{rungs}: the server did not survive this rung ({exc.status})")
         raise
     after = fetch_metrics_text(client.http)
     _apply_stream(rung, stream)

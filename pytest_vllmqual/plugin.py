@@ -365,9 +365,21 @@ def vllm_server(request: pytest.FixtureRequest, vllmqual_arm: str) -> ServerHand
 
 
 @pytest.fixture
-def server_facts(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> dict[str, Any]:
-    """Engine facts, endpoint facts and the identity check of the running server."""
+def server_facts(request: pytest.FixtureRequest, vllmqual_arm: str) -> dict[str, Any]:
+    """Engine facts, endpoint facts and the identity check gathered at startup.
+
+    They need a server that started, not one that is still alive: a server that died later (a
+    ladder rung that killed it) still had these facts, and the gates that judge them still run.
+    """
     owner = _server_owner(request)
+    try:
+        owner.ensure_ready()
+    except LaunchError as exc:
+        recorder = request.node.stash.get(RECORD_KEY, None)
+        if recorder is not None:
+            recorder.record.status = exc.status
+        _fail(exc)
+        raise
     if isinstance(owner, ServerManager):
         return {"engine": owner.facts.engine, "endpoints": owner.facts.endpoints,
                 "identity": owner.facts.identity, "cold_start_s": owner.facts.cold_start_s}

@@ -109,6 +109,7 @@ class RungRecord:
     server_ttft_s: float | None = None
     server_prompt_tokens: int | None = None
     prefix_cache_hits: int | None = None
+    killed_server: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

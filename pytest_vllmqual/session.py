@@ -31,6 +31,7 @@ from .engine import fetch_engine_endpoints, parse_engine_log
 from .errors import LaunchError, ServerGoneError
 from .identity import check_identity
 from .launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, new_api_key
+from .launch.engine_death import classify_engine_death
 from .launch.external import ExternalLauncher
 from .launch.readiness import log_tail, wait_until_ready
 from .launch.subprocess import SubprocessLauncher
@@ -78,9 +79,14 @@ class ServerGuard:
         with self._lock:
             if self.state().get("status") not in (None, "ok"):
                 return
-            tail = log_tail(self.launcher.log_text(), 15) if self.launcher is not None else ""
+            log_text = self.launcher.log_text() if self.launcher is not None else ""
+            tail = log_tail(log_text, 15) if self.launcher is not None else ""
+            death = classify_engine_death(log_text) if status in ("server_dead", "hung") else None
+            if death is not None:
+                detail = f"{detail}; cause found in the log: {death.describe()}"
             tmp = self.state_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"status": status, "detail": detail, "log_tail": tail, "at": utc_now()}))
+            tmp.write_text(json.dumps({"status": status, "detail": detail, "log_tail": tail, "at": utc_now(),
+                                       "death": death.to_dict() if death is not None else None}))
             os.replace(tmp, self.state_file)
 
     def gone_error(self) -> ServerGoneError | None:
@@ -102,7 +108,9 @@ class ServerGuard:
             self.mark("server_dead", f"the server process exited with status {self.launcher.exit_code()}")
             return self.gone_error()
         if error is None:
-            if status_code is not None and status_code >= 500 and re.search(r"EngineDead|EngineCore encountered", text):
+            if status_code is not None and status_code >= 500 and (
+                    re.search(r"EngineDead|EngineCore encountered", text)
+                    or (self.launcher is not None and self._engine_died())):
                 self.mark("server_dead", "the engine core died (EngineDeadError)")
                 return self.gone_error()
             return None
@@ -111,6 +119,12 @@ class ServerGuard:
             self.mark(*verdict)
             return self.gone_error()
         return None
+
+    def _engine_died(self) -> bool:
+        """The log says the engine core is dead, though the API process may still answer."""
+        assert self.launcher is not None
+        death = classify_engine_death(self.launcher.log_text())
+        return death is not None and "engine_dead" in death.kinds
 
     def probe(self, *, after_timeout: bool) -> tuple[str, str] | None:
         """Ask the server directly: refused → dead; a 1-token completion that hangs → hung."""

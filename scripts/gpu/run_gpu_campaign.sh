@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The seeds' campaign on the fixture model, on a GPU host (issue 15): the tiny-gpu suite, the 393K
+# FP8-KV campaign, the bracketed 8,192 vs 4,096 A/B at 131,072, a classified startup failure and
+# the fidelity benchmark. Each step writes its reports and junit under OUT; nothing stops the next.
+#
+#   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]      STEP: suite 393k ab kvfail bench (default: all)
+#
+# Needs vLLM 0.24.0 importable by python3 (pip install vllm==0.24.0, or the offline bundle:
+# shared/gpu/README.md, then PYTHONPATH=/tmp/site) and the fixture model in
+# fixtures/model/build/tiny-chat (build it anywhere with fixtures/model/build_tiny_model.py).
+# VLLMQUAL_GPU_TP=1 rewrites the recipes to TP=1 for a one-GPU host (the reports then say TP=1).
+set -uo pipefail
+out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench]}; shift
+steps=${*:-suite 393k ab kvfail bench}
+cd "$(dirname "$0")/../.."
+mkdir -p "$out"
+# The environment every start needs on these hosts (shared/gpu/README.md); the recipes carry it too.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+  VLLM_ALLREDUCE_USE_SYMM_MEM=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+  PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+recipes=fixtures/recipes
+if [ -n "${VLLMQUAL_GPU_TP:-}" ]; then
+  recipes=$(mktemp -d)
+  cp fixtures/recipes/*.yaml "$recipes/"
+  sed -i "s/^  tensor_parallel_size: 2$/  tensor_parallel_size: ${VLLMQUAL_GPU_TP}/" "$recipes"/tiny-gpu*.yaml
+fi
+pytest_cmd=(python3 -m pytest -p pytest_vllmqual.plugin -p no:cacheprovider -q -rA
+            --vllmqual-recipes-dir "$recipes" --vllmqual-reports-dir "$out/reports")
+step() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
+for s in $steps; do
+  case $s in
+    suite)  step "tiny-gpu: every gate"
+            "${pytest_cmd[@]}" suites --recipe=tiny-gpu --junitxml="$out/tiny-gpu.xml" ;;
+    393k)   step "tiny-gpu-393k campaign: FP8 KV at 393,216, ladder past 300,000"
+            "${pytest_cmd[@]}" suites --campaign=tiny-gpu-393k --junitxml="$out/tiny-gpu-393k.xml" ;;
+    ab)     step "A/B: 8,192 vs 4,096 batched tokens at 131,072, bracketed"
+            "${pytest_cmd[@]}" suites --ab tiny-gpu-131k-8192,tiny-gpu-131k-4096 --bracket \
+              --junitxml="$out/tiny-gpu-ab.xml" ;;
+    kvfail) step "tiny-gpu-kvfail: a startup that must fail, classified"
+            "${pytest_cmd[@]}" suites --recipe=tiny-gpu-kvfail -m "lifecycle or engine" \
+              --junitxml="$out/tiny-gpu-kvfail.xml" ;;
+    bench)  step "fidelity: the harness against vLLM's own serving benchmark, same server"
+            python3 benchmarks/bench_fidelity.py --recipe tiny-gpu --recipes-dir "$recipes" --rounds 2 \
+              --json "$out/fidelity-gpu.json" ;;
+    *)      echo "unknown step $s" >&2 ;;
+  esac
+  echo "=== $s exit $?"
+done
