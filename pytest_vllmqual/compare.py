@@ -706,6 +706,14 @@ def _verdict_of(report: Mapping[str, Any]) -> str:
     return str((report.get("decision") or {}).get("verdict") or "no-promotion")
 
 
+def _became_ready(report: dict[str, Any]) -> bool:
+    """The arm's server passed readiness (managed) or answered as found (direct-only)."""
+    lifecycle = report.get("lifecycle") or {}
+    if lifecycle.get("startup_status") is not None:
+        return lifecycle.get("startup_status") == "ready"
+    return (report.get("run") or {}).get("status") == "complete"
+
+
 def _largest_prompt(reports: Iterable[Mapping[str, Any]]) -> int | None:
     sizes = [int(r["prompt_tokens"]) for report in reports for r in ok_rungs(report)]
     return max(sizes) if sizes else None
@@ -820,9 +828,11 @@ def decide_comparison(control: Mapping[str, Any], candidate: Mapping[str, Any], 
         does_not.append(f"a request above {short_tokens(targets.prompt_tokens)} prompt tokens"
                         + (f" (the largest measured in any arm was {largest:,})" if largest is not None
                            else " (no arm completed a capacity rung)"))
+    # A startup is proven by the arm having become ready with the configured context and a large
+    # enough reported pool; a death later in the run (a ladder rung) does not undo it.
     started = [r for r in arms if (_max_model_len(r) or 0) >= targets.context_tokens
                and ((r.get("engine") or {}).get("kv_cache_tokens") or 0) >= targets.context_tokens
-               and (r.get("run") or {}).get("status") == "complete"]
+               and _became_ready(r)]
     if not started:
         does_not.append(f"{short_tokens(targets.context_tokens)} startup (no arm was configured with "
                         f"max_model_len ≥ {targets.context_tokens:,} and a reported KV pool ≥ "

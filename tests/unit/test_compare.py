@@ -487,3 +487,23 @@ def test_cli_compare_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> 
                  "--target-context", "0", "-o", "/dev/null/x.json"])
     assert code == EXIT_USAGE
     assert "--target-context must be a positive token count" in one_line_error(capsys.readouterr().err)
+
+
+def test_a_startup_both_arms_made_is_not_denied_after_a_later_death(
+        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+    """Issue 15: two arms that started at 131,072 with 536M-token pools, then died on a ladder rung
+    (run incomplete), still proved the 131K startup; only an arm that never became ready did not."""
+    died = []
+    for arm in copy.deepcopy(arms):
+        arm["engine"]["kv_cache_tokens"] = 536_377_984
+        arm["run"]["status"] = "incomplete"
+        for section in ("engine", "capacity"):
+            arm["recipe"]["content"]["gates"].setdefault(section, {})["min_kv_tokens"] = 131_072
+        died.append(arm)
+    control, candidate, replay = died
+    started = compare_reports(control, candidate, replay=replay, sanitizer=quiet())
+    assert not any(d.startswith("131K startup") for d in started["decision"]["does_not_prove"])
+    for arm in died:
+        arm["lifecycle"]["startup_status"] = "startup_timeout"
+    never = compare_reports(control, candidate, replay=replay, sanitizer=quiet())
+    assert any(d.startswith("131K startup") for d in never["decision"]["does_not_prove"])
