@@ -80,6 +80,9 @@ class QualRun:
         self.plan: list[ArmSpec] = []
         self.campaign: Any = None
         self.campaign_path: Path | None = None
+        #: Campaign arms decided not to run, with the reason: decided once, at the arm's first
+        #: test, and kept (the skipped test itself leaves a gate record on the arm).
+        self.campaign_skips: dict[str, str] = {}
         self.comparison_path: Path | None = None
         self.comparison: dict[str, Any] | None = None
         self.on_arm_done: Callable[[Arm], None] | None = None
@@ -115,17 +118,21 @@ class QualRun:
 
     def campaign_skip_reason(self, key: str) -> str | None:
         """Why campaign arm ``key`` must not run now (None: it runs). Reports written so far decide."""
-        if self.campaign is None or (key in self.arms and (self.arms[key].manager is not None or self.arms[key].gates)):
+        if self.campaign is None:
+            return None
+        if key in self.campaign_skips:
+            return self.campaign_skips[key]
+        if key in self.arms and (self.arms[key].manager is not None or self.arms[key].gates):
             return None
         self.finish_other_arms(key)
         done = {k: a.report for k, a in self.arms.items() if a.report is not None}
         next_arm = self.campaign.next_arm(done)
         if next_arm == key:
             return None
-        for decision in self.campaign.decisions():
-            if decision.arm.name == key:
-                return str(decision.reason)
-        return f"campaign arm {key} does not run"
+        reason = next((str(d.reason) for d in self.campaign.decisions() if d.arm.name == key),
+                      f"campaign arm {key} does not run")
+        self.campaign_skips[key] = reason
+        return reason
 
     def write_campaign_record(self) -> Path | None:
         """The campaign record: which arm ran and why (written beside the arm reports)."""

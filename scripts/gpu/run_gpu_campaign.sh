@@ -20,7 +20,11 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
   PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 recipes=fixtures/recipes
 if [ -n "${VLLMQUAL_GPU_TP:-}" ]; then
-  recipes=$(mktemp -d)
+  # A project beside this one whose recipes differ only in TP; everything else links back here,
+  # so the recipes' relative paths (the model, the tool fixtures) still resolve.
+  shadow=$(mktemp -d); mkdir -p "$shadow/fixtures/recipes"
+  for f in fixtures/*; do [ "$f" = fixtures/recipes ] || ln -s "$PWD/$f" "$shadow/$f"; done
+  recipes=$shadow/fixtures/recipes
   cp fixtures/recipes/*.yaml "$recipes/"
   sed -i "s/^  tensor_parallel_size: 2$/  tensor_parallel_size: ${VLLMQUAL_GPU_TP}/" "$recipes"/tiny-gpu*.yaml
 fi

@@ -72,3 +72,17 @@ def test_campaign_runs_the_fallback_when_the_first_arm_fails_kv_pool(tmp_path: P
     assert any("tiny-cpu ran because tiny-cpu-kvfail failed kv_pool" in r for r in record["reasons"]), record
     for report in (first, second):
         assert processes_of_run(report["run"]["id"]) == []
+
+
+def test_campaign_skips_every_gate_of_a_fallback_that_is_not_needed(tmp_path: Path) -> None:
+    """Found on GPU (tiny-gpu-393k): the first arm passed, the fallback's first gate was skipped,
+    and its later gates then started the fallback's server anyway. A skip is decided once per arm."""
+    code, output = run_session(tmp_path, "--campaign=tiny-cpu:startup+kv_pool,tiny-cpu-4096?fallback")
+    assert code == 0, output[-6000:]
+    assert list(tmp_path.glob("tiny-cpu-4096-*.json")) == [], "the unneeded fallback must not write a report"
+    assert "REPORT NOT WRITTEN" not in output
+    first = load(next(tmp_path.glob("tiny-cpu-2*.json")))
+    assert all(g["outcome"] == "passed" for g in first["gates"]), first["gates"]
+    record = load(next(tmp_path.glob("campaign-*.json")))
+    assert record["ran"] == ["tiny-cpu"], record
+    assert "waiting for tiny-cpu-4096" not in output  # its server never started
