@@ -86,3 +86,16 @@ def fault_stream_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         yield session.run(timeout_s=120)
     finally:
         kill_tagged(recipe.tag, server_sessions(session))
+
+
+@pytest.fixture(scope="session")
+def engine_death_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Fault server (see fault_server.py for why): the engine dies during a streamed request,
+    the way a real 0.24.0 GPU server died in issue 15."""
+    directory = tmp_path_factory.mktemp("engine-death")
+    recipe = fault_server_recipe(directory, "tiny-cpu-engine-death", env={})
+    session = Session(directory, recipe, ["engine_death"])
+    try:
+        yield session.run(timeout_s=120)
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))

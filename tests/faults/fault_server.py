@@ -23,7 +23,10 @@ Behaviour is chosen by environment variables (set in the recipe's ``launcher.env
 
 Per request, a marker in the last user message picks a stream or status fault:
 ``[fault:cut]``, ``[fault:nodone]``, ``[fault:nousage]``, ``[fault:500-once:ID]``,
-``[fault:die]``.
+``[fault:die]``, ``[fault:engine-dies]`` (the 0.24.0 GPU death measured in issue 15: a worker's
+device-side assert, the NCCL watchdog and EngineDeadError logged by three processes, an error
+event inside the 200 stream, then the API server exits; a real vLLM only does this with a GPU
+kernel fault, which cannot be caused on demand).
 
 Run standalone: ``python tests/faults/fault_server.py --host 127.0.0.1 --port 8000``.
 """
@@ -158,6 +161,9 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
                 return
             final = {**delta, "choices": [{"index": 0, "delta": {"content": "."}, "finish_reason": "stop"}]}
             self._chunk(json.dumps(final))
+            if marker == "engine-dies":
+                self._engine_dies()
+                return
             if marker != "nousage":
                 self._chunk(json.dumps({"id": "chatcmpl-fault", "object": "chat.completion.chunk",
                                         "model": state.served_model_name, "choices": [],
@@ -168,7 +174,33 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
+        def _engine_dies(self) -> None:
+            for line in ENGINE_DEATH_LINES:
+                state.log(line)
+            error = {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the "
+                               "root cause.", "type": "InternalServerError", "param": None, "code": 500}}
+            self._chunk(json.dumps(error))
+            self._chunk("[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            sys.stdout.flush()
+            time.sleep(0.3)  # vLLM's API server shuts down shortly after the engine's death
+            os._exit(1)
+
     return Handler
+
+
+#: What three processes of a real 0.24.0 TP=2 server logged when a prompt past the RoPE table
+#: tripped an inductor assert (issue 15), host details replaced by planted canaries.
+ENGINE_DEATH_LINES = (
+    "(Worker_TP1 pid=300) /tmp/torchinductor_canary-user/ab/cab.py:40: unknown: block: [0,0,0], thread: "
+    "[0,0,0] Assertion `index out of bounds: 0 <= tmp5 < 32768` failed.",
+    "(Worker_TP0 pid=299) [rank0]:[E1130 10:00:02 ProcessGroupNCCL.cpp:2057] [PG ID 2 Rank 0] Process group "
+    "watchdog thread terminated with exception: CUDA error: device-side assert triggered gpu-node-canary.corp",
+    "(EngineCore_DP0 pid=200) ERROR 11-30 10:00:03 [core.py:1] EngineCore encountered a fatal error.",
+    "(APIServer pid=100) ERROR 11-30 10:00:03 [async_llm.py:1] vllm.v1.engine.exceptions.EngineDeadError: "
+    "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+)
 
 
 def main(argv: list[str]) -> int:
