@@ -25,7 +25,6 @@ from html import escape as _escape
 from typing import Any
 
 from .decision import (
-    PREFLIGHT_GATES,
     first_line,
     fmt_num,
     gate_outcome,
@@ -34,6 +33,7 @@ from .decision import (
     preflight_summary,
     short_tokens,
 )
+from .gates import COLD_START_GATE, IDENTITY_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES, family_of
 
 COLORS = {
     "ok": "#1f77b4",
@@ -155,8 +155,8 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if run.get("mode") == "direct-only":
         rows.append(("Cold managed start", "Not measured: the endpoint was used direct-only", "skip"))
     elif error:
-        rows.append(("Cold managed start", f"Failed ({error.get('status')}): {first_line(error.get('message'))}",
-                     "fail"))
+        rows.append(("Cold managed start", f"Failed ({error.get('status')}): "
+                     f"{first_line(error.get('cause') or error.get('message'))}", "fail"))
     elif life.get("cold_start_s") is not None:
         rows.append(("Cold managed start", f"Passed health in {life['cold_start_s']:.1f} seconds", ""))
     else:
@@ -164,20 +164,20 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     identity_status = (report.get("identity") or {}).get("status")
     rows.append(("Identity", _identity_text(report),
                  "fail" if identity_status == "provenance_mismatch" else ("" if identity_status == "verified" else "skip")))
-    for gate in gates_named(report, "reasoning"):
+    for gate in [g for g in report.get("gates") or [] if g.get("family") == "reasoning"]:
         rows.append((str(gate.get("title") or "Reasoning prompt contract"), _gate_result(gate),
                      _outcome_class(gate.get("outcome"))))
     preflight = report.get("preflight") or preflight_summary(report)
     not_passed = [f"{g['gate']} {g['outcome']}" for g in preflight.get("gates") or [] if g.get("outcome") != "passed"]
     rows.append(("Functional preflight", str(preflight.get("text")) + (f"; {', '.join(not_passed)}" if not_passed else ""),
                  "" if not not_passed else "fail"))
-    handled = {*PREFLIGHT_GATES, "reasoning", "capacity", "engine"}
+    handled = {*PREFLIGHT_GATES, LADDER_GATE, KV_POOL_GATE, IDENTITY_GATE, COLD_START_GATE}
     for gate in report.get("gates") or []:
-        if gate.get("gate") in handled:
+        if gate.get("gate") in handled or gate.get("family") == "reasoning":
             continue
         rows.append((str(gate.get("title") or gate.get("gate")), _gate_result(gate), _outcome_class(gate.get("outcome"))))
     top = largest_rung(report)
-    capacity = gate_outcome(report, "capacity")
+    capacity = gate_outcome(report, LADDER_GATE)
     if top is not None:
         text = (f"{fmt_num(top.get('prompt_tokens'))} actual prompt tokens; {fmt_num(top.get('ttft_s'), 3)} s TTFT; "
                 f"{fmt_num(top.get('e2e_s'), 3)} s E2E; {fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s; "
@@ -186,7 +186,7 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             text = f"Capacity gate {capacity}; largest completed: " + text
         rows.append(("Near-limit capacity", text, _outcome_class(capacity)))
     elif capacity != "absent":
-        gate = gates_named(report, "capacity")[0]
+        gate = gates_named(report, LADDER_GATE)[0]
         rows.append(("Near-limit capacity", _gate_result(gate) or "no rung completed", "fail"))
     engine = report.get("engine") or {}
     if engine.get("kv_cache_tokens") is not None:
@@ -194,7 +194,7 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         text = (f"{fmt_num(engine.get('min_rank_kv_gib'), 2)} GiB, {fmt_num(engine.get('kv_cache_tokens'))} tokens, "
                 f"reported {fmt_num(engine.get('max_concurrency'), 2)}× capacity at the configured "
                 f"{fmt_num(engine.get('concurrency_at_tokens'))}-token envelope")
-        engine_gate = gate_outcome(report, "engine")
+        engine_gate = gate_outcome(report, KV_POOL_GATE)
         if engine_gate in ("failed", "error"):
             text = f"Engine gate {engine_gate}: " + text
         rows.append((f"{device} KV allocation", text, _outcome_class(engine_gate)))
@@ -519,15 +519,21 @@ def _engine_section(report: Mapping[str, Any]) -> str:
 
 def _gates_section(report: Mapping[str, Any]) -> str:
     gates = report.get("gates") or []
-    rows = [(g.get("gate"), g.get("title"), g.get("outcome"), g.get("status") or "", fmt_num(g.get("duration_s"), 2),
+    rows = [(g.get("gate"), g.get("family") or family_of(str(g.get("gate"))) or "other", g.get("title"),
+             g.get("outcome"), g.get("status") or "", fmt_num(g.get("duration_s"), 2),
              len(g.get("attempts") or []), g.get("retained_failures"),
-             first_line(g.get("summary") if g.get("outcome") == "passed" else g.get("reason"), 300))
+             first_line((g.get("proves") or g.get("summary")) if g.get("outcome") == "passed" else g.get("reason"), 300))
             for g in gates]
     classes = [_outcome_class(g.get("outcome")) for g in gates]
+    ran = {str(g.get("gate")) for g in gates}
+    missing = [(row["gate"], row["family"], row["title"], row["outcome"], row.get("reason") or "")
+               for row in (report.get("decision") or {}).get("gates") or [] if row.get("gate") not in ran]
+    absent = ("" if not missing else "<h3>Registered gates that did not run</h3>" + _table(
+        "gates-not-run", ["Gate", "Family", "Title", "Outcome", "Why"], missing, ["skip"] * len(missing)))
     return ('<section id="gates"><h2>All gates</h2>'
-            + _table("gate-table", ["Gate", "Title", "Outcome", "Status", "Duration s", "Attempts",
-                                    "Retained failures", "Summary or reason"], rows, classes, numeric=(4, 5, 6))
-            + "</section>")
+            + _table("gate-table", ["Gate", "Family", "Title", "Outcome", "Status", "Duration s", "Attempts",
+                                    "Retained failures", "Proves, summary or reason"], rows, classes, numeric=(5, 6, 7))
+            + absent + "</section>")
 
 
 def _identity_section(report: Mapping[str, Any]) -> str:

@@ -143,6 +143,7 @@ class RunRecord:
     ladder: list[RungRecord] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     private_dir: str | None = None
+    deselected_gates: list[dict[str, Any]] = field(default_factory=list)
 
     def gate_by_name(self, name: str) -> GateRecord | None:
         for gate in self.gates:

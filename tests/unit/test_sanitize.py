@@ -228,9 +228,10 @@ def test_reserve_keeps_new_pseudonyms_from_colliding_with_existing_ones() -> Non
 
 def test_redaction_summary_lists_every_kind_seen_and_only_those() -> None:
     s = make("vq-secretsecretsecret")
+    s.add_env_values({"VLLM_LOGGING_PREFIX": "[rack-7b.lab] "})
     s.scrub("vq-secretsecretsecret hf_AbCdEfGhIjKlMnOpQrSt gpu-node-17 10.0.0.9 "
             "GPU-3f1c2b9a-7d44-4e1b-9c0a-5b6e7f801234 0000:3b:00.0 "
-            f"container {'ab' * 32} /home/qualuser/x qualuser")
+            f"container {'ab' * 32} /home/qualuser/x qualuser [rack-7b.lab] up")
     summary = s.redaction_summary()
     assert list(summary) == list(KINDS)
     assert all(n >= 1 for n in summary.values())
