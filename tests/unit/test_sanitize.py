@@ -241,3 +241,39 @@ def test_redaction_summary_lists_every_kind_seen_and_only_those() -> None:
 def test_unknown_identifier_kind_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown identifier kind"):
         make().add_identifier("ip", "10.0.0.1")
+
+
+# -- what the scrubber learns (issue 13) ------------------------------------------------------------
+
+
+def test_recipe_env_values_and_their_identifier_parts_are_scrubbed_short_settings_kept() -> None:
+    s = make()
+    s.add_env_values({"VLLM_LOGGING_PREFIX": "[edge-rack7.lab mac=02:42:ac:11:00:02] ",
+                      "NODE_LABEL": "alpha-node", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1",
+                      "MODE": "spawn", "CACHE": "/data/users/jdoe/cache"})
+    text = ("[edge-rack7.lab mac=02:42:ac:11:00:02] INFO start on alpha-node; edge-rack7.lab again; "
+            "cache /data/users/jdoe/cache; 1 GiB; threads 0|1; spawn; /v1/models")
+    out = s.scrub(text)
+    for planted in ("edge-rack7", "02:42:ac:11:00:02", "alpha-node", "/data/users/jdoe/cache"):
+        assert planted not in out, planted
+    assert "1 GiB; threads 0|1; spawn; /v1/models" in out
+    assert s.redaction_summary().get("env_value", 0) >= 3
+
+
+def test_a_home_directory_is_scrubbed_wherever_it_lives() -> None:
+    s = make()
+    s.add_home("/data/users/jdoe")
+    s.add_home("/")  # too shallow to be a home: ignored, or every path would go
+    assert s.scrub("read /data/users/jdoe/models/x and /data/users/jdoe2") == "read <home>/models/x and /data/users/jdoe2"
+
+
+def test_the_machine_s_own_names_are_learned_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_vllmqual import sanitize
+
+    monkeypatch.setattr(sanitize, "_machine_names", lambda: (("build-7.int.example", "build-7"), ("10.9.8.7",)))
+    monkeypatch.setenv("HOME", "/srv/homes/ci-runner-9")
+    monkeypatch.setenv("LOGNAME", "ci-runner-9")
+    s = Sanitizer(environ={})
+    out = s.scrub("on build-7 (build-7.int.example) as ci-runner-9 in /srv/homes/ci-runner-9/w from 10.9.8.7")
+    for planted in ("build-7", "int.example", "ci-runner-9", "/srv/homes", "10.9.8.7"):
+        assert planted not in out, (planted, out)
