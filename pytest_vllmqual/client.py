@@ -95,6 +95,10 @@ class ChatResult:
     body: dict[str, Any] | None
     text: str
 
+    def __repr__(self) -> str:
+        """No server text: a failed assertion prints this repr into junit and the terminal."""
+        return f"ChatResult(status_code={self.status_code}, attempt={self.attempt.label!r})"
+
     @property
     def ok(self) -> bool:
         return self.attempt.ok
@@ -158,6 +162,11 @@ class StreamResult:
     ttft_content_s: float | None = None
     e2e_s: float | None = None
     error: str | None = None
+
+    def __repr__(self) -> str:
+        """No server text: a failed assertion prints this repr into junit and the terminal."""
+        return (f"StreamResult(status_code={self.status_code}, attempt={self.attempt.label!r}, "
+                f"chunks={self.chunks}, violations={len(self.violations)})")
 
     @property
     def ok(self) -> bool:

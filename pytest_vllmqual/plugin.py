@@ -261,7 +261,8 @@ class XdistHooks:
             handle = manager.ensure_ready()
         except LaunchError as exc:
             info["startup_error"] = {"message": str(exc.args[0]) if exc.args else "", "status": exc.status,
-                                     "exit_code": exc.exit_code, "log_tail": exc.log_tail, "hint": exc.hint}
+                                     "exit_code": exc.exit_code, "log_tail": exc.log_tail, "hint": exc.hint,
+                                     "details": exc.details}
         else:
             info["handle"] = {"base_url": handle.base_url, "served_model_name": handle.served_model_name,
                               "launcher_kind": handle.launcher_kind, "api_key": handle.api_key,
@@ -291,7 +292,7 @@ class _WorkerServer:
             err = self.info.get("startup_error", {})
             raise LaunchError(err.get("message", "the server did not start"), status=err.get("status", "unknown"),
                               exit_code=err.get("exit_code"), log_tail=err.get("log_tail", ""),
-                              hint=err.get("hint", ""))
+                              hint=err.get("hint", ""), details=err.get("details") or {})
         return self.handle
 
     @property

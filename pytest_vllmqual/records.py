@@ -42,6 +42,10 @@ class Attempt:
     expected_rejection: bool = False
     timing: dict[str, Any] | None = None
 
+    def __repr__(self) -> str:
+        """No server text (``error`` may hold it): a failed assertion prints this repr publicly."""
+        return f"Attempt(kind={self.kind!r}, label={self.label!r}, ok={self.ok}, status_code={self.status_code})"
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
