@@ -568,8 +568,15 @@ def _lifecycle_section(report: Mapping[str, Any]) -> str:
     extra = ""
     error = life.get("startup_error") or {}
     if error:
+        # The harness's account only (report/2 has no log tail; the full log is named by SHA-256).
+        log = error.get("private_log") or {}
+        facts = [("Cause", error.get("cause")), ("Exit code", error.get("exit_code")),
+                 ("Last startup phase", error.get("last_phase")),
+                 *((f"Parsed: {k.replace('_', ' ')}", v) for k, v in (error.get("details") or {}).items()
+                   if k not in ("kind", "last_phase")),
+                 ("Server log (private)", f"{log.get('name')} sha256 {log.get('sha256')}" if log else None)]
         extra = (f"<h3>Startup error ({esc(error.get('status'))})</h3><p>{esc(error.get('message'))}</p>"
-                 + (f"<pre>{esc(error.get('log_tail'))}</pre>" if error.get("log_tail") else "")
+                 + _table("startup-error", ["Startup error", "Value"], [(k, v) for k, v in facts if v is not None])
                  + (f"<p>Hint: {esc(error.get('hint'))}</p>" if error.get("hint") else ""))
     return ('<section id="lifecycle"><h2>Lifecycle</h2>' + _table("lifecycle-table", ["Lifecycle", "Value"], rows)
             + extra + "</section>")

@@ -220,6 +220,9 @@ def test_startup_error_and_incomplete_run_are_reported(private_dir: Path) -> Non
     assert error["private_log"] == {"name": "server.log", "sha256": log_sha}
     assert "line 9" not in json.dumps(report) and "node-a" not in json.dumps(report)
     assert report["decision"]["verdict"] == "no-promotion"
+    page = render_html(report)
+    assert f"server.log sha256 {log_sha}" in page and "16384" in page
+    assert "line 9" not in page and "node-a" not in page
 
 
 def test_schema_states_the_metric_formulas() -> None:
