@@ -93,7 +93,8 @@ HARNESS_ERROR_KINDS = ("stream_contract",)
 def public_attempt_error(error: str | None, error_kind: str | None, status_code: int | None) -> str | None:
     """An attempt's error as a public output may state it.
 
-    HTTP errors: a known template re-rendered, else the status and that the message is withheld.
+    HTTP errors: a known template re-rendered (the status code is the attempt's own field),
+    else the status and that the message is withheld.
     Transport failures: the kind and the exception class (the harness's words), and the
     liveness verdict if the server was found gone. Stream contract violations are the
     harness's own words and pass as they are.
@@ -104,7 +105,7 @@ def public_attempt_error(error: str | None, error_kind: str | None, status_code:
         return error
     quoted = quote_server_message(error)
     if quoted is not None:
-        return (f"HTTP {status_code}: " if status_code else "") + quoted
+        return quoted
     if error_kind in ("timeout", "connection", "server_dead", "hung"):
         exception = error.split(":", 1)[0].strip()
         exception = exception if re.fullmatch(r"[A-Za-z_][\w.]*", exception) else "transport error"
@@ -195,4 +196,6 @@ def public_failure(attempt: Any) -> str:
     template>", "HTTP 500: <withheld>", "timeout: ReadTimeout"; never the server's own text."""
     status = getattr(attempt, "status_code", None)
     said = public_attempt_error(getattr(attempt, "error", None), getattr(attempt, "error_kind", None), status)
+    if said and status and not said.startswith(f"HTTP {status}"):
+        said = f"HTTP {status}: {said}"
     return said or (f"HTTP {status}" if status else "no response")

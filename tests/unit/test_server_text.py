@@ -73,3 +73,13 @@ def test_startup_details_keep_parsed_numbers_never_the_log_line() -> None:
         "max_model_len 32768; the engine estimates the maximum length at 7264 tokens")
     assert startup_cause("exited") == "the server process exited during startup"
     assert startup_cause("something_new") == "the server did not start (something_new)"
+
+
+def test_a_quoted_template_keeps_its_own_words_and_the_failure_line_adds_the_status() -> None:
+    raw = "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens. Please reduce."
+    assert public_attempt_error(raw, "http_400", 400) == ("This model's maximum context length is 32768 tokens. "
+                                                          "However, you requested 40000 tokens.")
+    attempt = Attempt(kind="chat", label="over", ok=False, status_code=400, error=raw, error_kind="http_400")
+    assert public_failure(attempt).startswith("HTTP 400: This model's maximum context length is 32768 tokens.")
+    assert "Please reduce" not in public_failure(attempt)
+    assert "Please reduce" not in repr(attempt) and "32768" not in repr(attempt)
