@@ -98,10 +98,12 @@ def private_log_named(session: Session, error: dict[str, Any]) -> None:
 
 @pytest.mark.real_vllm
 def test_planted_identifiers_leave_no_trace_after_a_failed_start(tmp_path: Path) -> None:
-    recipe = derive_recipe(tmp_path, "tiny-cpu-canary-kv", {
-        "launcher": {"env": {**ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "serve": {"tensor_parallel_size": 1,
-                  "extra_args": ["--kv-cache-memory-bytes", "4194304"]},
+    base = derive_recipe(tmp_path / "base", "base").data
+    recipe = derive_recipe(tmp_path, "tiny-cpu-canary-kv", {  # as test_03_kv_does_not_fit, plus the plants
+        "launcher": {"env": {**ENV, "VLLM_CPU_OMP_THREADS_BIND": "auto", "-VLLM_CPU_KVCACHE_SPACE": None}},
+        "serve": {"tensor_parallel_size": 1, "max_model_len": 32768,
+                  "extra_args": [*base["serve"]["extra_args"], "--kv-cache-memory-bytes", "4194304"]},
+        "startup": {"deadline_s": 600},
     }, real_model=True)
     session = Session(tmp_path, recipe, ["startup_probe", ROOT / "suites" / "test_engine.py"],
                       args=["-o", "junit_logging=all"], env=SESSION_ENV).run(timeout_s=600)
