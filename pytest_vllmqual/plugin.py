@@ -485,6 +485,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     sanitizer = _sanitizer(item)
     properties: list[tuple[str, object]] = []
     properties.append((f"vllmqual.{record.gate}.family", family_of(record.gate, record.markers) or "other"))
+    properties.append((f"vllmqual.{record.gate}.title", sanitizer.scrub(record.title or record.gate)))
     for key, value in record.measurements.items():
         if isinstance(value, (int, float, str, bool)) or value is None:
             properties.append((f"vllmqual.{record.gate}.{key}", sanitizer.scrub_obj(value)))

@@ -74,6 +74,7 @@ def test_renaming_a_test_function_changes_nothing_in_a_report(pytester: pytest.P
     assert gate_rows(original_html) == gate_rows(renamed_html) and gate_rows(renamed_html)
     for junit in (original_junit, renamed_junit):
         assert '<property name="vllmqual.tool_continuation.family" value="preflight"' in junit
+        assert '<property name="vllmqual.tool_continuation.title" value="Tool-result continuation"' in junit
 
 
 def test_deselected_gates_are_named_and_cap_the_verdict(pytester: pytest.Pytester) -> None:
