@@ -229,7 +229,8 @@ class Sanitizer:
                 part = part.strip(".:/")
                 # A part is scrubbed on its own only when it looks like an identifier (node-17,
                 # a.b.c, ab:cd:ef), not a plain word ("models" would eat "/v1/models").
-                if len(part) >= 6 and self._env_worthy(part) and re.search(r"[\d._:-]", part):
+                if (len(part) >= 6 and self._env_worthy(part) and re.search(r"[\d._:-]", part)
+                        and not re.fullmatch(r"[A-Z][A-Z0-9_]*", part)):  # a variable's name, not a value
                     self._env_values.add(part)
 
     @staticmethod

@@ -385,7 +385,11 @@ class ServerManager:
         return {"name": name, "sha256": sha256_file(path)}
 
     def name_private_log(self, exc: LaunchError) -> None:
-        """Public outputs name the full log by its SHA-256; only this terminal sees its path."""
+        """After the failed server stopped: its exit code (a failure seen in the log is raised
+        while the process still runs), and the full log named by its SHA-256 for public outputs;
+        only this terminal sees the log's path."""
+        if exc.exit_code is None and self.launcher is not None:
+            exc.exit_code = self.launcher.exit_code()
         log = self.private_log()
         if log is None:
             return

@@ -277,3 +277,9 @@ def test_the_machine_s_own_names_are_learned_by_default(monkeypatch: pytest.Monk
     out = s.scrub("on build-7 (build-7.int.example) as ci-runner-9 in /srv/homes/ci-runner-9/w from 10.9.8.7")
     for planted in ("build-7", "int.example", "ci-runner-9", "/srv/homes", "10.9.8.7"):
         assert planted not in out, (planted, out)
+
+
+def test_variable_names_inside_an_env_value_are_not_taken_for_identifiers() -> None:
+    s = make()
+    s.add_env_values({"VLLM_LOGGING_PREFIX": "[DB_PASSWORD=hunter2-canary HF_TOKEN=x] "})
+    assert s.scrub("env HF_TOKEN and DB_PASSWORD set; hunter2-canary") == "env HF_TOKEN and DB_PASSWORD set; <env>"
