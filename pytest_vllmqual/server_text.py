@@ -64,6 +64,9 @@ TEMPLATES: tuple[Template, ...] = (
         r"length is (?P<max>\d+) tokens and your request has (?P<k>\d+) input tokens"),
         lambda g: (f"'max_tokens' or 'max_completion_tokens' is too large: {_n(g, 'x')}. This model's maximum "
                    f"context length is {_n(g, 'max')} tokens and your request has {_n(g, 'k')} input tokens.")),
+    Template("input_exceeds_context", re.compile(
+        r"Input length \((?P<n>\d+)\) exceeds model's maximum context length \((?P<max>\d+)\)"),
+        lambda g: f"Input length ({_n(g, 'n')}) exceeds model's maximum context length ({_n(g, 'max')})."),
     Template("max_tokens_at_least_one", re.compile(r"max_tokens must be at least 1, got (?P<x>-?\d+)"),
              lambda g: f"max_tokens must be at least 1, got {int(g['x'])}."),
     Template("model_not_found", re.compile(r"The model `[^`]*` does not exist"),

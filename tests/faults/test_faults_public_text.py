@@ -8,8 +8,9 @@ when gates fail.
     states the cause with the parsed numbers, the last phase, the exit code and the private
     log's SHA-256.
 (b) Gate failures on a healthy TP=2 server: a KV pool below the recipe minimum, a smoke whose
-    expected word never comes, a 404 that echoes a planted model name, a request over the
-    context limit (a known template), a SIGKILL of the server and a gate that finds it dead.
+    expected word never comes, a 404 that echoes a planted model name, a prompt over the
+    context limit (a known template, quoted re-rendered), a SIGKILL of the server and a gate
+    that finds it dead.
     The same run proves the prefix no longer breaks identity or the per-rank gate.
 
 Each run first proves that the planted values did reach the private server log (so the check
@@ -150,7 +151,8 @@ def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> N
         assert outcomes[name] == "failed", (name, session.gate(name))
     assert PLANTED["private_domain_host"] in session.mark("unknown_model")["error"], "vLLM did not echo the name"
     over = session.gate("over_the_context_limit")
-    assert over["reason"].startswith("HTTP 400: ") and "maximum context length is 32768 tokens" in over["reason"]
+    assert over["reason"].startswith("HTTP 400: ") and "maximum context length" in over["reason"], over["reason"]
+    assert "32768" in over["reason"] and "withheld" not in over["reason"], "a known template was not quoted"
     assert session.gate("after_the_kill")["status"] == "server_dead"
     texts = assert_no_public_leak(session)
     assert "last log lines" not in texts["junit"]

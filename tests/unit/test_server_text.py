@@ -38,6 +38,9 @@ PLANTED = "node-17.corp.internal"
      "'max_tokens' or 'max_completion_tokens' is too large: 64. This model's maximum context length is 32768 "
      "tokens and your request has 32760 input tokens."),
     (f"The model `{PLANTED}` does not exist.", "The model named in the request does not exist."),
+    # vLLM 0.32 (entrypoints/serve/utils/api_utils.py)
+    ("Input length (40012) exceeds model's maximum context length (32768).",
+     "Input length (40012) exceeds model's maximum context length (32768)."),
 ])
 def test_known_templates_are_re_rendered_from_their_numbers(raw: str, quoted: str) -> None:
     assert quote_server_message(raw) == quoted
