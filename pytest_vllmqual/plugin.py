@@ -471,6 +471,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"{gone.status}: {gone}"
     final = report.when == "call" or (report.when == "setup" and report.outcome != "passed")
     if not final:
+        _scrub_test_report(report, _sanitizer(item))  # a teardown error, captured output
         return
     record.outcome = "error" if report.when == "setup" and report.outcome == "failed" else report.outcome
     record.duration_s = round(report.duration, 4)
