@@ -147,8 +147,9 @@ def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> N
         "served_model": "matched"}
     assert set(identity["model_files"]) >= {"config.json"}
     # and the gates that had to fail, failed
-    for name in ("kv_pool", "smoke", "unknown_model_is_refused", "over_the_context_limit", "after_the_kill"):
+    for name in ("kv_pool", "smoke", "unknown_model_is_refused", "over_the_context_limit"):
         assert outcomes[name] == "failed", (name, session.gate(name))
+    assert outcomes["after_the_kill"] in ("failed", "error"), session.gate("after_the_kill")
     assert PLANTED["private_domain_host"] in session.mark("unknown_model")["error"], "vLLM did not echo the name"
     over = session.gate("over_the_context_limit")
     assert over["reason"].startswith("HTTP 400: ") and "maximum context length" in over["reason"], over["reason"]

