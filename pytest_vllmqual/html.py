@@ -127,14 +127,16 @@ def _identity_text(report: Mapping[str, Any]) -> str:
         bad = [f"{c.get('field')} expected {c.get('expected')}, observed {c.get('observed')}"
                for c in checks if c.get("ok") is False]
         return "Provenance mismatch: " + "; ".join(bad)
-    good = [str(c.get("field")) for c in checks if c.get("ok") is True]
-    unknown = [str(c.get("field")) for c in checks if c.get("ok") is None]
+    good = [str(c.get("field")) + (f" ({c['source']})" if c.get("source") else "") for c in checks if c.get("ok") is True]
+    unknown = [str(c.get("field")) for c in checks if c.get("ok") is None and c.get("pinned", True)]
+    unpinned = [str(c.get("field")) for c in checks if c.get("pinned") is False]
     expected = identity.get("expected") or {}
     text = f"{status.capitalize()}: runtime {expected.get('runtime_version')}, served model " \
            f"{expected.get('served_model_name')}, max_model_len {fmt_num(expected.get('max_model_len'))}, " \
            f"TP={expected.get('tensor_parallel_size')}"
     text += f" (checked: {', '.join(good) or 'none'}"
-    text += f"; not checkable: {', '.join(unknown)})" if unknown else ")"
+    text += f"; not checked: {', '.join(unknown)}" if unknown else ""
+    text += f"; not pinned or not applicable: {', '.join(unpinned)})" if unpinned else ")"
     return text
 
 
