@@ -152,8 +152,8 @@ def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> N
     assert outcomes["after_the_kill"] in ("failed", "error"), session.gate("after_the_kill")
     assert PLANTED["private_domain_host"] in session.mark("unknown_model")["error"], "vLLM did not echo the name"
     over = session.gate("over_the_context_limit")
-    assert over["reason"].startswith("HTTP 400: ") and "maximum context length" in over["reason"], over["reason"]
-    assert "32768" in over["reason"] and "withheld" not in over["reason"], "a known template was not quoted"
+    assert "HTTP 400: This model's maximum context length is 32768 tokens." in over["reason"], over["reason"]
+    assert "withheld" not in over["reason"], "a known template was not quoted"
     assert session.gate("after_the_kill")["status"] == "server_dead"
     texts = assert_no_public_leak(session)
     assert "last log lines" not in texts["junit"]
