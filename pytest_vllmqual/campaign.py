@@ -57,8 +57,9 @@ from typing import Any
 
 import yaml
 
-from .decision import PREFLIGHT_GATES, first_line, gate_outcome, largest_rung, preflight_summary, recipe_value
+from .decision import first_line, gate_outcome, largest_rung, preflight_summary, recipe_value
 from .errors import VllmQualError
+from .gates import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
 
 DEFAULT_REQUIREMENTS = ("gates",)
 BUILTIN_REQUIREMENTS = ("gates", "startup", "kv_pool", "ladder", "preflight")
@@ -68,7 +69,7 @@ CAMPAIGN_SUFFIXES = (".yaml", ".yml")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REQUIREMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_LADDER_GATES = ("ladder", "capacity")
+_LADDER_GATES = (LADDER_GATE,)
 _FAILING = ("failed", "error")
 
 
@@ -209,7 +210,7 @@ def _kv_pool(report: Mapping[str, Any]) -> Requirement:
     tokens = _int(engine.get("kv_cache_tokens"))
     threshold: int | None = None
     for gate in report.get("gates") or []:
-        if gate.get("gate") == "kv_pool":
+        if gate.get("gate") == KV_POOL_GATE:
             threshold = _int((gate.get("thresholds") or {}).get("min_kv_tokens")) or threshold
     for path in (("gates", "engine", "min_kv_tokens"), ("gates", "capacity", "min_kv_tokens")):
         threshold = threshold or _int(recipe_value(report, *path))
@@ -217,17 +218,17 @@ def _kv_pool(report: Mapping[str, Any]) -> Requirement:
     if threshold is None:
         threshold = _int(recipe_value(report, "serve", "max_model_len"))
         basis = "max_model_len"
-    outcome = gate_outcome(report, "kv_pool")
+    outcome = gate_outcome(report, KV_POOL_GATE)
     if tokens is None:
         why = _startup_failure(report)
         return Requirement("kv_pool", False, "the engine reported no KV pool" + (f" ({why})" if why else ""))
     if threshold is None:
         ok = outcome == "passed"
-        return Requirement("kv_pool", ok, f"{tokens:,} tokens" + ("" if ok else f"; {_gate_reason(report, 'kv_pool')}"))
+        return Requirement("kv_pool", ok, f"{tokens:,} tokens" + ("" if ok else f"; {_gate_reason(report, KV_POOL_GATE)}"))
     met = tokens >= threshold
     detail = f"{tokens:,} {'≥' if met else '<'} {threshold:,}" + ("" if basis == "recipe minimum" else f" ({basis})")
     if outcome in _FAILING and met:
-        return Requirement("kv_pool", False, f"{detail}; {_gate_reason(report, 'kv_pool')}")
+        return Requirement("kv_pool", False, f"{detail}; {_gate_reason(report, KV_POOL_GATE)}")
     return Requirement("kv_pool", met if outcome in ("passed", "absent", "skipped") else False, detail)
 
 
@@ -239,7 +240,7 @@ def _ladder(report: Mapping[str, Any]) -> Requirement:
     probed = [r for r in rungs if r.get("post_probe_smoke") is not None]
     smoke_failed = [r for r in probed if r.get("post_probe_smoke") != "passed"]
     failed = [r for r in rungs if not r.get("ok") and not r.get("expected_rejection")]
-    outcome, gate_name = "absent", "ladder"
+    outcome, gate_name = "absent", LADDER_GATE
     for name in _LADDER_GATES:
         if gate_outcome(report, name) != "absent":
             outcome = gate_outcome(report, name)
@@ -276,7 +277,7 @@ def _startup(report: Mapping[str, Any]) -> Requirement:
         return Requirement("startup", True, "direct-only: the endpoint was already serving")
     if isinstance(cold, int | float):
         return Requirement("startup", True, f"ready in {cold:.1f} s")
-    if gate_outcome(report, "cold_start") == "passed" or report.get("gates"):
+    if gate_outcome(report, COLD_START_GATE) == "passed" or report.get("gates"):
         return Requirement("startup", True, "ready")
     return Requirement("startup", False, "the server never became ready (no gate ran)")
 

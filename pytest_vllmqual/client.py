@@ -95,6 +95,10 @@ class ChatResult:
     body: dict[str, Any] | None
     text: str
 
+    def __repr__(self) -> str:
+        """No server text: a failed assertion prints this repr into junit and the terminal."""
+        return f"ChatResult(status_code={self.status_code}, attempt={self.attempt.label!r})"
+
     @property
     def ok(self) -> bool:
         return self.attempt.ok
@@ -161,6 +165,11 @@ class StreamResult:
     #: An error event the server sent inside the 200 stream (vLLM does this when the engine fails
     #: mid-generation): its type, code and message, kept apart from the SSE contract violations.
     stream_error: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        """No server text: a failed assertion prints this repr into junit and the terminal."""
+        return (f"StreamResult(status_code={self.status_code}, attempt={self.attempt.label!r}, "
+                f"chunks={self.chunks}, violations={len(self.violations)})")
 
     @property
     def ok(self) -> bool:

@@ -2,7 +2,7 @@
 
 :func:`compare_reports` reads two public reports (control, candidate) and an optional replay
 of the control, and returns the comparison record (``schemas/comparison.schema.json``,
-``$id`` …/comparison/1). :func:`render_markdown` prints it the way the seeds do. Everything
+``$id`` …/comparison/2). :func:`render_markdown` prints it the way the seeds do. Everything
 is built from an allowlist of report fields; an arm report is referenced by its SHA-256.
 
 Rows (only metrics both arms measured; the rest is listed under ``not_compared``)
@@ -76,7 +76,6 @@ import jsonschema
 from . import __version__
 from .decision import (
     BOUNDARY,
-    PREFLIGHT_GATES,
     gate_outcome,
     gates_named,
     largest_rung,
@@ -88,10 +87,19 @@ from .decision import (
 from .errors import ComparisonError, ReportError
 from .evidence import SCHEMA_ID as REPORT_SCHEMA_ID
 from .evidence import TOOL_NAME, load_report, sha256_file, validate_report
+from .gates import (
+    COLD_START_GATE,
+    ENGINE_RANKS_GATE,
+    IDENTITY_GATE,
+    KV_POOL_GATE,
+    LADDER_GATE,
+    PREFLIGHT_GATES,
+    title_of,
+)
 from .sanitize import Sanitizer
 
-SCHEMA_ID = "https://pytest-vllmqual/schemas/comparison/1"
-SCHEMA_VERSION = 1
+SCHEMA_ID = "https://pytest-vllmqual/schemas/comparison/2"
+SCHEMA_VERSION = 2
 
 BOUNDED = "bounded observation, not a ranking"
 ABOVE_FLOOR = "above the noise floor, but one request per arm: re-measure before ranking"
@@ -108,9 +116,9 @@ KV_GEOMETRY_PATHS = ("serve.kv_cache_dtype", "serve.tensor_parallel_size", "serv
 """Recipe keys that change how many tokens one GiB of KV holds (with the engine's block size)."""
 
 ROLES = ("control", "candidate", "replay")
-_LADDER_GATES = ("ladder", "capacity")
-_KV_GATES = ("kv_pool", "engine")
-_COVERED_GATES = (*PREFLIGHT_GATES, *_LADDER_GATES, *_KV_GATES, "engine_ranks", "identity", "cold_start")
+_LADDER_GATES = (LADDER_GATE,)
+_KV_GATES = (KV_POOL_GATE,)
+_COVERED_GATES = (*PREFLIGHT_GATES, *_LADDER_GATES, *_KV_GATES, ENGINE_RANKS_GATE, IDENTITY_GATE, COLD_START_GATE)
 """Gates whose evidence already has a row (or is identity); other gates get a status row."""
 _OUTCOME_ORDER = ("error", "failed", "pending", "skipped", "absent", "passed")
 
@@ -293,7 +301,8 @@ def _outcome(report: Mapping[str, Any], names: Iterable[str]) -> str:
 
 
 def _gate_label(name: str) -> str:
-    return name.replace("_", " ").capitalize()
+    """The registry's title; a gate it does not know: its name, readable."""
+    return title_of(name, name.replace("_", " ").capitalize())
 
 
 def _gate_metric(report: Mapping[str, Any], name: str) -> Metric:
@@ -1067,7 +1076,7 @@ def render_markdown(comparison: Mapping[str, Any]) -> str:
 
 @lru_cache(maxsize=1)
 def comparison_schema() -> dict[str, Any]:
-    """The comparison JSON Schema shipped in the package (draft 2020-12, ``$id`` …/comparison/1)."""
+    """The comparison JSON Schema shipped in the package (draft 2020-12, ``$id`` …/comparison/2)."""
     text = resources.files("pytest_vllmqual").joinpath("schemas/comparison.schema.json").read_text()
     schema: dict[str, Any] = json.loads(text)
     return schema

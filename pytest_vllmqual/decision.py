@@ -13,13 +13,15 @@ evidence. The vocabulary is the seeds':
     Every gate that ran passed, but the endpoint was used as it was (external launcher): this
     run neither started nor stopped it, so cold start and teardown are not evidence.
 ``healthy``
-    Managed, and every gate that ran passed, but the qualification is incomplete: the
-    functional preflight is not 6/6, the identity is not verified, there is no completed
-    capacity rung, no cold start was measured, or the engine's KV pool was not read.
+    Managed, and every gate that ran passed, but the qualification is incomplete: a gate of
+    the registry (``gates.REGISTRY``) was not applicable, skipped or deselected, the identity
+    is not verified, there is no completed capacity rung, no cold start was measured, or the
+    engine's KV pool was not read. Every gate that did not pass is named, with its reason,
+    under ``does_not_prove``.
 ``candidate``
-    Managed cold start, verified identity, 6/6 functional preflight, at least one completed
-    capacity rung, engine facts read, clean teardown and no failing gate. This is the most
-    a single run can earn.
+    Every registered gate of every family passed, on a managed cold start with a verified
+    identity, a completed capacity rung, engine facts read and a clean teardown. This is the
+    most a single run can earn.
 ``priority-challenger``
     Only an A/B comparison (the compare module) can award it: a candidate that held up
     against the control arm under a bracketed replay. ``decide`` never returns it.
@@ -34,33 +36,23 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# PREFLIGHT_GATES, PREFLIGHT_LABELS and SECTION_GATES are re-exported for html/compare/campaign.
+from .gates import PREFLIGHT_GATES, PREFLIGHT_LABELS, REGISTRY, SECTION_GATES, family_of, title_of
+from .gates import proves as gate_proves
+
 VERDICTS: dict[str, str] = {
     "no-promotion": "a gate failed, the run is incomplete, the identity differs, or teardown was not clean",
     "direct-only": "gates passed on an endpoint this run did not start or stop",
     "healthy": "managed and every gate that ran passed, but the qualification evidence is incomplete",
-    "candidate": "managed, verified, 6/6 preflight, capacity and engine facts measured; the most one run earns",
+    "candidate": "every gate of every family passed, managed and verified; the most one run earns",
     "priority-challenger": "awarded only by an A/B comparison against the control arm",
 }
 SINGLE_RUN_VERDICTS = ("no-promotion", "direct-only", "healthy", "candidate")
 
-PREFLIGHT_GATES = ("smoke", "json", "tools", "streaming_tool", "tool_continuation", "responses")
-"""The six gates of the seeds' functional preflight, in their order."""
-
-PREFLIGHT_LABELS = {
-    "smoke": "smoke",
-    "json": "JSON",
-    "tools": "typed tool calls",
-    "streaming_tool": "streaming tool",
-    "tool_continuation": "tool-result continuation",
-    "responses": "Responses API",
-}
-
-SECTION_GATES = ("capacity", "engine")
-"""Gates whose evidence has its own report section (the ladder, the engine facts)."""
-
 BOUNDARY = "No route or promotion changed: a qualification run never promotes."
 FAILING_OUTCOMES = ("failed", "error")
-_HEALTHY_WORDS = ("ok", "healthy", "passed", "200")
+HEALTH_OK = ("healthy", "ok")
+"""The exact values a rung's ``health_after`` takes when /health answered 200."""
 
 
 # -- formatting helpers (shared with html.py and evidence.py) --------------------------------
@@ -173,12 +165,49 @@ def max_model_len(report: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _healthy(value: Any) -> bool:
-    return bool(value) and any(word in str(value).lower() for word in _HEALTHY_WORDS)
+def smoke_passed(rung: Mapping[str, Any]) -> bool:
+    """The post-probe smoke of a rung passed: a structured result, never a substring match."""
+    flag = rung.get("post_probe_smoke_ok")
+    return flag if isinstance(flag, bool) else rung.get("post_probe_smoke") == "passed"
+
+
+def healthy_after(rung: Mapping[str, Any]) -> bool:
+    """/health answered 200 after the rung: a structured result, never a substring match."""
+    flag = rung.get("health_after_ok")
+    return flag if isinstance(flag, bool) else rung.get("health_after") in HEALTH_OK
 
 
 def _label(gate: Mapping[str, Any]) -> str:
-    return str(gate.get("title") or gate.get("gate") or gate.get("nodeid") or "?")
+    name = str(gate.get("gate") or "")
+    return title_of(name, str(gate.get("title") or name or gate.get("nodeid") or "?"))
+
+
+def gate_coverage(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every registered gate (and every other gate that ran), one row each: name, family,
+    title, outcome (passed/failed/error/skipped/absent) and, when it did not pass, why."""
+    deselected = {str(d.get("gate")): str(d.get("reason") or "") for d in
+                  (report.get("run") or {}).get("deselected_gates") or [] if isinstance(d, Mapping)}
+    names = [spec.name for spec in REGISTRY]
+    for gate in report.get("gates") or []:
+        name = str(gate.get("gate"))
+        if name not in names:
+            names.append(name)
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        records = gates_named(report, name)
+        outcome = gate_outcome(report, name)
+        markers = [str(m) for r in records for m in r.get("markers") or []]
+        row: dict[str, Any] = {"gate": name, "family": family_of(name, markers) or "other",
+                               "title": title_of(name, str(records[0].get("title") or "") if records else ""),
+                               "outcome": outcome}
+        if outcome == "absent":
+            row["reason"] = (f"deselected ({deselected[name]})" if deselected.get(name)
+                             else "did not run in this session (deselected with -m/-k, or not collected)")
+        elif outcome != "passed":
+            worst = next((r for r in records if r.get("outcome") == outcome), records[0])
+            row["reason"] = first_line(worst.get("reason")) or "no reason given"
+        rows.append(row)
+    return rows
 
 
 # -- the decision --------------------------------------------------------------------------
@@ -219,9 +248,15 @@ def _missing_evidence(report: Mapping[str, Any]) -> list[str]:
         absent = [PREFLIGHT_LABELS.get(str(g["gate"]), str(g["gate"])) + f" ({g['outcome']})"
                   for g in preflight.get("gates") or [] if g.get("outcome") != "passed"]
         missing.append(f"the functional preflight is {preflight.get('summary')}; not passed: {', '.join(absent)}")
+    others = [f"{row['gate']} ({row['outcome']})" for row in gate_coverage(report)
+              if row["outcome"] != "passed" and row["family"] != "preflight"]
+    if others:
+        missing.append("not every gate passed: " + ", ".join(others))
     identity = report.get("identity") or {}
     if identity.get("status") != "verified":
-        missing.append(f"the identity is {identity.get('status') or 'unverified'}")
+        unchecked = [str(f) for f in identity.get("not_checked") or []]
+        missing.append(f"the identity is {identity.get('status') or 'unverified'}"
+                       + (f" (not checked: {', '.join(unchecked)})" if unchecked else ""))
     if (report.get("lifecycle") or {}).get("cold_start_s") is None:
         missing.append("no cold start was measured")
     if not ok_rungs(report):
@@ -236,21 +271,13 @@ def _proves(report: Mapping[str, Any]) -> list[str]:
     run = report.get("run") or {}
     identity = report.get("identity") or {}
     checks = identity.get("checks") or []
-    if identity.get("status") == "verified":
-        expected = identity.get("expected") or {}
-        verified = {str(c.get("field")) for c in checks if c.get("ok") is True}
-        parts = []
-        if "runtime_version" in verified:
-            parts.append(f"runtime {expected.get('runtime_version')}")
-        if "served_model" in verified:
-            parts.append(f"served model {expected.get('served_model_name')}")
-        if "max_model_len" in verified:
-            parts.append(f"max_model_len {fmt_num(expected.get('max_model_len'))}")
-        if "tensor_parallel_size" in verified:
-            parts.append(f"TP={expected.get('tensor_parallel_size')}")
-        if "image_digest" in verified:
-            parts.append("the pinned image digest")
-        proves.append("the server that answered is the recipe's pinned identity: " + ", ".join(parts))
+    matched = [c for c in checks if c.get("ok") is True]
+    if matched:
+        parts = [f"{c.get('field')} {_shown(c.get('expected'))} (from {c.get('source') or 'the server'})"
+                 for c in matched]
+        lead = ("the server that answered is the recipe's pinned identity, every pinned field checked"
+                if identity.get("status") == "verified" else "these pinned identity fields matched")
+        proves.append(f"{lead}: " + ", ".join(parts))
     lifecycle = report.get("lifecycle") or {}
     if run.get("mode") == "managed" and lifecycle.get("cold_start_s") is not None:
         proves.append(f"a cold managed start passed health and a real completion in "
@@ -259,10 +286,14 @@ def _proves(report: Mapping[str, Any]) -> list[str]:
     if preflight.get("passed"):
         proves.append(f"the functional preflight passed {preflight.get('text')}")
     for gate in report.get("gates") or []:
-        if gate.get("gate") in (*PREFLIGHT_GATES, *SECTION_GATES) or gate.get("outcome") != "passed":
+        if gate.get("gate") in (*PREFLIGHT_GATES, *SECTION_GATES, "identity") or gate.get("outcome") != "passed":
             continue
         summary = first_line(gate.get("summary"), 300)
-        proves.append(f"{_label(gate)}: {summary}" if summary else f"{_label(gate)} passed")
+        said = gate_proves(gate) or gate.get("proves")
+        if said and summary and summary.lower() not in ("pass", "passed") and summary not in said:
+            said = f"{said} ({summary})"
+        said = said or summary
+        proves.append(f"{_label(gate)}: {said}" if said else f"{_label(gate)} passed")
     top = largest_rung(report)
     if top is not None:
         done = len(ok_rungs(report))
@@ -272,12 +303,12 @@ def _proves(report: Mapping[str, Any]) -> list[str]:
             f"{fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s, "
             f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s); {done} ladder rung(s) completed")
         probed = [r for r in report.get("ladder") or [] if r.get("post_probe_smoke") is not None]
-        if probed and all(_healthy(r.get("post_probe_smoke")) for r in probed):
+        if probed and all(smoke_passed(r) for r in probed):
             proves.append(f"a short functional smoke passed after every context probe ({len(probed)}/{len(probed)})")
     for rung in report.get("ladder") or []:
         if rung.get("expected_rejection") and rung.get("ok"):
             size = rung.get("prompt_tokens") or rung.get("target")
-            after = " and the server stayed healthy" if _healthy(rung.get("health_after")) else ""
+            after = " and the server stayed healthy" if healthy_after(rung) else ""
             proves.append(f"a {fmt_num(size)}-token prompt beyond max_model_len was rejected with HTTP "
                           f"{rung.get('status_code')}{after}")
     engine = report.get("engine") or {}
@@ -326,25 +357,18 @@ def _does_not_prove(report: Mapping[str, Any]) -> list[str]:
     else:
         items.append("concurrency beyond one active request")
     items.append("broad task-quality equivalence: bounded checks are not a benchmark")
-    preflight = report.get("preflight") or preflight_summary(report)
-    for row in preflight.get("gates") or []:
-        if row.get("outcome") == "absent":
-            items.append(f"the {PREFLIGHT_LABELS.get(str(row['gate']), row['gate'])} preflight gate: it did not run")
-    for gate in report.get("gates") or []:
-        if gate.get("outcome") != "skipped":
-            continue
-        reason = first_line(gate.get("reason")) or "no reason given"
-        if "not applicable" in reason.lower():
-            items.append(f"{_label(gate)}: not applicable to this recipe ({reason})")
-        else:
-            items.append(f"{_label(gate)}: skipped ({reason})")
+    for row in gate_coverage(report):
+        if row["outcome"] in ("skipped", "absent", "pending"):
+            word = {"skipped": "not applicable or skipped", "absent": "not run", "pending": "unfinished"}[row["outcome"]]
+            items.append(f"{row['title']} (gate {row['gate']}, {row['family']}): {word}: {row['reason']}")
     if run.get("mode") == "direct-only":
         items.append("a cold start or a clean teardown of this endpoint: it was used direct-only")
     identity = report.get("identity") or {}
-    if identity.get("status") == "unverified":
-        unknown = [str(c.get("field")) for c in identity.get("checks") or [] if c.get("ok") is None]
-        items.append("that the served model is the recipe's pinned identity"
-                     + (f" ({', '.join(unknown)} could not be checked)" if unknown else ""))
+    if identity.get("status") in ("unverified", "partially-verified"):
+        unknown = [str(c.get("field")) + (f" ({c.get('note')})" if c.get("note") else "")
+                   for c in identity.get("checks") or [] if c.get("ok") is None and c.get("pinned", True)]
+        items.append("that the served model is the recipe's pinned identity in every pinned field"
+                     + (f"; not checked: {'; '.join(unknown)}" if unknown else ""))
     device = str((report.get("engine") or {}).get("device") or "").lower()
     hardware = report.get("hardware") or {}
     if device == "cpu" or (hardware.get("source") == "n/a" and not hardware.get("gpu_count")):
@@ -432,9 +456,9 @@ def decide(report: Mapping[str, Any]) -> dict[str, Any]:
             reasons = ["every gate that ran passed, but the qualification is incomplete: " + "; ".join(missing)]
         else:
             verdict = "candidate"
-            reasons = ["managed cold start, verified identity, 6/6 functional preflight, a completed capacity "
-                       "ladder, engine facts and a clean teardown; a single run is at most a candidate "
-                       "(priority-challenger needs an A/B against the control arm)"]
+            reasons = ["every registered gate of every family passed on a managed cold start, with a verified "
+                       "identity, a completed capacity ladder, engine facts and a clean teardown; a single run "
+                       "is at most a candidate (priority-challenger needs an A/B against the control arm)"]
     if verdict == "no-promotion":
         summary = "no-promotion"
     elif verdict == "direct-only":
@@ -446,11 +470,16 @@ def decide(report: Mapping[str, Any]) -> dict[str, Any]:
         "summary": summary,
         "scope": "single run",
         "reasons": reasons,
+        "gates": gate_coverage(report),
         "proves": _proves(report),
         "does_not_prove": _does_not_prove(report),
         "caveats": _caveats(report),
         "boundary": BOUNDARY,
     }
+
+
+def _shown(value: Any) -> str:
+    return fmt_num(value) if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def verdict_rank(verdict: str) -> int:

@@ -74,12 +74,20 @@ _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 # "(Worker_TP0 pid=123) " — the label is absent in some Ray lines, which add ", ip=…".
 _PREFIX_RE = re.compile(r"^\((?:(?P<label>[^()]*?) )?pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?")
+# The same label anywhere before the header: an operator's VLLM_LOGGING_PREFIX, or a log
+# collector's timestamp, may come first. The label itself is a process name (no spaces, no
+# brackets), so a prefix that merely contains "pid=" is not taken for it.
+_LABEL_ANYWHERE_RE = re.compile(r"(?:^|(?<=\s))\((?:(?P<label>[A-Za-z][\w.-]*(?: [A-Z]+\d+(?:_[A-Z]+\d+)*)?) )?"
+                                r"pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?")
 # "INFO 11-30 01:50:54 [cpu_worker.py:260] message" (no year; some versions add milliseconds
 # or a path in the brackets).
-_HEADER_RE = re.compile(
-    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
+_HEADER_SOURCE = (
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
     r"\[(?P<source>[^\]]*)\] ?"
 )
+_HEADER_RE = re.compile("^" + _HEADER_SOURCE)
+# The header after any text: VLLM_LOGGING_PREFIX is written before the level.
+_HEADER_ANYWHERE_RE = re.compile(r"(?:^|(?<=[\s\]\)]))" + _HEADER_SOURCE)
 # Suffixes the process name gets when that parallel size is >1 (≥0.10.2 "Worker_DP0_PP1_TP0",
 # 0.10.1 "VllmWorker PP0_TP1").
 _RANK_PART_RE = re.compile(r"(?:^|[ _])(DP|PP|PCP|TP|DCP|EP)(\d+)(?=$|[ _])")
@@ -103,23 +111,32 @@ class _Line:
 def _split_lines(text: str) -> list[_Line]:
     lines: list[_Line] = []
     for raw in strip_ansi(text).replace("\r", "\n").split("\n"):
-        label: str | None = None
-        pid: int | None = None
-        body = raw
-        prefix = _PREFIX_RE.match(body)
-        if prefix:
-            label = (prefix.group("label") or "").strip() or None
-            pid = int(prefix.group("pid"))
-            body = body[prefix.end():]
-        level: str | None = None
-        source: str | None = None
-        header = _HEADER_RE.match(body)
-        if header:
-            level = header.group("level")
-            source = header.group("source")
-            body = body[header.end():]
+        label, pid, level, source, body = _split_line(raw)
         lines.append(_Line(label, pid, level, source, body.strip()))
     return lines
+
+
+def _split_line(raw: str) -> tuple[str | None, int | None, str | None, str | None, str]:
+    """(label, pid, level, source, message) of one line; text before the label or the header
+    (VLLM_LOGGING_PREFIX, a collector's timestamp) is dropped, never read as the message."""
+    label: str | None = None
+    pid: int | None = None
+    body = raw
+    header = _HEADER_ANYWHERE_RE.search(body)
+    head = body[: header.start()] if header else body
+    prefix = _PREFIX_RE.match(body) or _LABEL_ANYWHERE_RE.search(head)
+    if prefix is not None and (header is None or prefix.end() <= header.start() + 1):
+        label = (prefix.group("label") or "").strip() or None
+        pid = int(prefix.group("pid"))
+        if header is None:
+            body = body[prefix.end():]
+    level: str | None = None
+    source: str | None = None
+    if header is not None:
+        level = header.group("level")
+        source = header.group("source")
+        body = body[header.end():]
+    return label, pid, level, source, body
 
 
 def _canonical_labels(lines: Iterable[_Line]) -> dict[int, str]:
@@ -433,14 +450,24 @@ def parse_engine_log(text: str) -> EngineFacts:
 
 
 _BOOT_MARK = "non-default args: {"
+_VERSION_LINE_RE = re.compile(r"vLLM (?:API |gRPC )?server version ")
 
 
 def _last_boot(text: str) -> str:
-    """The log from the start of the last server run on (the whole text if it shows none)."""
+    """The log from the start of the last server run on (the whole text if it shows none).
+
+    0.10–0.14 print "vLLM API server version X" just before "non-default args:"; the cut keeps
+    it when it comes after the previous start's mark, so the version of the last start is read.
+    """
     mark = text.rfind(_BOOT_MARK)
     if mark <= 0:
         return text
-    return text[text.rfind("\n", 0, mark) + 1:]
+    start = text.rfind("\n", 0, mark) + 1
+    previous = text.rfind(_BOOT_MARK, 0, start)
+    versions = list(_VERSION_LINE_RE.finditer(text, max(previous, 0), start))
+    if versions:
+        start = text.rfind("\n", 0, versions[-1].start()) + 1
+    return text[start:]
 
 
 def _is_rank_label(label: str) -> bool:
@@ -659,12 +686,8 @@ _ADDRESS_RE = re.compile(
 
 def _evidence(line: str) -> str:
     """The failing line without prefix, colour or addresses, truncated for a log tail."""
-    body = strip_ansi(line).strip()
-    if prefix := _PREFIX_RE.match(body):
-        body = body[prefix.end():]
-    if header := _HEADER_RE.match(body):
-        body = body[header.end():]
-    body = _ADDRESS_RE.sub("<addr>", body)
+    *_, body = _split_line(strip_ansi(line).strip())
+    body = _ADDRESS_RE.sub("<addr>", body.strip())
     return body[:500]
 
 

@@ -51,13 +51,20 @@ class LaunchError(VllmQualError):
         self.log_tail = log_tail
         self.hint = hint
         self.details = details or {}
+        # log_tail is raw server text: kept for the private folder, never part of str(self).
 
     def __str__(self) -> str:
+        """The harness's own account: message, exit code, last startup phase, the private log by
+        name and SHA-256, and the hint. The log tail is never part of it (it stays private)."""
         parts = [super().__str__()]
         if self.exit_code is not None:
             parts.append(f"exit code: {self.exit_code}")
-        if self.log_tail:
-            parts.append("last log lines:\n" + self.log_tail)
+        phase = self.details.get("last_phase")
+        if phase:
+            parts.append(f"last startup phase: {phase}")
+        log = self.details.get("private_log")
+        if isinstance(log, dict) and log.get("sha256"):
+            parts.append(f"server log: {log.get('name')} in the run's private folder (sha256 {log['sha256']})")
         if self.hint:
             parts.append("Hint: " + self.hint)
         return "\n".join(parts)
@@ -70,6 +77,7 @@ class ServerGoneError(VllmQualError):
         super().__init__(message)
         self.status = status
         self.log_tail = log_tail
+        """Raw server text: for the private folder and the local terminal, never a public output."""
 
 
 class CalibrationError(VllmQualError):

@@ -32,17 +32,19 @@ import jsonschema
 from . import __version__
 from .decision import decide, ok_rungs, preflight_summary
 from .errors import ReportError, VllmQualError
+from .gates import family_of, title_of
+from .gates import proves as gate_proves
 from .launch.base import TeardownResult
 from .records import Attempt, GateRecord, RungRecord, RunRecord
 from .sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
+from .server_text import public_attempt_error, public_rung_error, public_startup_details, startup_cause
 
-SCHEMA_ID = "https://pytest-vllmqual/schemas/report/1"
-SCHEMA_VERSION = 1
+SCHEMA_ID = "https://pytest-vllmqual/schemas/report/2"
+SCHEMA_VERSION = 2
 TOOL_NAME = "pytest-vllmqual"
 
 MAX_TEXT = 2000
 """Free text (errors, reasons) is cut to this many characters; the full text stays private."""
-MAX_LOG_TAIL_LINES = 40
 
 IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served_model_name", "max_model_len",
                    "tensor_parallel_size", "served_model", "image_digest")
@@ -178,13 +180,6 @@ def _text(value: Any, limit: int = MAX_TEXT) -> str | None:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _log_tail(value: Any) -> str | None:
-    if not value:
-        return None
-    lines = str(value).splitlines()[-MAX_LOG_TAIL_LINES:]
-    return _text("\n".join(lines), MAX_TEXT * 2)
-
-
 def _scalar(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
@@ -219,7 +214,8 @@ def _measurement(value: Any) -> Any:
 
 def _attempt(attempt: Attempt) -> dict[str, Any]:
     data = _pick(attempt.to_dict(), ATTEMPT_FIELDS)
-    data["error"] = _text(data.get("error"))
+    # Server text never reaches the report: a known vLLM message re-rendered, else withheld.
+    data["error"] = _text(public_attempt_error(data.get("error"), data.get("error_kind"), data.get("status_code")))
     data["usage"] = _pick(data["usage"], USAGE_FIELDS) if isinstance(data.get("usage"), Mapping) else None
     data["timing"] = _pick(data["timing"], TIMING_FIELDS) if isinstance(data.get("timing"), Mapping) else None
     return data
@@ -227,10 +223,11 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
 
 def _gate(gate: GateRecord) -> dict[str, Any]:
     attempts = [_attempt(a) for a in gate.attempts]
-    return {
+    out: dict[str, Any] = {
         "nodeid": gate.nodeid,
         "gate": gate.gate,
-        "title": gate.title or gate.gate,
+        "title": title_of(gate.gate, gate.title or gate.gate),
+        "family": family_of(gate.gate, gate.markers) or "other",
         "markers": [str(m) for m in gate.markers],
         "arm": gate.arm,
         "outcome": gate.outcome,
@@ -244,11 +241,16 @@ def _gate(gate: GateRecord) -> dict[str, Any]:
         "attempts": attempts,
         "retained_failures": sum(1 for a in gate.attempts if not a.ok and not a.expected_rejection),
     }
+    out["proves"] = gate_proves(out)
+    return out
 
 
 def _rung(rung: RungRecord) -> dict[str, Any]:
     data = _pick(rung.to_dict(), RUNG_FIELDS)
-    data["error"] = _text(data.get("error"))
+    data["error"] = _text(public_rung_error(data.get("error"), data.get("status_code")))
+    smoke, health = data.get("post_probe_smoke"), data.get("health_after")
+    data["post_probe_smoke_ok"] = None if smoke is None else smoke == "passed"
+    data["health_after_ok"] = None if health is None else health in ("healthy", "ok")
     pt, ttft = data.get("prompt_tokens"), data.get("ttft_s")
     if data.get("prefill_tok_s") is None and isinstance(pt, int) and isinstance(ttft, int | float) and ttft > 0:
         data["prefill_tok_s"] = round(pt / ttft, 2)
@@ -283,11 +285,17 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
             continue
         row = {"field": str(check.get("field")), "expected": _shallow(check.get("expected")),
                "observed": _shallow(check.get("observed")), "ok": check.get("ok")}
+        if check.get("status") in ("matched", "mismatch", "not checked", "not pinned"):
+            row["status"] = check["status"]
+        if check.get("source"):
+            row["source"] = str(_text(check.get("source")))
+        if isinstance(check.get("pinned"), bool):
+            row["pinned"] = check["pinned"]
         if check.get("note"):
             row["note"] = _text(check.get("note"))
         checks.append(row)
     status = identity.get("status")
-    if status not in ("verified", "provenance_mismatch", "unverified"):
+    if status not in ("verified", "partially-verified", "provenance_mismatch", "unverified"):
         if any(c["ok"] is False for c in checks):
             status = "provenance_mismatch"
         elif checks and all(c["ok"] for c in checks):
@@ -299,6 +307,9 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
         "expected": {k: _shallow(v) for k, v in _pick(identity.get("expected"), IDENTITY_FIELDS).items()},
         "observed": {k: _shallow(v) for k, v in _pick(identity.get("observed"), IDENTITY_FIELDS).items()},
         "checks": checks,
+        "not_checked": [str(f) for f in identity.get("not_checked") or []],
+        "model_files": {str(k): str(v) for k, v in (identity.get("model_files") or {}).items()
+                        if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)},
     }
 
 
@@ -343,13 +354,19 @@ def _lifecycle(run: RunRecord, teardown: TeardownResult | Mapping[str, Any] | No
     }
     error = life.get("startup_error")
     if isinstance(error, Mapping):
+        # The harness's account only: the log tail and the matched log line stay private.
+        details = public_startup_details(error.get("details"))
+        log = (error.get("details") or {}).get("private_log")
         out["startup_error"] = {
             "status": error.get("status"),
+            "cause": startup_cause(error.get("status"), details),
             "message": _text(error.get("message")),
             "exit_code": error.get("exit_code"),
-            "log_tail": _log_tail(error.get("log_tail")),
+            "last_phase": details.get("last_phase") or out["last_phase"],
             "hint": _text(error.get("hint")),
-            "details": {str(k): _shallow(v) for k, v in (error.get("details") or {}).items()},
+            "details": details,
+            "private_log": ({"name": str(log.get("name")), "sha256": str(log.get("sha256"))}
+                            if isinstance(log, Mapping) and log.get("sha256") else None),
         }
     state = life.get("server_state")
     if isinstance(state, Mapping):
@@ -463,6 +480,10 @@ def build_public_report(
     sanitizer = sanitizer or Sanitizer()
     for secret in known_secrets:
         sanitizer.add_secret(secret)
+    for section in ("launcher", "serve"):
+        block = (run.recipe_content or {}).get(section)
+        if isinstance(block, Mapping) and isinstance(block.get("env"), Mapping):
+            sanitizer.add_env_values(block["env"])
     if artifacts is None:
         artifacts = run.artifacts or (ArtifactStore(Path(run.private_dir)).entries() if run.private_dir else [])
     from_run: dict[str, Any] = {
@@ -475,6 +496,8 @@ def build_public_report(
             "status_reasons": [str(_text(r)) for r in run.status_reasons],
             "mode": "direct-only" if run.mode == "direct-only" else "managed",
             "reproduce": run.reproduce,
+            "deselected_gates": [{"gate": str(d.get("gate")), "reason": str(_text(d.get("reason")))}
+                                 for d in run.deselected_gates if isinstance(d, Mapping)],
         },
         "recipe": {"name": run.recipe_name, "sha256": run.recipe_sha256,
                    "content": _recipe_content(run.recipe_content, sanitizer)},
@@ -635,6 +658,37 @@ def redact_junit_hostname(path: Path) -> bool:
         return False
     write_text_atomic(text.replace(needle, 'hostname="redacted"'), Path(path), what="junit XML")
     return True
+
+
+def scrub_junit(path: Path, sanitizer: Sanitizer) -> bool:
+    """Scrub every attribute and text of a junit XML file (failure messages, skip reasons,
+    system-out/err, properties): the second line of defence behind the plugin's own scrubbing.
+    Parsed as XML, so a placeholder such as ``<secret>`` is escaped, never injected. Returns
+    whether the file changed."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        tree = ET.parse(path)
+    except (OSError, ET.ParseError):
+        return False
+    changed = False
+    for element in tree.iter():
+        for key, value in list(element.attrib.items()):
+            scrubbed = sanitizer.scrub(value)
+            if scrubbed != value:
+                element.set(key, scrubbed)
+                changed = True
+        for attr in ("text", "tail"):
+            value = getattr(element, attr)
+            if value:
+                scrubbed = sanitizer.scrub(value)
+                if scrubbed != value:
+                    setattr(element, attr, scrubbed)
+                    changed = True
+    if changed:
+        text = ET.tostring(tree.getroot(), encoding="unicode")
+        write_text_atomic('<?xml version="1.0" encoding="utf-8"?>' + text, Path(path), what="junit XML")
+    return changed
 
 
 def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:

@@ -25,7 +25,6 @@ from html import escape as _escape
 from typing import Any
 
 from .decision import (
-    PREFLIGHT_GATES,
     first_line,
     fmt_num,
     gate_outcome,
@@ -34,6 +33,7 @@ from .decision import (
     preflight_summary,
     short_tokens,
 )
+from .gates import COLD_START_GATE, IDENTITY_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES, family_of
 
 COLORS = {
     "ok": "#1f77b4",
@@ -127,14 +127,16 @@ def _identity_text(report: Mapping[str, Any]) -> str:
         bad = [f"{c.get('field')} expected {c.get('expected')}, observed {c.get('observed')}"
                for c in checks if c.get("ok") is False]
         return "Provenance mismatch: " + "; ".join(bad)
-    good = [str(c.get("field")) for c in checks if c.get("ok") is True]
-    unknown = [str(c.get("field")) for c in checks if c.get("ok") is None]
+    good = [str(c.get("field")) + (f" ({c['source']})" if c.get("source") else "") for c in checks if c.get("ok") is True]
+    unknown = [str(c.get("field")) for c in checks if c.get("ok") is None and c.get("pinned", True)]
+    unpinned = [str(c.get("field")) for c in checks if c.get("pinned") is False]
     expected = identity.get("expected") or {}
     text = f"{status.capitalize()}: runtime {expected.get('runtime_version')}, served model " \
            f"{expected.get('served_model_name')}, max_model_len {fmt_num(expected.get('max_model_len'))}, " \
            f"TP={expected.get('tensor_parallel_size')}"
     text += f" (checked: {', '.join(good) or 'none'}"
-    text += f"; not checkable: {', '.join(unknown)})" if unknown else ")"
+    text += f"; not checked: {', '.join(unknown)}" if unknown else ""
+    text += f"; not pinned or not applicable: {', '.join(unpinned)})" if unpinned else ")"
     return text
 
 
@@ -155,8 +157,8 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if run.get("mode") == "direct-only":
         rows.append(("Cold managed start", "Not measured: the endpoint was used direct-only", "skip"))
     elif error:
-        rows.append(("Cold managed start", f"Failed ({error.get('status')}): {first_line(error.get('message'))}",
-                     "fail"))
+        rows.append(("Cold managed start", f"Failed ({error.get('status')}): "
+                     f"{first_line(error.get('cause') or error.get('message'))}", "fail"))
     elif life.get("cold_start_s") is not None:
         rows.append(("Cold managed start", f"Passed health in {life['cold_start_s']:.1f} seconds", ""))
     else:
@@ -164,20 +166,20 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     identity_status = (report.get("identity") or {}).get("status")
     rows.append(("Identity", _identity_text(report),
                  "fail" if identity_status == "provenance_mismatch" else ("" if identity_status == "verified" else "skip")))
-    for gate in gates_named(report, "reasoning"):
+    for gate in [g for g in report.get("gates") or [] if g.get("family") == "reasoning"]:
         rows.append((str(gate.get("title") or "Reasoning prompt contract"), _gate_result(gate),
                      _outcome_class(gate.get("outcome"))))
     preflight = report.get("preflight") or preflight_summary(report)
     not_passed = [f"{g['gate']} {g['outcome']}" for g in preflight.get("gates") or [] if g.get("outcome") != "passed"]
     rows.append(("Functional preflight", str(preflight.get("text")) + (f"; {', '.join(not_passed)}" if not_passed else ""),
                  "" if not not_passed else "fail"))
-    handled = {*PREFLIGHT_GATES, "reasoning", "capacity", "engine"}
+    handled = {*PREFLIGHT_GATES, LADDER_GATE, KV_POOL_GATE, IDENTITY_GATE, COLD_START_GATE}
     for gate in report.get("gates") or []:
-        if gate.get("gate") in handled:
+        if gate.get("gate") in handled or gate.get("family") == "reasoning":
             continue
         rows.append((str(gate.get("title") or gate.get("gate")), _gate_result(gate), _outcome_class(gate.get("outcome"))))
     top = largest_rung(report)
-    capacity = gate_outcome(report, "capacity")
+    capacity = gate_outcome(report, LADDER_GATE)
     if top is not None:
         text = (f"{fmt_num(top.get('prompt_tokens'))} actual prompt tokens; {fmt_num(top.get('ttft_s'), 3)} s TTFT; "
                 f"{fmt_num(top.get('e2e_s'), 3)} s E2E; {fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s; "
@@ -186,7 +188,7 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             text = f"Capacity gate {capacity}; largest completed: " + text
         rows.append(("Near-limit capacity", text, _outcome_class(capacity)))
     elif capacity != "absent":
-        gate = gates_named(report, "capacity")[0]
+        gate = gates_named(report, LADDER_GATE)[0]
         rows.append(("Near-limit capacity", _gate_result(gate) or "no rung completed", "fail"))
     engine = report.get("engine") or {}
     if engine.get("kv_cache_tokens") is not None:
@@ -194,7 +196,7 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         text = (f"{fmt_num(engine.get('min_rank_kv_gib'), 2)} GiB, {fmt_num(engine.get('kv_cache_tokens'))} tokens, "
                 f"reported {fmt_num(engine.get('max_concurrency'), 2)}× capacity at the configured "
                 f"{fmt_num(engine.get('concurrency_at_tokens'))}-token envelope")
-        engine_gate = gate_outcome(report, "engine")
+        engine_gate = gate_outcome(report, KV_POOL_GATE)
         if engine_gate in ("failed", "error"):
             text = f"Engine gate {engine_gate}: " + text
         rows.append((f"{device} KV allocation", text, _outcome_class(engine_gate)))
@@ -519,15 +521,21 @@ def _engine_section(report: Mapping[str, Any]) -> str:
 
 def _gates_section(report: Mapping[str, Any]) -> str:
     gates = report.get("gates") or []
-    rows = [(g.get("gate"), g.get("title"), g.get("outcome"), g.get("status") or "", fmt_num(g.get("duration_s"), 2),
+    rows = [(g.get("gate"), g.get("family") or family_of(str(g.get("gate"))) or "other", g.get("title"),
+             g.get("outcome"), g.get("status") or "", fmt_num(g.get("duration_s"), 2),
              len(g.get("attempts") or []), g.get("retained_failures"),
-             first_line(g.get("summary") if g.get("outcome") == "passed" else g.get("reason"), 300))
+             first_line((g.get("proves") or g.get("summary")) if g.get("outcome") == "passed" else g.get("reason"), 300))
             for g in gates]
     classes = [_outcome_class(g.get("outcome")) for g in gates]
+    ran = {str(g.get("gate")) for g in gates}
+    missing = [(row["gate"], row["family"], row["title"], row["outcome"], row.get("reason") or "")
+               for row in (report.get("decision") or {}).get("gates") or [] if row.get("gate") not in ran]
+    absent = ("" if not missing else "<h3>Registered gates that did not run</h3>" + _table(
+        "gates-not-run", ["Gate", "Family", "Title", "Outcome", "Why"], missing, ["skip"] * len(missing)))
     return ('<section id="gates"><h2>All gates</h2>'
-            + _table("gate-table", ["Gate", "Title", "Outcome", "Status", "Duration s", "Attempts",
-                                    "Retained failures", "Summary or reason"], rows, classes, numeric=(4, 5, 6))
-            + "</section>")
+            + _table("gate-table", ["Gate", "Family", "Title", "Outcome", "Status", "Duration s", "Attempts",
+                                    "Retained failures", "Proves, summary or reason"], rows, classes, numeric=(5, 6, 7))
+            + absent + "</section>")
 
 
 def _identity_section(report: Mapping[str, Any]) -> str:
@@ -562,8 +570,15 @@ def _lifecycle_section(report: Mapping[str, Any]) -> str:
     extra = ""
     error = life.get("startup_error") or {}
     if error:
+        # The harness's account only (report/2 has no log tail; the full log is named by SHA-256).
+        log = error.get("private_log") or {}
+        facts = [("Cause", error.get("cause")), ("Exit code", error.get("exit_code")),
+                 ("Last startup phase", error.get("last_phase")),
+                 *((f"Parsed: {k.replace('_', ' ')}", v) for k, v in (error.get("details") or {}).items()
+                   if k not in ("kind", "last_phase")),
+                 ("Server log (private)", f"{log.get('name')} sha256 {log.get('sha256')}" if log else None)]
         extra = (f"<h3>Startup error ({esc(error.get('status'))})</h3><p>{esc(error.get('message'))}</p>"
-                 + (f"<pre>{esc(error.get('log_tail'))}</pre>" if error.get("log_tail") else "")
+                 + _table("startup-error", ["Startup error", "Value"], [(k, v) for k, v in facts if v is not None])
                  + (f"<p>Hint: {esc(error.get('hint'))}</p>" if error.get("hint") else ""))
     return ('<section id="lifecycle"><h2>Lifecycle</h2>' + _table("lifecycle-table", ["Lifecycle", "Value"], rows)
             + extra + "</section>")

@@ -25,6 +25,7 @@ import pytest
 
 from .client import QualClient
 from .errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
+from .gates import family_of, title_of
 from .launch.base import ServerHandle
 from .recipe import Recipe, resolve_recipe
 from .records import GateRecord
@@ -49,6 +50,8 @@ MARKERS = {
     "gate(name)": "the evidence name of a gate (defaults to the test name without test_)",
 }
 MEASUREMENT_MARKERS = ("capacity",)
+VLLMQUAL_FIXTURES = frozenset({"gate", "vllm_server", "qual_client", "server_facts", "recipe", "vllmqual_arm"})
+"""A test using any of these touches the server: its report text is scrubbed like a gate's."""
 
 
 # -- options --------------------------------------------------------------------------------
@@ -258,7 +261,8 @@ class XdistHooks:
             handle = manager.ensure_ready()
         except LaunchError as exc:
             info["startup_error"] = {"message": str(exc.args[0]) if exc.args else "", "status": exc.status,
-                                     "exit_code": exc.exit_code, "log_tail": exc.log_tail, "hint": exc.hint}
+                                     "exit_code": exc.exit_code, "log_tail": exc.log_tail, "hint": exc.hint,
+                                     "details": exc.details}
         else:
             info["handle"] = {"base_url": handle.base_url, "served_model_name": handle.served_model_name,
                               "launcher_kind": handle.launcher_kind, "api_key": handle.api_key,
@@ -288,7 +292,7 @@ class _WorkerServer:
             err = self.info.get("startup_error", {})
             raise LaunchError(err.get("message", "the server did not start"), status=err.get("status", "unknown"),
                               exit_code=err.get("exit_code"), log_tail=err.get("log_tail", ""),
-                              hint=err.get("hint", ""))
+                              hint=err.get("hint", ""), details=err.get("details") or {})
         return self.handle
 
     @property
@@ -297,10 +301,9 @@ class _WorkerServer:
         return facts
 
 
-def _fail(exc: VllmQualError) -> None:
-    from .sanitize import Sanitizer
-
-    pytest.fail(Sanitizer().scrub(str(exc)), pytrace=False)
+def _fail(exc: VllmQualError, config: pytest.Config) -> None:
+    """Fail with the harness's own account (LaunchError's str carries no log text), scrubbed."""
+    pytest.fail(_session_sanitizer(config).scrub(str(exc)), pytrace=False)
 
 
 def _arm_key(request: pytest.FixtureRequest) -> str:
@@ -328,7 +331,7 @@ def recipe(request: pytest.FixtureRequest, vllmqual_arm: str) -> Recipe:
     try:
         return run.arm(vllmqual_arm).recipe
     except RecipeError as exc:
-        _fail(exc)
+        _fail(exc, request.config)
         raise
 
 
@@ -359,7 +362,7 @@ def vllm_server(request: pytest.FixtureRequest, vllmqual_arm: str) -> ServerHand
         recorder = request.node.stash.get(RECORD_KEY, None)
         if recorder is not None:
             recorder.record.status = getattr(exc, "status", None)
-        _fail(exc)
+        _fail(exc, request.config)
         raise
     return handle
 
@@ -445,8 +448,9 @@ def _new_recorder(item: pytest.Item) -> GateRecorder:
         private_dir = run.arm(arm).private_dir
         prefix = ""
     doc = (getattr(item, "obj", None).__doc__ or "").strip().splitlines() if hasattr(item, "obj") else []
+    name = _gate_name(item)
     record = GateRecord(
-        nodeid=item.nodeid, gate=_gate_name(item), title=doc[0] if doc else "",
+        nodeid=item.nodeid, gate=name, title=title_of(name, doc[0] if doc else ""),
         markers=sorted({m.name for m in item.iter_markers() if m.name in MARKERS or m.name in
                         ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle")}),
         arm=arm,
@@ -468,14 +472,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = outcome.get_result()
     recorder = item.stash.get(RECORD_KEY, None)
     if recorder is None:
+        if RUN_KEY in item.config.stash and set(getattr(item, "fixturenames", ())) & VLLMQUAL_FIXTURES:
+            _scrub_test_report(report, _sanitizer(item))
         return
     record = recorder.record
     if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
         gone = call.excinfo.value
         record.status = gone.status
-        report.longrepr = f"{gone.status}: {gone}" + (f"\nlast log lines:\n{gone.log_tail}" if gone.log_tail else "")
+        # The harness's verdict only; the log tail is server text and stays in the private folder.
+        report.longrepr = f"{gone.status}: {gone}"
     final = report.when == "call" or (report.when == "setup" and report.outcome != "passed")
     if not final:
+        _scrub_test_report(report, _sanitizer(item))  # a teardown error, captured output
         return
     record.outcome = "error" if report.when == "setup" and report.outcome == "failed" else report.outcome
     record.duration_s = round(report.duration, 4)
@@ -489,6 +497,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.vllmqual_gate = data  # type: ignore[attr-defined]
     sanitizer = _sanitizer(item)
     properties: list[tuple[str, object]] = []
+    properties.append((f"vllmqual.{record.gate}.family", family_of(record.gate, record.markers) or "other"))
+    properties.append((f"vllmqual.{record.gate}.title", sanitizer.scrub(record.title or record.gate)))
     for key, value in record.measurements.items():
         if isinstance(value, (int, float, str, bool)) or value is None:
             properties.append((f"vllmqual.{record.gate}.{key}", sanitizer.scrub_obj(value)))
@@ -497,23 +507,41 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # junit writes the properties of the *teardown* report, which pytest builds from the item.
     item.user_properties.extend(properties)
     report.user_properties.extend(properties)
-    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
-        # junit XML and the terminal carry failure text: scrub it like the report's free text.
+    _scrub_test_report(report, sanitizer)
+
+
+def _scrub_test_report(report: pytest.TestReport, sanitizer: Any) -> None:
+    """junit XML and the terminal carry failure text, skip reasons and captured output (every
+    phase): scrub them like the report's free text (second line of defence)."""
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        path, lineno, reason = report.longrepr
+        report.longrepr = (path, lineno, sanitizer.scrub(str(reason)))
+    elif report.longrepr is not None:
         text = str(report.longrepr)
         scrubbed = sanitizer.scrub(text)
         if scrubbed != text:
             report.longrepr = scrubbed
+    if report.sections:
+        report.sections = [(title, sanitizer.scrub(content)) for title, content in report.sections]
 
 
 def _sanitizer(item: pytest.Item) -> Any:
-    """One Sanitizer per session, knowing the run's API key once a server is up."""
+    return _session_sanitizer(item.config)
+
+
+def _session_sanitizer(config: pytest.Config) -> Any:
+    """One Sanitizer per session, knowing the run's API keys once a server is up and the values
+    of every arm's recipe env."""
     from .sanitize import Sanitizer
 
-    config = item.config
     cached = config.stash.get(SANITIZER_KEY, None)
     if cached is None:
         cached = Sanitizer()
         config.stash[SANITIZER_KEY] = cached
+    if RUN_KEY in config.stash:
+        run = config.stash[RUN_KEY]
+        for recipe in [run.default_recipe, *(arm.recipe for arm in run.arms.values())]:
+            cached.add_env_values(recipe.server_env())
     keys: list[str | None] = []
     if _is_worker(config):
         keys.append((config.stash[WORKER_KEY].get("handle") or {}).get("api_key"))
@@ -525,6 +553,24 @@ def _sanitizer(item: pytest.Item) -> Any:
         if key:
             cached.add_secret(key)
     return cached
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Gates left out by -m/-k are recorded by name: the decision lists them as not proven."""
+    config = _CONFIG.get("config")
+    if config is None or RUN_KEY not in config.stash or _is_worker(config):
+        return
+    run = config.stash[RUN_KEY]
+    how = " ".join(f"{flag} {value!r}" for flag, value in (("-m", config.option.markexpr),
+                                                          ("-k", config.option.keyword)) if value)
+    for item in items:
+        if "gate" not in getattr(item, "fixturenames", ()):
+            continue
+        arm = _arm_of(item) or run.default_recipe.name
+        entries = run.deselected.setdefault(arm, [])
+        name = _gate_name(item)
+        if not any(e["gate"] == name for e in entries):
+            entries.append({"gate": name, "reason": f"deselected by {how}" if how else "deselected"})
 
 
 def _reason_text(report: pytest.TestReport) -> str:
@@ -592,10 +638,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     xmlpath = getattr(config.option, "xmlpath", None)
     if not xmlpath or _is_worker(config) or RUN_KEY not in config.stash:
         return
-    from .evidence import redact_junit_hostname
+    from .evidence import redact_junit_hostname, scrub_junit
 
     try:
         redact_junit_hostname(Path(os.path.abspath(xmlpath)))
+        scrub_junit(Path(os.path.abspath(xmlpath)), _session_sanitizer(config))
     except VllmQualError as exc:
         config.stash[RUN_KEY].progress(f"junit XML not redacted: {exc}")
 

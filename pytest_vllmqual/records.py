@@ -42,6 +42,10 @@ class Attempt:
     expected_rejection: bool = False
     timing: dict[str, Any] | None = None
 
+    def __repr__(self) -> str:
+        """No server text (``error`` may hold it): a failed assertion prints this repr publicly."""
+        return f"Attempt(kind={self.kind!r}, label={self.label!r}, ok={self.ok}, status_code={self.status_code})"
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -144,6 +148,7 @@ class RunRecord:
     ladder: list[RungRecord] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     private_dir: str | None = None
+    deselected_gates: list[dict[str, Any]] = field(default_factory=list)
 
     def gate_by_name(self, name: str) -> GateRecord | None:
         for gate in self.gates:

@@ -88,6 +88,8 @@ class QualRun:
         self.on_arm_done: Callable[[Arm], None] | None = None
         self.generate: Callable[[RunRecord], dict[str, Any] | None] | None = None
         self.update: Callable[[dict[str, Any]], object] | None = None
+        self.deselected: dict[str, list[dict[str, str]]] = {}
+        """Per arm key: gates pytest deselected (-m/-k), with the reason."""
 
     def set_plan(self, plan: list[ArmSpec]) -> None:
         """Plan arms run in order (A/B, bracketed replay); loads every recipe now (fail fast)."""
@@ -215,6 +217,8 @@ class QualRun:
             reproduce=self.reproduce_line(arm.recipe.name),
             gates=list(arm.gates),
             private_dir=str(arm.private_dir),
+            deselected_gates=[d for d in self.deselected.get(arm.key, [])
+                              if not any(g.gate == d["gate"] for g in arm.gates)],
         )
         for gate in arm.gates:
             for rung in gate.measurements.get("ladder", []) or []:

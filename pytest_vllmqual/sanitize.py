@@ -13,6 +13,7 @@ to name the private artifacts, and a 64-hex digest must not be mistaken for a co
 
 from __future__ import annotations
 
+import functools
 import getpass
 import ipaddress
 import os
@@ -31,6 +32,7 @@ KINDS = (
     "ip",
     "home_path",
     "user",
+    "env_value",
 )
 """Every kind of scrubbed value, in the order the scrubber applies them."""
 
@@ -38,6 +40,17 @@ SECRET_PLACEHOLDER = "<secret>"
 TOKEN_PLACEHOLDER = "<token>"
 HOME_PLACEHOLDER = "<home>"
 USER_PLACEHOLDER = "<user>"
+ENV_PLACEHOLDER = "<env>"
+
+MIN_ENV_VALUE_LEN = 4
+"""Recipe env values shorter than this ("1", "0|1") are settings that name nothing."""
+COMMON_ENV_WORDS = frozenset(
+    {"true", "false", "none", "null", "auto", "spawn", "fork", "forkserver", "info", "debug", "warning",
+     "error", "yes", "no", "on", "off", "cpu", "cuda", "gpu", "fp8", "bf16", "fp16", "float16", "bfloat16",
+     "float32", "half", "native", "xgrammar", "outlines", "guidance", "hermes", "json", "text", "utf-8"}
+)
+"""Recipe env values that are vocabulary, not identifiers; scrubbing them would mangle text."""
+_ENV_PART_SPLIT = re.compile(r"[\s,;|=\[\]()<>\"']+")
 
 SECRET_ENV_NAME = re.compile(r"(?i)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL)")
 """Environment variable names whose values are treated as secrets (*TOKEN*, *KEY*, ...)."""
@@ -167,9 +180,13 @@ class Sanitizer:
         for name, value in env.items():
             if SECRET_ENV_NAME.search(name) and len(value) >= MIN_ENV_SECRET_LEN:
                 self._secrets.add(value)
+        self._env_values: set[str] = set()
+        self._homes: set[str] = set()
         own_host = socket.gethostname() if hostname is None else hostname
         if own_host:
             self.add_identifier("hostname", own_host)
+        if hostname is None:
+            self.learn_machine()
         if username is None:
             try:
                 username = getpass.getuser()
@@ -179,6 +196,47 @@ class Sanitizer:
             self.add_identifier("user", username)
 
     # -- registration -----------------------------------------------------------------
+
+    def learn_machine(self) -> None:
+        """This machine's own identifiers: host name and FQDN, their addresses, the user names
+        of this process and its home directory (second line of defence behind the allowlist)."""
+        names, _addresses = _machine_names()  # addresses are scrubbed by their shape (non-loopback)
+        for name in names:
+            self.add_identifier("hostname", name)
+        for var in ("USER", "LOGNAME", "SUDO_USER", "USERNAME"):
+            self.add_identifier("user", os.environ.get(var))
+        for home in {os.environ.get("HOME") or "", os.path.expanduser("~")}:
+            self.add_home(home)
+
+    def add_home(self, path: str | None) -> None:
+        """Scrub a home directory path (at least two levels deep, or /root) as ``<home>``."""
+        if not path:
+            return
+        clean = path.rstrip("/")
+        if clean == "/root" or clean.count("/") >= 2:
+            self._homes.add(clean)
+
+    def add_env_values(self, env: Mapping[str, Any] | None) -> None:
+        """Scrub every value of a recipe's env (and each identifier-like part of it): an operator's
+        VLLM_LOGGING_PREFIX, a node name, a path. Short settings and common words are left."""
+        for value in (env or {}).values():
+            if value is None:
+                continue
+            text = str(value).strip()
+            if self._env_worthy(text):
+                self._env_values.add(text)
+            for part in _ENV_PART_SPLIT.split(text):
+                part = part.strip(".:/")
+                # A part is scrubbed on its own only when it looks like an identifier (node-17,
+                # a.b.c, ab:cd:ef), not a plain word ("models" would eat "/v1/models").
+                if (len(part) >= 6 and self._env_worthy(part) and re.search(r"[\d._:-]", part)
+                        and not re.fullmatch(r"[A-Z][A-Z0-9_]*", part)):  # a variable's name, not a value
+                    self._env_values.add(part)
+
+    @staticmethod
+    def _env_worthy(text: str) -> bool:
+        return (len(text) >= MIN_ENV_VALUE_LEN and any(c.isalpha() for c in text)
+                and text.lower() not in COMMON_ENV_WORDS)
 
     def add_secret(self, value: str | None) -> None:
         """Never let ``value`` appear in the output (e.g. a per-run API key)."""
@@ -233,7 +291,7 @@ class Sanitizer:
         text = self._scrub_hosts(text)
         text = _IPS.sub(self._ip_replacement, text)
         text = self._scrub_home(text)
-        return text
+        return self._scrub_env_values(text)
 
     def scrub_obj(self, obj: Any, *, key: str | None = None) -> Any:
         """Scrub every string inside dicts/lists/tuples (keys included); other values pass.
@@ -319,6 +377,13 @@ class Sanitizer:
                 text = text.replace(secret, SECRET_PLACEHOLDER)
         return text
 
+    def _scrub_env_values(self, text: str) -> str:
+        for value in sorted(self._env_values, key=len, reverse=True):
+            if value in text:
+                self._count("env_value", text.count(value))
+                text = text.replace(value, ENV_PLACEHOLDER)
+        return text
+
     def _scrub_tokens(self, text: str) -> str:
         def token(_m: re.Match[str]) -> str:
             self._count("token")
@@ -398,6 +463,12 @@ class Sanitizer:
         return self._pseudonym("ip", address.compressed)
 
     def _scrub_home(self, text: str) -> str:
+        for home in sorted(self._homes, key=len, reverse=True):
+            pattern = re.compile(re.escape(home) + r"(?![\w.-])")
+            text, n = pattern.subn(HOME_PLACEHOLDER, text)
+            if n:
+                self._count("home_path", n)
+
         def unix_home(m: re.Match[str]) -> str:
             self.add_identifier("user", m.group(1))
             self._count("home_path")
@@ -421,6 +492,37 @@ class Sanitizer:
 
             text = users.sub(user, text)
         return text
+
+
+@functools.lru_cache(maxsize=1)
+def _machine_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(host names, addresses) of this machine: gethostname, getfqdn and their aliases, and the
+    addresses they resolve to. Looked up once per process (getfqdn may ask DNS)."""
+    names: set[str] = set()
+    addresses: set[str] = set()
+    host = socket.gethostname()
+    if host:
+        names.add(host)
+    try:
+        fqdn = socket.getfqdn()
+    except OSError:
+        fqdn = ""
+    if fqdn:
+        names.add(fqdn)
+    try:
+        primary, aliases, addrs = socket.gethostbyname_ex(host)
+        names.update([primary, *aliases])
+        addresses.update(addrs)
+    except OSError:
+        pass
+    try:
+        for info in socket.getaddrinfo(host, None):
+            addresses.add(str(info[4][0]))
+    except OSError:
+        pass
+    names = {n for n in names if n and n.lower() not in PUBLIC_HOSTS and not n.lower().startswith("localhost")}
+    addresses = {a for a in addresses if not a.startswith("127.") and a != "::1"}
+    return tuple(sorted(names)), tuple(sorted(addresses))
 
 
 _PSEUDONYM_BODY = r"(?:host-[A-Z]+|ip-\d+|gpu\d+|container-\d+|pci-\d+)"

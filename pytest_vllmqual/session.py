@@ -351,6 +351,7 @@ class ServerManager:
             self.startup_error = exc
             self.startup_status = exc.status
             self.stop()
+            self.name_private_log(exc)
             raise
         self.startup_status = "ready"
         self.guard = ServerGuard(handle, self.private_dir / STATE_FILE, launcher=self.launcher,
@@ -365,7 +366,8 @@ class ServerManager:
     def collect_facts(self) -> None:
         """Engine facts from the log and the endpoints, then the identity check."""
         assert self.handle is not None and self.launcher is not None
-        facts = parse_engine_log(self.launcher.log_text())
+        log = self.launcher.log_text()
+        facts = parse_engine_log(log)
         self.facts.engine = facts.to_dict()
         with http_client(self.handle) as client:
             endpoints = fetch_engine_endpoints(client)
@@ -377,8 +379,49 @@ class ServerManager:
             tp_size_seen=facts.tp_size_seen if not self.direct_only else None,
             image_digest=self.handle.image_digest,
             launcher_kind=self.launcher.kind,
+            log_text=log,
+            log_version=facts.vllm_version,
+            expected_model_arg=self._model_argument(),
         )
         self.facts.identity = identity.to_dict(self.recipe)
+
+    def private_log(self) -> dict[str, str] | None:
+        """{name, sha256} of the server log in the private folder (after the server stopped)."""
+        path = getattr(self.launcher, "log_path", None) if self.launcher is not None else None
+        if not isinstance(path, Path) or not path.is_file():
+            return None
+        from .evidence import sha256_file
+
+        try:
+            name = path.relative_to(self.private_dir).as_posix()
+        except ValueError:
+            name = path.name
+        return {"name": name, "sha256": sha256_file(path)}
+
+    def name_private_log(self, exc: LaunchError) -> None:
+        """After the failed server stopped: its exit code (a failure seen in the log is raised
+        while the process still runs), and the full log named by its SHA-256 for public outputs;
+        only this terminal sees the log's path."""
+        if exc.exit_code is None and self.launcher is not None:
+            exc.exit_code = self.launcher.exit_code()
+        log = self.private_log()
+        if log is None:
+            return
+        exc.details["private_log"] = log
+        self.progress(f"startup failed ({exc.status}); the full server log is {self.private_dir / log['name']}")
+
+    def _model_argument(self) -> str | None:
+        """The model argument the launcher gave vLLM (a container sees the model dir at its own
+        path); None for the external launcher, whose server this run did not start."""
+        if self.direct_only or self.launcher is None:
+            return None
+        reported = getattr(self.launcher, "model_argument", None)
+        if callable(reported):
+            value = reported()
+            return str(value) if value else None
+        if self.launcher.kind == "docker" and self.recipe.identity.model_path:
+            return "/vllmqual-model"  # launch.docker.MODEL_DIR_IN_CONTAINER (docker SDK not imported here)
+        return self.recipe.model_location()
 
     def stop(self) -> TeardownResult | None:
         """Tear down (idempotent). External servers are left running."""

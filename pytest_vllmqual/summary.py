@@ -27,7 +27,8 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         f"status: {run.get('status', '?')}"
         + (f" ({'; '.join(run.get('status_reasons', []))})" if run.get("status_reasons") else "")
         + f"  mode: {run.get('mode', '?')}  verdict: {decision.get('verdict', '?')}",
-        f"identity: {identity.get('status', '?')}",
+        f"identity: {identity.get('status', '?')}"
+        + (f" (not checked: {', '.join(identity['not_checked'])})" if identity.get("not_checked") else ""),
         f"cold start to ready: {_fmt(lifecycle.get('cold_start_s'), ' s', 1)}",
     ]
     preflight = report.get("preflight") or {}
@@ -50,6 +51,9 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
                 lines.append(f"  {gate.get('outcome')}: {gate.get('gate')}"
                              + (f" [{gate['status']}]" if gate.get("status") else "")
                              + (f" — {reason[0]}" if reason else ""))
+    absent = [str(row.get("gate")) for row in decision.get("gates") or [] if row.get("outcome") == "absent"]
+    if absent:
+        lines.append(f"  not run (not proven by this run): {', '.join(absent)}")
     ladder = [r for r in report.get("ladder", [])
               if r.get("ok") and r.get("prompt_tokens") and not r.get("expected_rejection")]
     if ladder:

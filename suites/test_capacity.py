@@ -12,11 +12,13 @@ import pytest
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.ladder import run_concurrency, run_ladder
 from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.server_text import public_rung_error
 from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.capacity]
 
 
+@pytest.mark.gate("ladder")
 def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: Any) -> None:
     """Ladder: every rung exact (calibration error 0), answered, followed by a passing smoke."""
     settings = recipe.gate("capacity")
@@ -44,9 +46,9 @@ def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, pro
         if rung.expected_rejection:
             if not rung.ok:
                 problems.append(f"{name}: expected HTTP 400 'This model's maximum context length', "
-                                f"got HTTP {rung.status_code}: {rung.error}")
+                                f"got {public_rung_error(rung.error, rung.status_code) or f'HTTP {rung.status_code}'}")
         elif not rung.ok:
-            problems.append(f"{name}: {rung.error or 'failed'}")
+            problems.append(f"{name}: {public_rung_error(rung.error, rung.status_code) or 'failed'}")
         if rung.killed_server:
             continue
         if rung.post_probe_smoke != "passed":
@@ -60,6 +62,7 @@ def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, pro
     assert not problems, "ladder: " + "; ".join(problems)
 
 
+@pytest.mark.gate("concurrency")
 def test_concurrency(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: Any) -> None:
     """Concurrency: N simultaneous requests complete; per-request and aggregate figures, preemptions."""
     settings = recipe.gate("capacity").get("concurrency") or {}

@@ -12,23 +12,31 @@ from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.session import GateRecorder
 
 
+@pytest.mark.gate("identity")
 @pytest.mark.engine
 def test_identity(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
-    """Identity: /version, /v1/models, the TP ranks in the log and the image match the recipe."""
+    """Identity: every pinned field (checkpoint, revision, image digest, runtime, TP, max_model_len,
+    served name) against what the server reports, each with its source."""
+    from pytest_vllmqual.identity import describe_checks
+
     identity = server_facts["identity"]
-    gate.measure(identity_status=identity.get("status"),
-                 **{f"observed_{c['field']}": c["observed"] for c in identity.get("checks", [])
+    checks = identity.get("checks", [])
+    gate.measure(identity_status=identity.get("status"), checked_fields=describe_checks(identity),
+                 not_checked=", ".join(identity.get("not_checked") or []) or None,
+                 **{f"observed_{c['field']}": c["observed"] for c in checks
                     if isinstance(c.get("observed"), (str, int, float)) or c.get("observed") is None})
     gate.summary(identity.get("status", "unverified"))
-    mismatches = [c for c in identity.get("checks", []) if c.get("ok") is False]
+    mismatches = [c for c in checks if c.get("ok") is False]
     assert not mismatches, "provenance_mismatch: " + "; ".join(
-        f"{c['field']}: recipe says {c['expected']!r}, server reports {c['observed']!r}" for c in mismatches)
+        f"{c['field']}: recipe says {c['expected']!r}, server reports {c['observed']!r} ({c.get('source')})"
+        for c in mismatches)
     assert identity.get("status") == "verified", (
-        "identity could not be verified: " + "; ".join(
-            f"{c['field']}: {c.get('note') or 'no observation'}" for c in identity.get("checks", [])
-            if c.get("ok") is None))
+        f"identity is {identity.get('status')}; not checked: " + "; ".join(
+            f"{c['field']}: {c.get('note') or 'no observation'}" for c in checks
+            if c.get("ok") is None and c.get("pinned", True)))
 
 
+@pytest.mark.gate("engine_ranks")
 @pytest.mark.engine
 def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
@@ -49,6 +57,7 @@ def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRe
     assert check.ok, "; ".join(check.problems)
 
 
+@pytest.mark.gate("kv_pool")
 @pytest.mark.engine
 @pytest.mark.capacity
 def test_kv_pool(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
@@ -69,6 +78,7 @@ def test_kv_pool(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorde
         assert tokens >= minimum, f"engine-reported KV pool {tokens:,} tokens is below the recipe minimum {minimum:,}"
 
 
+@pytest.mark.gate("cold_start")
 @pytest.mark.lifecycle
 def test_cold_start(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """Cold managed start: the server passed readiness (health, models, a 1-token completion) in time."""

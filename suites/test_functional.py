@@ -18,6 +18,7 @@ from pytest_vllmqual.checks import (
 )
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.server_text import public_failure
 from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.functional]
@@ -54,6 +55,7 @@ def _tool_choice(recipe: Recipe, fixture: ToolFixture) -> Any:
     return mode
 
 
+@pytest.mark.gate("json")
 def test_json(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """JSON: response_format json_schema; content parses, validates, finish_reason stop."""
     result = qual_client.chat(
@@ -63,7 +65,7 @@ def test_json(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> No
          "max_tokens": recipe.gate("json").get("max_tokens", 128), "temperature": 0},
         label="json_schema",
     )
-    assert result.status_code == 200, f"HTTP {result.status_code}: {result.attempt.error}"
+    assert result.status_code == 200, public_failure(result.attempt)
     gate.measure(content_chars=len(result.content), finish_reason=result.finish_reason,
                  completion_tokens=result.usage.get("completion_tokens"))
     problems = check_json_content(result.content, JSON_SCHEMA, result.finish_reason)
@@ -71,6 +73,7 @@ def test_json(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> No
     gate.summary("pass")
 
 
+@pytest.mark.gate("tools")
 def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                tool_fixtures: list[ToolFixture]) -> None:
     """Typed tools N/N: every tool called by name with schema-valid arguments."""
@@ -88,7 +91,7 @@ def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
             label=f"tool-{fixture.name}",
         )
         if result.status_code != 200:
-            failures[fixture.name] = [f"HTTP {result.status_code}: {result.attempt.error}"]
+            failures[fixture.name] = [public_failure(result.attempt)]
             continue
         problems = check_tool_call(result.tool_calls, fixture, value_checks=value_checks)
         if problems:
@@ -102,6 +105,7 @@ def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
         f"{name}: {', '.join(p)}" for name, p in failures.items())
 
 
+@pytest.mark.gate("streaming_tool")
 def test_streaming_tool(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                         tool_fixtures: list[ToolFixture]) -> None:
     """Streaming tool: deltas reassemble into one valid call; [DONE] and a usage chunk arrive."""
@@ -123,6 +127,7 @@ def test_streaming_tool(qual_client: QualClient, recipe: Recipe, gate: GateRecor
     gate.summary("pass")
 
 
+@pytest.mark.gate("tool_continuation")
 def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                            tool_fixtures: list[ToolFixture]) -> None:
     """Tool-result continuation: after the tool's result the model answers and does not call again."""
@@ -132,7 +137,7 @@ def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRe
     first = qual_client.chat({"messages": messages, "tools": tools, "tool_choice": _tool_choice(recipe, fixture),
                               "max_tokens": recipe.gate("tools").get("max_tokens", 256), "temperature": 0},
                              label="continuation-call")
-    assert first.status_code == 200, f"HTTP {first.status_code}: {first.attempt.error}"
+    assert first.status_code == 200, public_failure(first.attempt)
     problems = check_tool_call(first.tool_calls, fixture, value_checks=False)
     assert not problems, "continuation: the first turn did not make a valid call: " + "; ".join(problems)
     call = first.tool_calls[0]
@@ -143,7 +148,7 @@ def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRe
     ]
     second = qual_client.chat({"messages": messages, "tools": tools, "max_tokens": 128, "temperature": 0},
                               label="continuation-answer")
-    assert second.status_code == 200, f"HTTP {second.status_code}: {second.attempt.error}"
+    assert second.status_code == 200, public_failure(second.attempt)
     gate.measure(finish_reason=second.finish_reason, answer_chars=len(second.content),
                  repeated_calls=len(second.tool_calls))
     repeated = [c for c in second.tool_calls
@@ -165,6 +170,7 @@ def _output_text(body: dict[str, Any]) -> str:
     return "".join(texts)
 
 
+@pytest.mark.gate("responses")
 def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                    tool_fixtures: list[ToolFixture]) -> None:
     """Responses API at the recipe's reasoning effort, with a function-call round trip if enabled."""
@@ -175,7 +181,7 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
     if effort:
         body["reasoning"] = {"effort": effort}
     result = qual_client.responses(body, label=f"responses-{effort or 'default'}")
-    assert result.status_code == 200, f"HTTP {result.status_code}: {result.attempt.error}"
+    assert result.status_code == 200, public_failure(result.attempt)
     data = result.body or {}
     usage = data.get("usage") or {}
     gate.measure(status=data.get("status"), output_types=[i.get("type") for i in data.get("output", [])],
@@ -193,7 +199,7 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
     if effort:
         call_body["reasoning"] = {"effort": effort}
     call_result = qual_client.responses(call_body, label="responses-function-call")
-    assert call_result.status_code == 200, f"HTTP {call_result.status_code}: {call_result.attempt.error}"
+    assert call_result.status_code == 200, public_failure(call_result.attempt)
     calls = [i for i in (call_result.body or {}).get("output", []) if i.get("type") == "function_call"]
     problems = check_tool_call([{"name": c.get("name"), "arguments": c.get("arguments")} for c in calls],
                                fixture, value_checks=False)
@@ -208,7 +214,7 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
     if effort:
         follow["reasoning"] = {"effort": effort}
     answer = qual_client.responses(follow, label="responses-function-output")
-    assert answer.status_code == 200, f"HTTP {answer.status_code}: {answer.attempt.error}"
+    assert answer.status_code == 200, public_failure(answer.attempt)
     answer_data = answer.body or {}
     gate.measure(function_call=fixture.name, round_trip_status=answer_data.get("status"))
     assert answer_data.get("status") == "completed", f"round-trip status {answer_data.get('status')!r}"

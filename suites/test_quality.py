@@ -57,6 +57,7 @@ def _run_repeated(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, l
     assert passed == n, f"{label}: {passed}/{n} answers matched /{expect}/; answers: {answers}"
 
 
+@pytest.mark.gate("quality_intelligence")
 @pytest.mark.parametrize("check", CHECKS["intelligence"], ids=lambda c: c["name"])
 def test_quality_intelligence(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                               check: dict[str, Any]) -> None:
@@ -66,6 +67,7 @@ def test_quality_intelligence(qual_client: QualClient, recipe: Recipe, gate: Gat
                   check["expect"])
 
 
+@pytest.mark.gate("quality_session_recall")
 @pytest.mark.parametrize("check", CHECKS["session_recall"], ids=lambda c: c["name"])
 def test_quality_session_recall(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                                 check: dict[str, Any]) -> None:
@@ -74,6 +76,7 @@ def test_quality_session_recall(qual_client: QualClient, recipe: Recipe, gate: G
     _run_repeated(qual_client, recipe, gate, check["name"], list(check["turns"]), check["expect"])
 
 
+@pytest.mark.gate("quality_tools")
 def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Tools, repeated: the same typed call is made correctly every time, k/N."""
     _skip_if_not_applicable(recipe, gate, "tools")
@@ -96,8 +99,10 @@ def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecord
     assert passed == n, f"tools {passed}/{n}: {'; '.join(problems_seen)}"
 
 
+@pytest.mark.gate("quality_long_context")
 def test_quality_long_context(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: Any) -> None:
-    """Long context: a fact at the start of an exact-length prompt is recalled at the end, k/N."""
+    """Long context at an exact prompt length, k/N: in "needle" mode a fact at the start is recalled
+    at the end; in "smoke_after_filler" mode the smoke prompt is answered after filler (no recall)."""
     _skip_if_not_applicable(recipe, gate, "long_context")
     from pytest_vllmqual.prompts import ChatShape, ExactPromptBuilder, ServerTokenCounter, new_nonce
 

@@ -9,6 +9,7 @@ import pytest
 from pytest_vllmqual.checks import check_fingerprints
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.server_text import public_failure
 from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.reasoning]
@@ -16,6 +17,7 @@ pytestmark = [pytest.mark.reasoning]
 DEFAULT_MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Hello"}]
 
 
+@pytest.mark.gate("reasoning_fingerprints")
 def test_reasoning_fingerprints(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Each effort's prompt-token count, from usage and /tokenize, equals its pinned fingerprint."""
     settings = recipe.gate("reasoning")
@@ -27,7 +29,7 @@ def test_reasoning_fingerprints(qual_client: QualClient, recipe: Recipe, gate: G
     for effort in efforts:
         result = qual_client.chat({"messages": messages, "reasoning_effort": effort, "max_tokens": 1,
                                    "temperature": 0}, label=f"fingerprint-{effort}")
-        assert result.status_code == 200, f"effort {effort}: HTTP {result.status_code}: {result.attempt.error}"
+        assert result.status_code == 200, f"effort {effort}: {public_failure(result.attempt)}"
         usage_count = int(result.usage.get("prompt_tokens", 0))
         tokenized = qual_client.tokenize_chat(messages, chat_template_kwargs={"reasoning_effort": effort},
                                               label=f"tokenize-{effort}")

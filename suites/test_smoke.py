@@ -6,11 +6,13 @@ import pytest
 
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.server_text import public_failure
 from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.functional]
 
 
+@pytest.mark.gate("smoke")
 def test_smoke(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Smoke: a short chat completion finishes with content and usage."""
     settings = recipe.gate("smoke")
@@ -19,7 +21,7 @@ def test_smoke(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> N
          "max_tokens": settings.get("max_tokens", 32), "temperature": 0},
         label="smoke",
     )
-    assert result.status_code == 200, f"smoke returned HTTP {result.status_code}: {result.attempt.error}"
+    assert result.status_code == 200, f"smoke returned {public_failure(result.attempt)}"
     gate.measure(prompt_tokens=result.usage.get("prompt_tokens"),
                  completion_tokens=result.usage.get("completion_tokens"),
                  latency_s=round(result.attempt.latency_s or 0.0, 4),

@@ -21,6 +21,7 @@ from ..client import http_client
 from ..engine import classify_startup_failure, last_startup_phase
 from ..errors import LaunchError
 from ..recipe import StartupConfig
+from ..server_text import quote_server_message
 from .base import Launcher, ProgressFn, ServerHandle
 
 LOG_TAIL_LINES = 25
@@ -66,7 +67,8 @@ class ModelListed:
             return Probe(False, f"/v1/models {response.status_code}")
         ids = [m.get("id") for m in response.json().get("data", [])]
         ok = handle.served_model_name in ids
-        return Probe(ok, "" if ok else f"/v1/models lists {ids}, not {handle.served_model_name!r}")
+        # The listed ids are server text: the detail counts them and names only the recipe's name.
+        return Probe(ok, "" if ok else f"/v1/models lists {len(ids)} model(s), none named {handle.served_model_name!r}")
 
 
 class OneTokenCompletion:
@@ -88,7 +90,9 @@ class OneTokenCompletion:
             return Probe(False, f"1-token completion did not answer within {self.timeout_s:g} s "
                                 "(generation hangs although /health may answer)")
         if response.status_code != 200:
-            return Probe(False, f"1-token completion returned HTTP {response.status_code}: {response.text[:200]}")
+            quoted = quote_server_message(response.text)
+            return Probe(False, f"1-token completion returned HTTP {response.status_code}"
+                                + (f": {quoted}" if quoted else " (its message is in the server log)"))
         usage = response.json().get("usage") or {}
         return Probe(bool(usage.get("completion_tokens")), "1-token completion returned no tokens")
 
@@ -134,7 +138,8 @@ def wait_until_ready(
                     status="exited",
                     exit_code=code,
                     log_tail=log_tail(log),
-                    hint="read the log tail above; the full log is in the run's private artifacts.",
+                    hint="read the server log in the run's private folder (its path is printed above).",
+                    details={"last_phase": last_startup_phase(log) or "no startup phase logged"},
                 )
             now = time.monotonic()
             if now >= deadline:
@@ -191,6 +196,7 @@ def _failure_error(failure: object, launcher: Launcher, recipe_name: str, log: s
         hint = "set launcher.port: 0 in the recipe, or stop whatever holds the port."
     else:
         message = f"the server for recipe {recipe_name!r} failed during startup ({kind})"
-        hint = "read the log tail above; the full log is in the run's private artifacts."
+        hint = "read the server log in the run's private folder (its path is printed above)."
+    details["last_phase"] = last_startup_phase(log) or "no startup phase logged"
     return LaunchError(message, status=kind, exit_code=launcher.exit_code(), log_tail=log_tail(log),
                        hint=hint, details=details)

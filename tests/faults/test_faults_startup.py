@@ -8,6 +8,7 @@ for real; the fault server (tests/faults/fault_server.py) only where noted, with
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -108,7 +109,8 @@ def test_01_port_already_taken(tmp_path: Path) -> None:
         error = startup_error(session)
         assert error["status"] == "port_in_use", error
         assert "already in use" in error["message"]
-        assert "Address already in use" in (error["log_tail"] or "")
+        assert error["cause"] == "the server could not bind its port: address already in use"
+        assert "log_tail" not in error, "the log tail is server text: it stays private"
         assert_gates_errored(session, "port_in_use")
         assert session.gate("first_gate")["duration_s"] < 60, "port_in_use must not wait out the deadline"
         log = (session.private_dir() / "server.log").read_text()
@@ -194,7 +196,10 @@ def test_04_server_exits_during_startup(tmp_path: Path) -> None:
         assert "exited during startup" in error["message"]
         if code == 0:
             assert "status 0, which is never success" in error["message"]
-        assert "loading weights from <home>/.cache/huggingface" in error["log_tail"], error["log_tail"]
+        assert "log_tail" not in error and error["cause"] == "the server process exited during startup"
+        log = (session.private_dir() / "server.log").read_bytes()
+        assert b"loading weights from /home/alice-canary/.cache/huggingface" in log, "the log line stays private"
+        assert error["private_log"]["sha256"] == hashlib.sha256(log).hexdigest()
         assert "alice-canary" not in session.report_path.read_text() + session.junit.read_text()
         exited_at = float((session.marks_dir / "exited_at").read_text())
         noticed = session.mark("noticed_at") - exited_at
@@ -270,7 +275,8 @@ def test_06_health_503_forever(tmp_path: Path) -> None:
     error = startup_error(session)
     assert error["status"] == "startup_timeout"
     assert "3 s startup deadline" in error["message"] and "last readiness check: /health 503" in error["message"]
-    assert "health 503" in (error["log_tail"] or "")
+    assert "log_tail" not in error
+    assert "health 503" in (session.private_dir() / "server.log").read_text()
     assert_gates_errored(session, "startup_timeout")
     assert 3 <= session.gate("first_gate")["duration_s"] < 6
     assert_nothing_left(session)

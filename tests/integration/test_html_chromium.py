@@ -78,7 +78,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, bytes]:
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A report written and rendered through the CLI, as an operator would."""
     base = tmp_path_factory.mktemp("html")
-    run = _samples().seed_control_run(base / "private")
+    run = _samples().with_every_gate_passed(_samples().seed_control_run(base / "private"))
     assert [r["tp_rank"] for r in run.engine["ranks"]] == [0, 1]
     assert sum(1 for r in run.ladder if not r.ok and not r.expected_rejection) == 1
     report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))

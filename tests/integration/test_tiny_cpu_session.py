@@ -134,3 +134,32 @@ def test_no_process_or_shm_file_of_the_run_survives(tiny_run: SessionRun) -> Non
     leftovers = [p.name for p in Path("/dev/shm").iterdir()
                  if p.name.startswith("vllm_") and p.stat().st_ctime >= since]
     assert leftovers == [], f"/dev/shm files created during the run remain: {leftovers}"
+
+
+def test_decision_names_every_gate_that_did_not_pass_and_never_overclaims(tiny_run: SessionRun) -> None:
+    """Issue 13: the default tiny-cpu run reports what it honestly is."""
+    decision = tiny_run.report["decision"]
+    not_passed = [row for row in decision["gates"] if row["outcome"] != "passed"]
+    assert (decision["verdict"] == "candidate") == (not not_passed)
+    for row in not_passed:
+        assert any(f"(gate {row['gate']}, {row['family']})" in item and row["reason"] in item
+                   for item in decision["does_not_prove"]), row
+    skipped = {row["gate"] for row in not_passed if row["outcome"] == "skipped"}
+    assert {"quality_intelligence", "quality_session_recall"} <= skipped, "tiny-cpu declares them not applicable"
+    assert decision["verdict"] == "healthy"
+    long_context = tiny_run.gate("quality_long_context")
+    if long_context["outcome"] == "passed":
+        assert "no fact was recalled" in long_context["proves"] and "recalled at its end" not in long_context["proves"]
+
+
+def test_identity_lists_field_by_field_what_it_checked(tiny_run: SessionRun) -> None:
+    identity = tiny_run.report["identity"]
+    checks = {c["field"]: c for c in identity["checks"]}
+    assert {f: c["status"] for f, c in checks.items()} == {
+        "checkpoint": "matched", "revision": "not pinned", "image_digest": "not pinned",
+        "runtime_version": "matched", "tensor_parallel_size": "matched", "max_model_len": "matched",
+        "served_model": "matched"}
+    assert checks["checkpoint"]["source"] == "log non-default args 'model' and /v1/models root"
+    assert checks["checkpoint"]["observed"] == "fixtures/model/build/tiny-chat"
+    assert checks["tensor_parallel_size"]["source"] == "rank count in the log"
+    assert set(identity["model_files"]) >= {"config.json"}

@@ -64,7 +64,7 @@ def startup_failed(name: str) -> dict[str, Any]:
     report["run"]["status_reasons"] = ["startup failed: kv_insufficient"]
     report["lifecycle"].update(cold_start_s=None, startup_status="kv_insufficient", startup_error={
         "status": "kv_insufficient", "message": "To serve at least one request with max_model_len 393216, "
-        "2.3 GiB KV cache is needed, larger than the available 1.0 GiB", "exit_code": 1, "log_tail": None,
+        "2.3 GiB KV cache is needed, larger than the available 1.0 GiB", "exit_code": 1, "private_log": None,
         "hint": None, "details": {}})
     report["gates"], report["ladder"] = [], []
     report["preflight"] = preflight_summary(report)

@@ -27,6 +27,7 @@ from pytest_vllmqual.compare import (
 from pytest_vllmqual.decision import decide, preflight_summary
 from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.evidence import build_public_report, sha256_file, validate_report
+from pytest_vllmqual.gates import REGISTRY
 from pytest_vllmqual.html import render_html
 from pytest_vllmqual.sanitize import Sanitizer
 
@@ -68,6 +69,20 @@ def arms() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
 def seed_comparison(arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
     control, candidate, replay = arms
     return compare_reports(control, candidate, replay=replay, sanitizer=quiet())
+
+
+def with_every_gate(report: dict[str, Any]) -> dict[str, Any]:
+    """An arm that also ran the registered gates the seeds publish no record of (the seeds' arms
+    as published are healthy: a candidate needs every gate of every family)."""
+    present = {g["gate"] for g in report["gates"]}
+    for spec in REGISTRY:
+        if spec.name not in present:
+            report["gates"].append({
+                "nodeid": f"suites::test_{spec.name}", "gate": spec.name, "title": spec.title, "family": spec.family,
+                "proves": None, "markers": [], "arm": report["run"]["arm"], "outcome": "passed", "reason": None,
+                "status": None, "duration_s": 0.1, "summary": "passed", "measurements": {}, "thresholds": {},
+                "attempts": [], "retained_failures": 0})
+    return report
 
 
 def redecide(report: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +338,7 @@ def test_kv_tokens_that_follow_the_bytes_are_consistent(
 def test_a_clean_bracketed_candidate_is_a_priority_challenger(
         arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
     control, candidate, replay = arms
-    managed = copy.deepcopy(candidate)
+    managed = with_every_gate(copy.deepcopy(candidate))
     managed["lifecycle"]["cold_start_s"] = 318.0
     redecide(managed)
     assert managed["decision"]["verdict"] == "candidate"
@@ -400,7 +415,7 @@ def test_compare_rejects_things_that_are_not_arm_reports(
     with pytest.raises(ComparisonError, match="is a comparison record"):
         compare_reports(seed_comparison, candidate)
     with pytest.raises(ComparisonError, match="not a vllmqual arm report"):
-        compare_reports(control, {**candidate, "schema": "https://pytest-vllmqual/schemas/report/2"})
+        compare_reports(control, {**candidate, "schema": "https://pytest-vllmqual/schemas/report/99"})
 
 
 # -- the CLI ------------------------------------------------------------------------------------------
@@ -446,7 +461,7 @@ def test_cli_compare_targets_and_default_output(tmp_path: Path, capsys: pytest.C
     ("not-json", "is not valid JSON"),
     ("not-object", "is not a JSON object"),
     ("no-schema", "is not a vllmqual arm report (no 'schema' key"),
-    ("other-schema", "is not a vllmqual arm report (schema 'https://pytest-vllmqual/schemas/report/2'"),
+    ("other-schema", "is not a vllmqual arm report (schema 'https://pytest-vllmqual/schemas/report/99'"),
     ("invalid", "does not match the report schema"),
     ("comparison", "is a comparison record, not an arm report"),
     ("same", "the control and the candidate are the same report"),
@@ -463,7 +478,7 @@ def test_cli_compare_bad_inputs_are_one_line_exit_2(tmp_path: Path, capsys: pyte
     elif setup == "no-schema":
         bad.write_text(json.dumps({"run": {}}))
     elif setup == "other-schema":
-        bad.write_text(json.dumps({**report, "schema": "https://pytest-vllmqual/schemas/report/2"}))
+        bad.write_text(json.dumps({**report, "schema": "https://pytest-vllmqual/schemas/report/99"}))
     elif setup == "invalid":
         del report["engine"]
         bad.write_text(json.dumps(report))

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_samples import seed_control_run
+from report_samples import seed_control_run, with_every_gate_passed
 
 from pytest_vllmqual.decision import SINGLE_RUN_VERDICTS, decide, short_tokens, verdict_rank
 from pytest_vllmqual.evidence import build_public_report, validation_errors
@@ -25,8 +25,20 @@ def run(tmp_path: Path) -> RunRecord:
     return seed_control_run(tmp_path / "private")
 
 
-def test_seed_control_is_a_candidate_and_never_more(run: RunRecord) -> None:
+def test_seed_control_as_published_is_healthy_and_names_every_gate_it_lacks(run: RunRecord) -> None:
+    """The seeds publish no concurrency gate and no per-check quality records: not a candidate."""
     decision = build(run)["decision"]
+    assert decision["verdict"] == "healthy"
+    missing = {row["gate"]: row for row in decision["gates"] if row["outcome"] == "absent"}
+    assert set(missing) == {"quality_intelligence", "quality_session_recall", "quality_tools",
+                            "quality_long_context", "concurrency"}
+    assert ("Concurrency (gate concurrency, capacity): not run: did not run in this session (deselected with -m/-k, "
+            "or not collected)") in decision["does_not_prove"]
+    assert "not every gate passed: quality_intelligence (absent)" in decision["reasons"][0]
+
+
+def test_seed_control_with_every_gate_is_a_candidate_and_never_more(run: RunRecord) -> None:
+    decision = build(with_every_gate_passed(run))["decision"]
     assert decision["verdict"] == "candidate"
     assert decision["summary"] == "candidate; no-promotion"
     assert "at most a candidate" in decision["reasons"][0]
@@ -39,11 +51,13 @@ def test_proves_lists_what_was_measured(run: RunRecord) -> None:
     assert ("the functional preflight passed 6/6: smoke, JSON, 20/20 tool calls, streaming tool, tool-result "
             "continuation, Responses API") in proves
     assert any(p.startswith("a request of 119,503 API-reported prompt tokens completed (17.445 s TTFT") for p in proves)
-    assert "Reasoning prompt contract: Low/high/max fingerprints passed at 6/85/98 prompt tokens" in proves
+    assert ("Reasoning prompt contract: each reasoning effort's prompt-token count equals its pinned fingerprint "
+            "(Low/high/max fingerprints passed at 6/85/98 prompt tokens)") in proves
     assert "a short functional smoke passed after every context probe (5/5)" in proves
     assert any("131,073-token prompt beyond max_model_len was rejected with HTTP 400" in p for p in proves)
     assert any(p.startswith("the engine reported a KV pool of 283,917 tokens (2.17x concurrency at 131,072") for p in proves)
-    assert any(p.startswith("the server that answered is the recipe's pinned identity") and "TP=2" in p for p in proves)
+    assert any(p.startswith("the server that answered is the recipe's pinned identity, every pinned field checked")
+               and "tensor_parallel_size 2 (from the server)" in p for p in proves)
 
 
 def test_does_not_prove_is_generated_from_what_is_missing(run: RunRecord) -> None:
@@ -76,16 +90,50 @@ def test_skipped_quality_checks_are_listed_with_their_reason(run: RunRecord) -> 
                                 reason="not applicable: the recipe's context is below 32K"))
     run.gates.append(GateRecord(nodeid="suites/test_quality.py::test_other", gate="other", title="Other check",
                                 outcome="skipped", reason="needs a GPU"))
-    report = build(run)
+    report = build(with_every_gate_passed(run))
     items = report["decision"]["does_not_prove"]
-    assert "32K context recall: not applicable to this recipe (not applicable: the recipe's context is below 32K)" in items
-    assert "Other check: skipped (needs a GPU)" in items
-    assert report["decision"]["verdict"] == "candidate", "a skipped gate is not a failing gate"
+    assert ("Long context (gate quality_long_context, quality): not applicable or skipped: not applicable: the "
+            "recipe's context is below 32K") in items
+    assert "Other check (gate other, other): not applicable or skipped: needs a GPU" in items
+    assert report["decision"]["verdict"] == "healthy", "a skipped gate caps the run at healthy, it does not fail it"
+
+
+def test_a_deselected_gate_is_named_with_how_it_was_deselected(run: RunRecord) -> None:
+    run = with_every_gate_passed(run)
+    run.gates = [g for g in run.gates if g.gate != "concurrency"]
+    run.deselected_gates = [{"gate": "concurrency", "reason": "deselected by -m 'not capacity'"}]
+    report = build(run)
+    assert report["run"]["deselected_gates"] == run.deselected_gates
+    assert report["decision"]["verdict"] == "healthy"
+    assert ("Concurrency (gate concurrency, capacity): not run: deselected (deselected by -m 'not capacity')"
+            in report["decision"]["does_not_prove"])
+
+
+def test_long_context_in_smoke_mode_never_claims_recall(run: RunRecord) -> None:
+    run.gates.append(GateRecord(nodeid="suites/test_quality.py::test_quality_long_context", gate="quality_long_context",
+                                title="", outcome="passed", summary="3/3 at 30,000 tokens (smoke after filler)",
+                                measurements={"passed": 3, "repeat": 3, "target_tokens": 30000,
+                                              "check": "smoke_after_filler"}))
+    proves = build(run)["decision"]["proves"]
+    line = next(p for p in proves if p.startswith("Long context:"))
+    assert "after 30,000 filler tokens" in line and "no fact was recalled" in line
+    assert "recalled at" not in line
+
+
+def test_post_probe_health_is_structured_never_a_substring(run: RunRecord) -> None:
+    """A failed smoke whose text happens to contain "ok" or "passed" does not read as passed."""
+    for rung in run.ladder:
+        if rung.post_probe_smoke == "passed":
+            rung.post_probe_smoke = "failed: finish_reason 'length', content 'ok ok passed'"
+    report = build(run)
+    assert not any(p.startswith("a short functional smoke passed after every context probe")
+                   for p in report["decision"]["proves"])
+    assert all(r["post_probe_smoke_ok"] is False for r in report["ladder"] if r["post_probe_smoke"])
 
 
 def test_caveats_keep_retained_failures_calibration_and_non_monotonic_targets(run: RunRecord) -> None:
     caveats = build(run)["decision"]["caveats"]
-    assert any(c.startswith("gate capacity retains 1 failed attempt(s), not retried away; the first (120K) was HTTP 400")
+    assert any(c.startswith("gate ladder retains 1 failed attempt(s), not retried away; the first (120K) was HTTP 400")
                for c in caveats)
     assert any(c.startswith("the 120K context target returned HTTP 400") for c in caveats)
     assert any(c.startswith("the 117.5K target (117,500) produced 87,207 API-reported prompt tokens (calibration "
@@ -131,6 +179,8 @@ def test_unclean_teardown_means_no_promotion(run: RunRecord) -> None:
 def test_direct_only_passes_as_healthy_and_direct_only(run: RunRecord) -> None:
     run.mode = "direct-only"
     run.lifecycle = {"launcher": "external", "cold_start_s": None, "teardown": None}
+    cold = next(g for g in run.gates if g.gate == "cold_start")
+    cold.outcome, cold.reason = "skipped", "direct-only: the server was not started by this run"
     decision = build(run)["decision"]
     assert decision["verdict"] == "direct-only"
     assert decision["summary"] == "healthy and direct-only; no-promotion"
@@ -148,20 +198,24 @@ def test_incomplete_evidence_is_healthy_not_candidate(run: RunRecord) -> None:
     reason = decision["reasons"][0]
     assert "the functional preflight is 5/6; not passed: tool-result continuation (absent)" in reason
     assert "no capacity rung completed" in reason and "the engine's KV pool was not read" in reason
-    assert "the tool-result continuation preflight gate: it did not run" in decision["does_not_prove"]
+    assert ("Tool-result continuation (gate tool_continuation, preflight): not run: did not run in this session "
+            "(deselected with -m/-k, or not collected)") in decision["does_not_prove"]
     assert any(i.startswith("any request near the configured context: no capacity rung completed")
                for i in decision["does_not_prove"])
 
 
 def test_unverified_identity_and_cpu_engine_are_stated(run: RunRecord) -> None:
-    run.identity["status"] = "unverified"
+    run.identity["status"] = "partially-verified"
+    run.identity["not_checked"] = ["max_model_len", "tensor_parallel_size", "image_digest"]
     for check in run.identity["checks"][2:]:
         check["ok"] = None
     run.engine["device"] = "CPU"  # engine.py writes the pool name as the log does
     decision = build(run)["decision"]
     assert decision["verdict"] == "healthy"
-    assert ("that the served model is the recipe's pinned identity (max_model_len, tensor_parallel_size, image_digest "
-            "could not be checked)") in decision["does_not_prove"]
+    assert ("the identity is partially-verified (not checked: max_model_len, tensor_parallel_size, image_digest)"
+            in decision["reasons"][0])
+    assert ("that the served model is the recipe's pinned identity in every pinned field; not checked: "
+            "max_model_len; tensor_parallel_size; image_digest") in decision["does_not_prove"]
     assert "anything about GPU memory or GPU throughput: the engine ran without a GPU" in decision["does_not_prove"]
 
 

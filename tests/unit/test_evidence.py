@@ -97,7 +97,7 @@ def test_private_folder_is_created_owner_only(tmp_path: Path) -> None:
 
 def test_report_validates_and_carries_every_section(report: dict[str, Any]) -> None:
     assert validation_errors(report) == []
-    assert report["schema"] == SCHEMA_ID and report["schema_version"] == 1
+    assert report["schema"] == SCHEMA_ID and report["schema_version"] == 2
     assert report["tool"]["name"] == "pytest-vllmqual"
     assert list(report) == ["schema", "schema_version", "tool", "run", "recipe", "identity", "hardware",
                             "lifecycle", "engine", "gates", "preflight", "ladder", "ladder_summary", "decision",
@@ -140,7 +140,8 @@ def test_preflight_and_gates(report: dict[str, Any]) -> None:
     assert preflight["summary"] == "6/6" and preflight["passed"] == 6 and preflight["total"] == 6
     assert preflight["text"] == ("6/6: smoke, JSON, 20/20 tool calls, streaming tool, tool-result continuation, "
                                  "Responses API")
-    capacity = next(g for g in report["gates"] if g["gate"] == "capacity")
+    capacity = next(g for g in report["gates"] if g["gate"] == "ladder")
+    assert capacity["family"] == "capacity" and capacity["title"] == "Context ladder"
     assert capacity["retained_failures"] == 1, "the HTTP 400 is retained; the expected rejection is not a failure"
     assert len(capacity["attempts"]) == 6
     assert "ladder" not in capacity["measurements"], "rungs are reported once, in the ladder section"
@@ -200,14 +201,28 @@ def test_artifacts_default_to_every_file_in_the_private_folder(report: dict[str,
 def test_startup_error_and_incomplete_run_are_reported(private_dir: Path) -> None:
     run = seed_control_run(private_dir)
     run.status, run.status_reasons = "incomplete", ["the server did not start (kv_insufficient)"]
+    log_sha = "ab" * 32
     run.lifecycle.update(cold_start_s=None, startup_status="kv_insufficient", startup_error={
         "status": "kv_insufficient", "message": "startup failed", "exit_code": 1,
-        "log_tail": "\n".join(f"line {i}" for i in range(100)), "details": {"needed_gib": 28.0}})
+        "log_tail": "\n".join(f"line {i}" for i in range(100)),
+        "details": {"needed_gib": 28.0, "available_gib": 3.5, "max_seq_len": 131072, "estimated_max_len": 16384,
+                    "evidence": "[node-a.corp] ValueError: To serve at least one request ...",
+                    "last_phase": "KV cache allocated", "private_log": {"name": "server.log", "sha256": log_sha}}})
     report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
     assert validation_errors(report) == []
     error = report["lifecycle"]["startup_error"]
-    assert error["status"] == "kv_insufficient" and error["log_tail"].splitlines()[0] == "line 60"
+    assert error["status"] == "kv_insufficient" and "log_tail" not in error
+    assert error["cause"] == ("the KV cache cannot hold one request of max_model_len: 28.0 GiB needed, 3.5 GiB "
+                              "available for max_model_len 131072; the engine estimates the maximum length at "
+                              "16384 tokens")
+    assert error["details"] == {"max_seq_len": 131072, "needed_gib": 28.0, "available_gib": 3.5,
+                                "estimated_max_len": 16384, "last_phase": "KV cache allocated"}
+    assert error["private_log"] == {"name": "server.log", "sha256": log_sha}
+    assert "line 9" not in json.dumps(report) and "node-a" not in json.dumps(report)
     assert report["decision"]["verdict"] == "no-promotion"
+    page = render_html(report)
+    assert f"server.log sha256 {log_sha}" in page and "16384" in page
+    assert "line 9" not in page and "node-a" not in page
 
 
 def test_schema_states_the_metric_formulas() -> None:

@@ -107,7 +107,7 @@ def test_memory_chart_stacks_weights_kv_activation_and_graph_per_rank(control: d
 
 def test_everything_is_escaped(tmp_path: Path) -> None:
     run = seed_control_run(tmp_path)
-    run.gates[0].summary = '<script>alert("x")</script>'
+    next(g for g in run.gates if g.gate == "quality").summary = '<script>alert("x")</script>'
     run.ladder[0].target_label = "<b>117.5K</b>"
     run.recipe_name = "r&d <recipe>"
     page = render_html(build(run))

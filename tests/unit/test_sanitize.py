@@ -228,9 +228,10 @@ def test_reserve_keeps_new_pseudonyms_from_colliding_with_existing_ones() -> Non
 
 def test_redaction_summary_lists_every_kind_seen_and_only_those() -> None:
     s = make("vq-secretsecretsecret")
+    s.add_env_values({"VLLM_LOGGING_PREFIX": "[rack-7b.lab] "})
     s.scrub("vq-secretsecretsecret hf_AbCdEfGhIjKlMnOpQrSt gpu-node-17 10.0.0.9 "
             "GPU-3f1c2b9a-7d44-4e1b-9c0a-5b6e7f801234 0000:3b:00.0 "
-            f"container {'ab' * 32} /home/qualuser/x qualuser")
+            f"container {'ab' * 32} /home/qualuser/x qualuser [rack-7b.lab] up")
     summary = s.redaction_summary()
     assert list(summary) == list(KINDS)
     assert all(n >= 1 for n in summary.values())
@@ -240,3 +241,45 @@ def test_redaction_summary_lists_every_kind_seen_and_only_those() -> None:
 def test_unknown_identifier_kind_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown identifier kind"):
         make().add_identifier("ip", "10.0.0.1")
+
+
+# -- what the scrubber learns (issue 13) ------------------------------------------------------------
+
+
+def test_recipe_env_values_and_their_identifier_parts_are_scrubbed_short_settings_kept() -> None:
+    s = make()
+    s.add_env_values({"VLLM_LOGGING_PREFIX": "[edge-rack7.lab mac=02:42:ac:11:00:02] ",
+                      "NODE_LABEL": "alpha-node", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1",
+                      "MODE": "spawn", "CACHE": "/data/users/jdoe/cache"})
+    text = ("[edge-rack7.lab mac=02:42:ac:11:00:02] INFO start on alpha-node; edge-rack7.lab again; "
+            "cache /data/users/jdoe/cache; 1 GiB; threads 0|1; spawn; /v1/models")
+    out = s.scrub(text)
+    for planted in ("edge-rack7", "02:42:ac:11:00:02", "alpha-node", "/data/users/jdoe/cache"):
+        assert planted not in out, planted
+    assert "1 GiB; threads 0|1; spawn; /v1/models" in out
+    assert s.redaction_summary().get("env_value", 0) >= 3
+
+
+def test_a_home_directory_is_scrubbed_wherever_it_lives() -> None:
+    s = make()
+    s.add_home("/data/users/jdoe")
+    s.add_home("/")  # too shallow to be a home: ignored, or every path would go
+    assert s.scrub("read /data/users/jdoe/models/x and /data/users/jdoe2") == "read <home>/models/x and /data/users/jdoe2"
+
+
+def test_the_machine_s_own_names_are_learned_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_vllmqual import sanitize
+
+    monkeypatch.setattr(sanitize, "_machine_names", lambda: (("build-7.int.example", "build-7"), ("10.9.8.7",)))
+    monkeypatch.setenv("HOME", "/srv/homes/ci-runner-9")
+    monkeypatch.setenv("LOGNAME", "ci-runner-9")
+    s = Sanitizer(environ={})
+    out = s.scrub("on build-7 (build-7.int.example) as ci-runner-9 in /srv/homes/ci-runner-9/w from 10.9.8.7")
+    for planted in ("build-7", "int.example", "ci-runner-9", "/srv/homes", "10.9.8.7"):
+        assert planted not in out, (planted, out)
+
+
+def test_variable_names_inside_an_env_value_are_not_taken_for_identifiers() -> None:
+    s = make()
+    s.add_env_values({"VLLM_LOGGING_PREFIX": "[DB_PASSWORD=hunter2-canary HF_TOKEN=x] "})
+    assert s.scrub("env HF_TOKEN and DB_PASSWORD set; hunter2-canary") == "env HF_TOKEN and DB_PASSWORD set; <env>"

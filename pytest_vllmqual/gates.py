@@ -1,0 +1,197 @@
+"""The gate registry: every built-in gate declared once.
+
+A gate is known by its *name* (the ``gate`` marker on its test, e.g.
+``@pytest.mark.gate("tool_continuation")``), never by its test function's name, so renaming a
+test changes nothing in a report. Each entry says which family the gate belongs to, its title,
+and what a pass proves, in words that depend on how the check ran (a long-context check in
+``smoke_after_filler`` mode proves an answer after filler, not recall). The decision, the A/B
+comparison, the campaign, the HTML page and the junit properties all read this table.
+
+``EXECUTION_ORDER`` is the order gates should run in: smoke, identity, the rest of the
+functional preflight, reasoning, quality, engine (and lifecycle), capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FAMILIES = ("preflight", "reasoning", "quality", "capacity", "engine", "lifecycle")
+"""Every gate family, in the order a report lists them."""
+
+ProvesFn = Callable[[Mapping[str, Any]], str]
+"""What a passed gate proves, from its public record (measurements, summary)."""
+
+
+def _measured(gate: Mapping[str, Any], key: str) -> Any:
+    return (gate.get("measurements") or {}).get(key)
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
+def _k_of_n(gate: Mapping[str, Any]) -> str:
+    passed, repeat = _measured(gate, "passed"), _measured(gate, "repeat")
+    if isinstance(passed, int) and isinstance(repeat, int):
+        return f"{passed}/{repeat}"
+    return str(gate.get("summary") or "k/N")
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """One gate: its stable name, family, title and what a pass proves."""
+
+    name: str
+    family: str
+    title: str
+    proves_fn: ProvesFn
+    preflight_label: str | None = None
+    """Its label in the seeds' "6/6" functional preflight (None: not a preflight gate)."""
+
+    def proves(self, gate: Mapping[str, Any]) -> str:
+        """What this passed gate proves, in the words of the mode it ran in."""
+        return self.proves_fn(gate)
+
+
+def _tools(gate: Mapping[str, Any]) -> str:
+    passed = _measured(gate, "passed") if _measured(gate, "passed") is not None else _measured(gate, "valid_calls")
+    total = _measured(gate, "total") if _measured(gate, "total") is not None else _measured(gate, "count")
+    if isinstance(passed, int) and isinstance(total, int):
+        return f"{passed}/{total} typed tool calls came back through the server's tool parser with valid arguments"
+    return "typed tool calls came back through the server's tool parser with valid arguments"
+
+
+def _long_context(gate: Mapping[str, Any]) -> str:
+    mode = _measured(gate, "check") or "needle"
+    target = _count(_measured(gate, "target_tokens"))
+    if mode == "smoke_after_filler":
+        return (f"the smoke prompt was still answered after {target} filler tokens, {_k_of_n(gate)} "
+                "(a long-context smoke: no fact was recalled)")
+    return f"a fact at the start of a {target}-token prompt was recalled at its end, {_k_of_n(gate)}"
+
+
+def _identity(gate: Mapping[str, Any]) -> str:
+    status = _measured(gate, "identity_status") or gate.get("summary") or "unknown"
+    checked = _measured(gate, "checked_fields")
+    fields = f": {checked}" if isinstance(checked, str) and checked else ""
+    return f"identity {status}{fields}"
+
+
+def _ranks(gate: Mapping[str, Any]) -> str:
+    ranks = _measured(gate, "ranks")
+    kv = _measured(gate, "min_rank_kv_gib")
+    return (f"the log shows {_count(ranks)} rank(s), each with its KV allocation"
+            + (f" (minimum {kv} GiB)" if isinstance(kv, int | float) else ""))
+
+
+def _kv_pool(gate: Mapping[str, Any]) -> str:
+    tokens = _measured(gate, "kv_cache_tokens")
+    return f"the engine reported a KV pool of {_count(tokens)} tokens, at or above the recipe minimum"
+
+
+def _cold_start(gate: Mapping[str, Any]) -> str:
+    seconds = _measured(gate, "cold_start_s")
+    at = f" in {seconds:.1f} s" if isinstance(seconds, int | float) else ""
+    return f"a cold managed start passed health, the model list and a real completion{at}"
+
+
+def _ladder(gate: Mapping[str, Any]) -> str:
+    largest = _measured(gate, "largest_prompt_tokens")
+    return (f"every ladder rung was exact and answered, the largest at {_count(largest)} API-reported prompt "
+            "tokens, each followed by a passing smoke")
+
+
+def _concurrency(gate: Mapping[str, Any]) -> str:
+    return f"{_count(_measured(gate, 'requests'))} simultaneous requests completed"
+
+
+def _fixed(text: str) -> ProvesFn:
+    return lambda _gate: text
+
+
+REGISTRY: tuple[GateSpec, ...] = (
+    GateSpec("smoke", "preflight", "Smoke",
+             _fixed("a short chat completion finished with content, usage and finish_reason stop"), "smoke"),
+    GateSpec("identity", "engine", "Identity", _identity),
+    GateSpec("json", "preflight", "JSON structured output",
+             _fixed("a json_schema response_format answer parsed and validated against its schema"), "JSON"),
+    GateSpec("tools", "preflight", "Typed tool calls", _tools, "typed tool calls"),
+    GateSpec("streaming_tool", "preflight", "Streaming tool call",
+             _fixed("a streamed tool call reassembled into one valid typed call"), "streaming tool"),
+    GateSpec("tool_continuation", "preflight", "Tool-result continuation",
+             _fixed("the model answered from a tool result it was given"), "tool-result continuation"),
+    GateSpec("responses", "preflight", "Responses API",
+             _fixed("the Responses API answered the smoke prompt"), "Responses API"),
+    GateSpec("reasoning_fingerprints", "reasoning", "Reasoning prompt contract",
+             _fixed("each reasoning effort's prompt-token count equals its pinned fingerprint")),
+    GateSpec("quality_intelligence", "quality", "Intelligence",
+             lambda g: f"a known-answer question was answered correctly {_k_of_n(g)}"),
+    GateSpec("quality_session_recall", "quality", "Session recall",
+             lambda g: f"a fact from the first turn was recalled turns later, {_k_of_n(g)}"),
+    GateSpec("quality_tools", "quality", "Tools, repeated",
+             lambda g: f"the same typed tool call was made correctly {_k_of_n(g)}"),
+    GateSpec("quality_long_context", "quality", "Long context", _long_context),
+    GateSpec("engine_ranks", "engine", "Per-rank engine facts", _ranks),
+    GateSpec("kv_pool", "engine", "KV pool", _kv_pool),
+    GateSpec("cold_start", "lifecycle", "Cold managed start", _cold_start),
+    GateSpec("ladder", "capacity", "Context ladder", _ladder),
+    GateSpec("concurrency", "capacity", "Concurrency", _concurrency),
+)
+
+BY_NAME: dict[str, GateSpec] = {spec.name: spec for spec in REGISTRY}
+EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
+"""smoke, identity, functional preflight, reasoning, quality, engine/lifecycle, capacity."""
+
+PREFLIGHT_GATES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.family == "preflight")
+"""The six gates of the seeds' functional preflight, in their order."""
+PREFLIGHT_LABELS: dict[str, str] = {s.name: s.preflight_label or s.title for s in REGISTRY if s.family == "preflight"}
+
+LADDER_GATE = "ladder"
+KV_POOL_GATE = "kv_pool"
+IDENTITY_GATE = "identity"
+COLD_START_GATE = "cold_start"
+ENGINE_RANKS_GATE = "engine_ranks"
+CONCURRENCY_GATE = "concurrency"
+SECTION_GATES: tuple[str, ...] = (LADDER_GATE, KV_POOL_GATE)
+"""Gates whose evidence has its own report section (the ladder, the engine facts)."""
+
+
+def spec(name: str) -> GateSpec | None:
+    """The registered gate ``name`` (None for a gate the registry does not know: a user's own)."""
+    return BY_NAME.get(name)
+
+
+def family_of(name: str, markers: list[str] | tuple[str, ...] = ()) -> str | None:
+    """The family of a gate: the registry's, or for a user's gate the first family-named marker."""
+    known = BY_NAME.get(name)
+    if known is not None:
+        return known.family
+    for marker in markers:
+        if marker == "functional":
+            return "preflight"
+        if marker in FAMILIES:
+            return marker
+    return None
+
+
+def title_of(name: str, fallback: str = "") -> str:
+    known = BY_NAME.get(name)
+    return known.title if known is not None else (fallback or name)
+
+
+def order_key(name: str) -> int:
+    """Position in EXECUTION_ORDER; gates the registry does not know come last."""
+    try:
+        return EXECUTION_ORDER.index(name)
+    except ValueError:
+        return len(EXECUTION_ORDER)
+
+
+def proves(gate: Mapping[str, Any]) -> str | None:
+    """What a passed gate record proves (None when it did not pass or is not registered)."""
+    known = BY_NAME.get(str(gate.get("gate")))
+    if known is None or gate.get("outcome") != "passed":
+        return None
+    return known.proves(gate)

@@ -1,0 +1,204 @@
+"""What public outputs may say about text that came from the server.
+
+The public report, the HTML page and the junit XML carry no raw server text: a server log
+line or an error body can hold anything an operator's environment put there (node names in
+``VLLM_LOGGING_PREFIX``, paths, tokens), and no denylist keeps up with that. So the public
+outputs say what happened in the harness's own words — a classified cause with the numbers
+parsed out of the text — and the full text stays in the run's private folder, named by its
+SHA-256.
+
+Where a server message must be quoted (an HTTP 400 "maximum context length is N tokens"), it
+passes through :data:`TEMPLATES`: known vLLM message templates whose numbers are parsed and
+re-rendered into the template's fixed words, so nothing but those words and numbers survives.
+A message no template knows is withheld.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+WITHHELD = "the server's message is withheld from public outputs (kept in the private folder)"
+
+
+@dataclass(frozen=True)
+class Template:
+    """One known vLLM message: a pattern with numeric groups, and its re-rendering."""
+
+    name: str
+    pattern: re.Pattern[str]
+    render: Callable[[Mapping[str, str]], str]
+
+
+def _n(groups: Mapping[str, str], key: str) -> str:
+    """A parsed number, re-rendered (never the matched text itself)."""
+    return str(int(groups[key]))
+
+
+TEMPLATES: tuple[Template, ...] = (
+    # vLLM ≥0.2x (renderers/params.py): the prompt alone is over the limit.
+    Template("max_context_prompt_tokens", re.compile(
+        r"This model's maximum context length is (?P<max>\d+) tokens\. However, your prompt contains "
+        r"(?P<atleast>at least )?(?P<n>\d+) input tokens"),
+        lambda g: (f"This model's maximum context length is {_n(g, 'max')} tokens. However, your prompt "
+                   f"contains {'at least ' if g.get('atleast') else ''}{_n(g, 'n')} input tokens, which exceeds "
+                   "this limit even without any output tokens.")),
+    Template("max_context_prompt_chars", re.compile(
+        r"This model's maximum context length is (?P<max>\d+) tokens\. However, your prompt contains "
+        r"(?P<chars>\d+) characters \(more than (?P<maxchars>\d+) characters, which is the upper bound for "
+        r"(?P<maxin>\d+) input tokens\)"),
+        lambda g: (f"This model's maximum context length is {_n(g, 'max')} tokens. However, your prompt "
+                   f"contains {_n(g, 'chars')} characters (more than {_n(g, 'maxchars')} characters, which is "
+                   f"the upper bound for {_n(g, 'maxin')} input tokens).")),
+    # vLLM 0.10–0.1x (serving_engine.py): prompt plus completion over the limit.
+    Template("max_context_requested", re.compile(
+        r"This model's maximum context length is (?P<max>\d+) tokens\. However, you requested (?P<n>\d+) tokens"
+        r"(?: \((?P<p>\d+) in the messages, (?P<c>\d+) in the completion\))?"),
+        lambda g: (f"This model's maximum context length is {_n(g, 'max')} tokens. However, you requested "
+                   f"{_n(g, 'n')} tokens"
+                   + (f" ({_n(g, 'p')} in the messages, {_n(g, 'c')} in the completion)." if g.get("p") else "."))),
+    Template("max_tokens_too_large", re.compile(
+        r"'max_tokens' or 'max_completion_tokens' is too large: (?P<x>\d+)\. This model's maximum context "
+        r"length is (?P<max>\d+) tokens and your request has (?P<k>\d+) input tokens"),
+        lambda g: (f"'max_tokens' or 'max_completion_tokens' is too large: {_n(g, 'x')}. This model's maximum "
+                   f"context length is {_n(g, 'max')} tokens and your request has {_n(g, 'k')} input tokens.")),
+    Template("input_exceeds_context", re.compile(
+        r"Input length \((?P<n>\d+)\) exceeds model's maximum context length \((?P<max>\d+)\)"),
+        lambda g: f"Input length ({_n(g, 'n')}) exceeds model's maximum context length ({_n(g, 'max')})."),
+    Template("max_tokens_at_least_one", re.compile(r"max_tokens must be at least 1, got (?P<x>-?\d+)"),
+             lambda g: f"max_tokens must be at least 1, got {int(g['x'])}."),
+    Template("model_not_found", re.compile(r"The model `[^`]*` does not exist"),
+             lambda g: "The model named in the request does not exist."),
+    Template("engine_dead", re.compile(r"EngineDeadError|EngineCore encountered an issue"),
+             lambda g: "The engine core died (EngineDeadError)."),
+)
+"""Known vLLM messages, most specific first."""
+
+
+def quote_server_message(text: str | None) -> str | None:
+    """A known vLLM message re-rendered from its parsed numbers, or None when no template knows it."""
+    if not text:
+        return None
+    for template in TEMPLATES:
+        m = template.pattern.search(text)
+        if m:
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            return template.render(groups)
+    return None
+
+
+HARNESS_ERROR_KINDS = ("stream_contract",)
+"""Attempt error kinds whose text the harness wrote itself (a list of stream contract violations)."""
+
+
+def public_attempt_error(error: str | None, error_kind: str | None, status_code: int | None) -> str | None:
+    """An attempt's error as a public output may state it.
+
+    HTTP errors: a known template re-rendered (the status code is the attempt's own field),
+    else the status and that the message is withheld.
+    Transport failures: the kind and the exception class (the harness's words), and the
+    liveness verdict if the server was found gone. Stream contract violations are the
+    harness's own words and pass as they are.
+    """
+    if error is None:
+        return None
+    if error_kind in HARNESS_ERROR_KINDS:
+        return error
+    quoted = quote_server_message(error)
+    if quoted is not None:
+        return quoted
+    if error_kind in ("timeout", "connection", "server_dead", "hung"):
+        exception = error.split(":", 1)[0].strip()
+        exception = exception if re.fullmatch(r"[A-Za-z_][\w.]*", exception) else "transport error"
+        verdict = {"server_dead": "; the server was found dead", "hung": "; the server was found hung"}.get(
+            error_kind or "", "")
+        return f"{error_kind}: {exception}{verdict}"
+    if status_code:
+        return f"HTTP {status_code}: {WITHHELD}"
+    return f"{error_kind or 'error'}: {WITHHELD}"
+
+
+def public_rung_error(error: str | None, status_code: int | None) -> str | None:
+    """A ladder rung's error: harness words ("calibration error N tokens", "server_dead: …")
+    pass through the same rules as an attempt's error."""
+    if error is None:
+        return None
+    if re.fullmatch(r"calibration error -?\d+ tokens", error):
+        return error
+    m = re.match(r"(server_dead|hung): ", error)
+    if m:
+        return f"{m.group(1)}: the server was found {'dead' if m.group(1) == 'server_dead' else 'hung'}"
+    return public_attempt_error(error, f"http_{status_code}" if status_code else None, status_code)
+
+
+# -- startup failures ------------------------------------------------------------------------
+
+STARTUP_CAUSES: dict[str, str] = {
+    "kv_insufficient": "the KV cache cannot hold one request of max_model_len",
+    "gpu_busy": "the GPU did not have the free memory gpu_memory_utilization asks for",
+    "out_of_memory": "the GPU ran out of memory during startup",
+    "port_in_use": "the server could not bind its port: address already in use",
+    "engine_core_failed": "the engine core failed to initialise",
+    "exited": "the server process exited during startup",
+    "startup_timeout": "the server was not ready within the startup deadline",
+    "command_not_found": "the launch command was not found",
+    "prepare_failed": "the recipe's prepare command failed",
+    "not_ready": "the server never became ready",
+    "image_not_pinned": "the recipe's image is not pinned by digest",
+    "gpu_refused": "the GPU exclusivity preflight refused the start",
+}
+"""Every classified startup outcome, in the harness's words."""
+
+PUBLIC_DETAIL_KEYS = ("max_seq_len", "needed_gib", "available_gib", "estimated_max_len", "free_gib", "total_gib",
+                      "requested_gib", "gpu_memory_utilization", "last_phase", "kind")
+"""Startup-failure details a public output may carry: numbers parsed from the log, and labels."""
+
+
+def public_startup_details(details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Only parsed numbers and the harness's own labels; the matched log line ("evidence") and
+    the server's message stay private."""
+    out: dict[str, Any] = {}
+    for key in PUBLIC_DETAIL_KEYS:
+        value = (details or {}).get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        if isinstance(value, str) and key == "last_phase":
+            from .engine import _PHASES
+
+            labels = {label for _pattern, label in _PHASES} | {"no startup phase logged"}
+            value = value if value in labels else "unrecognised phase"
+        elif isinstance(value, str) and key == "kind":
+            value = value if value in STARTUP_CAUSES else "unclassified"
+        out[key] = value
+    return out
+
+
+def startup_cause(status: str | None, details: Mapping[str, Any] | None = None) -> str:
+    """The classified cause in the harness's words, with the parsed numbers."""
+    d = details or {}
+    base = STARTUP_CAUSES.get(str(status), f"the server did not start ({status or 'unclassified'})")
+    if status == "kv_insufficient" and d.get("needed_gib") is not None:
+        text = f"{base}: {d.get('needed_gib')} GiB needed, {d.get('available_gib')} GiB available"
+        if d.get("max_seq_len") is not None:
+            text += f" for max_model_len {d['max_seq_len']}"
+        if d.get("estimated_max_len") is not None:
+            text += f"; the engine estimates the maximum length at {d['estimated_max_len']} tokens"
+        return text
+    if status == "gpu_busy" and d.get("free_gib") is not None:
+        return (f"{base}: {d.get('free_gib')} of {d.get('total_gib')} GiB free, {d.get('requested_gib')} GiB asked "
+                f"for at gpu_memory_utilization {d.get('gpu_memory_utilization')}")
+    return base
+
+
+def public_failure(attempt: Any) -> str:
+    """An attempt's failure for an assertion message (junit, terminal): "HTTP 400: <re-rendered
+    template>", "HTTP 500: <withheld>", "timeout: ReadTimeout"; never the server's own text."""
+    status = getattr(attempt, "status_code", None)
+    said = public_attempt_error(getattr(attempt, "error", None), getattr(attempt, "error_kind", None), status)
+    if said and status and not said.startswith(f"HTTP {status}"):
+        said = f"HTTP {status}: {said}"
+    return said or (f"HTTP {status}" if status else "no response")

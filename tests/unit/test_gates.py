@@ -1,0 +1,80 @@
+"""The gate registry: every built-in gate declared once, the suites tagged with its names, and
+what a gate proves worded by the mode it ran in."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from pytest_vllmqual.gates import (
+    BY_NAME,
+    EXECUTION_ORDER,
+    FAMILIES,
+    PREFLIGHT_GATES,
+    REGISTRY,
+    family_of,
+    order_key,
+    proves,
+    title_of,
+)
+
+SUITES = Path(__file__).resolve().parents[2] / "suites"
+
+
+def suite_gate_markers() -> dict[str, str]:
+    """test function name -> its @pytest.mark.gate("...") name, read from the suites' source."""
+    found: dict[str, str] = {}
+    for path in SUITES.glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                for deco in node.decorator_list:
+                    if (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute)
+                            and deco.func.attr == "gate" and deco.args and isinstance(deco.args[0], ast.Constant)):
+                        found[node.name] = str(deco.args[0].value)
+    return found
+
+
+def test_every_gate_is_declared_once_with_a_known_family_and_a_title() -> None:
+    names = [spec.name for spec in REGISTRY]
+    assert len(names) == len(set(names))
+    assert all(spec.family in FAMILIES and spec.title for spec in REGISTRY)
+    assert PREFLIGHT_GATES == ("smoke", "json", "tools", "streaming_tool", "tool_continuation", "responses")
+
+
+def test_every_suite_gate_carries_a_registered_gate_marker_and_every_registered_gate_has_a_test() -> None:
+    markers = suite_gate_markers()
+    assert set(markers.values()) == set(BY_NAME), "each registered gate has exactly one suite test"
+    assert len(markers) == len(BY_NAME)
+
+
+def test_execution_order_is_smoke_identity_preflight_reasoning_quality_engine_capacity() -> None:
+    assert EXECUTION_ORDER[:2] == ("smoke", "identity")
+    families = [BY_NAME[name].family for name in EXECUTION_ORDER[2:]]
+    order = ["preflight", "reasoning", "quality", "engine", "lifecycle", "capacity"]
+    assert families == sorted(families, key=order.index)
+    assert order_key("ladder") > order_key("kv_pool") > order_key("quality_tools") > order_key("json")
+    assert order_key("a_users_own_gate") == len(EXECUTION_ORDER)
+
+
+def test_a_users_gate_takes_its_family_from_its_markers_and_its_title_from_its_docstring() -> None:
+    assert family_of("my_gate", ["functional"]) == "preflight"
+    assert family_of("my_gate", ["capacity"]) == "capacity"
+    assert family_of("my_gate", []) is None
+    assert title_of("my_gate", "My docstring") == "My docstring"
+    assert title_of("tool_continuation", "anything") == "Tool-result continuation"
+
+
+def test_long_context_proves_recall_only_in_needle_mode() -> None:
+    smoke = {"gate": "quality_long_context", "outcome": "passed",
+             "measurements": {"passed": 3, "repeat": 3, "target_tokens": 30000, "check": "smoke_after_filler"}}
+    needle = {**smoke, "measurements": {**smoke["measurements"], "check": "needle"}}
+    assert proves(smoke) == ("the smoke prompt was still answered after 30,000 filler tokens, 3/3 (a long-context "
+                             "smoke: no fact was recalled)")
+    assert proves(needle) == "a fact at the start of a 30,000-token prompt was recalled at its end, 3/3"
+    assert proves({**needle, "outcome": "failed"}) is None
+    assert proves({"gate": "unregistered", "outcome": "passed"}) is None
+
+
+def test_tools_proves_its_count() -> None:
+    gate = {"gate": "tools", "outcome": "passed", "measurements": {"passed": 20, "total": 20}}
+    assert proves(gate) == "20/20 typed tool calls came back through the server's tool parser with valid arguments"

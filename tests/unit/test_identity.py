@@ -1,0 +1,134 @@
+"""Identity, field by field: every pinned field compared with what the server says, with its
+source; verified only when every pinned field was checked and matched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.identity import (
+    check_identity,
+    image_digest_matches,
+    logged_model_args,
+    model_files_sha256,
+)
+from pytest_vllmqual.recipe import Recipe, load_recipe
+
+RECIPES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
+DIGEST = "sha256:fdde59fed7f9fc12f9fd5ef1b3b3ea8d5097bf10ebad54b348497102c3a83f82"
+REVISION = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+
+
+def args_line(args: dict[str, Any], prefix: str = "") -> str:
+    return f"{prefix}(APIServer pid=7) INFO 11-30 01:52:52 [api_utils.py:286] non-default args: {args!r}\n"
+
+
+def by_field(result: Any) -> dict[str, dict[str, Any]]:
+    return {c["field"]: c for c in result.to_dict(load_recipe(RECIPES / "tiny-cpu.yaml"))["checks"]}
+
+
+def tiny() -> Recipe:
+    return load_recipe(RECIPES / "tiny-cpu.yaml")
+
+
+def test_a_local_tiny_cpu_server_is_verified_field_by_field_and_shows_no_path() -> None:
+    recipe = tiny()
+    location = recipe.model_location()
+    log = args_line({"model": location, "served_model_name": ["tiny-chat"]}, prefix="[node-a] ")
+    result = check_identity(recipe, version="0.32.0", launcher_kind="subprocess", tp_size_seen=2, log_text=log,
+                            models=[{"id": "tiny-chat", "root": location, "max_model_len": 32768}])
+    assert result.status == "verified" and result.not_checked == []
+    checks = by_field(result)
+    assert list(checks) == ["checkpoint", "revision", "image_digest", "runtime_version", "tensor_parallel_size",
+                            "max_model_len", "served_model"]
+    assert checks["checkpoint"] == {
+        "field": "checkpoint", "expected": "vllmqual/tiny-chat (fixtures/model/build/tiny-chat)",
+        "observed": "fixtures/model/build/tiny-chat", "ok": True, "status": "matched",
+        "source": "log non-default args 'model' and /v1/models root", "pinned": True, "note": ""}
+    assert checks["revision"]["status"] == "not pinned"
+    assert checks["image_digest"]["status"] == "not pinned"
+    assert checks["image_digest"]["note"] == "not applicable: the subprocess launcher runs no container"
+    assert checks["runtime_version"]["source"] == "/version"
+    assert checks["tensor_parallel_size"] == {**checks["tensor_parallel_size"], "observed": 2,
+                                              "source": "rank count in the log"}
+    assert str(Path(location).parent) not in json.dumps(result.to_dict(recipe))
+
+
+def test_another_local_directory_is_a_mismatch_named_without_its_path(tmp_path: Path) -> None:
+    recipe = tiny()
+    other = str(tmp_path / "users" / "jdoe" / "other-model")
+    result = check_identity(recipe, version="0.32.0", tp_size_seen=2, log_text=args_line({"model": other}),
+                            models=[{"id": "tiny-chat", "root": other, "max_model_len": 32768}])
+    assert result.status == "provenance_mismatch"
+    checkpoint = by_field(result)["checkpoint"]
+    assert checkpoint["ok"] is False and checkpoint["observed"] == "<another local directory>"
+    assert "jdoe" not in json.dumps(result.to_dict(recipe))
+
+
+def test_a_pinned_hub_checkpoint_checks_revision_and_image_digest_through_the_launcher_hook() -> None:
+    recipe = load_recipe(RECIPES / "131k-control.yaml")
+    log = args_line({"model": "deepseek-ai/DeepSeek-V4-Flash-0731", "revision": REVISION})
+    models = [{"id": recipe.identity.served_model_name, "root": "deepseek-ai/DeepSeek-V4-Flash-0731",
+               "max_model_len": 131072}]
+    common: dict[str, Any] = dict(version=recipe.identity.runtime_version, models=models, tp_size_seen=2,
+                                  launcher_kind="docker", log_text=log, expected_model_arg=recipe.model_location())
+    verified = check_identity(recipe, image_digest=[f"voipmonitor/vllm@{DIGEST}"], **common)
+    assert verified.status == "verified"
+    checks = {c.field: c for c in verified.checks}
+    assert (checks["revision"].observed, checks["revision"].source) == (REVISION, "log non-default args 'revision'")
+    assert checks["image_digest"].ok is True and "RepoDigests" in checks["image_digest"].source
+
+    unreported = check_identity(recipe, image_digest=None, **common)
+    assert unreported.status == "partially-verified" and unreported.not_checked == ["image_digest"]
+    other = check_identity(recipe, image_digest="voipmonitor/vllm@sha256:" + "0" * 64, **common)
+    assert other.status == "provenance_mismatch"
+
+
+def test_the_revision_is_read_from_a_snapshot_path_when_no_argument_names_it() -> None:
+    recipe = load_recipe(RECIPES / "131k-control.yaml")
+    snapshot = f"/models/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/{'a' * 40}"
+    result = check_identity(recipe, version=recipe.identity.runtime_version, tp_size_seen=2, launcher_kind="docker",
+                            models=[{"id": recipe.identity.served_model_name, "root": snapshot,
+                                     "max_model_len": 131072}],
+                            image_digest=DIGEST, expected_model_arg=snapshot)
+    revision = next(c for c in result.checks if c.field == "revision")
+    assert revision.observed == "a" * 40 and revision.ok is False
+    assert revision.source == "snapshot path in the /v1/models root"
+
+
+def test_nothing_observed_is_never_verified() -> None:
+    result = check_identity(tiny(), version=None, models=None, tp_size_seen=None)
+    assert result.status == "unverified"
+    assert set(result.not_checked) == {"checkpoint", "runtime_version", "tensor_parallel_size", "max_model_len",
+                                       "served_model"}
+
+
+def test_the_image_digest_hook_reads_a_digest_or_repo_digests() -> None:
+    image = f"voipmonitor/vllm@{DIGEST}"
+    assert image_digest_matches(image, DIGEST) is True
+    assert image_digest_matches(image, ["other/repo@sha256:" + "1" * 64, image]) is True
+    assert image_digest_matches(image, ["other/repo@sha256:" + "1" * 64]) is False
+    assert image_digest_matches("voipmonitor/vllm:latest", DIGEST) is None
+    assert image_digest_matches(image, None) is None
+
+
+def test_model_files_are_hashed_config_and_weights_index(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"hidden_size": 64}')
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    assert model_files_sha256(tmp_path) == {
+        "config.json": hashlib.sha256(b'{"hidden_size": 64}').hexdigest(),
+        "model.safetensors.index.json": hashlib.sha256(b'{"weight_map": {}}').hexdigest()}
+    single = tmp_path / "single"
+    single.mkdir()
+    header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    (single / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0\0\0")
+    files = model_files_sha256(single)
+    assert files == {"model.safetensors#header": hashlib.sha256(struct.pack("<Q", len(header)) + header).hexdigest()}
+
+
+def test_logged_model_args_read_the_last_start_through_a_prefix() -> None:
+    log = args_line({"model": "/a"}, "[n1] ") + args_line({"model": "/b", "revision": "r"}, "[n1] ")
+    assert logged_model_args(log) == {"model": "/b", "revision": "r"}
