@@ -214,8 +214,9 @@ def _probe_rung(client: QualClient, recipe: Recipe, rung: RungRecord, prompt: Ex
         if last is not None and last.label.startswith(f"rung-{index}-{target}"):
             rung.status_code = last.status_code
             rung.e2e_s = last.latency_s
-        seen = f" after {last.error_kind}" if last is not None and last.error_kind else ""
-        rung.error = f"{exc.status} during this rung{seen}: {exc}"[:300]
+        engine_event = last is not None and last.error is not None and "error event inside the 200 stream" in last.error
+        rung.error = (f"{exc.status}: the server did not survive this rung"
+                      + (" (its stream carried the engine's error event)" if engine_event else ""))
         rung.health_after = exc.status
         rung.killed_server = True
         rung.post_probe_smoke = "not run: the server did not survive this rung"

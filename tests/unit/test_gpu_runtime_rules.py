@@ -114,3 +114,11 @@ def test_vllm_bench_latencies_of_each_version() -> None:
     assert got[0] == pytest.approx(0.13) and got[1] is None
     with pytest.raises(RuntimeError, match="neither 'latencies'"):
         fidelity.detailed_latencies({"ttfts": [0.1]})  # type: ignore[attr-defined]
+
+
+def test_rung_that_killed_the_server_keeps_its_harness_words_in_public() -> None:
+    from pytest_vllmqual.server_text import public_rung_error
+
+    words = "server_dead: the server did not survive this rung (its stream carried the engine's error event)"
+    assert public_rung_error(words, 200) == words
+    assert public_rung_error("server_dead: node-7.corp says boom", 200) == "server_dead: the server was found dead"
