@@ -1,0 +1,104 @@
+"""Carry a report/1 record forward to the current report schema, adding nothing it did not measure.
+
+The real GPU runs of issue 15 (2× H200, vLLM 0.24.0) were made with the tree of commit 11c44f8,
+which wrote report/1; the evidence issue (13) then moved the schema to report/2. GPU time is
+scarce, so those runs are carried forward instead of repeated:
+
+- gates get their family, title and "proves" from the registry (pytest_vllmqual/gates.py), by name;
+- identity checks keep what report/1 compared and gain their status, source and pinned flag; the
+  fields report/1 did not compare (checkpoint; image digest and revision where pinned) are
+  ``not checked`` with a note, so identity can only be ``partially-verified``;
+- ladder rungs get the structured post-probe smoke and health results from their recorded words;
+- the decision is computed again by the current rules (pytest_vllmqual.decision.decide);
+- no run deselected gates (the GPU sessions ran every gate), which is what ``deselected_gates``
+  says.
+
+    python scripts/gpu/migrate_report_v1.py IN.json OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.decision import decide, preflight_summary
+from pytest_vllmqual.evidence import validate_report
+from pytest_vllmqual.gates import family_of, title_of
+from pytest_vllmqual.gates import proves as gate_proves
+
+MIGRATED = "report/1 did not compare this field (carried forward by scripts/gpu/migrate_report_v1.py)"
+#: Where the report/1 code read each identity field (pytest_vllmqual/identity.py at 11c44f8).
+V1_SOURCES = {"runtime_version": "/version", "served_model": "/v1/models id",
+              "max_model_len": "/v1/models max_model_len", "tensor_parallel_size": "rank count in the log"}
+
+
+def _check(field: str, expected: Any, observed: Any, ok: bool | None, *, source: str, pinned: bool,
+           note: str = "") -> dict[str, Any]:
+    status = "not pinned" if not pinned else "not checked" if ok is None else "matched" if ok else "mismatch"
+    return {"field": field, "expected": expected, "observed": observed, "ok": ok, "status": status,
+            "source": source, "pinned": pinned, "note": note}
+
+
+def migrate_identity(identity: dict[str, Any], launcher: str) -> dict[str, Any]:
+    expected = identity.get("expected") or {}
+    checks = [_check(c["field"], c.get("expected"), c.get("observed"), c.get("ok"),
+                     source=V1_SOURCES.get(c["field"], "n/a"), pinned=True, note=c.get("note", ""))
+              for c in identity.get("checks", [])]
+    checks.insert(0, _check("checkpoint", expected.get("checkpoint"), None, None, source="n/a", pinned=True,
+                            note=MIGRATED))
+    revision = expected.get("revision")
+    checks.insert(1, _check("revision", revision, None, None, source="n/a", pinned=revision is not None,
+                            note=MIGRATED if revision else "the recipe pins no revision"))
+    image = expected.get("image")
+    checks.insert(2, _check("image_digest", (image or "").partition("@")[2] or None, None, None, source="n/a",
+                            pinned=launcher == "docker" and bool(image),
+                            note=MIGRATED if launcher == "docker" else
+                            f"not applicable: the {launcher} launcher runs no container"))
+    not_checked = [c["field"] for c in checks if c["status"] == "not checked"]
+    if any(c["status"] == "mismatch" for c in checks):
+        status = "provenance_mismatch"
+    elif not any(c["status"] == "matched" for c in checks):
+        status = "unverified"
+    else:
+        status = "partially-verified" if not_checked else "verified"
+    return {**identity, "status": status, "not_checked": not_checked, "checks": checks}
+
+
+def migrate(report: dict[str, Any]) -> dict[str, Any]:
+    if report.get("schema_version") != 1:
+        raise SystemExit(f"not a report/1 record (schema_version {report.get('schema_version')!r})")
+    out = json.loads(json.dumps(report))
+    out["schema"], out["schema_version"] = "https://pytest-vllmqual/schemas/report/2", 2
+    out["run"]["deselected_gates"] = []
+    out["identity"] = migrate_identity(out["identity"], str(out["lifecycle"].get("launcher")))
+    for gate in out["gates"]:
+        gate["family"] = family_of(gate["gate"], gate.get("markers", [])) or "other"
+        gate["title"] = title_of(gate["gate"], gate.get("title", ""))
+        gate["proves"] = gate_proves(gate)
+    for rung in out["ladder"] + [r for r in [out["ladder_summary"].get("largest")] if r]:
+        rung.setdefault("post_probe_smoke_ok", None if rung.get("post_probe_smoke") is None
+                        else rung["post_probe_smoke"] == "passed")
+        rung.setdefault("health_after_ok", None if rung.get("health_after") is None
+                        else rung["health_after"] == "healthy")
+    out["preflight"] = preflight_summary(out)
+    out["decision"] = decide(out)
+    validate_report(out)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("source", type=Path)
+    parser.add_argument("target", type=Path)
+    args = parser.parse_args(argv)
+    migrated = migrate(json.loads(args.source.read_text()))
+    args.target.write_text(json.dumps(migrated, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {args.target}: verdict {migrated['decision']['verdict']}, identity {migrated['identity']['status']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
