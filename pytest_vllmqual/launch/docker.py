@@ -46,7 +46,7 @@ from . import gpu
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
 from .docker_reaper import container_pids
 from .owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
-from .shm import SHM_ROOT, reclaim_run_shm, shm_names_held_by
+from .shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld, shm_names_held_by
 
 RUN_LABEL = "vllmqual.run"
 RECIPE_LABEL = "vllmqual.recipe"
@@ -300,6 +300,7 @@ class DockerLauncher(Launcher):
         """
         leftovers = self.client.containers.list(all=True, filters={"label": RUN_LABEL})
         reaped: list[str] = []
+        held: set[str] = set()
         kept = 0
         for container in leftovers:
             labels = dict(container.labels or {})
@@ -309,11 +310,14 @@ class DockerLauncher(Launcher):
             if why is None:
                 kept += 1
                 continue
+            held |= shm_names_held_by(container_pids(self.client, container), root=self.shm_root)
             try:
                 container.remove(force=True, v=True)
                 reaped.append(f"{container.name} ({why})")
             except docker.errors.NotFound:
                 continue
+        if held:  # the swept containers' shared memory, as their teardown would have reclaimed it
+            reclaim_unheld(None, held, root=self.shm_root)
         if reaped:
             progress(f"removed {len(reaped)} leftover container(s) whose owner is gone: {'; '.join(reaped)}")
         if kept:

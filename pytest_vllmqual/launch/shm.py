@@ -402,6 +402,18 @@ def shm_files_of_run(
     return names
 
 
+def reclaim_unheld(run_id: str | None, held: Iterable[str], *, root: Path = SHM_ROOT,
+                   settle_s: float = 0.3) -> dict[str, Any] | None:
+    """Reclaim (two-scan guard) those of ``held`` that nothing holds any more; None when none.
+
+    ``held``: the names a dead run's processes mapped or held open, taken before they were killed.
+    """
+    names = unheld_run_files(held, root=root)
+    if not names:
+        return None
+    return reclaim_shm(run_id, root=root, patterns=[glob.escape(n) for n in names], settle_s=settle_s)
+
+
 def reclaim_run_shm(
     run_id: str,
     held: Iterable[str],
@@ -422,7 +434,7 @@ def reclaim_run_shm(
     candidates = set(held) | set(
         shm_files_of_run(run_id, root=root, started_at=started_at, patterns=VLLM_RUN_SHM_PATTERNS))
     names = unheld_run_files(candidates, root=root)
-    if not names:
+    result = reclaim_unheld(run_id, names, root=root, settle_s=settle_s)
+    if result is None:
         return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
-    result = reclaim_shm(run_id, root=root, patterns=[glob.escape(n) for n in names], settle_s=settle_s)
     return unheld_run_files(names, root=root), result

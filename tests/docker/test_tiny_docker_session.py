@@ -62,9 +62,11 @@ def test_every_gate_tiny_cpu_passes_passes_in_the_container(docker_run: DockerRu
     assert "functional preflight: 6/6" in docker_run.output
     outcomes = {g["gate"]: g["outcome"] for g in docker_run.report["gates"]}
     assert not [g for g, o in outcomes.items() if o not in ("passed", "skipped")], outcomes
-    skipped = {g for g, o in outcomes.items() if o == "skipped"}
-    assert skipped == {"quality_intelligence", "quality_session_recall"}, skipped  # tiny-cpu's not_applicable
-    assert {"smoke", "tools", "streaming_tool", "reasoning_fingerprints", "kv_pool"} <= set(outcomes)
+    for gate in docker_run.report["gates"]:  # skipped only where tiny-cpu skips too: not applicable
+        if gate["outcome"] == "skipped":
+            assert "not applicable" in (gate["reason"] or ""), gate
+    passed = {g for g, o in outcomes.items() if o == "passed"}
+    assert len(passed) >= 15 and {"smoke", "tools", "streaming_tool", "reasoning_fingerprints"} <= passed, outcomes
     validate_report(docker_run.report)
 
 
