@@ -38,8 +38,8 @@ class DockerRun:
 @pytest.fixture(scope="module")
 def docker_run(tmp_path_factory: pytest.TempPathFactory) -> DockerRun:
     client = engine()
-    try:  # only the engine's copy: the registry keeps the image, and the run pulls it back
-        client.images.remove(image_reference(), force=True)
+    try:  # only the engine's copy, every tag of it: the registry keeps the image, the run pulls it back
+        client.images.remove(client.images.get(image_reference()).id, force=True)
     except docker.errors.ImageNotFound:
         pass
     reports = tmp_path_factory.mktemp("docker-reports")
