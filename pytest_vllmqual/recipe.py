@@ -60,6 +60,7 @@ class DockerOptions:
     model_cache: str | None = None
     stop_timeout_s: int = 120
     container_name: str | None = None
+    image_digest_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,7 @@ class Recipe:
     @property
     def project_root(self) -> Path:
         """Relative paths in a recipe are relative to the project holding ``fixtures/recipes``."""
-        parent = self.path.parent
-        if parent.name == "recipes" and parent.parent.name == "fixtures":
-            return parent.parent.parent
-        return parent
+        return _project_root(self.path)
 
     def model_location(self) -> str:
         """What vLLM loads: a local directory (resolved) or the checkpoint id."""
@@ -207,6 +205,13 @@ class Recipe:
     def server_env(self) -> dict[str, str]:
         """Environment additions for the server: launcher env, then serve env."""
         return {**self.launcher.env, **self.serve.env}
+
+
+def _project_root(recipe_path: Path) -> Path:
+    parent = recipe_path.parent
+    if parent.name == "recipes" and parent.parent.name == "fixtures":
+        return parent.parent.parent
+    return parent
 
 
 def _num(value: float) -> str:
@@ -397,9 +402,45 @@ def load_recipe(path: Path) -> Recipe:
             f"Fix: set name: {path.stem}, or rename the file.",
             path=str(path), key="name",
         )
+    raw = _with_built_image_digest(path, raw)
     _check_launcher(path, raw)
     _check_pinning(path, raw)
     return _typed(path, data, raw)
+
+
+def _with_built_image_digest(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """``launcher.docker.image_digest_file``: pin identity.image to the digest a local build wrote.
+
+    An image built on this machine (tiny-docker's) has a digest no committed file can know.
+    The build writes it to a git-ignored file; this makes ``identity.image`` REPO@DIGEST, so
+    the launcher runs, and the identity check compares, exactly that build. Without the file
+    the image stays unpinned and the launcher says how to build it.
+    """
+    docker = raw["launcher"].get("docker") or {}
+    digest_file = docker.get("image_digest_file")
+    image = raw["identity"].get("image")
+    if not digest_file:
+        return raw
+    if not isinstance(image, str) or "@" in image or not image:
+        raise RecipeError(
+            f"recipe {path}: key 'identity.image' is {image!r}, but with launcher.docker.image_digest_file "
+            "it must be the repository alone (e.g. localhost:5000/vllmqual/vllm-cpu); the digest comes "
+            "from the file. Fix: remove the tag or digest from identity.image.",
+            path=str(path), key="identity.image",
+        )
+    file = Path(digest_file) if Path(digest_file).is_absolute() else _project_root(path) / digest_file
+    try:
+        digest = file.read_text().strip()
+    except OSError:
+        return raw  # not built here yet: DockerLauncher.image_reference names the fix
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise RecipeError(
+            f"recipe {path}: key 'launcher.docker.image_digest_file' names {file}, which holds {digest[:80]!r}, "
+            "not sha256:<64 hex>. Fix: rebuild the image (`make docker-image`), which rewrites the file.",
+            path=str(path), key="launcher.docker.image_digest_file",
+        )
+    identity = {**raw["identity"], "image": f"{image}@{digest}"}
+    return {**raw, "identity": identity}
 
 
 def _typed(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:

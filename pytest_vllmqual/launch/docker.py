@@ -8,10 +8,13 @@ What it guarantees, and why:
   recipe's host (loopback by default) at the recipe's port;
 - the API key reaches vLLM as ``VLLM_API_KEY`` in the environment, never on the command
   line, where ``docker inspect`` and ``ps`` would show it;
-- every container carries the labels ``vllmqual.run`` and ``vllmqual.recipe``. Before a start,
-  leftovers of the recipe from earlier crashed runs are reaped by label; after teardown, the
-  launcher verifies that nothing labelled with the run id remains. The labels make cleanup
-  independent of fixture teardown having run;
+- every container carries the labels ``vllmqual.run`` and ``vllmqual.recipe`` and its owner
+  (host, pid and start time of the pytest process, ``launch.owner``). A docker reaper process
+  removes the run's containers when pytest dies without teardown (SIGKILL included). Before a
+  start, leftovers are swept, but only those whose owner is provably gone: a concurrent run of
+  the same recipe keeps its container. After teardown the launcher verifies that nothing
+  labelled with the run id remains, and reclaims the run's /dev/shm files (``--ipc=host``)
+  with the same two-scan guard as the subprocess launcher;
 - the container's stop timeout is longer than vLLM's own shutdown budget, so ``docker stop``
   does not SIGKILL an engine that is still draining (Docker's default is 10 s);
 - the image id and repo digest are recorded for the identity check.
@@ -24,6 +27,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -39,7 +44,9 @@ from ..errors import LaunchError, RecipeError
 from ..recipe import Recipe
 from . import gpu
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
-from .shm import SHM_ROOT, shm_files_of_run
+from .docker_reaper import container_pids
+from .owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
+from .shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld, shm_names_held_by
 
 RUN_LABEL = "vllmqual.run"
 RECIPE_LABEL = "vllmqual.recipe"
@@ -53,6 +60,12 @@ VLLM_WORKER_SHUTDOWN_DEFAULT_S = 5
 """vLLM's VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS default; ``--shutdown-timeout`` defaults to 0."""
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 _GPU_RELEASE_WAIT_S = 10.0
+_PULL_PROGRESS_EVERY_S = 5.0
+DOCKER_FIX = ("as root, scripts/docker_setup.sh installs Debian's docker.io and docker-registry and starts "
+              "dockerd and the local registry; elsewhere start the engine (`sudo systemctl start docker`) "
+              "or point DOCKER_HOST at a running one")
+IMAGE_FIX = ("build and push it with `make docker-image` (fixtures/docker/build_image.sh), which also "
+             "rewrites the digest the recipe reads, or correct identity.image")
 
 
 def _flag_value(args: list[str], flag: str) -> str | None:
@@ -89,6 +102,19 @@ def url_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
+
+
+def pull_progress_line(event: dict[str, Any]) -> str | None:
+    """One pull event as a progress line about its layer (None for events about no layer)."""
+    layer, status = event.get("id"), event.get("status")
+    if not layer or not status or str(status).startswith("Pulling from"):
+        return None
+    detail = event.get("progressDetail") or {}
+    current, total = detail.get("current"), detail.get("total")
+    if current and total:
+        return (f"pull layer {layer}: {status} {current / 2**20:,.1f}/{total / 2**20:,.1f} MiB "
+                f"({100 * current / total:.0f}%)")
+    return f"pull layer {layer}: {status}"
 
 
 def _gpu_indexes(gpus: int | list[str] | None) -> list[int] | None:
@@ -131,6 +157,9 @@ class DockerLauncher(Launcher):
         self._last_exit_code: int | None = None
         self._started_wall: float | None = None
         self._gpu_baseline: set[int] | None = None
+        self._owner: dict[str, str] | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
+        self._held_shm: set[str] = set()
 
     # -- validation that needs no engine ---------------------------------------------------
 
@@ -142,6 +171,15 @@ class DockerLauncher(Launcher):
                 f"recipe {self.recipe.path}: key 'identity.image' is missing, and the docker launcher "
                 "needs an image. Fix: add identity.image: repo@sha256:<digest>.",
                 path=str(self.recipe.path), key="identity.image",
+            )
+        digest_file = self.recipe.launcher.docker.image_digest_file
+        if digest_file and not _DIGEST_REF.match(image):
+            raise LaunchError(
+                f"recipe {self.recipe.name}: its image {image} is built on this machine and pinned by the digest "
+                f"in {digest_file} (launcher.docker.image_digest_file), which does not exist: the image has not "
+                "been built here. Nothing was started.",
+                status="image_unavailable",
+                hint=f"{IMAGE_FIX}; the docker engine and the local registry must run first ({DOCKER_FIX}).",
             )
         if self.recipe.pinned and not _DIGEST_REF.match(image):
             raise LaunchError(
@@ -176,7 +214,14 @@ class DockerLauncher(Launcher):
         return env
 
     def labels(self) -> dict[str, str]:
-        return {RUN_LABEL: self.run_id, RECIPE_LABEL: self.recipe.name}
+        """Run, recipe and owner: what the sweep, the reaper and teardown find containers by."""
+        if self._owner is None:
+            self._owner = owner_labels()
+        return {RUN_LABEL: self.run_id, RECIPE_LABEL: self.recipe.name, **self._owner}
+
+    def container_name(self) -> str:
+        """The recipe's fixed name, else one derived from the run id (unique, and it says whose)."""
+        return self.recipe.launcher.docker.container_name or f"vllmqual-{self.run_id}"
 
     def _check_stop_timeout(self) -> int:
         stop_timeout = self.recipe.launcher.docker.stop_timeout_s
@@ -195,7 +240,9 @@ class DockerLauncher(Launcher):
         options = self.recipe.launcher.docker
         binds: dict[str, dict[str, str]] = {}
         if options.model_cache:
-            binds[str(Path(options.model_cache).expanduser())] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+            cache = Path(options.model_cache).expanduser()
+            cache = cache if cache.is_absolute() else self.recipe.project_root / cache
+            binds[str(cache)] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
         if self.recipe.identity.model_path:
             binds[self.recipe.model_location()] = {"bind": MODEL_DIR_IN_CONTAINER, "mode": "ro"}
         return binds
@@ -203,6 +250,8 @@ class DockerLauncher(Launcher):
     def _device_requests(self, progress: ProgressFn) -> list[docker.types.DeviceRequest]:
         gpus = self.recipe.launcher.docker.gpus
         tp = self.recipe.serve.tensor_parallel_size
+        if gpus == 0:
+            return []  # a CPU image (tiny-docker): no GPU is requested
         if isinstance(gpus, list):
             if len(gpus) < tp:
                 progress(f"warning: launcher.docker.gpus lists {len(gpus)} GPU(s) but tensor_parallel_size is {tp}")
@@ -221,45 +270,104 @@ class DockerLauncher(Launcher):
             try:
                 self._client = docker.from_env()
             except docker.errors.DockerException as exc:
-                raise LaunchError(
-                    f"recipe {self.recipe.name}: no Docker engine answers ({exc}).",
-                    status="command_not_found",
-                    hint="start the Docker engine or set DOCKER_HOST; recipe key launcher.kind is 'docker'.",
-                ) from None
+                raise self._engine_unavailable(exc) from None
         return self._client
 
-    def reap_leftovers(self, progress: ProgressFn) -> int:
-        """Force-remove containers of this recipe left by earlier runs (found by label)."""
-        leftovers = self.client.containers.list(
-            all=True, filters={"label": f"{RECIPE_LABEL}={self.recipe.name}"}, sparse=True
+    def _engine_unavailable(self, exc: Exception) -> LaunchError:
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        if self._client is not None:
+            where = str(getattr(self._client.api, "base_url", where))
+        reason = str(exc).split(": ", 1)[-1] if "Error while fetching server API version" in str(exc) else str(exc)
+        return LaunchError(
+            f"recipe {self.recipe.name} runs vLLM in a container (launcher.kind: docker), but no Docker "
+            f"engine answers at {where} ({type(exc).__name__}: {reason[:200]}); nothing was started.",
+            status="docker_unavailable",
+            hint=f"start the Docker engine: {DOCKER_FIX}.",
         )
-        reaped = 0
+
+    def _ping(self) -> None:
+        """One cheap request, so a stopped daemon is one clear paragraph, not a stack of SDK errors."""
+        try:
+            self.client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise self._engine_unavailable(exc) from None
+
+    def reap_leftovers(self, progress: ProgressFn) -> int:
+        """Remove vllmqual containers whose owner is provably gone; leave every other one alone.
+
+        A container of a concurrent run (its pytest still runs), of another host sharing the
+        daemon, or without owner labels is kept: removing it could kill someone's live server.
+        """
+        leftovers = self.client.containers.list(all=True, filters={"label": RUN_LABEL})
+        reaped: list[str] = []
+        held: set[str] = set()
+        kept = 0
         for container in leftovers:
+            labels = dict(container.labels or {})
+            if labels.get(RUN_LABEL) == self.run_id:
+                continue
+            why = owner_gone(labels)
+            if why is None:
+                kept += 1
+                continue
+            held |= shm_names_held_by(container_pids(self.client, container), root=self.shm_root)
             try:
                 container.remove(force=True, v=True)
-                reaped += 1
+                reaped.append(f"{container.name} ({why})")
             except docker.errors.NotFound:
                 continue
-        progress(f"reaped {reaped} leftover container(s) of recipe {self.recipe.name} from earlier runs")
-        return reaped
+        if held:  # the swept containers' shared memory, as their teardown would have reclaimed it
+            reclaim_unheld(None, held, root=self.shm_root)
+        if reaped:
+            progress(f"removed {len(reaped)} leftover container(s) whose owner is gone: {'; '.join(reaped)}")
+        if kept:
+            progress(f"left {kept} labelled container(s) alone: their owner runs, or is not provably gone")
+        return len(reaped)
 
     def _inspect_image(self, reference: str, progress: ProgressFn) -> tuple[str, str | None]:
-        """(image id, repo digest); pulls the image when the engine does not have it."""
+        """(image id, repo digest); pulls the image, with progress per layer, when the engine lacks it."""
         try:
             image = self.client.images.get(reference)
         except docker.errors.ImageNotFound:
-            progress(f"pulling {reference} (a vLLM image is several GiB; this can take many minutes)")
+            self._pull(reference, progress)
             try:
-                image = self.client.images.pull(reference)
-            except docker.errors.APIError as exc:
-                raise LaunchError(
-                    f"recipe {self.recipe.name}: image {reference} could not be pulled: {exc.explanation or exc}",
-                    status="image_unavailable",
-                    hint="check the digest and registry access (`docker pull IMAGE`).",
-                ) from None
+                image = self.client.images.get(reference)
+            except docker.errors.ImageNotFound:
+                raise self._image_missing(reference, "the pull ended without the image") from None
         digests: list[str] = list(image.attrs.get("RepoDigests") or [])
         digest = reference if reference in digests else (digests[0] if digests else None)
         return str(image.id), digest
+
+    def _image_missing(self, reference: str, reason: str) -> LaunchError:
+        return LaunchError(
+            f"recipe {self.recipe.name}: image {reference} is not on this Docker engine and could not be "
+            f"pulled: {reason}. Nothing was started.",
+            status="image_unavailable",
+            hint=IMAGE_FIX + ".",
+        )
+
+    def _pull(self, reference: str, progress: ProgressFn) -> None:
+        """``docker pull`` through the API stream, one progress line per layer and state change."""
+        progress(f"pulling {reference} (a vLLM image is several GiB; progress per layer follows)")
+        started = time.monotonic()
+        last: dict[str, tuple[str, float]] = {}
+        try:
+            for event in self.client.api.pull(reference, stream=True, decode=True):
+                if "error" in event:
+                    raise self._image_missing(reference, str(event.get("error"))[:300])
+                line = pull_progress_line(event)
+                layer = str(event.get("id") or "")
+                if line is None or not layer:
+                    continue
+                status = str(event.get("status"))
+                now = time.monotonic()
+                previous = last.get(layer)
+                if previous is None or previous[0] != status or now - previous[1] >= _PULL_PROGRESS_EVERY_S:
+                    last[layer] = (status, now)
+                    progress(line)
+        except docker.errors.APIError as exc:
+            raise self._image_missing(reference, str(exc.explanation or exc)[:300]) from None
+        progress(f"pulled {reference}: {len(last)} layer(s) in {time.monotonic() - started:.1f} s")
 
     def _start_log_stream(self, container: Container) -> None:
         self.artifacts_dir.mkdir(parents=True, exist_ok=True)
@@ -287,6 +395,7 @@ class DockerLauncher(Launcher):
         device_requests = self._device_requests(progress)
 
         client = self.client
+        self._ping()
         try:
             self.reaped_leftovers = self.reap_leftovers(progress)
             image_id, image_digest = self._inspect_image(reference, progress)
@@ -297,23 +406,26 @@ class DockerLauncher(Launcher):
                 status="docker_error",
                 hint="check that the engine runs and answers (`docker info`), or DOCKER_HOST.",
             ) from None
-        self._gpu_baseline = gpu.compute_process_pids(_gpu_indexes(options.gpus))
+        self._gpu_baseline = gpu.compute_process_pids(_gpu_indexes(options.gpus)) if options.gpus != 0 else None
         api = client.api
         host_config = api.create_host_config(
             port_bindings={f"{CONTAINER_PORT}/tcp": (host, port)},
             binds=self._binds() or None,
-            device_requests=device_requests,
+            device_requests=device_requests or None,
             ipc_mode="host" if options.ipc_host else None,
             shm_size=None if options.ipc_host else options.shm_size,
         )
         self._started_wall = time.time()
+        labels = self.labels()
+        self._start_reaper()  # before the create: a pytest killed from here on leaves nothing behind
+        name = self.container_name()
         try:
             created = api.create_container(
-                image=reference if self.recipe.pinned else image_id,
+                image=reference if (self.recipe.pinned or _DIGEST_REF.match(reference)) else image_id,
                 command=command,
-                name=options.container_name,
+                name=name,
                 environment=self.container_environment(),
-                labels=self.labels(),
+                labels=labels,
                 ports=[(CONTAINER_PORT, "tcp")],
                 host_config=host_config,
                 stop_timeout=stop_timeout,
@@ -323,8 +435,10 @@ class DockerLauncher(Launcher):
             raise LaunchError(
                 f"recipe {self.recipe.name}: the container could not be created: {exc.explanation or exc}",
                 status="docker_error",
-                hint="a container with the same name that is not labelled for this recipe blocks the "
-                "name: remove it or change launcher.docker.container_name." if exc.status_code == 409 else "",
+                hint=f"another container holds the name {name}: a concurrent run of this recipe, or one whose "
+                "owner is not provably gone (the sweep leaves those alone). Wait for it, remove it with "
+                f"`docker rm -f {name}` if it is abandoned, or drop launcher.docker.container_name so every "
+                "run gets its own name." if exc.status_code == 409 else "",
             ) from None
         self.container_id = str(created["Id"])
         self.host_port = port
@@ -342,7 +456,9 @@ class DockerLauncher(Launcher):
                 else "GPU requests need the NVIDIA container toolkit (`docker info` lists the nvidia runtime).",
             ) from None
         self._start_log_stream(self.container)
-        progress(f"container started for recipe {self.recipe.name}, published on {host}:{port}")
+        progress(f"container {name} ({self.container_id[:12]}) started for recipe {self.recipe.name} from "
+                 f"{reference}, published on {host}:{port}; its log streams to {self.log_path} "
+                 f"(also `docker logs {name}`)")
         return ServerHandle(
             base_url=f"http://{url_host(host)}:{port}",
             served_model_name=self.recipe.identity.served_model_name,
@@ -352,6 +468,22 @@ class DockerLauncher(Launcher):
             container_id=self.container_id,
             image_id=image_id,
             image_digest=image_digest,
+        )
+
+    def _start_reaper(self) -> None:
+        """The docker reaper (``launch.docker_reaper``), in its own session so a kill of pytest's group misses it."""
+        owner = self.labels()
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": package_parent + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        base_url = str(getattr(self._client.api, "base_url", "")) if self._client is not None else ""
+        if base_url.startswith("http://"):  # a tcp engine given to this launcher: the reaper uses it too
+            env["DOCKER_HOST"] = "tcp://" + base_url.removeprefix("http://")
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "pytest_vllmqual.launch.docker_reaper", owner[OWNER_PID_LABEL],
+             owner[OWNER_START_LABEL], self.run_id, repr(self._started_wall or time.time()),
+             "1" if self.recipe.launcher.docker.ipc_host else "0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, env=env,
         )
 
     def _state(self) -> dict[str, Any] | None:
@@ -397,6 +529,8 @@ class DockerLauncher(Launcher):
         notes: list[str] = []
         stopped = False
         if self.container is not None and not self._removed:
+            if self.recipe.launcher.docker.ipc_host:  # the run's shm, named by who holds it, before it stops
+                self._held_shm |= shm_names_held_by(container_pids(self.client, self.container), root=self.shm_root)
             try:
                 self.container.stop(timeout=self.recipe.launcher.docker.stop_timeout_s)
                 state = self._state() or {}
@@ -429,10 +563,16 @@ class DockerLauncher(Launcher):
             notes.append(self._log_error)
         containers_left = self._labelled_run_containers(notes)
         survivors = self._gpu_survivors(notes)
-        shm_left = (
-            shm_files_of_run(self.run_id, root=self.shm_root, started_at=self._started_wall)
-            if self.recipe.launcher.docker.ipc_host and self._started_wall is not None else []
-        )
+        shm_left: list[str] = []
+        reclaim: dict[str, Any] | None = None
+        if self.recipe.launcher.docker.ipc_host and containers_left == 0:
+            # --ipc=host: the run's shared memory is in this host's /dev/shm; reclaim it as the
+            # subprocess launcher does, once no container of the run can still hold it.
+            shm_left, reclaim = reclaim_run_shm(self.run_id, self._held_shm, self._started_wall, root=self.shm_root)
+        if self._reaper is not None:
+            self._reaper.kill()
+            self._reaper.wait()
+            self._reaper = None
         return TeardownResult(
             launcher_kind=self.kind,
             stopped=stopped,
@@ -440,6 +580,7 @@ class DockerLauncher(Launcher):
             survivors=survivors,
             shm_leftovers=shm_left,
             containers_left=containers_left,
+            shm_reclaim=reclaim,
             notes=notes,
         )
 

@@ -28,6 +28,9 @@ class ProcInfo:
     session: int
     state: str
     name: str
+    start_ticks: int | None = None
+    """Clock ticks from boot to the process's start (field 22 of stat): with the pid, it names
+    one process for the life of the boot, whatever reuses the pid later."""
 
     def describe(self) -> str:
         return f"pid {self.pid} {self.name}"
@@ -42,8 +45,9 @@ def read_proc(pid: int) -> ProcInfo | None:
     close = raw.rfind(")")
     name = raw[raw.find("(") + 1 : close]
     fields = raw[close + 2 :].split()
-    # fields: state ppid pgrp session ...
-    return ProcInfo(pid=pid, ppid=int(fields[1]), session=int(fields[3]), state=fields[0], name=name)
+    # fields: state ppid pgrp session ... (fields[19] is field 22, starttime)
+    return ProcInfo(pid=pid, ppid=int(fields[1]), session=int(fields[3]), state=fields[0], name=name,
+                    start_ticks=int(fields[19]) if len(fields) > 19 else None)
 
 
 def _has_run_env(pid: int, run_id: str) -> bool:

@@ -11,12 +11,11 @@ Usage: python -m pytest_vllmqual.launch.reaper OWNER_PID RUN_ID SESSION_ID
 
 from __future__ import annotations
 
-import glob
 import sys
 import time
 
 from .procs import kill_run, processes_of_run, read_proc
-from .shm import reclaim_shm, shm_names_held_by, unheld_run_files
+from .shm import reclaim_unheld, shm_names_held_by
 
 
 def owner_alive(pid: int) -> bool:
@@ -31,9 +30,7 @@ def main(argv: list[str]) -> int:
         time.sleep(0.25)
     held = shm_names_held_by(p.pid for p in processes_of_run(run_id, session))
     kill_run(run_id, session, grace_s=3.0)
-    names = unheld_run_files(held)
-    if names:  # what teardown would have reclaimed: the run's shm, once nothing holds it
-        reclaim_shm(run_id, patterns=[glob.escape(n) for n in names], settle_s=0.3)
+    reclaim_unheld(run_id, held)  # what teardown would have reclaimed: the run's shm, once nothing holds it
     return 0
 
 

@@ -24,6 +24,7 @@ A third scan checks the postcondition: no file of the reclaimable naming remains
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -399,3 +400,41 @@ def shm_files_of_run(
                 and f.ctime >= started_at:
             names.append(f.name)
     return names
+
+
+def reclaim_unheld(run_id: str | None, held: Iterable[str], *, root: Path = SHM_ROOT,
+                   settle_s: float = 0.3) -> dict[str, Any] | None:
+    """Reclaim (two-scan guard) those of ``held`` that nothing holds any more; None when none.
+
+    ``held``: the names a dead run's processes mapped or held open, taken before they were killed.
+    """
+    names = unheld_run_files(held, root=root)
+    if not names:
+        return None
+    return reclaim_shm(run_id, root=root, patterns=[glob.escape(n) for n in names], settle_s=settle_s)
+
+
+def reclaim_run_shm(
+    run_id: str,
+    held: Iterable[str],
+    started_at: float | None,
+    *,
+    root: Path = SHM_ROOT,
+    settle_s: float = 0.3,
+) -> tuple[list[str], dict[str, Any] | None]:
+    """Reclaim a finished run's /dev/shm files with the two-scan guard; (left over, reclaim record).
+
+    Candidates: the files the run's processes held before they were stopped (vLLM's
+    communicator, Python ``psm_*`` segments), and vLLM-named files created since the launch
+    (``started_at``, epoch seconds). Files a live process still holds are another run's and
+    are left alone. Used by the subprocess and docker launchers and by both reapers.
+    """
+    if started_at is None:
+        return [], None
+    candidates = set(held) | set(
+        shm_files_of_run(run_id, root=root, started_at=started_at, patterns=VLLM_RUN_SHM_PATTERNS))
+    names = unheld_run_files(candidates, root=root)
+    result = reclaim_unheld(run_id, names, root=root, settle_s=settle_s)
+    if result is None:
+        return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
+    return unheld_run_files(names, root=root), result

@@ -8,7 +8,6 @@ run is left.
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from ..errors import LaunchError
 from ..recipe import Recipe
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port, port_is_taken
 from .procs import RUN_ENV, kill_run, processes_of_run
-from .shm import VLLM_RUN_SHM_PATTERNS, reclaim_shm, shm_files_of_run, shm_names_held_by, unheld_run_files
+from .shm import reclaim_run_shm, shm_names_held_by
 
 #: SIGTERM grace before SIGKILL. vLLM's own graceful shutdown waits for workers, so give it time.
 STOP_GRACE_S = 10.0
@@ -149,19 +148,8 @@ class SubprocessLauncher(Launcher):
         return self._stopped
 
     def _reclaim_shm(self, held: set[str]) -> tuple[list[str], dict[str, object] | None]:
-        """Reclaim the run's /dev/shm files, guarded: those its processes held before teardown
-        (vLLM's communicator, Python ``psm_*`` segments), and vLLM-named files created since
-        the launch. Files a live process still holds are another run's and are left alone."""
-        if self._started_epoch is None:
-            return [], None
-        candidates = set(held) | set(
-            shm_files_of_run(self.run_id, started_at=self._started_epoch, patterns=VLLM_RUN_SHM_PATTERNS))
-        names = unheld_run_files(candidates)
-        if not names:
-            return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
-        result = reclaim_shm(self.run_id, patterns=[glob.escape(n) for n in names], settle_s=0.3)
-        left = unheld_run_files(names)
-        return left, result
+        """The run's /dev/shm files, reclaimed with the two-scan guard (see ``reclaim_run_shm``)."""
+        return reclaim_run_shm(self.run_id, held, self._started_epoch)
 
 
 def _package_parent() -> str:

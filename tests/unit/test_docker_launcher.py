@@ -1,17 +1,21 @@
-"""The docker launcher against a fake Docker engine that speaks the Engine HTTP API.
+"""The docker launcher's GPU-only parts against a fake Docker engine that speaks the Engine HTTP API.
 
-No Docker engine runs on the development or CI machines, so these tests point a real
+The machines the project runs on have a real Docker engine (tests/docker start real
+containers of the tiny-docker image) but no GPU and no NVIDIA container toolkit, so GPU
+device requests cannot reach a real engine here. These tests point a real
 ``docker.DockerClient`` at a small threaded HTTP server that answers the endpoints the SDK
 calls with the responses in ``data/docker/engine.json`` (shaped after the Engine API v1.43
-reference), records every request, and keeps just enough container state (labels, running or
-exited, removed) for the launcher's reap → create → start → stop → delete → verify cycle. The
-tests assert the exact create request body and the order of the calls.
+reference), records every request, and keeps just enough container state for the launcher's
+sweep → create → start → stop → delete → verify cycle. The tests assert the exact create
+request body (device requests, IPC, binds) and the order of the calls; the rest of the
+launcher's behaviour is tested against the real engine in tests/docker.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import struct
 import threading
@@ -28,7 +32,8 @@ import pytest
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
 from pytest_vllmqual.launch import docker as docker_launch
-from pytest_vllmqual.launch.docker import DockerLauncher
+from pytest_vllmqual.launch.docker import DockerLauncher, pull_progress_line
+from pytest_vllmqual.launch.owner import owner_labels
 from pytest_vllmqual.recipe import Recipe, load_recipe
 
 DATA = Path(__file__).parent / "data" / "docker"
@@ -132,7 +137,7 @@ def make_handler(engine: FakeDockerEngine) -> type[BaseHTTPRequestHandler]:
 
         def _route(self, path: str, query: dict[str, list[str]], body: Any) -> None:
             method = self.command
-            if method == "GET" and path == "/_ping":
+            if method in ("GET", "HEAD") and path == "/_ping":
                 return self._reply(200, raw=b"OK", content_type="text/plain")
             if method == "GET" and path == "/version":
                 return self._reply(200, ENGINE["version"])
@@ -190,7 +195,7 @@ def make_handler(engine: FakeDockerEngine) -> type[BaseHTTPRequestHandler]:
                 return self._reply(204)
             return self._reply(404, {"message": f"fake engine has no route for {method} {path}"})
 
-        do_GET = do_POST = do_DELETE = _handle
+        do_GET = do_POST = do_DELETE = do_HEAD = _handle
 
     return Handler
 
@@ -238,12 +243,8 @@ def wait_for(predicate: Any, timeout_s: float = 5.0) -> bool:
 def test_full_lifecycle_sends_exact_create_request_in_order(
     engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path
 ) -> None:
-    # Fake engine: no Docker engine (and no GPU) exists on this machine to start a real container.
+    # Fake engine: GPU device requests need the NVIDIA runtime, which no engine here has.
     fake, url = engine
-    leftover = fake.add_container({"vllmqual.run": "run-earlier-crash", "vllmqual.recipe": "docker-tp2"},
-                                  name="vllmqual-docker-tp2")
-    fake.containers_ever.add(leftover)
-    fake.aliases[leftover] = "leftover"
     launcher = launcher_for(recipe, url, tmp_path, version="auto")
     progress: list[str] = []
 
@@ -256,9 +257,9 @@ def test_full_lifecycle_sends_exact_create_request_in_order(
     assert handle.image_digest == DIGEST_REF
     assert handle.api_key == API_KEY
     assert handle.container_id is not None and fake.aliases[handle.container_id] == "new"
-    assert launcher.reaped_leftovers == 1
-    assert "reaped 1 leftover container(s) of recipe docker-tp2 from earlier runs" in progress
-    assert leftover not in fake.containers
+    assert launcher.reaped_leftovers == 0
+    started = next(line for line in progress if "started for recipe docker-tp2" in line)
+    assert "container vllmqual-docker-tp2" in started and str(tmp_path / "artifacts" / "server.log") in started
     assert wait_for(lambda: "Starting vLLM API server" in launcher.log_text())
     assert (tmp_path / "artifacts" / "server.log").read_text().count("\n") == 3
     assert launcher.alive() is True
@@ -276,7 +277,8 @@ def test_full_lifecycle_sends_exact_create_request_in_order(
     create = next(r for r in fake.requests if r.path == "/containers/create")
     assert create.query == {"name": ["vllmqual-docker-tp2"]}
     expected = json.loads((DATA / "expected_create.json").read_text())
-    assert create.body == expected
+    owner = owner_labels()
+    assert create.body == {**expected, "Labels": {**expected["Labels"], **owner}}
     # The properties the golden body encodes, spelled out:
     assert create.body["Image"] == DIGEST_REF
     assert create.body["Cmd"][0] == "example-org/example-model"
@@ -289,7 +291,7 @@ def test_full_lifecycle_sends_exact_create_request_in_order(
     assert host["IpcMode"] == "host"
     assert host["PortBindings"] == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "18083"}]}
     assert host["Binds"] == ["/srv/hf-cache:/root/.cache/huggingface:rw"]
-    assert create.body["Labels"] == {"vllmqual.run": RUN_ID, "vllmqual.recipe": "docker-tp2"}
+    assert create.body["Labels"]["vllmqual.owner.pid"] == str(os.getpid())
     assert create.body["StopTimeout"] == 180
 
     stop = next(r for r in fake.requests if r.path.endswith("/stop"))
@@ -299,8 +301,8 @@ def test_full_lifecycle_sends_exact_create_request_in_order(
 
     assert fake.calls() == [
         "GET /version",
-        "GET /containers/json",            # reap: leftovers of the recipe, any run
-        "DELETE /containers/{leftover}",
+        "GET /_ping",
+        "GET /containers/json",            # sweep: every vllmqual container, kept unless its owner is gone
         "GET /images/" + DIGEST_REF + "/json",
         "POST /containers/create",
         "GET /containers/{new}/json",
@@ -309,16 +311,17 @@ def test_full_lifecycle_sends_exact_create_request_in_order(
         "GET /containers/{new}/json",      # the SDK checks Tty to know whether to demultiplex
         "GET /containers/{new}/json",      # alive()
         "GET /containers/{new}/json",      # exit_code()
+        "GET /containers/{new}/top",       # --ipc=host: the shm files the container's processes hold
         "POST /containers/{new}/stop",
         "GET /containers/{new}/json",      # exit code after stop
         "DELETE /containers/{new}",
         "GET /containers/json",            # verify: nothing labelled with the run id
     ]
-    reap_filter = json.loads(fake.requests[1].query["filters"][0])
+    sweep_filter = json.loads(fake.requests[2].query["filters"][0])
     verify_filter = json.loads(fake.requests[-1].query["filters"][0])
-    assert reap_filter == {"label": ["vllmqual.recipe=docker-tp2"]}
+    assert sweep_filter == {"label": ["vllmqual.run"]}
     assert verify_filter == {"label": [f"vllmqual.run={RUN_ID}"]}
-    assert fake.requests[1].query["all"] == ["1"] and fake.requests[-1].query["all"] == ["1"]
+    assert fake.requests[2].query["all"] == ["1"] and fake.requests[-1].query["all"] == ["1"]
     logs = next(r for r in fake.requests if r.path.endswith("/logs"))
     assert logs.query["follow"] == ["1"]
 
@@ -350,28 +353,6 @@ def test_tag_only_image_is_refused_before_any_request(
     assert again.value.status == "image_not_pinned"
 
 
-def test_leftovers_of_the_recipe_are_reaped_and_others_kept(
-    engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path
-) -> None:
-    # Fake engine: reaping needs containers left by crashed runs, and no engine runs here.
-    fake, url = engine
-    crashed = [
-        fake.add_container({"vllmqual.run": f"run-old-{i}", "vllmqual.recipe": "docker-tp2"}, running=bool(i))
-        for i in range(2)
-    ]
-    other_recipe = fake.add_container({"vllmqual.run": "run-other", "vllmqual.recipe": "131k-control"})
-    unlabelled = fake.add_container({}, name="someone-elses-container")
-    launcher = launcher_for(recipe, url, tmp_path)
-    progress: list[str] = []
-    launcher.start(progress.append)
-    assert launcher.reaped_leftovers == 2
-    assert "reaped 2 leftover container(s) of recipe docker-tp2 from earlier runs" in progress
-    assert not any(cid in fake.containers for cid in crashed)
-    assert other_recipe in fake.containers and unlabelled in fake.containers
-    launcher.stop()
-    assert other_recipe in fake.containers and unlabelled in fake.containers
-
-
 def test_teardown_reports_containers_left_when_engine_keeps_one(
     engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path
 ) -> None:
@@ -391,21 +372,6 @@ def test_teardown_reports_containers_left_when_engine_keeps_one(
     assert launcher.stop().containers_left == 1  # still reported on the second call
 
 
-def test_port_taken_at_start_is_port_in_use_and_leaves_nothing(
-    engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path
-) -> None:
-    # Fake engine: the engine's port-allocation error needs an engine; none runs here.
-    fake, url = engine
-    fake.start_error = ("driver failed programming external connectivity on endpoint vllmqual-docker-tp2: "
-                        "Bind for 127.0.0.1:18083 failed: port is already allocated")
-    launcher = launcher_for(recipe, url, tmp_path)
-    with pytest.raises(LaunchError) as info:
-        launcher.start(lambda _line: None)
-    assert info.value.status == "port_in_use"
-    assert not any(c.labels.get("vllmqual.run") == RUN_ID for c in fake.containers.values())
-    assert fake.calls()[-1] == "DELETE /containers/{new}"
-
-
 def test_gpu_list_shm_size_and_free_port(engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path) -> None:
     # Fake engine: device requests and shm size are only checked in the request; no engine or GPU here.
     fake, url = engine
@@ -422,33 +388,9 @@ def test_gpu_list_shm_size_and_free_port(engine: tuple[FakeDockerEngine, str], r
     assert "IpcMode" not in host
     assert host["ShmSize"] == 16 * 1024**3
     assert "Binds" not in host
-    assert create.query == {}
+    assert create.query == {"name": [f"vllmqual-{RUN_ID}"]}  # no fixed name: one per run
     published = int(host["PortBindings"]["8000/tcp"][0]["HostPort"])
     assert published > 0 and handle.base_url == f"http://127.0.0.1:{published}"
-    launcher.stop()
-
-
-def test_exit_is_seen_from_container_state(engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path) -> None:
-    # Fake engine: a container that dies on its own needs an engine; none runs here.
-    fake, url = engine
-    launcher = launcher_for(recipe, url, tmp_path)
-    handle = launcher.start(lambda _line: None)
-    assert handle.container_id is not None
-    fake.containers[handle.container_id].state.update(Status="exited", Running=False, ExitCode=1)
-    assert launcher.alive() is False
-    assert launcher.exit_code() == 1
-    launcher.stop()
-
-
-def test_unpinned_tag_runs_by_image_id(engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path) -> None:
-    # Fake engine: no engine runs here to resolve the tag.
-    fake, url = engine
-    unpinned = replace(recipe, pinned=False, identity=replace(recipe.identity, image="vllm/vllm-openai:v0.11.2"))
-    launcher = launcher_for(unpinned, url, tmp_path)
-    handle = launcher.start(lambda _line: None)
-    create = next(r for r in fake.requests if r.path == "/containers/create")
-    assert create.body["Image"] == IMAGE_ID  # what was inspected is what runs
-    assert handle.image_digest == DIGEST_REF
     launcher.stop()
 
 
@@ -478,15 +420,26 @@ def test_api_key_on_the_command_line_is_refused(
     assert fake.requests == []
 
 
-def test_unreachable_engine_is_a_docker_error(recipe: Recipe, tmp_path: Path) -> None:
+def test_unreachable_engine_is_docker_unavailable(recipe: Recipe, tmp_path: Path) -> None:
     # No engine at all: a closed port stands in for a stopped Docker daemon.
     from pytest_vllmqual.launch.base import free_port
 
     launcher = launcher_for(recipe, f"tcp://127.0.0.1:{free_port()}", tmp_path)
     with pytest.raises(LaunchError) as info:
         launcher.start(lambda _line: None)
-    assert info.value.status == "docker_error"
+    assert info.value.status == "docker_unavailable"
+    assert "no Docker engine answers" in str(info.value) and "scripts/docker_setup.sh" in info.value.hint
     assert launcher.container_id is None
     result = launcher.stop()
     assert result.stopped is False
     assert result.containers_left == 0  # nothing was created, and nothing could be listed
+
+
+def test_pull_events_become_one_line_per_layer() -> None:
+    downloading = {"status": "Downloading", "id": "1a2b3c4d5e6f",
+                   "progressDetail": {"current": 512 * 2**20, "total": 2048 * 2**20}}
+    assert pull_progress_line(downloading) == "pull layer 1a2b3c4d5e6f: Downloading 512.0/2,048.0 MiB (25%)"
+    assert pull_progress_line({"status": "Pull complete", "id": "1a2b3c4d5e6f", "progressDetail": {}}) \
+        == "pull layer 1a2b3c4d5e6f: Pull complete"
+    assert pull_progress_line({"status": "Pulling from vllmqual/vllm-cpu", "id": "sha256:ab"}) is None
+    assert pull_progress_line({"status": "Digest: sha256:" + "3" * 64}) is None

@@ -1,0 +1,84 @@
+"""A watchdog that removes a run's containers when the pytest process that owns them dies.
+
+The docker counterpart of ``launch.reaper``: fixture teardown does not run when pytest is
+SIGKILLed, so the docker launcher starts this process in its own session before it creates
+the container. It polls the owner (pid and start time, so a reused pid does not keep it
+waiting); once the owner is gone it force-removes every container labelled with the run id,
+looks again a moment later (a create that was in flight), and reclaims the run's /dev/shm
+files with the two-scan guard, as teardown would.
+
+Usage: python -m pytest_vllmqual.launch.docker_reaper OWNER_PID OWNER_START RUN_ID STARTED_EPOCH IPC_HOST
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from .owner import owner_alive
+from .shm import reclaim_run_shm, shm_names_held_by
+
+RUN_LABEL = "vllmqual.run"
+_RETRY_FOR_S = 20.0
+
+
+def container_pids(client: Any, container: Any) -> list[int]:
+    """Host pids of the processes in a running container (``docker top``); [] when it is not running."""
+    try:
+        top = client.api.top(container.id, ps_args="-eo pid")
+    except Exception:  # stopped, gone, or the engine hiccuped: nothing to read
+        return []
+    titles = [t.strip().upper() for t in top.get("Titles") or []]
+    column = titles.index("PID") if "PID" in titles else 0
+    pids: list[int] = []
+    for row in top.get("Processes") or []:
+        try:
+            pids.append(int(row[column]))
+        except (ValueError, IndexError):
+            continue
+    return pids
+
+
+def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
+    """Force-remove every container labelled with the run id; (how many, shm names they held)."""
+    held: set[str] = set()
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
+        held |= shm_names_held_by(container_pids(client, container))
+        try:
+            container.remove(force=True, v=True)
+            removed += 1
+        except Exception:  # already gone, or removal in progress: the next pass sees it
+            continue
+    return removed, held
+
+
+def main(argv: list[str]) -> int:
+    owner, owner_start, run_id = int(argv[0]), argv[1], argv[2]
+    started_at, ipc_host = float(argv[3]), argv[4] == "1"
+    while owner_alive(owner, owner_start):
+        time.sleep(0.25)
+    import docker  # only now: an idle reaper should cost nothing
+
+    held: set[str] = set()
+    deadline = time.monotonic() + _RETRY_FOR_S
+    passes = 0
+    while time.monotonic() < deadline:
+        try:
+            client = docker.from_env(timeout=30)
+            _, seen = remove_run_containers(client, run_id)
+            held |= seen
+            passes += 1
+            if passes == 2:  # a second pass catches a container whose create was in flight
+                break
+            time.sleep(1.0)
+        except Exception:  # the engine is restarting or briefly unreachable: retry
+            time.sleep(1.0)
+    if ipc_host:  # with --ipc=host the run's shared memory lives in this host's /dev/shm
+        reclaim_run_shm(run_id, held, started_at)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

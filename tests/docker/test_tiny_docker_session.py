@@ -1,0 +1,106 @@
+"""The whole qualification in a container: `pytest suites --recipe=tiny-docker`, run once.
+
+The image is first removed from the engine (it stays in the local registry), so the run
+pulls it by digest, with progress per layer, as a GPU operator's first run does. Every test
+here asserts on what that one run left behind: the report, its output, the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+from docker_harness import DIGEST_FILE, RUN_LABEL, containers, engine, image_reference, run_shm_files
+
+from pytest_vllmqual.evidence import validate_report
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.real_vllm, pytest.mark.needs_docker]
+
+
+@dataclass
+class DockerRun:
+    returncode: int
+    output: str
+    report: dict[str, Any]
+    started_at: float
+    wall_s: float
+
+
+@pytest.fixture(scope="module")
+def docker_run(tmp_path_factory: pytest.TempPathFactory) -> DockerRun:
+    client = engine()
+    try:  # only the engine's copy, every tag of it: the registry keeps the image, the run pulls it back
+        client.images.remove(client.images.get(image_reference()).id, force=True)
+    except docker.errors.ImageNotFound:
+        pass
+    reports = tmp_path_factory.mktemp("docker-reports")
+    started_at = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites", "--recipe=tiny-docker", f"--vllmqual-reports-dir={reports}",
+         "-p", "no:cacheprovider", "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    output = proc.stdout + proc.stderr
+    paths = sorted(reports.glob("tiny-docker-*.json"))
+    assert paths, f"no report written; pytest said:\n{output[-6000:]}"
+    return DockerRun(proc.returncode, output, json.loads(paths[-1].read_text()), started_at,
+                     time.time() - started_at)
+
+
+def test_every_gate_tiny_cpu_passes_passes_in_the_container(docker_run: DockerRun) -> None:
+    assert docker_run.returncode == 0, docker_run.output[-8000:]
+    assert docker_run.report["run"]["status"] == "complete"
+    assert "functional preflight: 6/6" in docker_run.output
+    outcomes = {g["gate"]: g["outcome"] for g in docker_run.report["gates"]}
+    assert not [g for g, o in outcomes.items() if o not in ("passed", "skipped")], outcomes
+    for gate in docker_run.report["gates"]:  # skipped only where tiny-cpu skips too: not applicable
+        if gate["outcome"] == "skipped":
+            assert "not applicable" in (gate["reason"] or ""), gate
+    passed = {g for g, o in outcomes.items() if o == "passed"}
+    assert len(passed) >= 15 and {"smoke", "tools", "streaming_tool", "reasoning_fingerprints"} <= passed, outcomes
+    validate_report(docker_run.report)
+
+
+def test_identity_checks_the_running_containers_digest(docker_run: DockerRun) -> None:
+    identity = docker_run.report["identity"]
+    assert identity["status"] == "verified", identity
+    digest = DIGEST_FILE.read_text().strip()
+    check = next(c for c in identity["checks"] if c["field"] == "image_digest")
+    assert check["ok"] is True and check["expected"] == digest and check["observed"].endswith(digest), check
+    assert identity["observed"]["tensor_parallel_size"] == 2 and identity["observed"]["runtime_version"] == "0.32.0"
+
+
+def test_engine_facts_come_from_the_containers_log(docker_run: DockerRun) -> None:
+    engine_facts = docker_run.report["engine"]
+    assert engine_facts["device"] == "CPU" and engine_facts["kv_cache_tokens"] > 32768
+    assert [(r["rank"], r["process"]) for r in engine_facts["ranks"]] == [(0, "Worker_TP0"), (1, "Worker_TP1")]
+    assert docker_run.report["lifecycle"]["launcher"] == "docker"
+
+
+def test_pull_shows_each_layer_and_start_names_container_and_log(docker_run: DockerRun) -> None:
+    out = docker_run.output
+    assert f"pulling {image_reference()}" in out, out[-4000:]
+    layers = {line.split("pull layer ", 1)[1].split(":", 1)[0] for line in out.splitlines() if "pull layer " in line}
+    assert len(layers) >= 2, f"progress for {len(layers)} layer(s) only"  # rootfs and venv
+    assert any("Downloading" in line and "MiB (" in line for line in out.splitlines())
+    start = next(line for line in out.splitlines() if "started for recipe tiny-docker" in line)
+    run_id = docker_run.report["run"]["id"]
+    assert f"container vllmqual-{run_id}" in start and "server.log" in start and "docker logs" in start, start
+
+
+def test_teardown_leaves_no_container_and_no_shm_file(docker_run: DockerRun) -> None:
+    run_id = docker_run.report["run"]["id"]
+    assert containers(engine(), f"{RUN_LABEL}={run_id}") == []
+    teardown = docker_run.report["lifecycle"]["teardown"]
+    assert teardown["clean"] and teardown["containers_left"] == 0 and teardown["shm_leftover_files"] == 0, teardown
+    assert teardown["shm_reclaim"] is not None and teardown["shm_reclaim"]["summary"].endswith("clean postcondition")
+    assert run_shm_files(docker_run.started_at - 1) == []
