@@ -289,6 +289,8 @@ class QualRun:
 
         if arm.report_path is not None or (arm.manager is None and not arm.gates):
             return None
+        if arm.key in self.campaign_skips and arm.manager is None:
+            return None  # the campaign decided not to run it: its record says why; no report claims it ran
         if arm.manager is not None:
             arm.manager.stop()
         record = self.run_record(arm)
