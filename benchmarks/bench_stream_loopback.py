@@ -188,6 +188,11 @@ def start_server(tokens: int, interval_s: float, workdir: Path) -> tuple[subproc
     return proc, f"http://127.0.0.1:{port}"
 
 
+def _line(row: dict[str, Any]) -> str:
+    return (f"{row['tool']:<18} c={row['concurrency']}: {row['chunks_per_s']:6.0f} chunks/s, "
+            f"{row['cpu_us_per_chunk']:5.1f} µs CPU per chunk, {row['core_fraction'] * 100:5.1f}% of one core")
+
+
 def measure(concurrencies: Sequence[int], *, tokens: int, interval_s: float, vllm: bool, workdir: Path,
             profile: str | None = None) -> list[dict[str, Any]]:
     proc, base_url = start_server(tokens, interval_s, workdir)
@@ -195,12 +200,12 @@ def measure(concurrencies: Sequence[int], *, tokens: int, interval_s: float, vll
     try:
         for c in concurrencies:
             rows.append(harness_run(base_url, c, 2 * c, profile if c == max(concurrencies) else None))
-            print(json.dumps(rows[-1]), flush=True)
+            print(_line(rows[-1]), flush=True)
             if vllm:
                 out = subprocess.run([sys.executable, __file__, "--vllm-client", base_url, "--concurrency", str(c)],
                                      capture_output=True, text=True, check=True)
                 rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-                print(json.dumps(rows[-1]), flush=True)
+                print(_line(rows[-1]), flush=True)
     finally:
         proc.kill()
         proc.wait()

@@ -760,16 +760,29 @@ class QualClient:
 
 
 def _iter_lines(response: httpx.Response, raw: bytearray) -> Iterator[str]:
-    """Lines of the SSE body, keeping the raw bytes for the private artifact."""
+    """The SSE body's ``data:`` lines, keeping the raw bytes for the private artifact.
+
+    Other lines (the blank line ending each event, comments, ``event:`` fields) are dropped
+    here, undecoded: ``_consume_sse_line`` ignores them. One split per read, not per line.
+    """
     buffer = b""
     for chunk in response.iter_raw():
         raw += chunk
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            yield line.decode(errors="replace").rstrip("\r")
-    if buffer:
+        if b"\n" not in chunk:
+            buffer += chunk
+            continue
+        lines = (buffer + chunk if buffer else chunk).split(b"\n")
+        buffer = lines.pop()
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line.decode(errors="replace").rstrip("\r")
+    if buffer.startswith(b"data:"):
         yield buffer.decode(errors="replace")
+
+
+#: json.loads without its wrapper: the C scanner on an already stripped payload (``loads``
+#: skips JSON whitespace on both sides and rejects anything after the value; so does this).
+_scan_json = json.JSONDecoder().scan_once
 
 
 def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:
@@ -783,8 +796,10 @@ def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:
         result.violations.append("data after the [DONE] terminator")
         return
     try:
-        chunk = json.loads(payload)
-    except ValueError:
+        chunk, end = _scan_json(payload, 0)
+    except (StopIteration, ValueError):
+        end = -1
+    if end != len(payload):
         result.violations.append(f"unparseable SSE data: {payload[:80]!r}")
         return
     result.chunks += 1
@@ -799,15 +814,18 @@ def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:
         result.usage = chunk["usage"]
     for choice in chunk.get("choices") or []:
         delta = choice.get("delta") or {}
-        now = time.perf_counter() - started
         content = delta.get("content")
         reasoning = delta.get("reasoning") or delta.get("reasoning_content")
         tool_deltas = delta.get("tool_calls") or []
-        if (content or reasoning or tool_deltas) and result.ttft_s is None:
-            result.ttft_s = now
-        if content:
-            if result.ttft_content_s is None:
+        # The clock is read only while a first-output time is still open (ttft_content_s is
+        # set last: content implies output).
+        if result.ttft_content_s is None and (content or reasoning or tool_deltas):
+            now = time.perf_counter() - started
+            if result.ttft_s is None:
+                result.ttft_s = now
+            if content:
                 result.ttft_content_s = now
+        if content:
             result.content += content
         if reasoning:
             result.reasoning += reasoning
