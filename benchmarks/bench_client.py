@@ -111,7 +111,9 @@ class _ReplayTransport(StreamTransport):
         self._events = events
 
     def _connect(self, connect_timeout: float | None) -> _Connection:
-        return _Connection(_ReplaySocket(self._events), tls=False)  # type: ignore[arg-type]
+        connection = _Connection(_ReplaySocket(self._events), tls=False)  # type: ignore[arg-type]
+        connection.use_reactor = False  # no file descriptor: read in the caller's thread
+        return connection
 
 
 def replay_client(events: list[bytes], *, transport: str = "socket") -> QualClient:

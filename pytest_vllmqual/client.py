@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import select
 import socket
 import ssl
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,14 +76,18 @@ def http_client(handle: ServerHandle, **kwargs: Any) -> httpx.Client:
 # -- the streaming transport ---------------------------------------------------------------
 #
 # A live stream costs one socket read per chunk. Through httpx that read is httpcore's
-# settimeout (an ioctl) + poll + recv, h11's chunk parser and httpx's stream layers: 124 µs of
-# CPU per chunk at 4,330 chunks/s on a GPU host, three times vLLM bench's asyncio client
-# (docs/PERFORMANCE.md). The streaming path therefore speaks HTTP/1.1 itself on a plain
-# socket: one blocking recv per read (the read timeout is the kernel's SO_RCVTIMEO on Linux
-# plain-http sockets), the chunked framing parsed in place. Everything above the bytes (the
-# raw copy, the SSE parse, every contract check) is the same code for both transports, and
-# every failure is raised as the httpx exception httpx raises for it, so attempt records,
-# error kinds and the liveness guard see exactly what they saw before.
+# settimeout (an ioctl) + poll + recv, h11's chunk parser and httpx's stream layers, and with
+# one thread per stream every chunk also wakes a thread that must win the GIL from the
+# others (vLLM emits the chunks of a batch at once): 124 µs of CPU per chunk at 4,330
+# chunks/s on a GPU host, three times vLLM bench's asyncio client (docs/PERFORMANCE.md).
+# The streaming path therefore speaks HTTP/1.1 itself on a plain socket, and on Linux one
+# reader thread (``_StreamReactor``, epoll) reads every plain-http stream of the process:
+# a burst of chunks costs one epoll wait and one recv per chunk in one thread, while each
+# caller thread sleeps until its stream ends. Everything above the bytes (the raw copy, the
+# SSE parse, every contract check, TTFT taken when the chunk is parsed) is the same code for
+# both transports, and every failure is raised, in the caller's thread, as the httpx
+# exception httpx raises for it, so attempt records, error kinds and the liveness guard see
+# exactly what they saw before.
 
 #: Bytes asked of the kernel per read, as httpcore asks.
 _READ_SIZE = 65536
@@ -91,10 +96,15 @@ _MAX_LINE = 65536
 #: Idle keep-alive connections kept per client (httpx's default keep-alive limit).
 _MAX_IDLE = 20
 _USE_SO_RCVTIMEO = sys.platform == "linux" and hasattr(socket, "SO_RCVTIMEO")
+_HAS_EPOLL = hasattr(select, "epoll")
+#: How often the reactor looks for streams past their read timeout (their precision).
+_DEADLINE_CHECK_S = 0.05
+
+BodySink = Callable[[bytes], None]
 
 
 class _PeerClosed(Exception):
-    """The server closed the connection where more bytes were due (mapped by the caller)."""
+    """The server closed the connection where more bytes were due (mapped by the parser)."""
 
 
 def _timeval(seconds: float) -> bytes:
@@ -103,16 +113,16 @@ def _timeval(seconds: float) -> bytes:
 
 
 class _Connection:
-    """One HTTP/1.1 connection: a socket and the bytes read from it but not yet consumed."""
+    """One HTTP/1.1 connection to the server."""
 
-    __slots__ = ("buf", "kernel_timeouts", "pos", "sock", "tls")
+    __slots__ = ("kernel_timeouts", "sock", "tls", "use_reactor")
 
     def __init__(self, sock: socket.socket, *, tls: bool) -> None:
         self.sock = sock
         self.tls = tls
-        self.buf = b""
-        self.pos = 0
         self.kernel_timeouts = _USE_SO_RCVTIMEO and not tls
+        #: Read by the shared reader thread (plain sockets on Linux) or by the caller's thread.
+        self.use_reactor = _HAS_EPOLL and not tls
 
     def set_timeout(self, seconds: float | None) -> None:
         """Read and write timeout of every later socket call (per read, as httpx's read timeout)."""
@@ -142,44 +152,8 @@ class _Connection:
         except OSError as exc:
             raise httpx.ReadError(str(exc)) from exc
 
-    def _more(self) -> None:
-        data = self.recv()
-        if not data:
-            raise _PeerClosed
-        self.buf = self.buf[self.pos:] + data if self.pos < len(self.buf) else data
-        self.pos = 0
-
-    def read_line(self) -> bytes:
-        """The next CRLF-terminated line, without its CRLF."""
-        while True:
-            end = self.buf.find(b"\r\n", self.pos)
-            if end >= 0:
-                line = self.buf[self.pos:end]
-                self.pos = end + 2
-                return line
-            if len(self.buf) - self.pos > _MAX_LINE:
-                raise httpx.RemoteProtocolError("line too long in the response head or chunk framing")
-            self._more()
-
-    def read_some(self, limit: int) -> bytes:
-        """Up to ``limit`` bytes: what is buffered, else one read."""
-        if self.pos >= len(self.buf):
-            data = self.recv()
-            if not data:
-                raise _PeerClosed
-            self.buf, self.pos = data, 0
-        end = self.pos + limit
-        if self.pos == 0 and end >= len(self.buf):
-            data, self.buf = self.buf, b""
-            return data
-        data = self.buf[self.pos:end]
-        self.pos += len(data)
-        return data
-
     def idle_and_open(self) -> bool:
-        """Nothing unread and not closed by the server (httpcore's check before reusing a connection)."""
-        if self.pos < len(self.buf):
-            return False
+        """Not closed by the server while idle (httpcore's check before reusing a connection)."""
         try:
             poller = select.poll()
             poller.register(self.sock, select.POLLIN)
@@ -192,84 +166,246 @@ class _Connection:
             self.sock.close()
 
 
-class _DirectResponse:
-    """The part of ``httpx.Response`` the streaming path uses, read straight off the socket."""
+class _ResponseParser:
+    """One HTTP/1.1 response, parsed from the bytes as they arrive (``feed``, ``b""`` at EOF).
 
-    def __init__(self, connection: _Connection, status_code: int, headers: dict[str, str], http10: bool) -> None:
-        self.status_code = status_code
-        self._connection = connection
-        encoding = headers.get("transfer-encoding", "").lower()
-        self._chunked = "chunked" in encoding
-        length = headers.get("content-length")
-        self._length: int | None = None
-        if not self._chunked and length is not None:
-            try:
-                self._length = int(length)
-            except ValueError:
-                raise httpx.RemoteProtocolError(f"malformed content-length {length!r}") from None
-        self._no_body = status_code in (204, 304)
-        self.keep_alive = not http10 and "close" not in headers.get("connection", "").lower() and (
-            self._chunked or self._length is not None or self._no_body)
-        #: The whole body was read, so the connection may carry the next request.
+    ``on_head(status)`` is called once the head is read and returns where the body's bytes
+    go, framing removed (what ``httpx.Response.iter_raw`` yields). Framing errors and a peer
+    that closes early raise ``httpx.RemoteProtocolError`` with h11's words.
+    """
+
+    def __init__(self, on_head: Callable[[int], BodySink]) -> None:
+        self._on_head = on_head
+        self._buf = b""
+        self._pos = 0
+        self.keep_alive = False
+        #: The whole response was read and nothing followed it: the connection may be reused.
         self.complete = False
+        self._steps = self._parse()
+        next(self._steps)  # runs to the first read: every yield waits for bytes
 
-    def iter_raw(self) -> Iterator[bytes]:
-        """The body's bytes as they arrive, framing removed (what ``httpx.Response.iter_raw`` yields)."""
-        if self._no_body:
+    def feed(self, data: bytes) -> bool:
+        """True once the response is complete."""
+        try:
+            self._steps.send(data)
+        except StopIteration:
             self.complete = True
-        elif self._chunked:
-            yield from self._iter_chunked()
-        elif self._length is not None:
-            yield from self._iter_length(self._length)
+        return self.complete
+
+    def _fill(self) -> Generator[None, bytes, None]:
+        data = yield
+        if not data:
+            raise _PeerClosed
+        self._buf = self._buf[self._pos:] + data if self._pos < len(self._buf) else data
+        self._pos = 0
+
+    def _line(self) -> Generator[None, bytes, bytes]:
+        """The next CRLF-terminated line, without its CRLF."""
+        while True:
+            end = self._buf.find(b"\r\n", self._pos)
+            if end >= 0:
+                line = self._buf[self._pos:end]
+                self._pos = end + 2
+                return line
+            if len(self._buf) - self._pos > _MAX_LINE:
+                raise httpx.RemoteProtocolError("line too long in the response head or chunk framing")
+            yield from self._fill()
+
+    def _take(self, limit: int) -> Generator[None, bytes, bytes]:
+        """Up to ``limit`` bytes: what is buffered, else the next read."""
+        if self._pos >= len(self._buf):
+            yield from self._fill()
+        if self._pos == 0 and limit >= len(self._buf):
+            data, self._buf = self._buf, b""
+            return data
+        data = self._buf[self._pos:self._pos + limit]
+        self._pos += len(data)
+        return data
+
+    def _parse(self) -> Generator[None, bytes, None]:
+        try:
+            status, headers, http10 = yield from self._head()
+        except _PeerClosed:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.") from None
+        sink = self._on_head(status)
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length: int | None = None
+        if not chunked and "content-length" in headers:
+            try:
+                length = int(headers["content-length"])
+            except ValueError:
+                raise httpx.RemoteProtocolError(f"malformed content-length {headers['content-length']!r}") from None
+        no_body = status in (204, 304)
+        self.keep_alive = not http10 and "close" not in headers.get("connection", "").lower() and (
+            chunked or length is not None or no_body)
+        if no_body:
+            pass
+        elif chunked:
+            yield from self._chunked(sink)
+        elif length is not None:
+            yield from self._length(sink, length)
         else:
-            yield from self._iter_until_close()
+            try:
+                while True:
+                    sink((yield from self._take(_READ_SIZE)))
+            except _PeerClosed:
+                return
+        if self._pos < len(self._buf):
+            self.keep_alive = False  # bytes after the response: do not reuse what we cannot explain
 
-    def read(self) -> bytes:
-        return b"".join(self.iter_raw())
+    def _head(self) -> Generator[None, bytes, tuple[int, dict[str, str], bool]]:
+        while True:
+            status_line = yield from self._line()
+            parts = status_line.split(None, 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+                raise httpx.RemoteProtocolError(f"malformed status line {status_line[:80]!r}")
+            headers: dict[str, str] = {}
+            while line := (yield from self._line()):
+                name, sep, value = line.partition(b":")
+                if not sep:
+                    raise httpx.RemoteProtocolError(f"malformed header line {line[:80]!r}")
+                key = name.strip().decode("latin-1").lower()
+                text = value.strip().decode("latin-1")
+                headers[key] = f"{headers[key]}, {text}" if key in headers else text
+            status = int(parts[1])
+            if status >= 200:  # 1xx: an interim response, the real one follows
+                return status, headers, parts[0] == b"HTTP/1.0"
 
-    def _iter_chunked(self) -> Iterator[bytes]:
-        connection = self._connection
+    def _chunked(self, sink: BodySink) -> Generator[None, bytes, None]:
         try:
             while True:
-                size_line = connection.read_line()
+                size_line = yield from self._line()
                 try:
                     size = int(size_line.split(b";", 1)[0], 16)
                 except ValueError:
                     raise httpx.RemoteProtocolError(f"malformed chunk size {size_line[:40]!r}") from None
                 if size == 0:
-                    while connection.read_line():  # trailers, up to the empty line
+                    while (yield from self._line()):  # trailers, up to the empty line
                         pass
-                    self.complete = True
                     return
                 while size:
-                    data = connection.read_some(size)
+                    data = yield from self._take(size)
                     size -= len(data)
-                    yield data
-                if connection.read_line():
+                    sink(data)
+                if (yield from self._line()):
                     raise httpx.RemoteProtocolError("chunk data longer than its declared size")
         except _PeerClosed:
             raise httpx.RemoteProtocolError(
                 "peer closed connection without sending complete message body (incomplete chunked read)") from None
 
-    def _iter_length(self, length: int) -> Iterator[bytes]:
+    def _length(self, sink: BodySink, length: int) -> Generator[None, bytes, None]:
         received = 0
         try:
             while received < length:
-                data = self._connection.read_some(length - received)
+                data = yield from self._take(length - received)
                 received += len(data)
-                yield data
+                sink(data)
         except _PeerClosed:
             raise httpx.RemoteProtocolError(
                 "peer closed connection without sending complete message body "
                 f"(received {received} bytes, expected {length})") from None
-        self.complete = True
 
-    def _iter_until_close(self) -> Iterator[bytes]:
+
+class _ReactorStream:
+    """A response the reactor reads for a waiting caller."""
+
+    __slots__ = ("connection", "deadline", "done", "error", "fd", "parser", "timeout")
+
+    def __init__(self, connection: _Connection, parser: _ResponseParser, timeout: float | None) -> None:
+        self.connection = connection
+        self.fd = connection.sock.fileno()
+        self.parser = parser
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout if timeout is not None else None
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+class _StreamReactor:
+    """One thread that reads every plain-http stream of the process (epoll), parsing as it reads."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._streams: dict[int, _ReactorStream] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="vllmqual-stream-reader", daemon=True)
+        self._thread.start()
+
+    def usable(self) -> bool:
+        return self._pid == os.getpid() and self._thread.is_alive()
+
+    def read(self, connection: _Connection, parser: _ResponseParser, timeout: float | None) -> None:
+        """Read the whole response; raise what reading it raised, in the caller's thread."""
+        connection.sock.setblocking(False)
+        stream = _ReactorStream(connection, parser, timeout)
+        with self._lock:
+            self._streams[stream.fd] = stream
+            self._epoll.register(stream.fd, select.EPOLLIN)
         try:
-            while True:
-                yield self._connection.read_some(_READ_SIZE)
-        except _PeerClosed:
-            self.complete = True
+            while not stream.done.wait(1.0):
+                if not self._thread.is_alive():
+                    raise httpx.ReadError("the stream reader thread stopped")
+        finally:
+            self._forget(stream)
+        if stream.error is not None:
+            raise stream.error
+
+    def _forget(self, stream: _ReactorStream) -> None:
+        with self._lock:
+            if self._streams.get(stream.fd) is stream:
+                del self._streams[stream.fd]
+                with contextlib.suppress(OSError, ValueError):
+                    self._epoll.unregister(stream.fd)
+
+    def _finish(self, stream: _ReactorStream, error: BaseException | None) -> None:
+        self._forget(stream)
+        stream.error = error
+        stream.done.set()
+
+    def _run(self) -> None:
+        next_check = 0.0
+        while True:
+            events = self._epoll.poll(_DEADLINE_CHECK_S if self._streams else 1.0)
+            now = time.monotonic()
+            for fd, _mask in events:
+                stream = self._streams.get(fd)
+                if stream is None or stream.done.is_set():
+                    continue
+                try:
+                    data = stream.connection.sock.recv(_READ_SIZE)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    self._finish(stream, httpx.ReadError(str(exc)))
+                    continue
+                if stream.timeout is not None:
+                    stream.deadline = now + stream.timeout
+                try:
+                    complete = stream.parser.feed(data)
+                except BaseException as exc:  # raised again in the caller's thread
+                    self._finish(stream, exc)
+                    continue
+                if complete:
+                    self._finish(stream, None)
+            if now >= next_check:
+                next_check = now + _DEADLINE_CHECK_S
+                for stream in list(self._streams.values()):
+                    if stream.deadline is not None and now >= stream.deadline and not stream.done.is_set():
+                        self._finish(stream, httpx.ReadTimeout("timed out"))
+
+
+_reactor: _StreamReactor | None = None
+_reactor_lock = threading.Lock()
+
+
+def _stream_reactor() -> _StreamReactor:
+    """The process's reader thread, started on first use (and again in a forked child)."""
+    global _reactor
+    with _reactor_lock:
+        if _reactor is None or not _reactor.usable():
+            _reactor = _StreamReactor()
+        return _reactor
 
 
 def _direct_target(base_url: httpx.URL) -> tuple[str, str, int, str, str] | None:
@@ -359,50 +495,30 @@ class StreamTransport:
                 return
         connection.close()
 
-    @contextlib.contextmanager
     def post(self, path: str, content: bytes, headers: dict[str, str], *, connect_timeout: float | None,
-             timeout: float | None) -> Iterator[_DirectResponse]:
-        """POST ``content`` to ``path`` under the base URL; the response body is read by the caller."""
+             timeout: float | None, on_head: Callable[[int], BodySink]) -> None:
+        """POST ``content`` to ``path`` under the base URL and read the whole response into ``on_head``'s sink."""
         head = [f"POST {self.base_path}{path.lstrip('/')} HTTP/1.1\r\n", self._head_prefix]
         merged = {**self._headers, **headers}
         head.extend(f"{name}: {value}\r\n" for name, value in merged.items())
         head.append(f"Content-Length: {len(content)}\r\n\r\n")
         connection = self._acquire(connect_timeout)
-        response: _DirectResponse | None = None
+        parser = _ResponseParser(on_head)
         try:
             connection.set_timeout(timeout)
             connection.send("".join(head).encode("latin-1") + content)
-            response = self._read_head(connection)
-            yield response
+            if connection.use_reactor:
+                _stream_reactor().read(connection, parser, timeout)
+            else:
+                while not parser.feed(connection.recv()):
+                    pass
         except BaseException:
             connection.close()
             raise
-        if response.complete and response.keep_alive:
+        if parser.keep_alive:
             self._release(connection)
         else:
             connection.close()
-
-    @staticmethod
-    def _read_head(connection: _Connection) -> _DirectResponse:
-        try:
-            while True:
-                status_line = connection.read_line()
-                parts = status_line.split(None, 2)
-                if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-                    raise httpx.RemoteProtocolError(f"malformed status line {status_line[:80]!r}")
-                headers: dict[str, str] = {}
-                while line := connection.read_line():
-                    name, sep, value = line.partition(b":")
-                    if not sep:
-                        raise httpx.RemoteProtocolError(f"malformed header line {line[:80]!r}")
-                    key = name.strip().decode("latin-1").lower()
-                    text = value.strip().decode("latin-1")
-                    headers[key] = f"{headers[key]}, {text}" if key in headers else text
-                status = int(parts[1])
-                if status >= 200:
-                    return _DirectResponse(connection, status, headers, parts[0] == b"HTTP/1.0")
-        except _PeerClosed:
-            raise httpx.RemoteProtocolError("Server disconnected without sending a response.") from None
 
 
 def sha256_hex(data: bytes) -> str:
@@ -690,16 +806,25 @@ class QualClient:
             result = self._stream_once(body, label=f"{label}-retry{number}", timeout_s=timeout_s)
         return result
 
-    def _open_stream(self, request: bytes, timeout_s: float | None) -> contextlib.AbstractContextManager[Any]:
-        """The streamed POST: on the client's own socket transport, or through httpx where the
-        client's httpx transport was replaced (tests, replays) or httpx must route it (a proxy)."""
+    def _receive_stream(self, request: bytes, timeout_s: float | None, on_head: Callable[[int], BodySink]) -> None:
+        """The streamed POST, its whole response read into ``on_head``'s sink: on the client's own
+        socket transport, or through httpx where the client's httpx transport was replaced
+        (tests, replays) or httpx must route it (a proxy)."""
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if self._stream_transport is not None and self._http is self._own_http:
-            connect = timeout_s if timeout_s is not None else 10.0
-            return self._stream_transport.post("/v1/chat/completions", request, headers, connect_timeout=connect,
-                                               timeout=timeout_s if timeout_s is not None else self.timeout_s)
-        return self._http.stream("POST", "/v1/chat/completions", content=request, headers=headers,
-                                 timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT)
+            self._stream_transport.post("/v1/chat/completions", request, headers,
+                                        connect_timeout=timeout_s if timeout_s is not None else 10.0,
+                                        timeout=timeout_s if timeout_s is not None else self.timeout_s,
+                                        on_head=on_head)
+            return
+        with self._http.stream("POST", "/v1/chat/completions", content=request, headers=headers,
+                               timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT) as response:
+            sink = on_head(response.status_code)
+            if response.status_code != 200:
+                sink(response.read())
+                return
+            for chunk in response.iter_raw():
+                sink(chunk)
 
     def _stream_once(self, body: dict[str, Any], *, label: str, timeout_s: float | None) -> StreamResult:
         """Stream a chat completion, timing it and checking the SSE contract as it goes."""
@@ -710,22 +835,11 @@ class QualClient:
         request = _dumps(body)
         attempt = Attempt(kind="stream", label=label, ok=False)
         result = StreamResult(attempt=attempt, status_code=None)
-        raw = bytearray()
         started = time.perf_counter()
+        stream = _StreamBody(result, started)
+        raw = stream.raw
         try:
-            with self._open_stream(request, timeout_s) as response:
-                result.status_code = attempt.status_code = response.status_code
-                if response.status_code != 200:
-                    body_bytes = response.read()
-                    raw += body_bytes
-                    attempt.latency_s = result.e2e_s = time.perf_counter() - started
-                    attempt.error = _error_text(body_bytes.decode(errors="replace"))
-                    attempt.error_kind = f"http_{response.status_code}"
-                    self._emit(attempt, request, bytes(raw))
-                    self._check_server_error(attempt, response.status_code, body_bytes.decode(errors="replace"))
-                    return result
-                for line in _iter_lines(response, raw):
-                    _consume_sse_line(line, result, started)
+            self._receive_stream(request, timeout_s, stream.on_head)
         except httpx.HTTPError as exc:
             attempt.latency_s = result.e2e_s = time.perf_counter() - started
             result.error = f"{type(exc).__name__}: {exc}"
@@ -733,6 +847,16 @@ class QualClient:
                 "stream broke after the 200 headers" if result.status_code == 200 else "no response")
             self._transport_failure(attempt, request, exc, bytes(raw))
             return result
+        if result.status_code != 200:
+            assert result.status_code is not None
+            text = bytes(raw).decode(errors="replace")
+            attempt.latency_s = result.e2e_s = time.perf_counter() - started
+            attempt.error = _error_text(text)
+            attempt.error_kind = f"http_{result.status_code}"
+            self._emit(attempt, request, bytes(raw))
+            self._check_server_error(attempt, result.status_code, text)
+            return result
+        stream.finish()
         end = time.perf_counter()
         attempt.latency_s = result.e2e_s = end - started
         if result.stream_error is not None:
@@ -759,30 +883,44 @@ class QualClient:
         return result
 
 
-def _iter_lines(response: httpx.Response, raw: bytearray) -> Iterator[str]:
-    """The SSE body's ``data:`` lines, keeping the raw bytes for the private artifact.
+class _StreamBody:
+    """Where a streamed response's body goes: the raw copy (private artifact, SHA-256), then,
+    for a 200, its ``data:`` lines into ``_consume_sse_line``, one split per read.
 
     Other lines (the blank line ending each event, comments, ``event:`` fields) are dropped
-    here, undecoded: ``_consume_sse_line`` ignores them. One split per read, not per line.
+    undecoded: ``_consume_sse_line`` ignores them.
     """
-    buffer = b""
-    for chunk in response.iter_raw():
-        raw += chunk
+
+    def __init__(self, result: StreamResult, started: float) -> None:
+        self.result = result
+        self.started = started
+        self.raw = bytearray()
+        self._buffer = b""
+
+    def on_head(self, status_code: int) -> BodySink:
+        self.result.status_code = self.result.attempt.status_code = status_code
+        return self.feed if status_code == 200 else self.raw.extend
+
+    def feed(self, chunk: bytes) -> None:
+        self.raw += chunk
         if b"\n" not in chunk:
-            buffer += chunk
-            continue
-        lines = (buffer + chunk if buffer else chunk).split(b"\n")
-        buffer = lines.pop()
+            self._buffer += chunk
+            return
+        lines = (self._buffer + chunk if self._buffer else chunk).split(b"\n")
+        self._buffer = lines.pop()
         for line in lines:
             if line.startswith(b"data:"):
-                yield line.decode(errors="replace").rstrip("\r")
-    if buffer.startswith(b"data:"):
-        yield buffer.decode(errors="replace")
+                _consume_sse_line(line.decode(errors="replace").rstrip("\r"), self.result, self.started)
+
+    def finish(self) -> None:
+        """The body ended: a last line without its newline still counts."""
+        if self._buffer.startswith(b"data:"):
+            _consume_sse_line(self._buffer.decode(errors="replace"), self.result, self.started)
 
 
 #: json.loads without its wrapper: the C scanner on an already stripped payload (``loads``
 #: skips JSON whitespace on both sides and rejects anything after the value; so does this).
-_scan_json = json.JSONDecoder().scan_once
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:

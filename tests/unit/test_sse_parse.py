@@ -19,8 +19,8 @@ from pytest_vllmqual import client as client_module
 from pytest_vllmqual.client import (
     StreamResult,
     _consume_sse_line,
-    _iter_lines,
     _merge_tool_delta,
+    _StreamBody,
     stream_error_event,
 )
 from pytest_vllmqual.records import Attempt
@@ -148,13 +148,19 @@ def body_variants() -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name", list(body_variants()))
-def test_the_line_splitter_gives_the_same_data_lines_for_every_cut(name: str) -> None:
+def test_the_line_splitter_gives_the_same_data_lines_for_every_cut(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     body = body_variants()[name]
     expected_raw = bytearray()
     expected = [line for line in reference_iter_lines([body], expected_raw) if line.startswith("data:")]
+    consumed: list[str] = []
+    monkeypatch.setattr(client_module, "_consume_sse_line", lambda line, result, started: consumed.append(line))
     cuts: list[list[bytes]] = [[body], [body[i:i + 1] for i in range(len(body))]]
     cuts += [[body[:i], body[i:j], body[j:]] for i in range(0, len(body), 7) for j in (i + 1, i + 40, len(body))]
     for pieces in cuts:
-        raw = bytearray()
-        got = list(_iter_lines(SimpleNamespace(iter_raw=lambda pieces=pieces: iter(pieces)), raw))  # type: ignore[arg-type]
-        assert got == expected and raw == body == expected_raw
+        consumed.clear()
+        stream = _StreamBody(StreamResult(Attempt(kind="stream", label="x", ok=False), None), 0.0)
+        sink = stream.on_head(200)
+        for piece in pieces:
+            sink(piece)
+        stream.finish()
+        assert consumed == expected and stream.raw == body == expected_raw
