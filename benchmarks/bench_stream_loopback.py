@@ -1,7 +1,7 @@
 """Benchmark: the streaming client's CPU per chunk over a real socket, beside vLLM bench's client.
 
     python benchmarks/bench_stream_loopback.py [--concurrency 1,4,8] [--interval-ms 1.8] [--tokens 256]
-    python benchmarks/bench_stream_loopback.py --profile PATH   # cProfile of the harness at the top concurrency
+    python benchmarks/bench_stream_loopback.py --reference-client REV   # also the client of git revision REV
 
 The replay in ``bench_client.py`` has no socket, so it leaves out what dominates a live
 stream: one ``recv`` per chunk, the HTTP/1.1 chunked framing and a thread wake-up per chunk.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import json
 import os
 import socket
@@ -102,27 +101,21 @@ def body() -> dict[str, Any]:
             "ignore_eos": True}
 
 
-def harness_run(base_url: str, concurrency: int, requests: int, profile: str | None = None) -> dict[str, Any]:
+def harness_run(base_url: str, concurrency: int, requests: int, *, client_class: type[QualClient] = QualClient, label: str = "harness") -> dict[str, Any]:
     """``requests`` streams through QualClient, ``concurrency`` threads, as the chunk-rate sweep runs them."""
     handle = ServerHandle(base_url=base_url, served_model_name=MODEL, launcher_kind="external")
-    client = QualClient(handle, timeout_s=60.0, sink=_Sink())
+    client = client_class(handle, timeout_s=60.0, sink=_Sink())
     client.stream_chat(body(), label="warm")
-    profiler = cProfile.Profile() if profile else None
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    if profiler is not None:
-        profiler.enable()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = list(pool.map(lambda _: client.stream_chat(body(), label="rate"), range(requests)))
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(str(profile))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     client.close()
     chunks = sum(r.chunks for r in results)
     failed = [r.attempt.error for r in results if not r.ok]
     if failed:
         raise RuntimeError(f"harness streams failed: {failed[:3]}")
-    return {"tool": "harness", "concurrency": concurrency, "requests": requests, "chunks": chunks, "wall_s": wall,
+    return {"tool": label, "concurrency": concurrency, "requests": requests, "chunks": chunks, "wall_s": wall,
             "cpu_s": cpu, "chunks_per_s": chunks / wall, "cpu_us_per_chunk": cpu / chunks * 1e6,
             "core_fraction": cpu / wall}
 
@@ -194,13 +187,19 @@ def _line(row: dict[str, Any]) -> str:
 
 
 def measure(concurrencies: Sequence[int], *, tokens: int, interval_s: float, vllm: bool, workdir: Path,
-            profile: str | None = None) -> list[dict[str, Any]]:
+            reference_revision: str | None = None) -> list[dict[str, Any]]:
     proc, base_url = start_server(tokens, interval_s, workdir)
     rows = []
+    clients: list[tuple[str, type[QualClient]]] = [("harness", QualClient)]
+    if reference_revision is not None:
+        from bench_fidelity import client_at_revision
+
+        clients.append((f"harness@{reference_revision}", client_at_revision(reference_revision)))
     try:
         for c in concurrencies:
-            rows.append(harness_run(base_url, c, 2 * c, profile if c == max(concurrencies) else None))
-            print(_line(rows[-1]), flush=True)
+            for label, client_class in clients:
+                rows.append(harness_run(base_url, c, 2 * c, client_class=client_class, label=label))
+                print(_line(rows[-1]), flush=True)
             if vllm:
                 out = subprocess.run([sys.executable, __file__, "--vllm-client", base_url, "--concurrency", str(c)],
                                      capture_output=True, text=True, check=True)
@@ -219,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=1.8,
                         help="gap between one stream's chunks (default 1.8 ms: ~4,400 chunks/s at c=8)")
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM bench's client")
-    parser.add_argument("--profile", metavar="PATH", help="cProfile the harness at the highest concurrency")
+    parser.add_argument("--reference-client", metavar="REV",
+                        help="also run QualClient as committed at git revision REV (before/after in one run)")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--vllm-client", metavar="BASE_URL", help=argparse.SUPPRESS)
@@ -233,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllmqual-loopback-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     rows = measure([int(c) for c in args.concurrency.split(",")], tokens=args.tokens,
-                   interval_s=args.interval_ms / 1e3, vllm=not args.no_vllm, workdir=workdir, profile=args.profile)
+                   interval_s=args.interval_ms / 1e3, vllm=not args.no_vllm, workdir=workdir,
+                   reference_revision=args.reference_client)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
