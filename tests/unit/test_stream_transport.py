@@ -20,6 +20,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,16 @@ def both_ways(reply: Reply, *, timeout_s: float = 5.0) -> tuple[dict[str, Any], 
     return out[0], out[1]
 
 
+@pytest.fixture(params=["reactor", "caller"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both read modes: the shared epoll reader thread, and the caller's own thread (TLS, no epoll)."""
+    if request.param == "caller":
+        monkeypatch.setattr(client_module, "_HAS_EPOLL", False)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("byte_by_byte", [False, True])
-def test_chunked_stream_matches_httpx(byte_by_byte: bool) -> None:
+def test_chunked_stream_matches_httpx(byte_by_byte: bool, reader: str) -> None:
     direct, via_httpx = both_ways(chunked_reply(events(), byte_by_byte=byte_by_byte))
     assert direct == via_httpx
     assert direct["attempt"]["ok"] is True and direct["content"] == "".join(f"tok{i} é" for i in range(5))
@@ -238,7 +247,7 @@ def test_http_error_status_matches_httpx() -> None:
     assert direct["response"] == body
 
 
-def test_a_stream_cut_inside_a_chunk_is_a_connection_failure_like_httpx() -> None:
+def test_a_stream_cut_inside_a_chunk_is_a_connection_failure_like_httpx(reader: str) -> None:
     def reply(conn: socket.socket, head: bytes) -> None:
         first = events()[0]
         conn.sendall(sse_head(b"transfer-encoding: chunked\r\n\r\n") + b"%x\r\n%s\r\n" % (len(first), first)
@@ -253,7 +262,7 @@ def test_a_stream_cut_inside_a_chunk_is_a_connection_failure_like_httpx() -> Non
     assert direct["error"].startswith("RemoteProtocolError: peer closed connection")
 
 
-def test_a_server_that_closes_before_answering_matches_httpx() -> None:
+def test_a_server_that_closes_before_answering_matches_httpx(reader: str) -> None:
     def reply(conn: socket.socket, head: bytes) -> None:
         conn.shutdown(socket.SHUT_RDWR)
         conn.close()
@@ -263,7 +272,7 @@ def test_a_server_that_closes_before_answering_matches_httpx() -> None:
     assert direct["error"] == "RemoteProtocolError: Server disconnected without sending a response."
 
 
-def test_read_timeout_is_a_timeout_like_httpx() -> None:
+def test_read_timeout_is_a_timeout_like_httpx(reader: str) -> None:
     def reply(conn: socket.socket, head: bytes) -> None:
         conn.sendall(sse_head(b"transfer-encoding: chunked\r\n\r\n") + chunked(events()[:2])[:-5])
         time.sleep(1.0)
@@ -308,7 +317,7 @@ def test_liveness_guard_gets_the_httpx_exception() -> None:
     assert len(seen) == 1 and isinstance(seen[0], httpx.ConnectError)
 
 
-def test_keep_alive_reuses_the_connection_and_sends_what_httpx_sends() -> None:
+def test_keep_alive_reuses_the_connection_and_sends_what_httpx_sends(reader: str) -> None:
     with serving(chunked_reply(events())) as server:
         client, _ = new_client(server.base_url + "/prefix", direct=True, api_key="k-123")
         with client:
@@ -405,3 +414,21 @@ def test_https_streams_on_the_shared_verifying_context(tmp_path: Path, monkeypat
         with untrusting:
             result = untrusting.stream_chat({"messages": []}, label="c")
         assert result.attempt.error_kind == "connection" and "CERTIFICATE_VERIFY_FAILED" in (result.error or "")
+
+
+def test_concurrent_streams_through_one_client_each_get_their_own_bytes(reader: str) -> None:
+    """The concurrency gate's shape: one client, eight threads, streams interleaved on the wire."""
+    def reply(conn: socket.socket, head: bytes) -> None:
+        conn.sendall(sse_head(b"transfer-encoding: chunked\r\n\r\n"))
+        for part in events(40):
+            conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+            time.sleep(0.001)
+        conn.sendall(b"0\r\n\r\n")
+
+    with serving(reply) as server:
+        client, sink = new_client(server.base_url, direct=True)
+        with client, ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(lambda i: client.stream_chat({"messages": []}, label=f"s{i}"), range(16)))
+    assert all(r.ok and r.chunks == 42 for r in results)
+    assert all(response == b"".join(events(40)) for _, _, response in sink.records) and len(sink.records) == 16
+    assert server.connections <= 8
