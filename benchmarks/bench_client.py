@@ -5,12 +5,15 @@
     python benchmarks/bench_client.py --collect        # also time `pytest --collect-only -q suites`
 
 Replay: one SSE body (recorded from the real server by ``bench_fidelity``, or built here in
-vLLM 0.32's exact chunk format) is fed through ``QualClient.stream_chat`` over an
-``httpx.MockTransport`` that yields one SSE event per read, as the socket does. The CPU
-time of the whole call (request build, SSE parse, TTFT bookkeeping, SHA-256 of the raw
-bytes, attempt record) divided by the chunks gives the client's CPU per chunk; no network
-and no server share the measurement. The real-server figure (CPU per chunk at the highest
-chunk rate the server produces) comes from ``bench_fidelity``.
+vLLM 0.32's exact chunk format) is fed through ``QualClient.stream_chat`` on the client's own
+streaming transport, whose socket is replaced by a stand-in that returns one HTTP chunk (one
+SSE event) per read, as the real socket does (``--transport httpx``: httpx over
+``httpx.MockTransport`` instead, the path tests and proxies take). The CPU time of the whole
+call (request build, chunk framing, SSE parse, TTFT bookkeeping, SHA-256 of the raw bytes,
+attempt record) divided by the chunks gives the client's CPU per chunk; no network and no
+server share the measurement. The socket's own cost is measured by
+``bench_stream_loopback.py``, and the real-server figure (CPU per chunk at the highest chunk
+rate the server produces, beside vLLM bench's client) by ``bench_fidelity``.
 """
 
 from __future__ import annotations
