@@ -440,17 +440,24 @@ class StreamTransport:
                  headers: dict[str, str]) -> None:
         self.scheme, self.host, self.port = scheme, host, port
         self.base_path = base_path
-        self._head_prefix = (f"Host: {netloc}\r\nAccept: */*\r\nConnection: keep-alive\r\n"
-                             f"User-Agent: python-httpx/{httpx.__version__}\r\n")
-        self._headers = dict(headers)
+        #: httpx's default headers, then the client's, by lower-cased name (a later one replaces).
+        self._headers: dict[str, tuple[str, str]] = {}
+        defaults = {"Host": netloc, "Accept": "*/*", "Connection": "keep-alive",
+                    "User-Agent": f"python-httpx/{httpx.__version__}"}
+        for name, value in (*defaults.items(), *headers.items()):
+            self._headers[name.lower()] = (name, value)
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._closed = False
 
     @classmethod
     def for_client(cls, http: httpx.Client, headers: dict[str, str]) -> StreamTransport | None:
+        """The transport for ``http``'s server, or None where httpx must carry the streams (a
+        proxy, credentials in the URL, a header httpx would refuse to send)."""
         target = _direct_target(http.base_url)
-        return cls(*target, headers=headers) if target is not None else None
+        if target is None or any(ch in text for item in headers.items() for text in item for ch in "\r\n\0"):
+            return None
+        return cls(*target, headers=headers)
 
     def close(self) -> None:
         with self._lock:
@@ -498,9 +505,11 @@ class StreamTransport:
     def post(self, path: str, content: bytes, headers: dict[str, str], *, connect_timeout: float | None,
              timeout: float | None, on_head: Callable[[int], BodySink]) -> None:
         """POST ``content`` to ``path`` under the base URL and read the whole response into ``on_head``'s sink."""
-        head = [f"POST {self.base_path}{path.lstrip('/')} HTTP/1.1\r\n", self._head_prefix]
-        merged = {**self._headers, **headers}
-        head.extend(f"{name}: {value}\r\n" for name, value in merged.items())
+        fields = dict(self._headers)
+        for name, value in headers.items():
+            fields[name.lower()] = (name, value)
+        head = [f"POST {self.base_path}{path.lstrip('/')} HTTP/1.1\r\n"]
+        head.extend(f"{name}: {value}\r\n" for name, value in fields.values())
         head.append(f"Content-Length: {len(content)}\r\n\r\n")
         connection = self._acquire(connect_timeout)
         parser = _ResponseParser(on_head)

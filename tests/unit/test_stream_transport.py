@@ -326,6 +326,8 @@ def test_keep_alive_reuses_the_connection_and_sends_what_httpx_sends(reader: str
         assert server.connections == 1 and len(server.requests) == 3
         head = server.requests[0].split(b"\r\n\r\n", 1)[0].decode()
         assert head.startswith("POST /prefix/v1/chat/completions HTTP/1.1\r\n")
+        names = [line.split(":", 1)[0].lower() for line in head.split("\r\n")[1:]]
+        assert len(names) == len(set(names)), names
         fields = {line.split(":", 1)[0].lower(): line.split(":", 1)[1].strip() for line in head.split("\r\n")[1:]}
         assert fields["authorization"] == "Bearer k-123" and fields["host"] == f"127.0.0.1:{server.port}"
         assert fields["accept"] == "text/event-stream" and fields["content-type"] == "application/json"
@@ -432,3 +434,11 @@ def test_concurrent_streams_through_one_client_each_get_their_own_bytes(reader: 
     assert all(r.ok and r.chunks == 42 for r in results)
     assert all(response == b"".join(events(40)) for _, _, response in sink.records) and len(sink.records) == 16
     assert server.connections <= 8
+
+
+def test_a_header_httpx_would_refuse_leaves_streaming_to_httpx() -> None:
+    """A key with a line break would split the request head: httpx refuses to send it, so must we."""
+    handle = ServerHandle(base_url="http://127.0.0.1:9", served_model_name="m", launcher_kind="external",
+                          api_key="k\r\nX-Injected: 1")
+    with QualClient(handle, timeout_s=5) as client:
+        assert client._stream_transport is None
