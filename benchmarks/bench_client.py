@@ -5,12 +5,15 @@
     python benchmarks/bench_client.py --collect        # also time `pytest --collect-only -q suites`
 
 Replay: one SSE body (recorded from the real server by ``bench_fidelity``, or built here in
-vLLM 0.32's exact chunk format) is fed through ``QualClient.stream_chat`` over an
-``httpx.MockTransport`` that yields one SSE event per read, as the socket does. The CPU
-time of the whole call (request build, SSE parse, TTFT bookkeeping, SHA-256 of the raw
-bytes, attempt record) divided by the chunks gives the client's CPU per chunk; no network
-and no server share the measurement. The real-server figure (CPU per chunk at the highest
-chunk rate the server produces) comes from ``bench_fidelity``.
+vLLM 0.32's exact chunk format) is fed through ``QualClient.stream_chat`` on the client's own
+streaming transport, whose socket is replaced by a stand-in that returns one HTTP chunk (one
+SSE event) per read, as the real socket does (``--transport httpx``: httpx over
+``httpx.MockTransport`` instead, the path tests and proxies take). The CPU time of the whole
+call (request build, chunk framing, SSE parse, TTFT bookkeeping, SHA-256 of the raw bytes,
+attempt record) divided by the chunks gives the client's CPU per chunk; no network and no
+server share the measurement. The socket's own cost is measured by
+``bench_stream_loopback.py``, and the real-server figure (CPU per chunk at the highest chunk
+rate the server produces, beside vLLM bench's client) by ``bench_fidelity``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_vllmqual.client import QualClient  # noqa: E402
+from pytest_vllmqual.client import QualClient, StreamTransport, _Connection  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.records import Attempt  # noqa: E402
 
@@ -73,8 +76,55 @@ class _Sink:
         self.attempts.append(attempt)
 
 
-def replay_client(events: list[bytes]) -> QualClient:
-    """A QualClient whose transport answers every chat request with ``events``, one per read."""
+class _ReplaySocket:
+    """A socket whose reads return a canned HTTP/1.1 chunked SSE response, one event per read."""
+
+    def __init__(self, events: list[bytes]) -> None:
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        self._reads = [head] + [b"%x\r\n%s\r\n" % (len(event), event) for event in events] + [b"0\r\n\r\n"]
+        self._next = len(self._reads)
+
+    def sendall(self, data: bytes) -> None:
+        self._next = 0  # a request: answer it from the first read on
+
+    def recv(self, size: int) -> bytes:
+        if self._next >= len(self._reads):
+            return b""
+        self._next += 1
+        return self._reads[self._next - 1]
+
+    def settimeout(self, value: float | None) -> None:
+        pass
+
+    def setsockopt(self, *args: Any) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return -1
+
+    def close(self) -> None:
+        pass
+
+
+class _ReplayTransport(StreamTransport):
+    """The client's own streaming transport, with a replay socket where it would connect."""
+
+    def __init__(self, events: list[bytes], handle: ServerHandle) -> None:
+        super().__init__("http", "replay.invalid", 80, "replay.invalid", "/", handle.auth_headers())
+        self._events = events
+
+    def _connect(self, connect_timeout: float | None) -> _Connection:
+        connection = _Connection(_ReplaySocket(self._events), tls=False)  # type: ignore[arg-type]
+        connection.use_reactor = False  # no file descriptor: read in the caller's thread
+        return connection
+
+
+def replay_client(events: list[bytes], *, transport: str = "socket") -> QualClient:
+    """A QualClient whose transport answers every chat request with ``events``, one per read.
+
+    ``socket`` (the live streaming path): the client's own HTTP/1.1 transport over a socket
+    stand-in; ``httpx``: httpx over ``httpx.MockTransport`` (the path tests and proxies use).
+    """
 
     def handler(request: httpx.Request) -> httpx.Response:
         def stream() -> Iterator[bytes]:
@@ -84,14 +134,18 @@ def replay_client(events: list[bytes]) -> QualClient:
     handle = ServerHandle(base_url="http://replay.invalid", served_model_name="tiny-chat", launcher_kind="external")
     client = QualClient(handle, timeout_s=30.0, sink=_Sink())
     # The transport is the one thing swapped; every line of stream_chat runs as in a gate.
-    client._http.close()
-    client._http = httpx.Client(base_url=handle.base_url, transport=httpx.MockTransport(handler))
+    if transport == "socket":
+        client._stream_transport = _ReplayTransport(events, handle)
+    else:
+        client._http.close()
+        client._http = httpx.Client(base_url=handle.base_url, transport=httpx.MockTransport(handler))
     return client
 
 
-def measure_replay(events: list[bytes], *, repeats: int = 30, prompt_chars: int = 4096) -> dict[str, Any]:
+def measure_replay(events: list[bytes], *, repeats: int = 30, prompt_chars: int = 4096,
+                   transport: str = "socket") -> dict[str, Any]:
     """CPU seconds per streamed request and per chunk, replaying ``events`` through stream_chat."""
-    client = replay_client(events)
+    client = replay_client(events, transport=transport)
     body = {"messages": [{"role": "user", "content": "x " * (prompt_chars // 2)}], "max_tokens": 256,
             "temperature": 0, "ignore_eos": True}
     chunks = 0
@@ -108,6 +162,7 @@ def measure_replay(events: list[bytes], *, repeats: int = 30, prompt_chars: int 
     client.close()
     median = statistics.median(per_request)
     return {
+        "transport": transport,
         "events": len(events),
         "data_chunks": chunks,
         "bytes": sum(len(e) for e in events),
@@ -192,11 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sse", metavar="FILE", help="a recorded SSE body (default: synthetic, 256 tokens)")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--transport", choices=("socket", "httpx"), default="socket",
+                        help="socket: the live streaming path (default); httpx: httpx over MockTransport")
     parser.add_argument("--collect", action="store_true", help="also time pytest --collect-only")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     events = split_sse_events(Path(args.sse).read_bytes()) if args.sse else synthetic_sse_events()
-    results: dict[str, Any] = {"replay": measure_replay(events, repeats=args.repeats),
+    results: dict[str, Any] = {"replay": measure_replay(events, repeats=args.repeats, transport=args.transport),
                                "construction": measure_client_construction()}
     print(f"QualClient construction: {results['construction']['construct_s_median'] * 1e3:.2f} ms (median)")
     replay = results["replay"]

