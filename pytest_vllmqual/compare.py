@@ -715,7 +715,7 @@ def _verdict_of(report: Mapping[str, Any]) -> str:
     return str((report.get("decision") or {}).get("verdict") or "no-promotion")
 
 
-def _became_ready(report: dict[str, Any]) -> bool:
+def _became_ready(report: Mapping[str, Any]) -> bool:
     """The arm's server passed readiness (managed) or answered as found (direct-only)."""
     lifecycle = report.get("lifecycle") or {}
     if lifecycle.get("startup_status") is not None:

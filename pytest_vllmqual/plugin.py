@@ -381,7 +381,7 @@ def server_facts(request: pytest.FixtureRequest, vllmqual_arm: str) -> dict[str,
         recorder = request.node.stash.get(RECORD_KEY, None)
         if recorder is not None:
             recorder.record.status = exc.status
-        _fail(exc)
+        _fail(exc, request.config)
         raise
     if isinstance(owner, ServerManager):
         return {"engine": owner.facts.engine, "endpoints": owner.facts.endpoints,
