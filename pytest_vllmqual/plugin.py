@@ -54,25 +54,43 @@ MEASUREMENT_MARKERS = ("capacity",)
 # -- options --------------------------------------------------------------------------------
 
 
+ENV_HELP = (
+    "VLLMQUAL_RECIPE (recipe), VLLMQUAL_ENDPOINT (running server), VLLMQUAL_REPORTS_DIR, "
+    "VLLMQUAL_RECIPES_DIR, VLLMQUAL_CACHE_DIR (fixture model builds; default ~/.cache/vllmqual), "
+    "VLLM_API_KEY (API key of a running server, or the variable a recipe's launcher.api_key_env names), "
+    "HF_TOKEN / HUGGING_FACE_HUB_TOKEN (passed to docker servers)"
+)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("vllmqual", "LLM serve qualification (pytest_vllmqual)")
-    group.addoption("--recipe", dest="vllmqual_recipe", metavar="NAME|PATH", default=None,
-                    help="recipe to qualify: a name in the recipes dir or a YAML path. Precedence: "
-                    "--recipe, then $VLLMQUAL_RECIPE, then ini vllmqual_recipe, then 'tiny-cpu'.")
+    group = parser.getgroup(
+        "vllmqual", f"LLM serve qualification (pytest_vllmqual; inactive unless --recipe, --vllmqual-endpoint, "
+        f"VLLMQUAL_RECIPE, ini vllmqual_recipe or the shipped gates ask for it). Environment: {ENV_HELP}")
+    group.addoption("--recipe", "--vllmqual-recipe", dest="vllmqual_recipe", metavar="NAME|PATH", default=None,
+                    help="recipe to qualify: a name in the recipes dir (or a shipped one) or a YAML path. "
+                    "Precedence: --recipe, then $VLLMQUAL_RECIPE, then ini vllmqual_recipe, then 'tiny-cpu'. "
+                    "With --vllmqual-endpoint and no recipe, the recipe is discovered from the server.")
     group.addoption("--vllmqual-reports-dir", dest="vllmqual_reports_dir", metavar="DIR", default=None,
                     help="where reports are written (default: reports/; private artifacts under DIR/private/).")
     group.addoption("--vllmqual-endpoint", dest="vllmqual_endpoint", metavar="URL", default=None,
                     help="run the gates against an already running server (direct-only, no lifecycle).")
     group.addoption("--vllmqual-recipes-dir", dest="vllmqual_recipes_dir", metavar="DIR", default=None,
                     help="where named recipes are looked up (default: fixtures/recipes).")
-    group.addoption("--ab", dest="vllmqual_ab", metavar="CONTROL,CANDIDATE", default=None,
+    group.addoption("--vllmqual-ab", "--ab", dest="vllmqual_ab", metavar="CONTROL,CANDIDATE", default=None,
                     help="A/B: run every gate against the control recipe, then the candidate "
                     "(one server at a time), write a report per arm and comparison.json.")
-    group.addoption("--bracket", dest="vllmqual_bracket", action="store_true", default=False,
+    group.addoption("--vllmqual-bracket", "--bracket", dest="vllmqual_bracket", action="store_true", default=False,
                     help="with --ab: replay the control after the candidate (A, B, A).")
-    group.addoption("--campaign", dest="vllmqual_campaign", metavar="NAME|FILE|SPEC", default=None,
+    group.addoption("--vllmqual-campaign", "--campaign", dest="vllmqual_campaign", metavar="NAME|FILE|SPEC", default=None,
                     help="an ordered campaign of arms with stop conditions and fallbacks, e.g. 393k "
                     "(fixtures/campaigns/393k.yaml) or '393k-fp8kv:kv_pool+ladder,393k-offload?fallback'.")
+    group.addoption("--vllmqual-set", dest="vllmqual_set", metavar="KEY=VALUE", action="append", default=[],
+                    help="override a recipe key for this run (repeatable; dotted keys, YAML values), e.g. "
+                    "--vllmqual-set serve.max_num_seqs=4 --vllmqual-set launcher.docker.model_cache=/data/hf. "
+                    "The report records the overrides and the SHA-256 of the effective recipe.")
+    group.addoption("--vllmqual-no-fail-fast", dest="vllmqual_no_fail_fast", action="store_true", default=False,
+                    help="run every gate even after smoke or identity failed (default: the remaining gates "
+                    "end as 'not run: smoke failed' / 'not run: identity mismatch').")
     parser.addini("vllmqual_recipe", "default recipe name or path", default=None)
     parser.addini("vllmqual_reports_dir", "reports directory", default=None)
     parser.addini("vllmqual_recipes_dir", "recipes directory", default=None)
@@ -103,10 +121,55 @@ def _progress(config: pytest.Config) -> Any:
     return emit
 
 
+def activation_reason(config: pytest.Config) -> str | None:
+    """Why this run asked for the qualification plugin, or None: then it stays inert."""
+    from .settings import ENDPOINT_ENV, RECIPE_ENV
+
+    for dest, name in (("vllmqual_recipe", "--recipe"), ("vllmqual_endpoint", "--vllmqual-endpoint"),
+                       ("vllmqual_ab", "--ab"), ("vllmqual_campaign", "--campaign")):
+        if config.getoption(dest, None):
+            return name
+    for env in (RECIPE_ENV, ENDPOINT_ENV):
+        if os.environ.get(env):
+            return env
+    if config.getini("vllmqual_recipe"):
+        return "ini vllmqual_recipe"
+    if _collects_shipped_gates(config):
+        return "the shipped gates are collected"
+    return None
+
+
+def _collects_shipped_gates(config: pytest.Config) -> bool:
+    """Whether the run's arguments name the shipped gates (``--pyargs pytest_vllmqual.suites`` or a path)."""
+    from .layout import is_shipped_suite
+
+    pyargs = bool(getattr(config.option, "pyargs", False))
+    base = Path(str(config.invocation_params.dir))
+    for arg in config.args:
+        target = str(arg).split("::", 1)[0]
+        if pyargs and (target == "pytest_vllmqual" or target.startswith("pytest_vllmqual.suites")):
+            return True
+        if target and is_shipped_suite(base / target):
+            return True
+    return False
+
+
+def _active_run(config: pytest.Config) -> QualRun:
+    """The session's QualRun; a test that needs it in an inert session fails with the fix."""
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        pytest.fail("pytest_vllmqual is not active in this run, so there is no recipe or server. Fix: pass "
+                    "--recipe=NAME|PATH or --vllmqual-endpoint URL (or set VLLMQUAL_RECIPE, or the ini key "
+                    "vllmqual_recipe).", pytrace=False)
+    return run
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    if getattr(config.option, "help", False) or activation_reason(config) is None:
+        return  # inert: no recipe resolution, no reports, no output, no changed exit code
     settings = resolve_settings(
         rootdir=Path(str(config.rootpath)),
         env=dict(os.environ),
@@ -117,6 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
         cli_endpoint=config.getoption("vllmqual_endpoint"),
         cli_recipes_dir=config.getoption("vllmqual_recipes_dir"),
         ini_recipes_dir=config.getini("vllmqual_recipes_dir") or None,
+        invocation_dir=Path(str(config.invocation_params.dir)),
     )
     config.stash[SETTINGS_KEY] = settings
     try:
@@ -224,7 +288,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group tests by arm so that each arm's server starts once, in plan order."""
-    run = config.stash[RUN_KEY]
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        return
     default = run.default_recipe.name
     order: dict[str, int] = {spec.key: i for i, spec in enumerate(run.plan)}
     order.setdefault(default, len(order))
@@ -312,8 +378,8 @@ def _arm_key(request: pytest.FixtureRequest) -> str:
 def vllmqual_arm(request: pytest.FixtureRequest) -> str:
     """The key of this test's arm: an A/B or campaign arm, a ``recipe`` marker's recipe, or the
     session recipe. A campaign arm that its campaign does not run is skipped with the reason."""
+    run = _active_run(request.config)
     key = _arm_key(request)
-    run = request.config.stash[RUN_KEY]
     if run.campaign is not None and not _is_worker(request.config):
         reason = run.campaign_skip_reason(key)
         if reason is not None:
@@ -400,7 +466,7 @@ def qual_client(request: pytest.FixtureRequest, vllm_server: ServerHandle, gate:
 @pytest.fixture(autouse=True)
 def _vllmqual_traffic_isolation(request: pytest.FixtureRequest) -> Generator[None, None, None]:
     """Measurement gates hold the traffic lock exclusively; other gates share it."""
-    if "gate" not in request.fixturenames:
+    if "gate" not in request.fixturenames or RUN_KEY not in request.config.stash:
         yield
         return
     config = request.config
@@ -446,7 +512,7 @@ def _new_recorder(item: pytest.Item) -> GateRecorder:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if "gate" in getattr(item, "fixturenames", ()):
+    if "gate" in getattr(item, "fixturenames", ()) and RUN_KEY in item.config.stash:
         _new_recorder(item)
 
 
@@ -530,7 +596,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not data:
         return
     config = _CONFIG.get("config")
-    if config is None or _is_worker(config):
+    if config is None or _is_worker(config) or RUN_KEY not in config.stash:
         return
     run = config.stash[RUN_KEY]
     run.add_gate(data.get("arm") or run.default_recipe.name, data)

@@ -150,8 +150,10 @@ class Recipe:
     def model_location(self) -> str:
         """What vLLM loads: a local directory (resolved) or the checkpoint id."""
         if self.identity.model_path:
+            from .layout import resolve_project_path
+
             path = Path(self.identity.model_path)
-            return str(path if path.is_absolute() else self.project_root / path)
+            return str(path if path.is_absolute() else resolve_project_path(self.project_root, path))
         return self.identity.checkpoint
 
     def serve_flags(self, *, host: str, port: int) -> list[str]:
@@ -237,16 +239,26 @@ def resolve_recipe_path(name_or_path: str, directory: Path) -> Path:
             f"or a recipe name from {directory} ({', '.join(available_recipes(directory)) or 'none found'}).",
             path=name_or_path,
         )
-    for suffix in RECIPE_SUFFIXES:
-        path = directory / f"{name_or_path}{suffix}"
-        if path.is_file():
-            return path.resolve()
+    from .layout import shipped_recipes_dir
+
+    shipped = shipped_recipes_dir()
+    for folder in (directory, shipped):
+        for suffix in RECIPE_SUFFIXES:
+            path = folder / f"{name_or_path}{suffix}"
+            if path.is_file():
+                return path.resolve()
     names = available_recipes(directory)
     close = difflib.get_close_matches(name_or_path, names, n=1)
     suggestion = f" Did you mean {close[0]!r}?" if close else ""
+    shipped_text = ""
+    if shipped.resolve() != directory.resolve():
+        shipped_names = available_recipes(shipped)
+        close = close or difflib.get_close_matches(name_or_path, shipped_names, n=1)
+        suggestion = f" Did you mean {close[0]!r}?" if close else ""
+        shipped_text = f"; shipped recipes: {', '.join(shipped_names) or '(none)'}"
     raise RecipeError(
         f"unknown recipe {name_or_path!r}.{suggestion} Recipes in {directory}: "
-        f"{', '.join(names) if names else '(none)'}. Fix: pass one of these names to --recipe, "
+        f"{', '.join(names) if names else '(none)'}{shipped_text}. Fix: pass one of these names to --recipe, "
         "or a path to a recipe YAML file.",
         path=str(directory),
     )
