@@ -126,9 +126,11 @@ def activation_reason(config: pytest.Config) -> str | None:
     from .settings import ENDPOINT_ENV, RECIPE_ENV
 
     for dest, name in (("vllmqual_recipe", "--recipe"), ("vllmqual_endpoint", "--vllmqual-endpoint"),
-                       ("vllmqual_ab", "--ab"), ("vllmqual_campaign", "--campaign")):
+                       ("vllmqual_ab", "--ab"), ("vllmqual_campaign", "--campaign"),
+                       ("vllmqual_reports_dir", "--vllmqual-reports-dir"),
+                       ("vllmqual_recipes_dir", "--vllmqual-recipes-dir"), ("vllmqual_set", "--vllmqual-set")):
         if config.getoption(dest, None):
-            return name
+            return name  # any of the plugin's own options on the command line is an explicit ask
     for env in (RECIPE_ENV, ENDPOINT_ENV):
         if os.environ.get(env):
             return env
