@@ -15,6 +15,7 @@ layering):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from collections.abc import Generator, Iterator
@@ -26,11 +27,11 @@ import pytest
 from .client import QualClient
 from .errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
 from .launch.base import ServerHandle
-from .recipe import Recipe, resolve_recipe
+from .recipe import Recipe, resolve_recipe, with_overrides
 from .records import GateRecord
 from .run import QualRun, ab_plan
 from .session import STATE_FILE, GateRecorder, ServerGuard, ServerManager, traffic_lock
-from .settings import Settings, resolve_settings
+from .settings import Setting, Settings, resolve_settings
 
 RUN_KEY = pytest.StashKey[QualRun]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -184,11 +185,23 @@ def pytest_configure(config: pytest.Config) -> None:
         ini_recipes_dir=config.getini("vllmqual_recipes_dir") or None,
         invocation_dir=Path(str(config.invocation_params.dir)),
     )
-    config.stash[SETTINGS_KEY] = settings
+    settings = dataclasses.replace(settings, overrides=tuple(config.getoption("vllmqual_set") or ()))
     try:
-        recipe = resolve_recipe(str(settings.recipe.value), settings.recipes_dir)
+        if settings.endpoint.value and settings.recipe.source == "embedded default":
+            from .discover import discover_recipe
+
+            recipe = discover_recipe(str(settings.endpoint.value), api_key=os.environ.get("VLLM_API_KEY"),
+                                     directory=settings.reports_dir / "private" / "discovered")
+            settings = dataclasses.replace(settings, recipe=Setting(recipe.name, "discovery from the endpoint"))
+        else:
+            recipe = resolve_recipe(str(settings.recipe.value), settings.recipes_dir)
+        recipe = with_overrides(recipe, settings.overrides)
     except RecipeError as exc:
         raise pytest.UsageError(f"{exc} (recipe chosen by {settings.recipe.source})") from None
+    except OSError as exc:
+        raise pytest.UsageError(f"the discovered recipe cannot be written under {settings.reports_dir}: {exc}. "
+                                "Fix: pass a writable --vllmqual-reports-dir.") from None
+    config.stash[SETTINGS_KEY] = settings
     if _is_worker(config):
         config.stash[WORKER_KEY] = config.workerinput.get("vllmqual", {})  # type: ignore[attr-defined]
     config.stash[RUN_KEY] = QualRun(settings, recipe, progress=_progress(config),
@@ -261,6 +274,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"TP={r.serve.tensor_parallel_size} max_model_len={r.serve.max_model_len}",
         f"vllmqual: reproduce with: {run.reproduce_line(r.name)}",
     ]
+    if r.discovered:
+        lines.insert(1, "vllmqual: the recipe was DISCOVERED from the endpoint, not pinned: gates record what "
+                        "they measure; thresholds only a pinned recipe knows are not checked")
+    if r.overrides:
+        lines.insert(1, f"vllmqual: overrides {', '.join(r.overrides)} -> effective recipe sha256 {r.sha256}")
     return lines
 
 

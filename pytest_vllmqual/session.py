@@ -356,6 +356,9 @@ class ServerManager:
         with http_client(self.handle) as client:
             endpoints = fetch_engine_endpoints(client)
         self.facts.endpoints = endpoints.to_dict()
+        from .fact_sources import with_sources
+
+        self.facts.engine = with_sources(self.facts.engine, self.facts.endpoints, has_log=not self.direct_only)
         identity = check_identity(
             self.recipe,
             version=endpoints.version,

@@ -46,6 +46,7 @@ class Settings:
     reports_dir: Path
     recipes_dir: Path
     endpoint: Setting
+    overrides: tuple[str, ...] = ()
 
 
 def resolve_settings(*, rootdir: Path, env: dict[str, str], cli_recipe: str | None, ini_recipe: str | None,
