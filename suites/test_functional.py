@@ -15,6 +15,7 @@ from pytest_vllmqual.checks import (
     check_stream_tool,
     check_tool_call,
     load_tool_fixtures,
+    recipe_tool_fixtures_path,
 )
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.recipe import Recipe
@@ -43,8 +44,7 @@ if DEFAULT_TOOL_FIXTURES.is_file():
 
 @pytest.fixture
 def tool_fixtures(recipe: Recipe) -> list[ToolFixture]:
-    path = Path(recipe.gate("tools").get("fixtures", "fixtures/tools/typed_tools.yaml"))
-    return load_tool_fixtures(path if path.is_absolute() else recipe.project_root / path)
+    return load_tool_fixtures(recipe_tool_fixtures_path(recipe.gate("tools").get("fixtures"), recipe.project_root))
 
 
 def _tool_choice(recipe: Recipe, fixture: ToolFixture) -> Any:

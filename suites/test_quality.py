@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures
+from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures, recipe_tool_fixtures_path
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.session import GateRecorder
@@ -77,8 +77,8 @@ def test_quality_session_recall(qual_client: QualClient, recipe: Recipe, gate: G
 def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Tools, repeated: the same typed call is made correctly every time, k/N."""
     _skip_if_not_applicable(recipe, gate, "tools")
-    path = Path(recipe.gate("tools").get("fixtures", "fixtures/tools/typed_tools.yaml"))
-    fixtures: list[ToolFixture] = load_tool_fixtures(path if path.is_absolute() else recipe.project_root / path)
+    fixtures: list[ToolFixture] = load_tool_fixtures(
+        recipe_tool_fixtures_path(recipe.gate("tools").get("fixtures"), recipe.project_root))
     fixture = fixtures[1 % len(fixtures)]
     n = _repeat(recipe)
     passed, problems_seen = 0, []
