@@ -317,7 +317,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for item in items:
         arm = _arm_of(item) or default
         order.setdefault(arm, len(order))
-    items.sort(key=lambda it: order[_arm_of(it) or default])
+    from .gate_order import stage_rank
+
+    def stage(item: pytest.Item) -> int:
+        return stage_rank(_gate_name(item) if "gate" in getattr(item, "fixturenames", ()) else None)
+
+    items.sort(key=lambda it: (order[_arm_of(it) or default], stage(it)))
     if not _is_worker(config) and any({"gate", "vllm_server"} & set(getattr(it, "fixturenames", ())) for it in items):
         from .evidence import check_writable_dir
 
@@ -533,7 +538,14 @@ def _new_recorder(item: pytest.Item) -> GateRecorder:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if "gate" in getattr(item, "fixturenames", ()) and RUN_KEY in item.config.stash:
-        _new_recorder(item)
+        recorder = _new_recorder(item)
+        if not item.config.getoption("vllmqual_no_fail_fast"):
+            from .gate_order import stop_reason
+
+            reason = stop_reason(recorder.private_dir)
+            if reason is not None:
+                recorder.record.status = "not_run"
+                pytest.skip(f"{reason} (--vllmqual-no-fail-fast runs it anyway)")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -559,6 +571,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             record.reason = f"{call.excinfo.value.status}: {call.excinfo.value}"  # not the log tail's last lines
     if report.when == "setup" and record.status is None and call.excinfo is not None:
         record.status = getattr(call.excinfo.value, "status", None)
+    if (record.outcome in ("failed", "error") and record.status is None
+            and not item.config.getoption("vllmqual_no_fail_fast")):  # a startup failure has its own status
+        from .gate_order import record_stop
+
+        record_stop(recorder.private_dir, record.gate)
     data = record.to_dict()
     report.vllmqual_gate = data  # type: ignore[attr-defined]
     sanitizer = _sanitizer(item)
