@@ -107,7 +107,7 @@ def test_docker_run_line(tmp_path: Path) -> None:
     "docker run --env=OPENAI_API_KEY=x img m --max-model-len 8",
 ])
 def test_secrets_are_refused(line: str) -> None:
-    with pytest.raises(RecipeError, match="is a secret.*Fix: leave it out of the command"):
+    with pytest.raises(RecipeError, match=r"is a secret.*Fix: leave it out of the command"):
         recipe_from_command(shlex.split(line), name="x")
 
 
