@@ -51,7 +51,7 @@ def server() -> Iterator[tuple[str, Scripted]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             request = json.loads(self.rfile.read(length) or b"{}")
             key = self.path + (":stream" if request.get("stream") else "")
