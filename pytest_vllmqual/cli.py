@@ -7,7 +7,10 @@ Subcommands:
   mismatch, with the problems listed).
 - ``vllmqual recipes [--dir DIR]``: the recipes there, with launcher and max_model_len.
 - ``vllmqual compare A.json B.json [--replay A2.json] [-o comparison.json] [--html OUT.html]``:
-  the A/B comparison (``compare.py``), written atomically and printed as a markdown table.
+  the A/B comparison (``compare.py``), written atomically and printed as a markdown table;
+  exit 1 when its verdict is no-promotion.
+- ``vllmqual recipe from-command -- CMD ...`` / ``vllmqual recipe show NAME|PATH``: a recipe
+  from a ``vllm serve`` or ``docker run`` line, and the exact command a recipe runs.
 
 Every operator error (missing file, invalid JSON, a report that fails its schema) prints
 one line on stderr and exits 2; no traceback. A new subcommand registers itself with
@@ -163,6 +166,10 @@ def _run_compare(args: argparse.Namespace) -> int:
         page = render_html(load_arm_report(args.candidate, "candidate"), comparison=comparison)
         write_text_atomic(page, args.html, what="HTML report")
         print(f"wrote {args.html}")
+    verdict = (comparison.get("decision") or {}).get("verdict")
+    if verdict == "no-promotion":  # the comparison's verdict fails: a script must not read it as a pass
+        print("verdict no-promotion: exit 1", file=sys.stderr)
+        return EXIT_PROBLEMS
     return EXIT_OK
 
 

@@ -354,7 +354,16 @@ def command_line(recipe: Recipe) -> list[str]:
 
 def docker_run_line(recipe: Recipe) -> list[str]:
     """The container spec of a docker recipe, written as the equivalent ``docker run`` line."""
-    from .launch.docker import CONTAINER_HOST, CONTAINER_PORT, HF_CACHE_IN_CONTAINER, MODEL_DIR_IN_CONTAINER
+    try:
+        from .launch.docker import (
+            CONTAINER_HOST,
+            CONTAINER_PORT,
+            HF_CACHE_IN_CONTAINER,
+            MODEL_DIR_IN_CONTAINER,
+        )
+    except ImportError as exc:
+        raise RecipeError(f"recipe {recipe.path} is a docker recipe and the Docker SDK is not installed ({exc}). "
+                          "Fix: pip install 'pytest-vllmqual[docker]'.", path=str(recipe.path)) from None
 
     options = recipe.launcher.docker
     line = ["docker", "run", "--rm"]

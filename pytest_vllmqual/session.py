@@ -264,7 +264,12 @@ class ServerManager:
         api_key = os.environ.get(self.recipe.launcher.api_key_env) if self.recipe.launcher.api_key_env else None
         api_key = api_key or new_api_key()
         if self.recipe.launcher.kind == "docker":
-            from .launch.docker import DockerLauncher
+            try:
+                from .launch.docker import DockerLauncher
+            except ImportError as exc:
+                raise LaunchError(f"recipe {self.recipe.name}: launcher.kind is docker, but the Docker SDK is not "
+                                  f"installed ({exc}).", status="command_not_found",
+                                  hint="pip install 'pytest-vllmqual[docker]'") from None
 
             return DockerLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
         return SubprocessLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
