@@ -125,7 +125,9 @@ def test_help_and_collection_from_an_empty_directory(installed: Installed, tmp_p
                   "pytest_vllmqual.suites", "--recipe=tiny-cpu", "--collect-only", "-q")
     assert result.returncode == 0, result.stdout + result.stderr
     collected = [line for line in result.stdout.splitlines() if "::" in line]
-    assert "test_smoke.py::test_smoke" in collected and "test_capacity.py::test_ladder" in collected, collected
+    assert collected[:2] == ["test_smoke.py::test_smoke", "test_engine.py::test_identity"], collected
+    assert collected[-2:] == ["test_capacity.py::test_ladder", "test_capacity.py::test_concurrency"], collected
+    assert "test_openai_sdk.py::test_openai_sdk" in collected
     result = _run(installed, tmp_path, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
                   "pytest_vllmqual.suites", "--collect-only", "-k", "smoke")
     assert result.returncode == 0, result.stdout + result.stderr
