@@ -63,7 +63,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def run(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLMQUAL_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA",
+    # An empty ini in the empty directory: the checkout's own ini (vllmqual_recipe = tiny-cpu) must not apply.
+    (cwd / "pytest.ini").write_text("[pytest]\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-c", "pytest.ini", "--rootdir", str(cwd),
+                             "-p", "no:cacheprovider", "-rA",
                              *(str(ROOT / g) for g in GATES), "--junitxml=junit.xml", *args],
                             cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     reports = sorted((cwd / "reports").glob("*.json"))
