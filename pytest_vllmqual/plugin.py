@@ -77,11 +77,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "Precedence: --recipe, then $VLLMQUAL_RECIPE, then ini vllmqual_recipe, then 'tiny-cpu'. "
                     "With --vllmqual-endpoint and no recipe, the recipe is discovered from the server.")
     group.addoption("--vllmqual-reports-dir", dest="vllmqual_reports_dir", metavar="DIR", default=None,
-                    help="where reports are written (default: reports/; private artifacts under DIR/private/).")
+                    help="where reports are written (default: ./reports/ of the directory pytest runs in; private "
+                    "artifacts under DIR/private/). Env: VLLMQUAL_REPORTS_DIR.")
     group.addoption("--vllmqual-endpoint", dest="vllmqual_endpoint", metavar="URL", default=None,
-                    help="run the gates against an already running server (direct-only, no lifecycle).")
+                    help="run the gates against an already running server (direct-only, no lifecycle); without a "
+                    "recipe, one is discovered from /v1/models, /version and /metrics. Env: VLLMQUAL_ENDPOINT; "
+                    "the server's key: VLLM_API_KEY.")
     group.addoption("--vllmqual-recipes-dir", dest="vllmqual_recipes_dir", metavar="DIR", default=None,
-                    help="where named recipes are looked up (default: fixtures/recipes).")
+                    help="where named recipes are looked up (default: ./fixtures/recipes when the project has one, "
+                    "then the shipped recipes). Env: VLLMQUAL_RECIPES_DIR.")
     group.addoption("--vllmqual-ab", "--ab", dest="vllmqual_ab", metavar="CONTROL,CANDIDATE", default=None,
                     help="A/B: run every gate against the control recipe, then the candidate "
                     "(one server at a time), write a report per arm and comparison.json.")
