@@ -63,6 +63,14 @@ def fixture_model_build_dir(env: dict[str, str] | None = None) -> Path:
     return cache_dir(env) / "models"
 
 
+def expand_placeholders(part: str) -> str:
+    """``{python}`` (this interpreter) and ``{fixture_models}`` (``fixture_model_build_dir``) in a
+    recipe's ``prepare`` argv."""
+    import sys
+
+    return part.replace("{python}", sys.executable).replace("{fixture_models}", str(fixture_model_build_dir()))
+
+
 def resolve_project_path(project_root: Path, relative: Path) -> Path:
     """A recipe's relative path (e.g. ``model_path``) under its project root.
 

@@ -280,7 +280,9 @@ class ServerManager:
             return
         import sys
 
-        argv = [part.replace("{python}", sys.executable) for part in self.recipe.prepare]
+        from .layout import expand_placeholders
+
+        argv = [expand_placeholders(part) for part in self.recipe.prepare]
         self.progress(f"prepare: {' '.join(argv[1:] if argv[0] == sys.executable else argv)}")
         log_path = self.private_dir / "prepare.log"
         self.private_dir.mkdir(parents=True, exist_ok=True)

@@ -141,10 +141,11 @@ def test_help_and_collection_from_an_empty_directory(installed: Installed, tmp_p
 def test_packaged_gates_qualify_tiny_cpu_from_an_empty_directory(
         installed: Installed, tmp_path: Path, record_property: pytest.RecordProperty) -> None:
     """The packaged smoke and engine gates against a real tiny-cpu server, started from the wheel's
-    recipe; the fixture model comes from the user cache (here: the checkout's build, linked)."""
+    recipe; the fixture model comes from the user cache (here: a copy of the checkout's build)."""
     cache = tmp_path / "cache"
     (cache / "models").mkdir(parents=True)
-    (cache / "models" / "tiny-chat").symlink_to(tiny_model_dir())
+    # a copy, not a link: a stale stamp would make the packaged builder rebuild, and never into the checkout
+    shutil.copytree(tiny_model_dir(), cache / "models" / "tiny-chat")
     work = tmp_path / "empty"
     work.mkdir()
     started = time.monotonic()
@@ -155,4 +156,4 @@ def test_packaged_gates_qualify_tiny_cpu_from_an_empty_directory(
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     reports = list((work / "reports").glob("tiny-cpu-*.json"))
     assert len(reports) == 1, "the report goes to ./reports of the directory pytest runs in"
-    assert "up to date" in result.stdout, "the packaged prepare step found the cached fixture model"
+    assert "up to date" in result.stdout, "the packaged prepare step found the fixture model in the cache"
