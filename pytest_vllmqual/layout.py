@@ -1,9 +1,11 @@
 """Where the gates, recipes and fixtures are: a checkout, or the installed package.
 
 The repository keeps the design card's layout (top-level ``suites/`` and ``fixtures/``); the
-wheel maps both into the package at build time (``pytest_vllmqual/suites``,
-``pytest_vllmqual/fixtures``), so the relative layout below the *data root* is the same in
-both cases. The only writable thing under ``fixtures/`` is the fixture model's build output;
+wheel maps both into the package at build time (``pytest_vllmqual/suites``, importable for
+``--pyargs``, and ``pytest_vllmqual/data/fixtures``), so below the *data root* (the checkout,
+or ``pytest_vllmqual/data``) ``fixtures/`` looks the same in both cases. The data root is a
+folder of its own because processes start there (the fixture-model builder puts it on
+``sys.path``): the package folder would shadow the standard library's ``html`` with ours. The only writable thing under ``fixtures/`` is the fixture model's build output;
 outside a checkout it goes to the user cache instead of site-packages.
 """
 
@@ -13,6 +15,7 @@ import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DATA = PACKAGE_DIR / "data"
 CACHE_ENV = "VLLMQUAL_CACHE_DIR"
 FIXTURE_BUILD = Path("fixtures") / "model" / "build"
 
@@ -26,12 +29,14 @@ def checkout_root() -> Path | None:
 
 
 def data_root() -> Path:
-    """The directory holding ``suites/`` and ``fixtures/``: the checkout, else the package."""
-    return checkout_root() or PACKAGE_DIR
+    """The directory holding ``fixtures/``: the checkout, else ``pytest_vllmqual/data``."""
+    return checkout_root() or PACKAGE_DATA
 
 
 def suites_dir() -> Path:
-    return data_root() / "suites"
+    """The gates: the checkout's ``suites/``, else the package ``pytest_vllmqual.suites``."""
+    root = checkout_root()
+    return root / "suites" if root is not None else PACKAGE_DIR / "suites"
 
 
 def fixtures_dir() -> Path:
@@ -77,7 +82,7 @@ def resolve_project_path(project_root: Path, relative: Path) -> Path:
     For a recipe shipped in the installed package, ``fixtures/model/build/...`` is the fixture
     model's build output, which lives in the user cache rather than in site-packages.
     """
-    if project_root.resolve() == PACKAGE_DIR and checkout_root() is None:
+    if project_root.resolve() == PACKAGE_DATA and checkout_root() is None:
         try:
             rest = relative.relative_to(FIXTURE_BUILD)
         except ValueError:

@@ -237,7 +237,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from .campaign import campaigns_dir, load_campaign
 
         try:
-            run.set_campaign(load_campaign(campaign, search_dirs=[campaigns_dir(Path(str(config.rootpath)))]))
+            from .layout import shipped_campaigns_dir
+
+            run.set_campaign(load_campaign(campaign, search_dirs=[campaigns_dir(Path(str(config.rootpath))),
+                                                                  shipped_campaigns_dir()]))
         except VllmQualError as exc:
             raise pytest.UsageError(f"{exc} (from --campaign)") from None
     hook = config.hook

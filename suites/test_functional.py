@@ -4,7 +4,6 @@ continuation and the Responses API (the seeds' "6/6" with test_smoke.py)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from pytest_vllmqual.checks import (
     recipe_tool_fixtures_path,
 )
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.session import GateRecorder
 
@@ -35,7 +35,7 @@ JSON_SCHEMA: dict[str, Any] = {
 JSON_PROMPT = "Lima is the capital of Peru. Reply in JSON with the city and the country."
 
 
-DEFAULT_TOOL_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tools" / "typed_tools.yaml"
+DEFAULT_TOOL_FIXTURES = fixtures_dir() / "tools" / "typed_tools.yaml"
 if DEFAULT_TOOL_FIXTURES.is_file():
     # Read at collection, while no server runs: read between requests, it waited ~1 s for the CPU
     # on 2-core machines (the server's post-step busy-poll; docs/PERFORMANCE.md).

@@ -5,7 +5,6 @@ reported as skipped with the recipe's reason, never as passed."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,12 +12,13 @@ import yaml
 
 from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures, recipe_tool_fixtures_path
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.quality]
 
-CHECKS_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "quality" / "checks.yaml"
+CHECKS_FILE = fixtures_dir() / "quality" / "checks.yaml"
 CHECKS: dict[str, Any] = yaml.safe_load(CHECKS_FILE.read_text())
 
 

@@ -36,14 +36,14 @@ EXPECTED_MEMBERS = [
     "pytest_vllmqual/suites/test_capacity.py",
     "pytest_vllmqual/suites/test_quality.py",
     "pytest_vllmqual/suites/test_reasoning.py",
-    "pytest_vllmqual/fixtures/recipes/tiny-cpu.yaml",
-    "pytest_vllmqual/fixtures/recipes/393k-fp8kv.yaml",
-    "pytest_vllmqual/fixtures/campaigns/393k.yaml",
-    "pytest_vllmqual/fixtures/tools/typed_tools.yaml",
-    "pytest_vllmqual/fixtures/quality/checks.yaml",
-    "pytest_vllmqual/fixtures/model/build_tiny_model.py",
-    "pytest_vllmqual/fixtures/model/tiny_corpus.py",
-    "pytest_vllmqual/fixtures/model/chat_template.jinja",
+    "pytest_vllmqual/data/fixtures/recipes/tiny-cpu.yaml",
+    "pytest_vllmqual/data/fixtures/recipes/393k-fp8kv.yaml",
+    "pytest_vllmqual/data/fixtures/campaigns/393k.yaml",
+    "pytest_vllmqual/data/fixtures/tools/typed_tools.yaml",
+    "pytest_vllmqual/data/fixtures/quality/checks.yaml",
+    "pytest_vllmqual/data/fixtures/model/build_tiny_model.py",
+    "pytest_vllmqual/data/fixtures/model/tiny_corpus.py",
+    "pytest_vllmqual/data/fixtures/model/chat_template.jinja",
 ]
 
 
@@ -102,8 +102,10 @@ def test_wheel_holds_the_gates_and_data(installed: Installed, record_property: p
     missing = [m for m in EXPECTED_MEMBERS if m not in names]
     assert not missing, f"the wheel lacks {missing}"
     shipped = {p.name for p in (ROOT / "fixtures" / "recipes").glob("*.yaml")}
-    assert shipped <= {Path(n).name for n in names if n.startswith("pytest_vllmqual/fixtures/recipes/")}
+    assert shipped <= {Path(n).name for n in names if n.startswith("pytest_vllmqual/data/fixtures/recipes/")}
     stray = [n for n in names if "/model/build/" in n or n.startswith(("tests/", "suites/", "fixtures/"))]
+    # processes start in the data root: a module there (the package's html.py) would shadow the stdlib
+    stray += [n for n in names if n.startswith("pytest_vllmqual/data/") and n.count("/") == 2]
     assert not stray, f"the wheel carries build output or unmapped folders: {stray[:5]}"
 
 
@@ -113,7 +115,7 @@ def test_installed_package_is_imported_not_the_checkout(installed: Installed, tm
                   VLLMQUAL_CACHE_DIR=str(tmp_path / "cache"))
     assert result.returncode == 0, result.stderr
     data_root, checkout, models = result.stdout.split("\n")[:3]
-    assert Path(data_root) == installed.site / "pytest_vllmqual"
+    assert Path(data_root) == installed.site / "pytest_vllmqual" / "data"
     assert checkout == "None"
     assert Path(models) == tmp_path / "cache" / "models"
 
@@ -132,7 +134,7 @@ def test_help_and_collection_from_an_empty_directory(installed: Installed, tmp_p
                   "pytest_vllmqual.suites", "--collect-only", "-k", "smoke")
     assert result.returncode == 0, result.stdout + result.stderr
     # no --recipe: collecting the shipped gates is the ask, and the shipped default recipe is used
-    assert "site/pytest_vllmqual/fixtures/recipes/tiny-cpu.yaml" in result.stdout, result.stdout
+    assert "site/pytest_vllmqual/data/fixtures/recipes/tiny-cpu.yaml" in result.stdout, result.stdout
     assert "chosen by embedded default" in result.stdout
     assert not (tmp_path / "reports").exists(), "collecting must not write a report"
 
