@@ -26,8 +26,6 @@ from .recipe import Recipe
 
 SECRET_NAME = re.compile(r"((^|_)TOKEN$|(^|_)TOKEN_|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL)",
                          re.IGNORECASE)
-PER_RUN_KEY = "<per-run key>"
-FREE_PORT = 0
 
 # vllm serve flag -> (section, key, type). One table: parsing and the README's key table use it.
 FLAG_KEYS: dict[str, tuple[str, str, str]] = {
