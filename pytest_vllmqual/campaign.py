@@ -503,6 +503,26 @@ class CampaignPlan:
         }
 
 
+def qualified_by_fallback(record: dict[str, Any]) -> str | None:
+    """The fallback arm that qualified in place of every arm that failed, or None.
+
+    A campaign whose primary arm failed and whose fallback for it passed has done its job: the
+    session's exit is 0 and this names the arm that qualified. Any other failed arm (one with
+    no passed fallback) keeps the exit non-zero.
+    """
+    if not record.get("complete"):
+        return None
+    arms = list(record.get("arms") or [])
+    failed = [a["name"] for a in arms if a.get("status") == "failed"]
+    passed = [a for a in arms if a.get("status") == "passed"]
+    if not failed or not passed:
+        return None
+    rescued = {a.get("fallback_for") for a in passed if a.get("fallback_for")}
+    if not set(failed) <= rescued:
+        return None
+    return str(passed[-1]["name"])
+
+
 # -- parsing -------------------------------------------------------------------------------------
 
 

@@ -39,6 +39,17 @@ class ToolFixture:
                 "parameters": self.parameters}
 
 
+def recipe_tool_fixtures_path(setting: str | None, project_root: Path) -> Path:
+    """The typed-tool fixtures of a recipe: its ``gates.tools.fixtures`` (relative to its project),
+    else the shipped ``fixtures/tools/typed_tools.yaml`` (checkout or installed package)."""
+    if setting:
+        path = Path(setting)
+        return path if path.is_absolute() else project_root / path
+    from .layout import fixtures_dir
+
+    return fixtures_dir() / "tools" / "typed_tools.yaml"
+
+
 def load_tool_fixtures(path: Path) -> list[ToolFixture]:
     """The typed tool fixtures (``fixtures/tools/typed_tools.yaml``), read once per file version.
 

@@ -7,7 +7,10 @@ Subcommands:
   mismatch, with the problems listed).
 - ``vllmqual recipes [--dir DIR]``: the recipes there, with launcher and max_model_len.
 - ``vllmqual compare A.json B.json [--replay A2.json] [-o comparison.json] [--html OUT.html]``:
-  the A/B comparison (``compare.py``), written atomically and printed as a markdown table.
+  the A/B comparison (``compare.py``), written atomically and printed as a markdown table;
+  exit 1 when its verdict is no-promotion.
+- ``vllmqual recipe from-command -- CMD ...`` / ``vllmqual recipe show NAME|PATH``: a recipe
+  from a ``vllm serve`` or ``docker run`` line, and the exact command a recipe runs.
 
 Every operator error (missing file, invalid JSON, a report that fails its schema) prints
 one line on stderr and exits 2; no traceback. A new subcommand registers itself with
@@ -163,6 +166,108 @@ def _run_compare(args: argparse.Namespace) -> int:
         page = render_html(load_arm_report(args.candidate, "candidate"), comparison=comparison)
         write_text_atomic(page, args.html, what="HTML report")
         print(f"wrote {args.html}")
+    verdict = (comparison.get("decision") or {}).get("verdict")
+    if verdict == "no-promotion":  # the comparison's verdict fails: a script must not read it as a pass
+        print("verdict no-promotion: exit 1", file=sys.stderr)
+        return EXIT_PROBLEMS
+    return EXIT_OK
+
+
+# -- recipe from-command / show ------------------------------------------------------------
+
+
+def _configure_recipe(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="recipe_command", metavar="ACTION", parser_class=_Parser)
+    convert = sub.add_parser("from-command", help="write a recipe YAML from a `vllm serve` or `docker run` line",
+                             description="Write a recipe from `vllm serve MODEL --flag ...`, `python -m "
+                             "vllm.entrypoints.openai.api_server --model ...` or `docker run ... IMAGE@sha256:... "
+                             "--flag ...` (after --). Known flags become recipe keys, the rest serve.extra_args, "
+                             "-e values launcher.env; secrets are refused.")
+    convert.add_argument("-o", "--output", type=Path, metavar="FILE.yaml", default=None,
+                         help="where to write the recipe (default: ./NAME.yaml); its stem is the recipe name")
+    convert.add_argument("--name", default=None, help="recipe name (default: from -o, else the served model name)")
+    convert.add_argument("--runtime-version", default=None,
+                         help="what GET /version of this server reports (identity.runtime_version)")
+    convert.add_argument("--like", metavar="NAME|PATH", default=None,
+                         help="copy description, startup, requests, gates and compare from this recipe")
+    convert.add_argument("--force", action="store_true", help="overwrite an existing file")
+    convert.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    show = sub.add_parser("show", help="print the exact argv or container spec a recipe runs",
+                          description="Print the exact argv (subprocess) or the equivalent `docker run` line "
+                          "(docker) that a run of this recipe starts.")
+    show.add_argument("recipe", metavar="NAME|PATH")
+    show.add_argument("--dir", type=Path, metavar="DIR", default=None, dest="directory",
+                      help="recipe folder for names (default: ./fixtures/recipes, else the shipped recipes)")
+    show.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                      help="apply an override first, as --vllmqual-set does (repeatable)")
+
+
+def _run_recipe(args: argparse.Namespace) -> int:
+    if args.recipe_command == "show":
+        return _run_recipe_show(args)
+    if args.recipe_command == "from-command":
+        return _run_recipe_from_command(args)
+    raise VllmQualError("vllmqual recipe needs an action: from-command or show. Fix: see `vllmqual recipe --help`.")
+
+
+def _run_recipe_show(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .recipe import resolve_recipe, with_overrides
+    from .recipe_command import command_line
+    from .settings import default_recipes_dir
+
+    recipe = with_overrides(resolve_recipe(args.recipe, args.directory or default_recipes_dir(Path.cwd())),
+                            args.overrides)
+    print(f"# recipe {recipe.name} ({recipe.path}, sha256 {recipe.sha256})")
+    if recipe.launcher.port == 0:
+        print("# --port 0 / -p HOST:0: a free port is chosen at launch")
+    print("# the API key is generated per run and passed as VLLM_API_KEY in the environment, never as an argument")
+    if recipe.launcher.kind == "docker":
+        print("# container spec, as the equivalent docker run line (the image's entrypoint is `vllm serve`):")
+    print(shlex.join(command_line(recipe)))
+    return EXIT_OK
+
+
+def _run_recipe_from_command(args: argparse.Namespace) -> int:
+    import re
+
+    import yaml
+
+    from .recipe import resolve_recipe, validate_raw
+    from .recipe_command import recipe_from_command
+    from .settings import default_recipes_dir
+
+    argv = list(args.argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    name = args.name or (args.output.stem if args.output else None) or "recipe"
+    conversion = recipe_from_command(argv, name=name, runtime_version=args.runtime_version)
+    raw = conversion.raw
+    if not args.name and not args.output:
+        served = str(raw["identity"].get("served_model_name") or "recipe")
+        raw["name"] = re.sub(r"[^A-Za-z0-9._-]+", "-", served.rsplit("/", 1)[-1]).strip("-.") or "recipe"
+    if args.like:
+        like = resolve_recipe(args.like, default_recipes_dir(Path.cwd()))
+        for key in ("startup", "requests", "gates", "compare"):
+            if like.raw.get(key):
+                raw[key] = like.raw[key]
+        raw["description"] = f"Converted from a command; settings of {like.name}."
+    output: Path = args.output or Path.cwd() / f"{raw['name']}.yaml"
+    if output.stem != raw["name"]:
+        raise VllmQualError(f"the file name {output.name!r} must be the recipe name {raw['name']!r}.yaml. "
+                            "Fix: change -o or --name.")
+    validate_raw(output, raw)
+    if output.exists() and not args.force:
+        raise VllmQualError(f"{output} exists. Fix: pass --force to overwrite it, or another -o.")
+    header = "".join(f"# note: {note}\n" for note in conversion.notes)
+    text = f"# Written by `vllmqual recipe from-command`.\n{header}" + yaml.safe_dump(raw, sort_keys=False)
+    from .evidence import write_text_atomic
+
+    write_text_atomic(text, output, what="recipe")
+    for note in conversion.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {output}")
     return EXIT_OK
 
 
@@ -172,6 +277,8 @@ register_command("verify", "re-check a report's artifact hashes against the priv
 register_command("recipes", "list recipes with their launcher and max_model_len", _configure_recipes, _run_recipes)
 register_command("compare", "compare two arm reports (A/B), with an optional replay of the control",
                  _configure_compare, _run_compare)
+register_command("recipe", "recipe tools: from-command (a recipe from a vllm serve / docker run line), show "
+                 "(the exact argv or container spec)", _configure_recipe, _run_recipe)
 
 
 class _Parser(argparse.ArgumentParser):

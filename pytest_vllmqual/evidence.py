@@ -51,7 +51,7 @@ IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served
 HARDWARE_FIELDS = ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect", "driver_version")
 ENGINE_FIELDS = ("device", "kv_pool", "kv_cache_tokens", "max_concurrency", "concurrency_at_tokens",
                  "min_rank_kv_gib", "tp_size_seen", "init_engine_seconds", "compilation_seconds", "vllm_version",
-                 "redacted_arg_keys")
+                 "redacted_arg_keys", "kv_cache_memory_gib", "sources")
 ENGINE_RANK_FIELDS = ("rank", "process", "weights_gib", "load_seconds", "weights_read_seconds", "available_kv_gib",
                       "kv_in_use_gib", "kv_gib", "cuda_graph_gib", "graph_capture_seconds", "peak_activation_gib",
                       "non_torch_gib", "consumed_gib", "device_free_gib", "device_total_gib", "cpu_node_memory_gib")
@@ -500,7 +500,10 @@ def build_public_report(
                                  for d in run.deselected_gates if isinstance(d, Mapping)],
         },
         "recipe": {"name": run.recipe_name, "sha256": run.recipe_sha256,
-                   "content": _recipe_content(run.recipe_content, sanitizer)},
+                   "content": _recipe_content(run.recipe_content, sanitizer),
+                   "origin": run.recipe_origin,
+                   **({"overrides": list(run.recipe_overrides), "file_sha256": run.recipe_file_sha256}
+                      if run.recipe_overrides else {})},
         "identity": _identity(run.identity),
         "hardware": _hardware(run.hardware),
         "lifecycle": _lifecycle(run, teardown),

@@ -134,6 +134,9 @@ class Recipe:
     prepare: tuple[str, ...] = ()
     gates: dict[str, Any] = field(default_factory=dict)
     compare: dict[str, Any] = field(default_factory=dict)
+    discovered: bool = False
+    overrides: tuple[str, ...] = ()
+    file_sha256: str | None = None
 
     def gate(self, name: str) -> dict[str, Any]:
         """The settings block for one gate (empty when the recipe does not set it)."""
@@ -148,8 +151,10 @@ class Recipe:
     def model_location(self) -> str:
         """What vLLM loads: a local directory (resolved) or the checkpoint id."""
         if self.identity.model_path:
+            from .layout import resolve_project_path
+
             path = Path(self.identity.model_path)
-            return str(path if path.is_absolute() else self.project_root / path)
+            return str(path if path.is_absolute() else resolve_project_path(self.project_root, path))
         return self.identity.checkpoint
 
     def serve_flags(self, *, host: str, port: int) -> list[str]:
@@ -242,16 +247,26 @@ def resolve_recipe_path(name_or_path: str, directory: Path) -> Path:
             f"or a recipe name from {directory} ({', '.join(available_recipes(directory)) or 'none found'}).",
             path=name_or_path,
         )
-    for suffix in RECIPE_SUFFIXES:
-        path = directory / f"{name_or_path}{suffix}"
-        if path.is_file():
-            return path.resolve()
+    from .layout import shipped_recipes_dir
+
+    shipped = shipped_recipes_dir()
+    for folder in (directory, shipped):
+        for suffix in RECIPE_SUFFIXES:
+            path = folder / f"{name_or_path}{suffix}"
+            if path.is_file():
+                return path.resolve()
     names = available_recipes(directory)
     close = difflib.get_close_matches(name_or_path, names, n=1)
     suggestion = f" Did you mean {close[0]!r}?" if close else ""
+    shipped_text = ""
+    if shipped.resolve() != directory.resolve():
+        shipped_names = available_recipes(shipped)
+        close = close or difflib.get_close_matches(name_or_path, shipped_names, n=1)
+        suggestion = f" Did you mean {close[0]!r}?" if close else ""
+        shipped_text = f"; shipped recipes: {', '.join(shipped_names) or '(none)'}"
     raise RecipeError(
         f"unknown recipe {name_or_path!r}.{suggestion} Recipes in {directory}: "
-        f"{', '.join(names) if names else '(none)'}. Fix: pass one of these names to --recipe, "
+        f"{', '.join(names) if names else '(none)'}{shipped_text}. Fix: pass one of these names to --recipe, "
         "or a path to a recipe YAML file.",
         path=str(directory),
     )
@@ -386,16 +401,7 @@ def load_recipe(path: Path) -> Recipe:
             f"got {type(raw).__name__}. Fix: start from fixtures/recipes/tiny-cpu.yaml.",
             path=str(path),
         )
-    schema = recipe_schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(raw), key=lambda e: (len(list(e.absolute_path)), e.message))
-    if errors:
-        best = jsonschema.exceptions.best_match(errors) or errors[0]
-        message, key = _schema_error_message(path, best)
-        if len(errors) > 1:
-            message += f" ({len(errors) - 1} more problem(s) in this file after this one is fixed.)"
-        raise RecipeError(message, path=str(path), key=key)
-    raw = _with_defaults(schema, raw)
+    raw = validate_raw(path, raw)
     if raw["name"] != path.stem:
         raise RecipeError(
             f"recipe {path}: key 'name' is {raw['name']!r} but the file is named {path.name!r}. "
@@ -443,6 +449,74 @@ def _with_built_image_digest(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "identity": identity}
 
 
+def validate_raw(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """Schema-validate a recipe mapping and fill in defaults (RecipeError naming file, key and fix)."""
+    schema = recipe_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(raw), key=lambda e: (len(list(e.absolute_path)), e.message))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors) or errors[0]
+        message, key = _schema_error_message(path, best)
+        if len(errors) > 1:
+            message += f" ({len(errors) - 1} more problem(s) in this file after this one is fixed.)"
+        raise RecipeError(message, path=str(path), key=key)
+    validated: dict[str, Any] = _with_defaults(schema, raw)
+    return validated
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``KEY=VALUE`` with a dotted key and a YAML value (``serve.max_num_seqs=4``)."""
+    key, sep, value = text.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not sep or not parts:
+        raise RecipeError(f"--vllmqual-set {text!r} is not KEY=VALUE. Fix: e.g. --vllmqual-set serve.max_num_seqs=4 "
+                          "or --vllmqual-set launcher.docker.model_cache=/data/hf.", key=key)
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return parts, parsed
+
+
+def with_overrides(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Recipe:
+    """The recipe with ``--vllmqual-set`` overrides applied, validated again; its sha256 is the
+    SHA-256 of the effective recipe (canonical YAML), ``file_sha256`` that of the file."""
+    if not overrides:
+        return recipe
+    import copy
+
+    raw = copy.deepcopy(recipe.raw)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = raw
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise RecipeError(f"--vllmqual-set {text!r}: {'.'.join(parts[:i + 1])!r} in recipe {recipe.path} is "
+                                  f"not a mapping. Fix: set a key that exists in the recipe schema.",
+                                  path=str(recipe.path), key=".".join(parts))
+            node = child
+        node[parts[-1]] = value
+    try:
+        raw = validate_raw(recipe.path, raw)
+        _check_launcher(recipe.path, raw)
+        _check_pinning(recipe.path, raw)
+    except RecipeError as exc:
+        raise RecipeError(f"{exc} (after --vllmqual-set {', '.join(overrides)})", path=str(recipe.path)) from None
+    data = effective_yaml(raw).encode()
+    typed = _typed(recipe.path, data, raw)
+    from dataclasses import replace
+
+    return replace(typed, overrides=tuple(overrides), file_sha256=recipe.sha256)
+
+
+def effective_yaml(raw: dict[str, Any]) -> str:
+    """The canonical YAML of a recipe mapping (what the effective SHA-256 is taken over)."""
+    return yaml.safe_dump(raw, sort_keys=True, default_flow_style=False)
+
+
 def _typed(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
     launcher_raw = dict(raw["launcher"])
     docker = DockerOptions(**(launcher_raw.pop("docker", None) or {}))
@@ -475,6 +549,7 @@ def _typed(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
         prepare=tuple(raw.get("prepare") or ()),
         gates=dict(raw.get("gates") or {}),
         compare=dict(raw.get("compare") or {}),
+        discovered=bool(raw.get("discovered", False)),
     )
 
 

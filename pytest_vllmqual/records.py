@@ -149,6 +149,9 @@ class RunRecord:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     private_dir: str | None = None
     deselected_gates: list[dict[str, Any]] = field(default_factory=list)
+    recipe_origin: str = "file"
+    recipe_overrides: list[str] = field(default_factory=list)
+    recipe_file_sha256: str | None = None
 
     def gate_by_name(self, name: str) -> GateRecord | None:
         for gate in self.gates:

@@ -19,7 +19,7 @@ from typing import Any
 from . import __version__
 from .errors import RecipeError, ReportError
 from .launch.base import ProgressFn
-from .recipe import Recipe, resolve_recipe
+from .recipe import Recipe, resolve_recipe, with_overrides
 from .records import GateRecord, RungRecord, RunRecord
 from .session import ServerManager, make_run_id, utc_now, utc_stamp
 from .settings import Settings
@@ -102,7 +102,8 @@ class QualRun:
     def recipe(self, name: str) -> Recipe:
         """A recipe by name, loaded once (RecipeError on bad input)."""
         if name not in self._recipes:
-            self._recipes[name] = resolve_recipe(name, self.settings.recipes_dir)
+            self._recipes[name] = with_overrides(resolve_recipe(name, self.settings.recipes_dir),
+                                                 self.settings.overrides)
         return self._recipes[name]
 
     def set_campaign(self, campaign: Any) -> None:
@@ -182,6 +183,8 @@ class QualRun:
         self.arm(arm_key).gates.append(GateRecord.from_dict(record))
 
     def reproduce_line(self, recipe_name: str) -> str:
+        if self._recipes.get(recipe_name) is not None and self._recipes[recipe_name].discovered:
+            return shlex.join(["pytest", *self.invocation_args])  # rediscovered from the same endpoint
         args = [a for a in self.invocation_args if not a.startswith("--recipe")]
         skip_next = False
         kept: list[str] = []
@@ -219,6 +222,9 @@ class QualRun:
             private_dir=str(arm.private_dir),
             deselected_gates=[d for d in self.deselected.get(arm.key, [])
                               if not any(g.gate == d["gate"] for g in arm.gates)],
+            recipe_origin="discovered" if arm.recipe.discovered else "file",
+            recipe_overrides=list(arm.recipe.overrides),
+            recipe_file_sha256=arm.recipe.file_sha256,
         )
         for gate in arm.gates:
             for rung in gate.measurements.get("ladder", []) or []:

@@ -278,7 +278,12 @@ class ServerManager:
         api_key = os.environ.get(self.recipe.launcher.api_key_env) if self.recipe.launcher.api_key_env else None
         api_key = api_key or new_api_key()
         if self.recipe.launcher.kind == "docker":
-            from .launch.docker import DockerLauncher
+            try:
+                from .launch.docker import DockerLauncher
+            except ImportError as exc:
+                raise LaunchError(f"recipe {self.recipe.name}: launcher.kind is docker, but the Docker SDK is not "
+                                  f"installed ({exc}).", status="command_not_found",
+                                  hint="pip install 'pytest-vllmqual[docker]'") from None
 
             return DockerLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
         return SubprocessLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
@@ -289,7 +294,9 @@ class ServerManager:
             return
         import sys
 
-        argv = [part.replace("{python}", sys.executable) for part in self.recipe.prepare]
+        from .layout import expand_placeholders
+
+        argv = [expand_placeholders(part) for part in self.recipe.prepare]
         self.progress(f"prepare: {' '.join(argv[1:] if argv[0] == sys.executable else argv)}")
         log_path = self.private_dir / "prepare.log"
         self.private_dir.mkdir(parents=True, exist_ok=True)
@@ -372,6 +379,9 @@ class ServerManager:
         with http_client(self.handle) as client:
             endpoints = fetch_engine_endpoints(client)
         self.facts.endpoints = endpoints.to_dict()
+        from .fact_sources import with_sources
+
+        self.facts.engine = with_sources(self.facts.engine, self.facts.endpoints, has_log=not self.direct_only)
         identity = check_identity(
             self.recipe,
             version=endpoints.version,

@@ -15,6 +15,7 @@ from .recipe import DEFAULT_RECIPE
 RECIPE_ENV = "VLLMQUAL_RECIPE"
 REPORTS_ENV = "VLLMQUAL_REPORTS_DIR"
 ENDPOINT_ENV = "VLLMQUAL_ENDPOINT"
+RECIPES_DIR_ENV = "VLLMQUAL_RECIPES_DIR"
 
 
 @dataclass(frozen=True)
@@ -45,22 +46,38 @@ class Settings:
     reports_dir: Path
     recipes_dir: Path
     endpoint: Setting
+    overrides: tuple[str, ...] = ()
 
 
 def resolve_settings(*, rootdir: Path, env: dict[str, str], cli_recipe: str | None, ini_recipe: str | None,
                      cli_reports: str | None, ini_reports: str | None, cli_endpoint: str | None,
-                     cli_recipes_dir: str | None, ini_recipes_dir: str | None) -> Settings:
+                     cli_recipes_dir: str | None, ini_recipes_dir: str | None,
+                     invocation_dir: Path | None = None) -> Settings:
+    """Resolve every setting. Relative paths from the ini file are relative to ``rootdir`` (where
+    the ini is); the rest relative to ``invocation_dir`` (the directory pytest runs in)."""
     recipe = pick(cli_recipe, "--recipe", env, RECIPE_ENV, ini_recipe, "vllmqual_recipe", DEFAULT_RECIPE)
     reports = pick(cli_reports, "--vllmqual-reports-dir", env, REPORTS_ENV, ini_reports,
                    "vllmqual_reports_dir", "reports")
-    recipes_dir = pick(cli_recipes_dir, "--vllmqual-recipes-dir", env, "VLLMQUAL_RECIPES_DIR",
-                       ini_recipes_dir, "vllmqual_recipes_dir", "fixtures/recipes")
+    recipes_dir = pick(cli_recipes_dir, "--vllmqual-recipes-dir", env, RECIPES_DIR_ENV,
+                       ini_recipes_dir, "vllmqual_recipes_dir", None)
     endpoint = pick(cli_endpoint, "--vllmqual-endpoint", env, ENDPOINT_ENV, None, "", None)
-    reports_path = Path(str(reports.value))
-    recipes_path = Path(str(recipes_dir.value))
+    cwd = invocation_dir or rootdir
     return Settings(
         recipe=recipe,
-        reports_dir=reports_path if reports_path.is_absolute() else rootdir / reports_path,
-        recipes_dir=recipes_path if recipes_path.is_absolute() else rootdir / recipes_path,
+        reports_dir=_anchor(Path(str(reports.value)), rootdir if reports.source.startswith("ini ") else cwd),
+        recipes_dir=(_anchor(Path(str(recipes_dir.value)), rootdir if recipes_dir.source.startswith("ini ") else cwd)
+                     if recipes_dir.value else default_recipes_dir(rootdir)),
         endpoint=endpoint,
     )
+
+
+def _anchor(path: Path, base: Path) -> Path:
+    return path if path.is_absolute() else base / path
+
+
+def default_recipes_dir(rootdir: Path) -> Path:
+    """``fixtures/recipes`` of the project when it has one, else the recipes shipped in the package."""
+    from .layout import shipped_recipes_dir
+
+    own = rootdir / "fixtures" / "recipes"
+    return own if own.is_dir() else shipped_recipes_dir()

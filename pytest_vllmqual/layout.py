@@ -1,0 +1,104 @@
+"""Where the gates, recipes and fixtures are: a checkout, or the installed package.
+
+The repository keeps the design card's layout (top-level ``suites/`` and ``fixtures/``); the
+wheel maps both into the package at build time (``pytest_vllmqual/suites``, importable for
+``--pyargs``, and ``pytest_vllmqual/data/fixtures``), so below the *data root* (the checkout,
+or ``pytest_vllmqual/data``) ``fixtures/`` looks the same in both cases. The data root is a
+folder of its own because processes start there (the fixture-model builder puts it on
+``sys.path``): the package folder would shadow the standard library's ``html`` with ours. The only writable thing under ``fixtures/`` is the fixture model's build output;
+outside a checkout it goes to the user cache instead of site-packages.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DATA = PACKAGE_DIR / "data"
+CACHE_ENV = "VLLMQUAL_CACHE_DIR"
+FIXTURE_BUILD = Path("fixtures") / "model" / "build"
+
+
+def checkout_root() -> Path | None:
+    """The repository root when this package is imported from a checkout, else None."""
+    root = PACKAGE_DIR.parent
+    if (root / "pyproject.toml").is_file() and (root / "suites").is_dir() and (root / "fixtures" / "recipes").is_dir():
+        return root
+    return None
+
+
+def data_root() -> Path:
+    """The directory holding ``fixtures/``: the checkout, else ``pytest_vllmqual/data``."""
+    return checkout_root() or PACKAGE_DATA
+
+
+def suites_dir() -> Path:
+    """The gates: the checkout's ``suites/``, else the package ``pytest_vllmqual.suites``."""
+    root = checkout_root()
+    return root / "suites" if root is not None else PACKAGE_DIR / "suites"
+
+
+def fixtures_dir() -> Path:
+    return data_root() / "fixtures"
+
+
+def shipped_recipes_dir() -> Path:
+    return fixtures_dir() / "recipes"
+
+
+def shipped_campaigns_dir() -> Path:
+    return fixtures_dir() / "campaigns"
+
+
+def cache_dir(env: dict[str, str] | None = None) -> Path:
+    """``$VLLMQUAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllmqual``, else ``~/.cache/vllmqual``."""
+    env = dict(os.environ) if env is None else env
+    if env.get(CACHE_ENV):
+        return Path(env[CACHE_ENV]).expanduser()
+    xdg = env.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "vllmqual"
+
+
+def fixture_model_build_dir(env: dict[str, str] | None = None) -> Path:
+    """Where fixture models are built: ``fixtures/model/build`` in a checkout, else the cache."""
+    root = checkout_root()
+    if root is not None:
+        return root / FIXTURE_BUILD
+    return cache_dir(env) / "models"
+
+
+def expand_placeholders(part: str) -> str:
+    """``{python}`` (this interpreter) and ``{fixture_models}`` (``fixture_model_build_dir``) in a
+    recipe's ``prepare`` argv."""
+    import sys
+
+    return part.replace("{python}", sys.executable).replace("{fixture_models}", str(fixture_model_build_dir()))
+
+
+def resolve_project_path(project_root: Path, relative: Path) -> Path:
+    """A recipe's relative path (e.g. ``model_path``) under its project root.
+
+    For a recipe shipped in the installed package, ``fixtures/model/build/...`` is the fixture
+    model's build output, which lives in the user cache rather than in site-packages.
+    """
+    if project_root.resolve() == PACKAGE_DATA and checkout_root() is None:
+        try:
+            rest = relative.relative_to(FIXTURE_BUILD)
+        except ValueError:
+            pass
+        else:
+            return fixture_model_build_dir() / rest
+    return project_root / relative
+
+
+def is_shipped_suite(path: Path) -> bool:
+    """Whether ``path`` lies in the shipped gates (the checkout's ``suites/`` or the package's)."""
+    try:
+        resolved = path.resolve()
+    except OSError:
+        return False
+    for directory in {suites_dir(), PACKAGE_DIR / "suites"}:
+        if resolved == directory or directory in resolved.parents:
+            return True
+    return False

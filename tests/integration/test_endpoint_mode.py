@@ -1,0 +1,103 @@
+"""Any running server, one command: the shipped gates against a tiny-cpu server started by
+hand (not by the plugin), from an empty directory, with and without a recipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fault_harness import derive_recipe, kill_tagged
+
+from pytest_vllmqual.launch.base import free_port
+from pytest_vllmqual.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.real_vllm]
+GATES = ["suites/test_smoke.py", "suites/test_engine.py", "suites/test_openai_sdk.py"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """vllm serve as an operator starts it (the tiny-cpu recipe's argv), ready for requests."""
+    directory = tmp_path_factory.mktemp("by-hand")
+    derived = derive_recipe(directory, "tiny-cpu", real_model=True)
+    recipe = load_recipe(derived.path)
+    port = free_port("127.0.0.1")
+    env = {**os.environ, **recipe.server_env()}
+    env.pop("VLLM_API_KEY", None)
+    log = open(directory / "server.log", "wb")
+    proc = subprocess.Popen(recipe.subprocess_argv(host="127.0.0.1", port=port), env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (directory / "server.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        else:
+            raise AssertionError("the hand-started server did not come up in 600 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        kill_tagged(derived.tag)
+        log.close()
+
+
+def run(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLMQUAL_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # An empty ini in the empty directory: the checkout's own ini (vllmqual_recipe = tiny-cpu) must not apply.
+    (cwd / "pytest.ini").write_text("[pytest]\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-c", "pytest.ini", "--rootdir", str(cwd),
+                             "-p", "no:cacheprovider", "-rA",
+                             *(str(ROOT / g) for g in GATES), "--junitxml=junit.xml", *args],
+                            cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    reports = sorted((cwd / "reports").glob("*.json"))
+    assert reports, result.stdout[-4000:] + result.stderr[-2000:]
+    return result, json.loads(reports[-1].read_text())
+
+
+def test_endpoint_with_recipe_takes_the_kv_pool_from_metrics(server: str, tmp_path: Path) -> None:
+    result, report = run(tmp_path, "--recipe=tiny-cpu", "--vllmqual-endpoint", server)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert report["run"]["mode"] == "direct-only" and report["recipe"]["origin"] == "file"
+    engine = report["engine"]
+    assert engine["kv_cache_tokens"] == 2_097_152  # VLLM_CPU_KVCACHE_SPACE=1 GiB per rank, default CPU setting
+    assert engine["sources"]["kv_cache_tokens"] == "metrics"
+    assert engine["sources"]["ranks"] == "not observable from the endpoint"
+    gates = {g["gate"]: g for g in report["gates"]}
+    assert gates["kv_pool"]["outcome"] == "passed" and gates["kv_pool"]["measurements"]["kv_cache_tokens_source"] \
+        == "metrics"
+    assert gates["engine_ranks"]["outcome"] == "skipped" and "not observable" in gates["engine_ranks"]["reason"]
+    assert gates["identity"]["outcome"] == "passed" and gates["openai_sdk"]["outcome"] == "passed"
+    assert report["gates"][0]["gate"] == "smoke"
+
+
+def test_endpoint_without_recipe_discovers_one(server: str, tmp_path: Path) -> None:
+    result, report = run(tmp_path, "--vllmqual-endpoint", server, "-k", "smoke or identity or kv_pool")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert report["recipe"]["origin"] == "discovered"
+    content = report["recipe"]["content"]
+    assert content["discovered"] is True and content["pinned"] is False
+    assert content["serve"]["max_model_len"] == 32768 and content["identity"]["runtime_version"] == "0.32.0"
+    gates = {g["gate"]: g for g in report["gates"]}
+    assert "nothing was pinned" in gates["identity"]["summary"]
+    assert gates["kv_pool"]["thresholds"]["min_kv_tokens"] == "nothing pinned (discovered recipe)"
+    assert "DISCOVERED from the endpoint, not pinned" in result.stdout
