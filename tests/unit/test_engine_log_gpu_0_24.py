@@ -18,8 +18,13 @@ from pytest_vllmqual.kv_ranks import check_rank_kv
 LOGS = Path(__file__).parent / "data" / "engine_logs"
 
 
+def excerpt(name: str) -> str:
+    """The log without its first line, which says where it was seen."""
+    return (LOGS / name).read_text().split("\n", 1)[1]
+
+
 def facts(name: str) -> dict[str, object]:
-    return parse_engine_log((LOGS / name).read_text()).to_dict()
+    return parse_engine_log(excerpt(name)).to_dict()
 
 
 @pytest.mark.parametrize("name, tokens, concurrency, at_tokens, kv_gib, batched, kv_dtype", [
@@ -56,7 +61,7 @@ def test_rank_kv_rule_on_real_gpu_ranks() -> None:
 
 
 def test_real_gpu_kv_insufficient_is_classified_with_its_numbers() -> None:
-    text = (LOGS / "gpu_0.24.0_tp2_kv_insufficient.log").read_text()
+    text = excerpt("gpu_0.24.0_tp2_kv_insufficient.log")
     failure = classify_startup_failure(text)
     assert failure is not None and failure.kind == "kv_insufficient"
     assert (failure.max_seq_len, failure.needed_gib, failure.available_gib, failure.estimated_max_len) == \
