@@ -1,6 +1,7 @@
 """Cheapest gates first, and which failures end the rest of an arm (fail fast).
 
-One table, keyed by gate name: the stage each shipped gate runs in. Gates not in the table
+One table, keyed by gate name and derived from the gate registry: the stage each shipped gate
+runs in. Gates not in the table
 (users' own, the fault kit's) and tests that are not gates stay in the functional stage, in
 collection order: their authors chose that order (a fault scenario kills the server between
 two of them), so it is kept. A failed smoke or identity gate
@@ -13,27 +14,17 @@ import json
 import os
 from pathlib import Path
 
+from .gates import REGISTRY
+
 STAGES = ("smoke", "identity", "functional", "reasoning", "quality", "engine", "capacity")
 
+#: The stage of each shipped gate, from the gate registry (pytest_vllmqual.gates): smoke and
+#: identity first, then the registry's families in STAGES order.
+_FAMILY_STAGE = {"preflight": "functional", "reasoning": "reasoning", "quality": "quality",
+                 "engine": "engine", "lifecycle": "engine", "capacity": "capacity"}
 GATE_STAGE: dict[str, str] = {
-    "smoke": "smoke",
-    "identity": "identity",
-    "json": "functional",
-    "tools": "functional",
-    "streaming_tool": "functional",
-    "tool_continuation": "functional",
-    "responses": "functional",
-    "openai_sdk": "functional",
-    "reasoning_fingerprints": "reasoning",
-    "quality_intelligence": "quality",
-    "quality_session_recall": "quality",
-    "quality_tools": "quality",
-    "quality_long_context": "quality",
-    "engine_ranks": "engine",
-    "kv_pool": "engine",
-    "cold_start": "engine",
-    "ladder": "capacity",
-    "concurrency": "capacity",
+    spec.name: spec.name if spec.name in ("smoke", "identity") else _FAMILY_STAGE[spec.family]
+    for spec in REGISTRY
 }
 
 FAIL_FAST = {"smoke": "not run: smoke failed", "identity": "not run: identity mismatch"}

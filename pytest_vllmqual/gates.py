@@ -124,6 +124,8 @@ REGISTRY: tuple[GateSpec, ...] = (
              _fixed("the model answered from a tool result it was given"), "tool-result continuation"),
     GateSpec("responses", "preflight", "Responses API",
              _fixed("the Responses API answered the smoke prompt"), "Responses API"),
+    GateSpec("openai_sdk", "preflight", "The official openai SDK",
+             _fixed("chat, a streamed tool call and the Responses API parsed through the official openai SDK")),
     GateSpec("reasoning_fingerprints", "reasoning", "Reasoning prompt contract",
              _fixed("each reasoning effort's prompt-token count equals its pinned fingerprint")),
     GateSpec("quality_intelligence", "quality", "Intelligence",
@@ -144,7 +146,7 @@ BY_NAME: dict[str, GateSpec] = {spec.name: spec for spec in REGISTRY}
 EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
 """smoke, identity, functional preflight, reasoning, quality, engine/lifecycle, capacity."""
 
-PREFLIGHT_GATES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.family == "preflight")
+PREFLIGHT_GATES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.family == "preflight" and s.preflight_label)
 """The six gates of the seeds' functional preflight, in their order."""
 PREFLIGHT_LABELS: dict[str, str] = {s.name: s.preflight_label or s.title for s in REGISTRY if s.family == "preflight"}
 

@@ -17,6 +17,7 @@ from pytest_vllmqual.session import GateRecorder
 pytestmark = [pytest.mark.functional]
 
 
+@pytest.mark.gate("openai_sdk")
 def test_openai_sdk(vllm_server: ServerHandle, recipe: Recipe, gate: GateRecorder) -> None:
     """openai SDK: chat, a streamed tool call and a Responses answer all parse into the SDK's types."""
     import openai

@@ -41,6 +41,9 @@ def shaping(recipe: Recipe) -> dict[str, object]:
     serve = {k: v for k, v in dataclasses.asdict(recipe.serve).items() if k != "env"}
     docker = dataclasses.asdict(recipe.launcher.docker)
     docker["gpus"] = recipe.gpu_indexes()
+    # Where the harness reads a locally built image's digest (tiny-docker): not a command flag;
+    # the digest it yields is compared through the image itself.
+    docker.pop("image_digest_file", None)
     return {"served": recipe.identity.served_model_name, "revision": recipe.identity.revision,
             "image": recipe.identity.image, "model": recipe.model_location(), "kind": recipe.launcher.kind,
             "command": recipe.launcher.command, "host": recipe.launcher.host, "port": recipe.launcher.port,
