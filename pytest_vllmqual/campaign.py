@@ -488,7 +488,7 @@ class CampaignPlan:
             outcome = f"{last.arm.name} passed {', '.join(last.arm.requires)}"
         else:
             outcome = "no arm passed its required gates"
-        return {
+        record: dict[str, Any] = {
             "campaign": self.campaign.name,
             "description": self.campaign.description,
             "spec": self.campaign.spec(),
@@ -501,6 +501,24 @@ class CampaignPlan:
             "outcome": outcome,
             "reasons": [d.reason for d in decisions if d.status != "waiting"],
         }
+        record["qualified"] = qualified_arm(record)
+        return record
+
+
+def qualified_arm(record: dict[str, Any]) -> str | None:
+    """The arm that qualified the campaign: the fallback that passed in place of every failed arm,
+    or, with no arm failed, the last arm that passed its required gates (None while pending or when
+    no arm qualified)."""
+    if not record.get("complete"):
+        return None
+    rescued = qualified_by_fallback(record)
+    if rescued is not None:
+        return rescued
+    arms = list(record.get("arms") or [])
+    if any(a.get("status") == "failed" for a in arms):
+        return None
+    passed = [a for a in arms if a.get("status") == "passed"]
+    return str(passed[-1]["name"]) if passed else None
 
 
 def qualified_by_fallback(record: dict[str, Any]) -> str | None:

@@ -70,7 +70,7 @@ def test_campaign_runs_the_fallback_when_the_first_arm_fails_kv_pool(tmp_path: P
     assert kv_gate["outcome"] == "failed" and "1,000,000,000" in kv_gate["reason"]
     assert all(g["outcome"] in ("passed", "skipped") for g in second["gates"])
     record = load(next(tmp_path.glob("campaign-*.json")))
-    assert record["ran"] == ["tiny-cpu-kvfail", "tiny-cpu"]
+    assert record["ran"] == ["tiny-cpu-kvfail", "tiny-cpu"] and record["qualified"] == "tiny-cpu"
     assert any("tiny-cpu ran because tiny-cpu-kvfail failed kv_pool" in r for r in record["reasons"]), record
     for report in (first, second):
         assert processes_of_run(report["run"]["id"]) == []
@@ -86,5 +86,5 @@ def test_campaign_skips_every_gate_of_a_fallback_that_is_not_needed(tmp_path: Pa
     first = load(next(tmp_path.glob("tiny-cpu-2*.json")))
     assert all(g["outcome"] == "passed" for g in first["gates"]), first["gates"]
     record = load(next(tmp_path.glob("campaign-*.json")))
-    assert record["ran"] == ["tiny-cpu"], record
+    assert record["ran"] == ["tiny-cpu"] and record["qualified"] == "tiny-cpu", record
     assert "waiting for tiny-cpu-4096" not in output  # its server never started

@@ -102,6 +102,7 @@ def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
     assert record["arms"][1]["requirements"][1]["detail"] == (
         "largest actual prompt 310,000 > 300,000; post-probe smoke passed after 5/5 probes; 1 retained failed rung(s)")
     assert record["outcome"] == "393k-offload passed startup, ladder"
+    assert record["qualified"] == "393k-offload", "the record names the arm that qualified"
     assert record["complete"] is True and record["stopped"] is None
     assert json.loads(json.dumps(record)) == record
 
@@ -115,6 +116,7 @@ def test_fallback_is_skipped_when_the_primary_passes() -> None:
     assert record["arms"][1]["reason"] == ("393k-offload skipped: 393k-fp8kv passed startup, kv_pool, ladder, so its "
                                            "fallback is not needed")
     assert record["arms"][0]["requirements"][1]["detail"] == "400,000 ≥ 393,216"
+    assert record["qualified"] == "393k-fp8kv"
 
 
 def test_a_startup_failure_fails_kv_pool_and_names_the_cause() -> None:
@@ -140,6 +142,7 @@ def test_when_the_fallback_also_fails_no_arm_passed() -> None:
     assert plan.next_arm(reports) is None
     record = plan.record()
     assert record["outcome"] == "no arm passed its required gates"
+    assert record["qualified"] is None
     assert record["ran"] == ["393k-fp8kv", "393k-offload"]
 
 
