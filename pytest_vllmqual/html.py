@@ -511,6 +511,10 @@ def _engine_section(report: Mapping[str, Any]) -> str:
         body += memory_svg(report)
     else:
         body += "<p>No per-rank engine facts were read from the server log.</p>"
+    sources = engine.get("sources") or {}
+    if sources:
+        body += "<h3>Where each engine fact came from</h3>" + _table(
+            "fact-sources", ["Fact", "Source"], sorted((k, v) for k, v in sources.items()))
     args = engine.get("non_default_args")
     if args:
         body += "<h3>Non-default engine args</h3>" + _table(
@@ -538,10 +542,25 @@ def _gates_section(report: Mapping[str, Any]) -> str:
             + absent + "</section>")
 
 
+def _recipe_origin(recipe: Mapping[str, Any]) -> str:
+    """Where the recipe came from: a pinned file, a file with --vllmqual-set overrides, or the server."""
+    name = f'Recipe <b>{esc(recipe.get("name"))}</b>'
+    if recipe.get("origin") == "discovered":
+        return (f'{name}, <b>discovered</b> from the running server (/v1/models, /version, /metrics): '
+                f'nothing was pinned. SHA-256 <code>{esc(recipe.get("sha256"))}</code>.')
+    overrides = recipe.get("overrides") or []
+    if overrides:
+        return (f'{name} with overrides {", ".join(f"<code>{esc(o)}</code>" for o in overrides)}: effective '
+                f'recipe SHA-256 <code>{esc(recipe.get("sha256"))}</code>, file SHA-256 '
+                f'<code>{esc(recipe.get("file_sha256"))}</code>.')
+    return f'{name}, file SHA-256 <code>{esc(recipe.get("sha256"))}</code>.'
+
+
 def _identity_section(report: Mapping[str, Any]) -> str:
     identity = report.get("identity") or {}
     rows = [(c.get("field"), c.get("expected"), c.get("observed"),
-             {True: "ok", False: "MISMATCH", None: "not checkable"}.get(c.get("ok"), "?"), c.get("note") or "")
+             c.get("status") or {True: "ok", False: "MISMATCH", None: "not checkable"}.get(c.get("ok"), "?"),
+             c.get("source") or "", c.get("note") or "")
             for c in identity.get("checks") or []]
     classes = ["fail" if c.get("ok") is False else ("skip" if c.get("ok") is None else "")
                for c in identity.get("checks") or []]
@@ -549,9 +568,9 @@ def _identity_section(report: Mapping[str, Any]) -> str:
     recipe = report.get("recipe") or {}
     hw_rows = [(k, hardware.get(k)) for k in ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect",
                                               "driver_version") if k in hardware]
-    return (f'<section id="identity"><h2>Identity and hardware</h2><p>Recipe <b>{esc(recipe.get("name"))}</b>, '
-            f'file SHA-256 <code>{esc(recipe.get("sha256"))}</code>. Identity: <b>{esc(identity.get("status"))}</b>.</p>'
-            + _table("identity-checks", ["Field", "Expected", "Observed", "Check", "Note"], rows, classes)
+    return (f'<section id="identity"><h2>Identity and hardware</h2><p>{_recipe_origin(recipe)} '
+            f'Identity: <b>{esc(identity.get("status"))}</b>.</p>'
+            + _table("identity-checks", ["Field", "Expected", "Observed", "Check", "Source", "Note"], rows, classes)
             + _table("hardware", ["Hardware", "Value"], hw_rows) + "</section>")
 
 

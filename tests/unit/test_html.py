@@ -151,3 +151,21 @@ def test_a_minimal_report_renders_without_plots(tmp_path: Path) -> None:
                                              (93.3, [0, 20, 40, 60, 80, 100]), (0.0, [0, 1])])
 def test_nice_ticks(high: float, ticks: list[float]) -> None:
     assert nice_ticks(high) == ticks
+
+
+def test_page_says_where_the_recipe_and_each_fact_came_from(control: dict[str, Any]) -> None:
+    """Issue 12: a discovered recipe, --vllmqual-set overrides and per-fact sources are on the page."""
+    import copy
+
+    discovered = copy.deepcopy(control)
+    discovered["recipe"]["origin"] = "discovered"
+    discovered["engine"]["sources"] = {"kv_cache_tokens": "metrics", "ranks": "not observable from the endpoint"}
+    page = render_html(discovered)
+    assert "<b>discovered</b> from the running server" in page and "nothing was pinned" in page
+    assert 'id="fact-sources"' in page and "not observable from the endpoint" in page
+    overridden = copy.deepcopy(control)
+    overridden["recipe"].update(origin="file", overrides=["serve.max_num_seqs=4"], file_sha256="ab" * 32)
+    page = render_html(overridden)
+    assert "<code>serve.max_num_seqs=4</code>" in page and "ab" * 32 in page
+    sources = [c.get("source") for c in control["identity"]["checks"] if c.get("source")]
+    assert all(html.escape(s) in render_html(control) for s in sources)
