@@ -199,6 +199,32 @@ def parse_durations(lines: Iterable[str]) -> list[dict[str, Any]]:
     return rows
 
 
+#: A server whose smoke fails, made from the real recipe: one output token cannot finish a sentence,
+#: so the smoke gate sees finish_reason "length" and fails, as on a server whose template broke.
+BROKEN_SMOKE = ("--vllmqual-set", "gates.smoke.max_tokens=1")
+
+
+def run_broken_verdict(recipe: str, reports_dir: Path, *, recipes_dir: Path | None = None) -> dict[str, Any]:
+    """Time to a verdict on a server whose smoke fails: fail fast (the default) against
+    ``--vllmqual-no-fail-fast`` (every gate climbs on anyway), one real server each."""
+    out: dict[str, Any] = {"broken_by": " ".join(BROKEN_SMOKE)}
+    for mode, extra in (("fail_fast", ()), ("no_fail_fast", ("--vllmqual-no-fail-fast",))):
+        result = run_verdict(recipe, reports_dir / mode, recipes_dir=recipes_dir, extra_args=(*BROKEN_SMOKE, *extra))
+        report = json.loads((ROOT / result["report"]).read_text() if not Path(result["report"]).is_absolute()
+                            else Path(result["report"]).read_text())
+        gates = report.get("gates") or []
+        out[mode] = {
+            "wall_s": result["wall_s"],
+            "server_boot_s": result["server_boot_s"],
+            "after_ready_s": result["wall_s"] - result["server_boot_s"],
+            "exit_code": result["exit_code"],
+            "gates_run": sum(1 for g in gates if g.get("attempts")),
+            "gates_not_run": sum(1 for g in gates if str(g.get("reason") or "").startswith("not run: smoke failed")),
+            "command": result["command"],
+        }
+    out["after_ready_ratio"] = out["fail_fast"]["after_ready_s"] / out["no_fail_fast"]["after_ready_s"]
+    return out
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="tiny-cpu")

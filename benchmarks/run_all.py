@@ -1,6 +1,6 @@
 """``make bench``: every figure of docs/PERFORMANCE.md, in one run, against the real server.
 
-    python benchmarks/run_all.py [--recipe tiny-cpu] [--sections prompts,client,fidelity,verdict]
+    python benchmarks/run_all.py [--recipe tiny-cpu] [--sections prompts,client,fidelity,verdict,broken]
 
 Sections, in this order (the ones without a server first, then one server for all the
 live measurements, then a full qualification with its own server; never two at once):
@@ -57,7 +57,7 @@ import bench_verdict  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.recipe import resolve_recipe  # noqa: E402
 
-SECTIONS = ("prompts", "client", "fidelity", "verdict")
+SECTIONS = ("prompts", "client", "fidelity", "verdict", "broken")
 CALIBRATION_TARGETS = (32_768, 131_072, 400_000)
 
 
@@ -178,6 +178,13 @@ CHECKS: dict[str, list[Check]] = {
         Check("harness overhead / wall of a full run", ("verdict", "harness_overhead_fraction"), None, 0.05,
               guard=(None, 0.20)),
         Check("harness process CPU / wall of a full run", ("verdict", "harness_cpu_fraction"), None, 0.05),
+    ],
+    "broken": [
+        # Issue 12: a broken server is reported by its smoke, not after the whole ladder.
+        Check("time to a verdict after ready, server whose smoke fails (fail fast)",
+              ("broken", "fail_fast", "after_ready_s"), None, 15.0, "s", guard=(None, 30.0)),
+        Check("after-ready time, fail fast / no fail fast, same broken server", ("broken", "after_ready_ratio"),
+              None, 0.5),
     ],
 }
 
@@ -311,6 +318,15 @@ def section_fidelity(args: argparse.Namespace, recipe_name: str, tokenizer_dir: 
     return results
 
 
+def section_broken(args: argparse.Namespace, recipe_name: str, out_dir: Path) -> dict[str, Any]:
+    result = bench_verdict.run_broken_verdict(recipe_name, out_dir / "broken", recipes_dir=Path(args.recipes_dir))
+    fast, slow = result["fail_fast"], result["no_fail_fast"]
+    _print(f"broken server: verdict {fast['after_ready_s']:.1f} s after ready with fail fast "
+           f"({fast['gates_not_run']} gates not run), {slow['after_ready_s']:.1f} s without (exit "
+           f"{fast['exit_code']}/{slow['exit_code']})")
+    return result
+
+
 def section_verdict(args: argparse.Namespace, recipe_name: str, out_dir: Path) -> dict[str, Any]:
     result = bench_verdict.run_verdict(recipe_name, out_dir / "verdict", recipes_dir=Path(args.recipes_dir))
     _print(f"verdict: {result['wall_s']:.1f} s wall = boot {result['server_boot_s']:.1f} + gate requests "
@@ -393,6 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "client": lambda: section_client(args),
         "fidelity": lambda: section_fidelity(args, args.recipe, tokenizer_dir),
         "verdict": lambda: section_verdict(args, args.recipe, out_dir),
+        "broken": lambda: section_broken(args, args.recipe, out_dir),
     }
     errors: list[str] = []
     for section in (s for s in SECTIONS if s in args.sections):
