@@ -133,7 +133,9 @@ def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> N
                   "smoke": {"expect_substring": "zebra-never-said"}},
     }, real_model=True)
     modules: list[str | Path] = [ROOT / "suites" / "test_engine.py", ROOT / "suites" / "test_smoke.py", "public_text"]
-    session = Session(tmp_path, recipe, modules, args=["-o", "junit_logging=all"], env=SESSION_ENV).run(timeout_s=900)
+    # Every gate must run and fail its own way (the smoke fails on purpose): no fail fast.
+    session = Session(tmp_path, recipe, modules, args=["-o", "junit_logging=all", "--vllmqual-no-fail-fast"],
+                      env=SESSION_ENV).run(timeout_s=900)
     report = session.report
     outcomes = {g["gate"]: g["outcome"] for g in report["gates"]}
     # the prefix on every line no longer hides the ranks: identity and per-rank facts pass
