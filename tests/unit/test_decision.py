@@ -30,7 +30,7 @@ def test_seed_control_as_published_is_healthy_and_names_every_gate_it_lacks(run:
     decision = build(run)["decision"]
     assert decision["verdict"] == "healthy"
     missing = {row["gate"]: row for row in decision["gates"] if row["outcome"] == "absent"}
-    assert set(missing) == {"quality_intelligence", "quality_session_recall", "quality_tools",
+    assert set(missing) == {"openai_sdk", "quality_intelligence", "quality_session_recall", "quality_tools",
                             "quality_long_context", "concurrency"}
     assert ("Concurrency (gate concurrency, capacity): not run: did not run in this session (deselected with -m/-k, "
             "or not collected)") in decision["does_not_prove"]
