@@ -102,3 +102,15 @@ def is_shipped_suite(path: Path) -> bool:
         if resolved == directory or directory in resolved.parents:
             return True
     return False
+
+
+def names_shipped_gates(args: list[str], *, pyargs: bool, base: Path) -> bool:
+    """Whether pytest's arguments name the shipped gates (``--pyargs pytest_vllmqual.suites`` or
+    a path into them): running them is an explicit ask for the plugin."""
+    for arg in args:
+        target = arg.split("::", 1)[0]
+        if pyargs and (target == "pytest_vllmqual" or target.startswith("pytest_vllmqual.suites")):
+            return True
+        if target and is_shipped_suite(base / target):
+            return True
+    return False

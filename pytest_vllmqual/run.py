@@ -8,6 +8,7 @@ arm gets its own sanitized report.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -17,12 +18,44 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import RecipeError, ReportError
-from .launch.base import ProgressFn
+from .errors import LaunchError, RecipeError, ReportError, VllmQualError
+from .gates import family_of
+from .launch.base import ProgressFn, ServerHandle
 from .recipe import Recipe, resolve_recipe, with_overrides
 from .records import GateRecord, RungRecord, RunRecord
-from .session import ServerManager, make_run_id, utc_now, utc_stamp
-from .settings import Settings
+from .sanitize import Sanitizer
+from .session import ServerGuard, ServerManager, WorkerServer, utc_now, utc_stamp
+from .settings import Setting, Settings
+
+
+def session_recipe(settings: Settings) -> tuple[Settings, Recipe]:
+    """The session's recipe: discovered from the endpoint when no recipe was chosen, else
+    resolved by name or path; ``--vllmqual-set`` overrides applied. Raises RecipeError, or
+    OSError when a discovered recipe cannot be written."""
+    if settings.endpoint.value and settings.recipe.source == "embedded default":
+        from .discover import discover_recipe
+
+        recipe = discover_recipe(str(settings.endpoint.value), api_key=os.environ.get("VLLM_API_KEY"),
+                                 directory=settings.reports_dir / "private" / "discovered")
+        settings = dataclasses.replace(settings, recipe=Setting(recipe.name, "discovery from the endpoint"))
+    else:
+        recipe = resolve_recipe(str(settings.recipe.value), settings.recipes_dir)
+    return settings, with_overrides(recipe, settings.overrides)
+
+
+def gate_junit_properties(record: GateRecord, sanitizer: Sanitizer) -> list[tuple[str, object]]:
+    """A gate's junit ``<property>`` rows (family, title, scalar measurements, summary), scrubbed."""
+    prefix = f"vllmqual.{record.gate}"
+    properties: list[tuple[str, object]] = [
+        (f"{prefix}.family", family_of(record.gate, record.markers) or "other"),
+        (f"{prefix}.title", sanitizer.scrub(record.title or record.gate)),
+    ]
+    for key, value in record.measurements.items():
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            properties.append((f"{prefix}.{key}", sanitizer.scrub_obj(value)))
+    if record.summary:
+        properties.append((f"{prefix}.summary", sanitizer.scrub(record.summary)))
+    return properties
 
 
 @dataclass(frozen=True)
@@ -68,8 +101,11 @@ class QualRun:
     """The controller-side state of a session (see module docstring)."""
 
     def __init__(self, settings: Settings, default_recipe: Recipe, *, progress: ProgressFn,
-                 invocation_args: list[str]) -> None:
+                 invocation_args: list[str], worker_info: dict[str, Any] | None = None) -> None:
         self.settings = settings
+        #: On an xdist worker: the controller's server (``ServerManager.handoff``); None on the controller.
+        self.worker_info = worker_info
+        self._worker_server: WorkerServer | None = None
         self.default_recipe = default_recipe
         self.progress = progress
         self.invocation_args = invocation_args
@@ -90,6 +126,23 @@ class QualRun:
         self.update: Callable[[dict[str, Any]], object] | None = None
         self.deselected: dict[str, list[dict[str, str]]] = {}
         """Per arm key: gates pytest deselected (-m/-k), with the reason."""
+
+    def plan_arms(self, *, ab: str | None, bracket: bool, campaign: str | None, rootdir: Path) -> None:
+        """Plan the session's arms from ``--ab`` (and ``--bracket``) or ``--campaign``; every
+        recipe is loaded now, so a bad one fails before any server starts."""
+        if ab:
+            try:
+                self.set_plan(ab_plan(ab, bracket=bracket))
+            except RecipeError as exc:
+                raise RecipeError(f"{exc} (from --ab)") from None
+        if campaign:
+            from .campaign import campaigns_dir, load_campaign
+            from .layout import shipped_campaigns_dir
+
+            try:
+                self.set_campaign(load_campaign(campaign, search_dirs=[campaigns_dir(rootdir), shipped_campaigns_dir()]))
+            except VllmQualError as exc:
+                raise type(exc)(f"{exc} (from --campaign)") from None
 
     def set_plan(self, plan: list[ArmSpec]) -> None:
         """Plan arms run in order (A/B, bracketed replay); loads every recipe now (fail fast)."""
@@ -112,12 +165,11 @@ class QualRun:
         self.campaign = campaign.plan()
 
     def finish_other_arms(self, key: str) -> None:
-        """Before arm ``key`` starts: stop the active arm and write its report (one server at a time)."""
-        if self.active is not None and self.active.key != key and self.active.report_path is None:
-            if self.active.manager is not None:
-                self.active.manager.stop()
-            if self.on_arm_done is not None:
-                self.on_arm_done(self.active)
+        """Before arm ``key`` starts: finish the active arm (one server at a time)."""
+        if self.active is not None and self.active.key != key:
+            if self.active.manager is not None and self.active.manager.teardown is None:
+                self.progress(f"stopping {self.active.key} before starting {key} (one server at a time)")
+            self.finish_arm(self.active.key)
 
     def campaign_skip_reason(self, key: str) -> str | None:
         """Why campaign arm ``key`` must not run now (None: it runs). Reports written so far decide."""
@@ -165,19 +217,97 @@ class QualRun:
             )
         return self.arms[key]
 
-    def activate(self, arm: Arm) -> ServerManager:
-        """Make ``arm`` the one with a live server, stopping any other first (exclusive GPUs)."""
-        if self.active is not None and self.active is not arm and self.active.manager is not None:
-            self.progress(f"stopping {self.active.key} before starting {arm.key} (one server at a time)")
-            self.active.manager.stop()
-            if self.on_arm_done is not None:
-                self.on_arm_done(self.active)
+    # -- the server of an arm: started in one place, stopped in one place ------------------
+
+    def start_server(self, key: str) -> ServerHandle:
+        """The one place a server starts: finish any other arm first (exclusive GPUs), then bring
+        arm ``key``'s server up (prepare, start, ready, engine facts). A failed start is stopped,
+        remembered and raised again for every later test of the arm. On an xdist worker this is
+        the controller's server, handed over at worker start."""
+        if self.worker_info is not None:
+            return self._worker(key).ensure_ready()
+        arm = self.arm(key)
+        self.finish_other_arms(key)
         if arm.manager is None:
             arm.private_dir.mkdir(parents=True, exist_ok=True)
             arm.manager = ServerManager(arm.recipe, run_id=arm.run_id, private_dir=arm.private_dir,
                                         endpoint=self.settings.endpoint.value, progress=self.progress)
         self.active = arm
-        return arm.manager
+        try:
+            return arm.manager.ensure_ready()
+        except LaunchError as exc:
+            self.stop_server(key)
+            arm.manager.name_private_log(exc)
+            raise
+
+    def stop_server(self, key: str) -> None:
+        """The one place a server stops (idempotent; an external server is left running)."""
+        arm = self.arms.get(key)
+        if arm is not None and arm.manager is not None:
+            arm.manager.stop()
+
+    def finish_arm(self, key: str) -> None:
+        """Arm ``key`` is done (pytest tore its fixtures down, or the next arm starts): stop its
+        server and write its report now, so a later arm's failure cannot lose it."""
+        if self.worker_info is not None or key not in self.arms:
+            return
+        arm = self.arms[key]
+        self.stop_server(key)
+        if self.active is arm:
+            self.active = None
+        if arm.report_path is None and self.on_arm_done is not None:
+            self.on_arm_done(arm)
+
+    def server_facts(self, key: str) -> dict[str, Any]:
+        """Engine facts, endpoint facts and the identity check of arm ``key``'s started server."""
+        if self.worker_info is not None:
+            return self._worker(key).facts_dict()
+        manager = self.arm(key).manager
+        return manager.facts_dict() if manager is not None else {}
+
+    def guard(self, key: str) -> ServerGuard | None:
+        """The liveness guard of arm ``key``'s server (None before it is ready)."""
+        if self.worker_info is not None:
+            return self._worker(key).guard
+        manager = self.arm(key).manager
+        return manager.guard if manager is not None else None
+
+    def private_dir(self, key: str) -> Path:
+        """Where arm ``key``'s private artifacts go (a worker writes into the controller's)."""
+        if self.worker_info is not None:
+            return Path(self.worker_info.get("private_dir", "."))
+        return self.arm(key).private_dir
+
+    def handoff(self) -> dict[str, Any]:
+        """Controller side of xdist: start the session recipe's server and describe it for workers."""
+        key = self.default_recipe.name
+        arm = self.arm(key)
+        try:
+            self.start_server(key)
+        except LaunchError:
+            pass  # the handoff carries the error; every worker's tests fail with it
+        assert arm.manager is not None
+        info = arm.manager.handoff(key)
+        info["run_id"] = arm.run_id
+        return info
+
+    def _worker(self, key: str) -> WorkerServer:
+        assert self.worker_info is not None
+        if key != self.worker_info.get("arm"):
+            raise LaunchError(f"recipe marker {key!r}: under xdist only the session recipe "
+                              f"{self.worker_info.get('arm')!r} has a server", status="not_run",
+                              hint="run recipe-marked tests without -n.")
+        if self._worker_server is None:
+            self._worker_server = WorkerServer(self.worker_info, self.arm(key).recipe)
+        return self._worker_server
+
+    def api_keys(self) -> list[str]:
+        """The API keys of this session's servers (the sanitizer removes them from every output)."""
+        if self.worker_info is not None:
+            key = (self.worker_info.get("handle") or {}).get("api_key")
+            return [key] if key else []
+        return [arm.manager.handle.api_key for arm in self.arms.values()
+                if arm.manager is not None and arm.manager.handle is not None and arm.manager.handle.api_key]
 
     def add_gate(self, arm_key: str, record: dict[str, Any]) -> None:
         self.arm(arm_key).gates.append(GateRecord.from_dict(record))
@@ -198,12 +328,100 @@ class QualRun:
             kept.append(arg)
         return shlex.join(["pytest", f"--recipe={recipe_name}", *kept])
 
+    def test_order(self, arm_keys: list[str]) -> Callable[[str, str | None], tuple[int, int]]:
+        """The sort key of a test (arm key, gate name or None): arms in plan order, each arm's
+        tests together so its server starts once, cheapest gates first within an arm."""
+        from .gate_order import stage_rank
+
+        order: dict[str, int] = {spec.key: i for i, spec in enumerate(self.plan)}
+        for key in [self.default_recipe.name, *arm_keys]:
+            order.setdefault(key, len(order))
+        return lambda arm, gate: (order[arm], stage_rank(gate))
+
+    def header_lines(self, recipe_source: str) -> list[str]:
+        """What the terminal header says: the recipe, its identity and how to reproduce the run."""
+        r = self.default_recipe
+        rev = r.identity.revision or "unpinned"
+        image = r.identity.image or "no image (subprocess)"
+        launcher = "external" if self.settings.endpoint.value else r.launcher.kind
+        lines = [
+            f"vllmqual: recipe {r.name} ({r.path}, sha256 {r.sha256[:12]}) chosen by {recipe_source}",
+            f"vllmqual: identity {r.identity.checkpoint}@{rev}, {image}, runtime {r.identity.runtime_version}, "
+            f"served as {r.identity.served_model_name}; launcher {launcher}; "
+            f"TP={r.serve.tensor_parallel_size} max_model_len={r.serve.max_model_len}",
+            f"vllmqual: reproduce with: {self.reproduce_line(r.name)}",
+        ]
+        if r.discovered:
+            lines.insert(1, "vllmqual: the recipe was DISCOVERED from the endpoint, not pinned: gates record what "
+                            "they measure; thresholds only a pinned recipe knows are not checked")
+        if r.overrides:
+            lines.insert(1, f"vllmqual: overrides {', '.join(r.overrides)} -> effective recipe sha256 {r.sha256}")
+        return lines
+
+    def record_deselected(self, arm_key: str, gate: str, how: str) -> None:
+        """A gate left out by -m/-k: the decision lists it as not proven."""
+        entries = self.deselected.setdefault(arm_key, [])
+        if not any(e["gate"] == gate for e in entries):
+            entries.append({"gate": gate, "reason": f"deselected by {how}" if how else "deselected"})
+
+    def public_text_sanitizer(self, sanitizer: Sanitizer) -> Sanitizer:
+        """Teach ``sanitizer`` this session's secrets: every arm's recipe env values and the API
+        keys of the servers started so far (junit and the terminal are scrubbed with it)."""
+        for recipe in [self.default_recipe, *(arm.recipe for arm in self.arms.values())]:
+            sanitizer.add_env_values(recipe.server_env())
+        for key in self.api_keys():
+            sanitizer.add_secret(key)
+        return sanitizer
+
+    def campaign_outcome(self) -> tuple[str | None, bool]:
+        """At the end of a campaign: the line to print, and whether a fallback arm qualified in
+        place of the failed one (then the session exits 0)."""
+        from .campaign import qualified_by_fallback
+
+        done = {k: a.report for k, a in self.arms.items() if a.report is not None}
+        self.campaign.next_arm(done)
+        record = self.campaign.record()
+        arm = qualified_by_fallback(record)
+        if arm is not None:
+            failed = [a["name"] for a in record["arms"] if a.get("status") == "failed"]
+            return f"campaign: {arm} qualified (fallback for {', '.join(failed)}, which failed); exit 0", True
+        if record.get("complete"):
+            passed = [a["name"] for a in record["arms"] if a.get("status") == "passed"]
+            return f"campaign: {'qualified: ' + ', '.join(passed) if passed else 'no arm qualified'}", False
+        return None, False
+
     # -- the end ------------------------------------------------------------------------
 
+    def finish_session(self, *, interrupted: bool, tests_failed: bool) -> str | None:
+        """The session ends: stop every server, then write the reports, the campaign record or the
+        comparison. Returns ``qualified_by_fallback`` (a campaign's fallback arm qualified in place
+        of the failed one: the session exits 0), ``report_not_written`` (it must fail), or None."""
+        if interrupted:
+            for arm in self.arms.values():
+                arm.interrupted = True
+        self.stop_all()
+        if not self.arms:
+            return None
+        try:
+            self.write_reports()
+            if self.campaign is not None:
+                self.write_campaign_record()
+                line, by_fallback = self.campaign_outcome()
+                if by_fallback and tests_failed:
+                    self.progress(str(line))
+                    return "qualified_by_fallback"
+                if line and not by_fallback:
+                    self.progress(line)
+            elif self.plan:
+                self.write_comparison()
+        except (VllmQualError, OSError) as exc:
+            self.progress(f"REPORT NOT WRITTEN: {exc}")
+            return "report_not_written"
+        return None
+
     def stop_all(self) -> None:
-        for arm in self.arms.values():
-            if arm.manager is not None:
-                arm.manager.stop()
+        for key in self.arms:
+            self.stop_server(key)
 
     def run_record(self, arm: Arm) -> RunRecord:
         manager = arm.manager
@@ -291,14 +509,12 @@ class QualRun:
         """
         from .evidence import build_public_report, resanitize, write_report_atomic
         from .launch.gpu import hardware_summary
-        from .sanitize import Sanitizer
 
         if arm.report_path is not None or (arm.manager is None and not arm.gates):
             return None
         if arm.key in self.campaign_skips and arm.manager is None:
             return None  # the campaign decided not to run it: its record says why; no report claims it ran
-        if arm.manager is not None:
-            arm.manager.stop()
+        self.stop_server(arm.key)
         record = self.run_record(arm)
         record.hardware = hardware_summary(arm.recipe.gpu_indexes())
         api_key = arm.manager.handle.api_key if arm.manager and arm.manager.handle else None
@@ -319,6 +535,28 @@ class QualRun:
         self.progress(f"report written: {path}")
         self.write_html(report, path.with_suffix(".html"))
         return path
+
+    def summary_sections(self) -> list[tuple[str, list[str]]]:
+        """The terminal summary: (title, lines) per arm with a report, then the A/B comparison."""
+        from .compare import render_markdown
+        from .summary import summary_lines
+
+        sections: list[tuple[str, list[str]]] = []
+        for arm in self.arms.values():
+            if arm.report is not None:
+                title = arm.recipe.name if arm.key == arm.recipe.name else f"{arm.key} ({arm.role})"
+                sections.append((title, summary_lines(arm.report, arm.report_path)))
+        if self.comparison is not None:
+            sections.append(("A/B comparison", [*render_markdown(self.comparison).splitlines(),
+                                                f"comparison: {self.comparison_path}"]))
+        return sections
+
+    def write_arm_report_or_say_why(self, arm: Arm) -> None:
+        """An arm finished mid-session (the next arm starts): write its report now, or say why not."""
+        try:
+            self.write_arm_report(arm)
+        except (VllmQualError, OSError) as exc:
+            self.progress(f"REPORT NOT WRITTEN for {arm.key}: {exc}")
 
     def write_html(self, report: dict[str, Any], path: Path, comparison: dict[str, Any] | None = None) -> None:
         """The human-readable page beside the JSON (rendered from the sanitized report only)."""
@@ -355,4 +593,4 @@ def load_report(path: Path) -> dict[str, Any]:
     return data
 
 
-__all__ = ["Arm", "QualRun", "RecipeError", "load_report", "make_run_id"]
+__all__ = ["Arm", "ArmSpec", "QualRun", "ab_plan", "gate_junit_properties", "load_report", "session_recipe"]

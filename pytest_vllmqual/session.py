@@ -50,10 +50,6 @@ def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def make_run_id(recipe_name: str) -> str:
-    return f"{recipe_name}-{utc_stamp()}-{os.getpid()}"
-
-
 # -- liveness -------------------------------------------------------------------------------
 
 
@@ -327,7 +323,12 @@ class ServerManager:
         raise_if_refused(self.gpu_preflight)
 
     def ensure_ready(self) -> ServerHandle:
-        """Start the server if needed and return its handle; a failed start is remembered."""
+        """Start the server if needed and return its handle; a failed start is remembered.
+
+        Only ``QualRun.start_server`` calls this. On a failed start the caller stops what was
+        started (``QualRun.stop_server``) and then names the private log (``name_private_log``).
+        Engine facts are read once, here, after readiness (the server is idle then).
+        """
         if self.startup_error is not None:
             raise self.startup_error
         if self.teardown is not None and self.launcher is not None and not self.direct_only:
@@ -346,19 +347,15 @@ class ServerManager:
             handle = self.launcher.start(self.progress)
             self.handle = handle
             warm_up_while_booting()
-            if self.direct_only:
-                self.facts.cold_start_s = None
-            else:
+            if not self.direct_only:
                 self.facts.cold_start_s = wait_until_ready(self.launcher, handle, self.recipe.startup,
-                                                           self.progress, recipe_name=self.recipe.name,
-                                                           before_last_check=self.collect_facts)
+                                                           self.progress, recipe_name=self.recipe.name)
                 handle.cold_start_s = self.facts.cold_start_s
                 self.progress(f"{self.recipe.name} ready in {self.facts.cold_start_s:.1f} s at {handle.base_url}")
+            self.collect_facts()
         except LaunchError as exc:
             self.startup_error = exc
             self.startup_status = exc.status
-            self.stop()
-            self.name_private_log(exc)
             raise
         self.startup_status = "ready"
         self.guard = ServerGuard(handle, self.private_dir / STATE_FILE, launcher=self.launcher,
@@ -366,8 +363,6 @@ class ServerManager:
         if self.launcher is not None and self.launcher.alive() is not None:
             self.monitor = DeathMonitor(self.launcher, self.guard)
             self.monitor.start()
-        if not self.facts.identity:  # direct-only servers have no readiness wait
-            self.collect_facts()
         return handle
 
     def collect_facts(self) -> None:
@@ -434,7 +429,8 @@ class ServerManager:
         return self.recipe.model_location()
 
     def stop(self) -> TeardownResult | None:
-        """Tear down (idempotent). External servers are left running."""
+        """Tear down (idempotent); only ``QualRun.stop_server`` calls it. External servers are
+        left running."""
         if self.monitor is not None:
             self.monitor.stop()
             self.monitor = None
@@ -444,3 +440,50 @@ class ServerManager:
             # startup_status keeps the startup outcome ("ready"); the teardown has its own record.
             self.teardown = self.launcher.stop()
         return self.teardown
+
+    def handoff(self, arm_key: str) -> dict[str, Any]:
+        """What an xdist worker needs to use this server (after ``ensure_ready``): the handle and
+        facts, or the startup error. The controller owns the server; workers never start one."""
+        info: dict[str, Any] = {"arm": arm_key, "private_dir": str(self.private_dir)}
+        if self.startup_error is not None:
+            exc = self.startup_error
+            info["startup_error"] = {"message": str(exc.args[0]) if exc.args else "", "status": exc.status,
+                                     "exit_code": exc.exit_code, "log_tail": exc.log_tail, "hint": exc.hint,
+                                     "details": exc.details}
+        elif self.handle is not None:
+            handle = self.handle
+            info["handle"] = {"base_url": handle.base_url, "served_model_name": handle.served_model_name,
+                              "launcher_kind": handle.launcher_kind, "api_key": handle.api_key,
+                              "direct_only": handle.direct_only, "cold_start_s": handle.cold_start_s}
+            info["facts"] = self.facts_dict()
+        return info
+
+    def facts_dict(self) -> dict[str, Any]:
+        """The facts as the ``server_facts`` fixture hands them to gates."""
+        return {"engine": self.facts.engine, "endpoints": self.facts.endpoints,
+                "identity": self.facts.identity, "cold_start_s": self.facts.cold_start_s}
+
+
+class WorkerServer:
+    """An xdist worker's view of the controller's server (``ServerManager.handoff``): the same
+    handle, facts and liveness state file, no lifecycle."""
+
+    def __init__(self, info: dict[str, Any], recipe: Recipe) -> None:
+        self.info = info
+        self.private_dir = Path(info.get("private_dir", "."))
+        self.handle = ServerHandle(**info["handle"]) if "handle" in info else None
+        self.guard = (ServerGuard(self.handle, self.private_dir / STATE_FILE,
+                                  probe_timeout_s=recipe.startup.ready_completion_timeout_s)
+                      if self.handle else None)
+
+    def ensure_ready(self) -> ServerHandle:
+        if self.handle is None:
+            err = self.info.get("startup_error", {})
+            raise LaunchError(err.get("message", "the server did not start"), status=err.get("status", "unknown"),
+                              exit_code=err.get("exit_code"), log_tail=err.get("log_tail", ""),
+                              hint=err.get("hint", ""), details=err.get("details") or {})
+        return self.handle
+
+    def facts_dict(self) -> dict[str, Any]:
+        facts: dict[str, Any] = self.info.get("facts", {})
+        return facts
