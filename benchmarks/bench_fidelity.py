@@ -694,6 +694,9 @@ def start_server(recipe: Recipe, private_dir: Path, progress: Progress) -> tuple
     t0 = time.monotonic()
     try:
         manager.ensure_ready()
+    except BaseException:
+        manager.stop()  # a failed start is the caller's to stop (the run does it in QualRun.start_server)
+        raise
     finally:
         done_at = time.monotonic()
         watcher.stop()

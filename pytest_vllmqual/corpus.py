@@ -180,3 +180,5 @@ PAD_WORD_CANDIDATES = (
     "city", "river", "stone", "road", "field", "lake", "map", "song", "plan", "clock", "table",
     "early", "quiet", "warm", "cold", "tall", "small", "open", "clear", "long", "deep", "dry",
 )
+
+__all__ = ["ADJECTIVES", "NOUNS", "PAD_WORD_CANDIDATES", "VERBS", "filler_text", "sentence_pool"]

@@ -56,3 +56,5 @@ def stop_reason(private_dir: Path) -> str | None:
         return None
     reason = data.get("reason") if isinstance(data, dict) else None
     return str(reason) if reason else None
+
+__all__ = ["record_stop", "stage_rank", "stop_reason"]

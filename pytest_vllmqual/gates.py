@@ -197,3 +197,25 @@ def proves(gate: Mapping[str, Any]) -> str | None:
     if known is None or gate.get("outcome") != "passed":
         return None
     return known.proves(gate)
+
+__all__ = [
+    "BY_NAME",
+    "COLD_START_GATE",
+    "CONCURRENCY_GATE",
+    "ENGINE_RANKS_GATE",
+    "EXECUTION_ORDER",
+    "FAMILIES",
+    "IDENTITY_GATE",
+    "KV_POOL_GATE",
+    "LADDER_GATE",
+    "PREFLIGHT_GATES",
+    "PREFLIGHT_LABELS",
+    "REGISTRY",
+    "SECTION_GATES",
+    "GateSpec",
+    "family_of",
+    "order_key",
+    "proves",
+    "spec",
+    "title_of",
+]

@@ -25,3 +25,5 @@ def pytest_vllmqual_generate_report(config: pytest.Config, record: Any) -> dict[
 
 def pytest_vllmqual_update_report(config: pytest.Config, report: dict[str, Any]) -> None:
     """Change the report dict in place (add under ``extensions``, or redact) before it is written."""
+
+__all__ = ["pytest_vllmqual_generate_report", "pytest_vllmqual_update_report"]

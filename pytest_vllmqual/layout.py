@@ -114,3 +114,7 @@ def names_shipped_gates(args: list[str], *, pyargs: bool, base: Path) -> bool:
         if target and is_shipped_suite(base / target):
             return True
     return False
+
+__all__ = ["CACHE_ENV", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir",
+           "fixtures_dir", "is_shipped_suite", "names_shipped_gates", "resolve_project_path",
+           "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir"]

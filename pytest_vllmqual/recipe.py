@@ -330,26 +330,21 @@ def _with_defaults(schema: dict[str, Any], data: Any) -> Any:
 
 
 def _check_pinning(path: Path, raw: dict[str, Any]) -> None:
+    """A pinned recipe names the checkpoint by its full commit and a docker image by digest."""
     if not raw.get("pinned", True):
         return
     identity = raw["identity"]
-    revision = identity.get("revision")
-    if not isinstance(revision, str) or not _HEX40.match(revision):
-        raise RecipeError(
-            f"recipe {path}: key 'identity.revision' is {revision!r}, but a pinned recipe needs the "
-            "checkpoint's full 40-hex commit. Fix: write the 40-character revision, or set "
-            "'pinned: false' for an unpinned experiment.",
-            path=str(path), key="identity.revision",
-        )
+    pins = [("revision", _HEX40, "but a pinned recipe needs the checkpoint's full 40-hex commit. Fix: write the "
+             "40-character revision, or set 'pinned: false' for an unpinned experiment.")]
     if raw["launcher"]["kind"] == "docker":
-        image = identity.get("image")
-        if not isinstance(image, str) or not _DIGEST.match(image):
-            raise RecipeError(
-                f"recipe {path}: key 'identity.image' is {image!r}, but a pinned docker recipe must "
-                "name the image by digest (repo@sha256:<64 hex>); a tag can move. Fix: replace the "
-                "tag with the digest, e.g. `docker buildx imagetools inspect IMAGE` shows it.",
-                path=str(path), key="identity.image",
-            )
+        pins.append(("image", _DIGEST, "but a pinned docker recipe must name the image by digest "
+                     "(repo@sha256:<64 hex>); a tag can move. Fix: replace the tag with the digest, e.g. "
+                     "`docker buildx imagetools inspect IMAGE` shows it."))
+    for key, pattern, need in pins:
+        value = identity.get(key)
+        if not isinstance(value, str) or not pattern.match(value):
+            raise RecipeError(f"recipe {path}: key 'identity.{key}' is {value!r}, {need}",
+                              path=str(path), key=f"identity.{key}")
 
 
 def _check_launcher(path: Path, raw: dict[str, Any]) -> None:

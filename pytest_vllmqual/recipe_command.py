@@ -384,3 +384,5 @@ def docker_run_line(recipe: Recipe) -> list[str]:
     model = MODEL_DIR_IN_CONTAINER if recipe.identity.model_path else recipe.identity.checkpoint
     flags = recipe.serve_flags(host=CONTAINER_HOST, port=CONTAINER_PORT)
     return [*line, str(recipe.identity.image), model, *flags]
+
+__all__ = ["Conversion", "command_line", "docker_run_line", "recipe_from_command"]

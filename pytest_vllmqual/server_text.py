@@ -148,7 +148,6 @@ STARTUP_CAUSES: dict[str, str] = {
     "startup_timeout": "the server was not ready within the startup deadline",
     "command_not_found": "the launch command was not found",
     "prepare_failed": "the recipe's prepare command failed",
-    "not_ready": "the server never became ready",
     "image_not_pinned": "the recipe's image is not pinned by digest",
     "gpu_refused": "the GPU exclusivity preflight refused the start",
 }
@@ -205,3 +204,5 @@ def public_failure(attempt: Any) -> str:
     if said and status and not said.startswith(f"HTTP {status}"):
         said = f"HTTP {status}: {said}"
     return said or (f"HTTP {status}" if status else "no response")
+
+__all__ = ["STARTUP_CAUSES", "WITHHELD", "Template", "public_attempt_error", "public_failure", "public_rung_error", "public_startup_details", "quote_server_message", "startup_cause"]
