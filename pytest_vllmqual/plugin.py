@@ -339,7 +339,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     items.sort(key=lambda it: (order[_arm_of(it) or default], stage(it)))
     if not _is_worker(config) and any({"gate", "vllm_server"} & set(getattr(it, "fixturenames", ())) for it in items):
-        from .evidence import check_writable_dir
+        from .atomic_io import check_writable_dir
 
         try:  # before any server starts: a report that cannot be written makes the run worthless
             check_writable_dir(run.settings.reports_dir)
@@ -802,7 +802,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     xmlpath = getattr(config.option, "xmlpath", None)
     if not xmlpath or _is_worker(config) or RUN_KEY not in config.stash:
         return
-    from .evidence import redact_junit_hostname, scrub_junit
+    from .junit import redact_junit_hostname, scrub_junit
 
     try:
         redact_junit_hostname(Path(os.path.abspath(xmlpath)))

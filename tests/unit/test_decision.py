@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 from report_samples import seed_control_run, with_every_gate_passed
 
-from pytest_vllmqual.decision import SINGLE_RUN_VERDICTS, decide, short_tokens, verdict_rank
+from pytest_vllmqual.decision import SINGLE_RUN_VERDICTS, decide_run, verdict_rank, with_decision
 from pytest_vllmqual.evidence import build_public_report, validation_errors
+from pytest_vllmqual.number_format import short_tokens
 from pytest_vllmqual.records import GateRecord, RunRecord
 from pytest_vllmqual.sanitize import Sanitizer
 
 
 def build(run: RunRecord) -> dict[str, Any]:
-    report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
     assert validation_errors(report) == []
     return report
 
@@ -225,7 +226,7 @@ def test_no_gates_means_no_promotion(run: RunRecord) -> None:
 
 
 def test_decide_on_a_bare_report_never_crashes_and_never_promotes() -> None:
-    decision = decide({})
+    decision = decide_run({})
     assert decision["verdict"] == "no-promotion"
     assert decision["verdict"] in SINGLE_RUN_VERDICTS
 
