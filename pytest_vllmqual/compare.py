@@ -32,12 +32,12 @@ from .evidence import TOOL_NAME, load_report, validate_report
 from .sanitize import Sanitizer
 from .schema_loader import COMPARISON_SCHEMA, schema_errors
 
-__all__ = ["ROLES", "SCHEMA_ID", "SCHEMA_VERSION", "compare_files", "compare_reports", "comparison_errors",
+__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "compare_files", "compare_reports", "comparison_errors",
            "load_arm_report", "render_markdown", "report_digest", "validate_comparison", "write_comparison_atomic"]
 
 SCHEMA_ID = "https://pytest-vllmqual/schemas/comparison/2"
 SCHEMA_VERSION = 2
-ROLES = ("control", "candidate", "replay")
+_ROLES = ("control", "candidate", "replay")
 
 
 def report_digest(report: Mapping[str, Any]) -> str:
@@ -198,7 +198,7 @@ def render_markdown(comparison: Mapping[str, Any]) -> str:
         items = decision.get(key) or []
         lines += ["", f"**{title}**", ""] + ([f"- {i}" for i in items] or ["- nothing"])
     lines += ["", f"_{decision.get('boundary') or BOUNDARY}_"]
-    refs = [comparison.get(r) for r in ROLES if comparison.get(r)]
+    refs = [comparison.get(r) for r in _ROLES if comparison.get(r)]
     lines += ["", "Reports: " + "; ".join(f"{ref['role']} {ref['recipe']} sha256 {ref['report_sha256']}"
                                           for ref in refs if isinstance(ref, Mapping))]
     return "\n".join(lines) + "\n"

@@ -57,7 +57,7 @@ from .gates import (
 from .number_format import fixed, rounded, short_tokens, signed, signed_percent, to_decimal
 from .report_query import gate_outcome, gates_named, largest_rung, preflight_summary, recipe_value
 
-__all__ = ["ABOVE_FLOOR", "BOUNDED", "DEFAULT_TOLERANCES", "GATE_RULE", "RULES", "Metric", "MetricRule", "Tolerances",
+__all__ = ["ABOVE_FLOOR", "BOUNDED", "DEFAULT_TOLERANCES", "RULES", "Metric", "MetricRule", "Tolerances",
            "arm_metrics", "compare_rows", "percent_change"]
 
 BOUNDED = "bounded observation, not a ranking"
@@ -143,7 +143,7 @@ RULES: dict[str, MetricRule] = {r.key: r for r in (
     MetricRule("cold_start_s", "pct", "timing", 1, "s"),
 )}
 """The per-metric rule table, in row order."""
-GATE_RULE = MetricRule("gate", "status", "gate", 0)
+_GATE_RULE = MetricRule("gate", "status", "gate", 0)
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def _gate_metric(report: Mapping[str, Any], name: str) -> Metric:
         display = f"{passed}/{len(records)} checks passed"
     else:
         display = summaries[0] if summaries and summaries[0] else outcome
-    return Metric(f"gate:{name}", _gate_label(name), display, GATE_RULE,
+    return Metric(f"gate:{name}", _gate_label(name), display, _GATE_RULE,
                   passed=outcome == "passed", outcome=outcome, display=display)
 
 

@@ -33,7 +33,7 @@ decision says so in ``boundary``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .gates import PREFLIGHT_GATES, PREFLIGHT_LABELS, REGISTRY, SECTION_GATES, family_of, title_of
@@ -49,8 +49,7 @@ from .report_query import (
     recipe_value,
 )
 
-__all__ = ["BOUNDARY", "SINGLE_RUN_VERDICTS", "VERDICTS", "decide_run", "gate_coverage", "healthy_after",
-           "smoke_passed", "verdict_rank", "with_decision"]
+__all__ = ["BOUNDARY", "SINGLE_RUN_VERDICTS", "VERDICTS", "decide_run", "gate_coverage", "with_decision"]
 
 VERDICTS: dict[str, str] = {
     "no-promotion": "a gate failed, the run is incomplete, the identity differs, or teardown was not clean",
@@ -62,8 +61,8 @@ VERDICTS: dict[str, str] = {
 SINGLE_RUN_VERDICTS = ("no-promotion", "direct-only", "healthy", "candidate")
 
 BOUNDARY = "No route or promotion changed: a qualification run never promotes."
-FAILING_OUTCOMES = ("failed", "error")
-HEALTH_OK = ("healthy", "ok")
+_FAILING_OUTCOMES = ("failed", "error")
+_HEALTH_OK = ("healthy", "ok")
 """The exact values a rung's ``health_after`` takes when /health answered 200."""
 
 
@@ -76,16 +75,16 @@ def _max_model_len(report: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def smoke_passed(rung: Mapping[str, Any]) -> bool:
+def _smoke_passed(rung: Mapping[str, Any]) -> bool:
     """The post-probe smoke of a rung passed: a structured result, never a substring match."""
     flag = rung.get("post_probe_smoke_ok")
     return flag if isinstance(flag, bool) else rung.get("post_probe_smoke") == "passed"
 
 
-def healthy_after(rung: Mapping[str, Any]) -> bool:
+def _healthy_after(rung: Mapping[str, Any]) -> bool:
     """/health answered 200 after the rung: a structured result, never a substring match."""
     flag = rung.get("health_after_ok")
-    return flag if isinstance(flag, bool) else rung.get("health_after") in HEALTH_OK
+    return flag if isinstance(flag, bool) else rung.get("health_after") in _HEALTH_OK
 
 
 def _label(gate: Mapping[str, Any]) -> str:
@@ -134,7 +133,7 @@ def _blocking_reasons(report: Mapping[str, Any]) -> list[str]:
     if not gates:
         reasons.append("no gate ran")
     for gate in gates:
-        if gate.get("outcome") in FAILING_OUTCOMES:
+        if gate.get("outcome") in _FAILING_OUTCOMES:
             status = f" [{gate['status']}]" if gate.get("status") else ""
             why = first_line(gate.get("reason"))
             reasons.append(f"gate {gate.get('gate')} {gate.get('outcome')}{status}" + (f": {why}" if why else ""))
@@ -214,12 +213,12 @@ def _proves(report: Mapping[str, Any]) -> list[str]:
             f"{fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s, "
             f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s); {done} ladder rung(s) completed")
         probed = [r for r in report.get("ladder") or [] if r.get("post_probe_smoke") is not None]
-        if probed and all(smoke_passed(r) for r in probed):
+        if probed and all(_smoke_passed(r) for r in probed):
             proves.append(f"a short functional smoke passed after every context probe ({len(probed)}/{len(probed)})")
     for rung in report.get("ladder") or []:
         if rung.get("expected_rejection") and rung.get("ok"):
             size = rung.get("prompt_tokens") or rung.get("target")
-            after = " and the server stayed healthy" if healthy_after(rung) else ""
+            after = " and the server stayed healthy" if _healthy_after(rung) else ""
             proves.append(f"a {fmt_num(size)}-token prompt beyond max_model_len was rejected with HTTP "
                           f"{rung.get('status_code')}{after}")
     engine = report.get("engine") or {}
@@ -410,9 +409,3 @@ def with_decision(report: Mapping[str, Any]) -> dict[str, Any]:
 
 def _shown(value: Any) -> str:
     return fmt_num(value) if isinstance(value, int) and not isinstance(value, bool) else str(value)
-
-
-def verdict_rank(verdict: str) -> int:
-    """Order of strength, for comparisons: no-promotion < direct-only < healthy < candidate < priority-challenger."""
-    order: Sequence[str] = (*SINGLE_RUN_VERDICTS, "priority-challenger")
-    return order.index(verdict) if verdict in order else -1

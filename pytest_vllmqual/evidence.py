@@ -40,33 +40,33 @@ SCHEMA_ID = "https://pytest-vllmqual/schemas/report/2"
 SCHEMA_VERSION = 2
 TOOL_NAME = "pytest-vllmqual"
 
-MAX_TEXT = 2000
+_MAX_TEXT = 2000
 """Free text (errors, reasons) is cut to this many characters; the full text stays private."""
 
-IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served_model_name", "max_model_len",
+_IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served_model_name", "max_model_len",
                    "tensor_parallel_size", "served_model", "image_digest")
-HARDWARE_FIELDS = ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect", "driver_version")
-ENGINE_FIELDS = ("device", "kv_pool", "kv_cache_tokens", "max_concurrency", "concurrency_at_tokens",
+_HARDWARE_FIELDS = ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect", "driver_version")
+_ENGINE_FIELDS = ("device", "kv_pool", "kv_cache_tokens", "max_concurrency", "concurrency_at_tokens",
                  "min_rank_kv_gib", "tp_size_seen", "init_engine_seconds", "compilation_seconds", "vllm_version",
                  "redacted_arg_keys", "kv_cache_memory_gib", "sources")
-ENGINE_RANK_FIELDS = ("rank", "process", "weights_gib", "load_seconds", "weights_read_seconds", "available_kv_gib",
+_ENGINE_RANK_FIELDS = ("rank", "process", "weights_gib", "load_seconds", "weights_read_seconds", "available_kv_gib",
                       "kv_in_use_gib", "kv_gib", "cuda_graph_gib", "graph_capture_seconds", "peak_activation_gib",
                       "non_torch_gib", "consumed_gib", "device_free_gib", "device_total_gib", "cpu_node_memory_gib")
-CACHE_CONFIG_FIELDS = ("num_gpu_blocks", "num_cpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens",
+_CACHE_CONFIG_FIELDS = ("num_gpu_blocks", "num_cpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens",
                        "kv_cache_max_concurrency", "enable_prefix_caching", "gpu_memory_utilization")
-TEARDOWN_FIELDS = ("launcher", "stopped", "seconds", "surviving_processes", "surviving_process_names",
+_TEARDOWN_FIELDS = ("launcher", "stopped", "seconds", "surviving_processes", "surviving_process_names",
                    "shm_leftover_files", "containers_left", "shm_reclaim", "clean", "notes")
-ATTEMPT_FIELDS = ("kind", "label", "ok", "status_code", "latency_s", "usage", "request_sha256", "response_sha256",
+_ATTEMPT_FIELDS = ("kind", "label", "ok", "status_code", "latency_s", "usage", "request_sha256", "response_sha256",
                   "request_artifact", "response_artifact", "error", "error_kind", "expected_rejection", "timing")
-USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens", "output_tokens",
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens", "output_tokens",
                 "reasoning_tokens", "cached_tokens")
-TIMING_FIELDS = ("ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s", "decode_tok_s", "chunks",
+_TIMING_FIELDS = ("ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s", "decode_tok_s", "chunks",
                  "first_delta_kind")
-RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration_error", "status_code",
+_RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration_error", "status_code",
                "finish_reason", "completion_tokens", "ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s",
                "decode_tok_s", "ok", "expected_rejection", "error", "post_probe_smoke", "health_after",
                "server_ttft_s", "server_prompt_tokens", "prefix_cache_hits")
-GATE_MEASUREMENTS_IN_SECTIONS = ("ladder",)
+_GATE_MEASUREMENTS_IN_SECTIONS = ("ladder",)
 """Measurements reported as their own section (the capacity gate's rungs) are not repeated per gate."""
 
 
@@ -79,7 +79,7 @@ def _pick(source: Mapping[str, Any] | None, keys: Iterable[str]) -> dict[str, An
     return {k: source[k] for k in keys if k in source}
 
 
-def _text(value: Any, limit: int = MAX_TEXT) -> str | None:
+def _text(value: Any, limit: int = _MAX_TEXT) -> str | None:
     if value is None:
         return None
     text = str(value)
@@ -119,11 +119,11 @@ def _measurement(value: Any) -> Any:
 
 
 def _attempt(attempt: Attempt) -> dict[str, Any]:
-    data = _pick(attempt.to_dict(), ATTEMPT_FIELDS)
+    data = _pick(attempt.to_dict(), _ATTEMPT_FIELDS)
     # Server text never reaches the report: a known vLLM message re-rendered, else withheld.
     data["error"] = _text(public_attempt_error(data.get("error"), data.get("error_kind"), data.get("status_code")))
-    data["usage"] = _pick(data["usage"], USAGE_FIELDS) if isinstance(data.get("usage"), Mapping) else None
-    data["timing"] = _pick(data["timing"], TIMING_FIELDS) if isinstance(data.get("timing"), Mapping) else None
+    data["usage"] = _pick(data["usage"], _USAGE_FIELDS) if isinstance(data.get("usage"), Mapping) else None
+    data["timing"] = _pick(data["timing"], _TIMING_FIELDS) if isinstance(data.get("timing"), Mapping) else None
     return data
 
 
@@ -142,7 +142,7 @@ def _gate(gate: GateRecord) -> dict[str, Any]:
         "duration_s": gate.duration_s,
         "summary": _text(gate.summary),
         "measurements": {str(k): _measurement(v) for k, v in gate.measurements.items()
-                         if k not in GATE_MEASUREMENTS_IN_SECTIONS},
+                         if k not in _GATE_MEASUREMENTS_IN_SECTIONS},
         "thresholds": {str(k): _measurement(v) for k, v in gate.thresholds.items()},
         "attempts": attempts,
         "retained_failures": sum(1 for a in gate.attempts if not a.ok and not a.expected_rejection),
@@ -152,7 +152,7 @@ def _gate(gate: GateRecord) -> dict[str, Any]:
 
 
 def _rung(rung: RungRecord) -> dict[str, Any]:
-    data = _pick(rung.to_dict(), RUNG_FIELDS)
+    data = _pick(rung.to_dict(), _RUNG_FIELDS)
     data["error"] = _text(public_rung_error(data.get("error"), data.get("status_code")))
     smoke, health = data.get("post_probe_smoke"), data.get("health_after")
     data["post_probe_smoke_ok"] = None if smoke is None else smoke == "passed"
@@ -210,8 +210,8 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
             status = "unverified"
     return {
         "status": status,
-        "expected": {k: _shallow(v) for k, v in _pick(identity.get("expected"), IDENTITY_FIELDS).items()},
-        "observed": {k: _shallow(v) for k, v in _pick(identity.get("observed"), IDENTITY_FIELDS).items()},
+        "expected": {k: _shallow(v) for k, v in _pick(identity.get("expected"), _IDENTITY_FIELDS).items()},
+        "observed": {k: _shallow(v) for k, v in _pick(identity.get("observed"), _IDENTITY_FIELDS).items()},
         "checks": checks,
         "not_checked": [str(f) for f in identity.get("not_checked") or []],
         "model_files": {str(k): str(v) for k, v in (identity.get("model_files") or {}).items()
@@ -220,7 +220,7 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _hardware(hardware: Mapping[str, Any]) -> dict[str, Any]:
-    data = _pick(hardware, HARDWARE_FIELDS)
+    data = _pick(hardware, _HARDWARE_FIELDS)
     source = data.get("source")
     interconnect = data.get("interconnect")
     count = data.get("gpu_count")
@@ -241,7 +241,7 @@ def _teardown(teardown: TeardownResult | Mapping[str, Any] | None) -> dict[str, 
     if teardown is None:
         return None
     data = teardown.to_dict() if isinstance(teardown, TeardownResult) else dict(teardown)
-    out = _pick(data, TEARDOWN_FIELDS)
+    out = _pick(data, _TEARDOWN_FIELDS)
     if "shm_reclaim" in out:
         out["shm_reclaim"] = _flat(out["shm_reclaim"])
     if "notes" in out:
@@ -321,7 +321,7 @@ def _rank(facts: Mapping[str, Any], position: int) -> dict[str, Any]:
     if data.get("kv_gib") is None:
         data["kv_gib"] = data.get("available_kv_gib") if data.get("available_kv_gib") is not None \
             else data.get("kv_in_use_gib")
-    return _pick(data, ENGINE_RANK_FIELDS)
+    return _pick(data, _ENGINE_RANK_FIELDS)
 
 
 def _number_or_text(value: Any) -> Any:
@@ -346,13 +346,13 @@ def _cache_config(run: RunRecord) -> dict[str, Any] | None:
     for candidate in ((run.engine or {}).get("cache_config"), endpoints.get("cache_config"),
                       metrics.get("cache_config"), metrics.get("cache_config_info")):
         if isinstance(candidate, Mapping) and candidate:
-            return {k: _number_or_text(v) for k, v in _pick(candidate, CACHE_CONFIG_FIELDS).items()}
+            return {k: _number_or_text(v) for k, v in _pick(candidate, _CACHE_CONFIG_FIELDS).items()}
     return None
 
 
 def _engine(run: RunRecord, sanitizer: Sanitizer) -> dict[str, Any]:
     facts = run.engine or {}
-    out = _pick(facts, ENGINE_FIELDS)
+    out = _pick(facts, _ENGINE_FIELDS)
     if "redacted_arg_keys" in out:
         out["redacted_arg_keys"] = [str(k) for k in out["redacted_arg_keys"] or []]
     out["ranks"] = [_rank(r, i) for i, r in enumerate(facts.get("ranks") or []) if isinstance(r, Mapping)]

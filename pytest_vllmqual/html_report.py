@@ -27,9 +27,9 @@ from .html_svg import esc, ladder_svg, memory_svg, rung_kind
 from .number_format import fmt_num, fmt_places, short_tokens
 from .report_query import first_line, gate_outcome, gates_named, largest_rung, preflight_summary
 
-__all__ = ["CSS", "comparison_section", "measurement_rows", "per_rank", "render_html", "seed_result_rows"]
+__all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "seed_result_rows"]
 
-CSS = """
+_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1180px;
 color:#1b1f24;line-height:1.45;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #d0d7de;
@@ -495,5 +495,5 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
     ]
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>"
             + "".join(body) + "</body></html>\n")

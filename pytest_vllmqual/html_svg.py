@@ -15,9 +15,9 @@ from typing import Any
 
 from .number_format import short_tokens
 
-__all__ = ["COLORS", "esc", "ladder_svg", "memory_svg", "nice_ticks", "rung_kind"]
+__all__ = ["esc", "ladder_svg", "memory_svg", "nice_ticks", "rung_kind"]
 
-COLORS = {
+_COLORS = {
     "ok": "#1f77b4",
     "failed": "#d62728",
     "rejected": "#ff7f0e",
@@ -61,13 +61,13 @@ def _tick_label(value: float, kind: str) -> str:
 def _marker(kind: str, x: float, y: float, tip: str) -> str:
     title = f"<title>{esc(tip)}</title>"
     if kind == "ok":
-        return (f'<circle class="pt pt-ok" cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{COLORS["ok"]}">'
+        return (f'<circle class="pt pt-ok" cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{_COLORS["ok"]}">'
                 f"{title}</circle>")
     if kind == "failed":
         d = f"M{x - 5:.1f},{y - 5:.1f}L{x + 5:.1f},{y + 5:.1f}M{x - 5:.1f},{y + 5:.1f}L{x + 5:.1f},{y - 5:.1f}"
-        return f'<path class="pt pt-failed" d="{d}" stroke="{COLORS["failed"]}" stroke-width="2.5">{title}</path>'
+        return f'<path class="pt pt-failed" d="{d}" stroke="{_COLORS["failed"]}" stroke-width="2.5">{title}</path>'
     return (f'<rect class="pt pt-rejected" x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" fill="none" '
-            f'stroke="{COLORS["rejected"]}" stroke-width="2">{title}</rect>')
+            f'stroke="{_COLORS["rejected"]}" stroke-width="2">{title}</rect>')
 
 
 def rung_kind(rung: Mapping[str, Any]) -> str:
@@ -117,7 +117,7 @@ def _panel(panel_id: str, title: str, y_key: str, y_unit: str, ladder: Sequence[
     line = sorted((p for p in points if p[2] == "ok" and p[1] is not None), key=lambda p: p[0])
     if len(line) > 1:
         coords = " ".join(f"{sx(p[0]):.1f},{sy(p[1] or 0):.1f}" for p in line)
-        out.append(f'<polyline class="series" points="{coords}" fill="none" stroke="{COLORS["ok"]}" '
+        out.append(f'<polyline class="series" points="{coords}" fill="none" stroke="{_COLORS["ok"]}" '
                    'stroke-width="1.5" stroke-opacity="0.6"/>')
     for x, y, kind, rung in points:
         value = "no measurement" if y is None else f"{y:,.3f} {y_unit}"
@@ -188,7 +188,7 @@ def memory_svg(report: Mapping[str, Any]) -> str:
             y_top, y_bottom = sy(base + value), sy(base)
             tip = f"rank {rank['rank']}: {label} {value:,.2f} GiB"
             out.append(f'<rect class="seg seg-{css}" x="{x:.1f}" y="{y_top:.1f}" width="{bar_w}" '
-                       f'height="{max(y_bottom - y_top, 0.8):.1f}" fill="{COLORS[css]}">'
+                       f'height="{max(y_bottom - y_top, 0.8):.1f}" fill="{_COLORS[css]}">'
                        f"<title>{esc(tip)}</title></rect>")
             base += value
         out.append(f'<text x="{x + bar_w / 2:.1f}" y="{top + plot_h + 18}" text-anchor="middle">'
@@ -201,7 +201,7 @@ def memory_svg(report: Mapping[str, Any]) -> str:
         y = top + 10 + j * 22
         values = [r.get(key) for r in ranks]
         shown = "n/a" if all(v is None for v in values) else label
-        out.append(f'<rect x="{legend_x}" y="{y - 10}" width="14" height="14" fill="{COLORS[css]}"/>'
+        out.append(f'<rect x="{legend_x}" y="{y - 10}" width="14" height="14" fill="{_COLORS[css]}"/>'
                    f'<text x="{legend_x + 20}" y="{y + 1}">{esc(shown)}</text>')
     out.append("</g></svg>")
     return "".join(out)

@@ -28,7 +28,7 @@ def fmt_num(value: Any, digits: int = 2, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
-def fmt_places(value: int | float, digits: int = 2) -> str:
+def fmt_places(value: Any, digits: int = 2) -> str:
     """Always ``digits`` places, ints included (per-rank columns line up: "75.00 / 75.64")."""
     return f"{value:,.{digits}f}"
 
