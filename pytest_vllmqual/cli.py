@@ -27,6 +27,8 @@ from pathlib import Path
 from . import __version__
 from .errors import RecipeError, VllmQualError
 
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "register_command"]
+
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2

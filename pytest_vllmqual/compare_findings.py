@@ -8,8 +8,8 @@ it is flagged with both figures. ``replay``: the replay must reproduce the contr
 facts within ``compare.replay_tolerance_pct`` and its gate outcomes exactly, else the baseline
 is "not reproducible" (timings are reported, not judged). ``timing_noise``: single-request
 timing deltas below ``compare.timing_noise_floor_pct`` are "bounded observation, not a ranking".
-Tolerances come from the control recipe's ``compare`` block (:data:`DEFAULT_TOLERANCES` fill
-what it lacks).
+Tolerances come from the control recipe's ``compare`` block (:data:`.compare_rows.DEFAULT_TOLERANCES`
+fill what it lacks).
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ KV_GEOMETRY_PATHS = ("serve.kv_cache_dtype", "serve.tensor_parallel_size", "serv
 """Recipe keys that change how many tokens one GiB of KV holds (with the engine's block size)."""
 
 
-def retained_finding(finding_id: str, status: str, summary: str, figures: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def retained_finding(finding_id: str, status: str, summary: str,
+                     figures: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One finding of the record: kept whatever its status, its figures as public scalars."""
     return {"id": finding_id, "status": status, "retained": True, "summary": summary,
             "figures": {k: public_value(v) for k, v in (figures or {}).items()}}
 

@@ -36,6 +36,7 @@ class Targets:
 
     @classmethod
     def from_reports(cls, reports: Iterable[Mapping[str, Any]]) -> Targets:
+        """The largest thresholds the arms' recipes set; defaults fill what none sets."""
         prompts: list[int] = []
         contexts: list[int] = []
         for report in reports:
@@ -55,6 +56,7 @@ class Targets:
 
 
 def arm_verdict(report: Mapping[str, Any]) -> str:
+    """The arm report's own verdict (no-promotion when it has none)."""
     return str((report.get("decision") or {}).get("verdict") or "no-promotion")
 
 

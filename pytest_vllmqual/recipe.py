@@ -23,6 +23,10 @@ import yaml
 from .errors import RecipeError
 from .schema_loader import RECIPE_SCHEMA, load_schema
 
+__all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
+           "ServeConfig", "StartupConfig", "available_recipes", "effective_yaml", "load_recipe", "parse_override",
+           "recipes_dir", "resolve_recipe", "resolve_recipe_path", "validate_raw", "with_overrides"]
+
 DEFAULT_RECIPE = "tiny-cpu"
 RECIPE_SUFFIXES = (".yaml", ".yml")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
