@@ -23,7 +23,7 @@ evidence. The vocabulary is the seeds':
     identity, a completed capacity rung, engine facts read and a clean teardown. This is the
     most a single run can earn.
 ``priority-challenger``
-    Only an A/B comparison (the compare module) can award it: a candidate that held up
+    Only an A/B comparison (:mod:`.decision_ab`) can award it: a candidate that held up
     against the control arm under a bracketed replay. :func:`decide_run` never returns it.
 
 Whatever the verdict, a qualification run changes no route and promotes nothing; the
