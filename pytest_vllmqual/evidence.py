@@ -377,8 +377,9 @@ def build_public_report(
     artifacts: Sequence[Mapping[str, Any]] | None = None,
     tool_version: str | None = None,
 ) -> dict[str, Any]:
-    """The sanitized public report for one run (one arm), as a dict that validates.
+    """The sanitized public report for one run (one arm), without its verdict.
 
+    It validates once :func:`pytest_vllmqual.decision.with_decision` has added the decision.
     ``sanitizer`` defaults to a fresh one that also scrubs ``known_secrets``. ``teardown``
     overrides ``run.lifecycle["teardown"]``. ``artifacts`` defaults to ``run.artifacts``, or,
     when that is empty, to every file in ``run.private_dir`` (hashed now).
