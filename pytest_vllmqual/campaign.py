@@ -57,9 +57,9 @@ from typing import Any
 
 import yaml
 
-from .decision import first_line, gate_outcome, largest_rung, preflight_summary, recipe_value
 from .errors import VllmQualError
 from .gates import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
+from .report_query import first_line, gate_outcome, largest_rung, preflight_summary, recipe_value
 
 DEFAULT_REQUIREMENTS = ("gates",)
 BUILTIN_REQUIREMENTS = ("gates", "startup", "kv_pool", "ladder", "preflight")

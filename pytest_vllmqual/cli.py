@@ -7,7 +7,7 @@ Subcommands:
   mismatch, with the problems listed).
 - ``vllmqual recipes [--dir DIR]``: the recipes there, with launcher and max_model_len.
 - ``vllmqual compare A.json B.json [--replay A2.json] [-o comparison.json] [--html OUT.html]``:
-  the A/B comparison (``compare.py``), written atomically and printed as a markdown table;
+  the A/B comparison (``compare.py`` and its ``compare_*`` modules), written atomically and printed as a markdown table;
   exit 1 when its verdict is no-promotion.
 - ``vllmqual recipe from-command -- CMD ...`` / ``vllmqual recipe show NAME|PATH``: a recipe
   from a ``vllm serve`` or ``docker run`` line, and the exact command a recipe runs.
@@ -26,6 +26,8 @@ from pathlib import Path
 
 from . import __version__
 from .errors import RecipeError, VllmQualError
+
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "register_command"]
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -51,8 +53,9 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from .evidence import load_report, write_text_atomic
-    from .html import render_html
+    from .atomic_io import write_text_atomic
+    from .evidence import load_report
+    from .html_report import render_html
 
     report = load_report(args.report)
     output: Path = args.output or args.report.with_suffix(".html")
@@ -143,9 +146,10 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
 def _run_compare(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .compare import Targets, compare_files, load_arm_report, render_markdown, write_comparison_atomic
-    from .evidence import write_text_atomic
-    from .html import render_html
+    from .atomic_io import write_text_atomic
+    from .compare import compare_files, load_arm_report, render_markdown, write_comparison_atomic
+    from .decision_ab import Targets
+    from .html_report import render_html
 
     targets = None
     if args.target_prompt is not None or args.target_context is not None:
@@ -262,7 +266,7 @@ def _run_recipe_from_command(args: argparse.Namespace) -> int:
         raise VllmQualError(f"{output} exists. Fix: pass --force to overwrite it, or another -o.")
     header = "".join(f"# note: {note}\n" for note in conversion.notes)
     text = f"# Written by `vllmqual recipe from-command`.\n{header}" + yaml.safe_dump(raw, sort_keys=False)
-    from .evidence import write_text_atomic
+    from .atomic_io import write_text_atomic
 
     write_text_atomic(text, output, what="recipe")
     for note in conversion.notes:

@@ -23,8 +23,8 @@ evidence. The vocabulary is the seeds':
     identity, a completed capacity rung, engine facts read and a clean teardown. This is the
     most a single run can earn.
 ``priority-challenger``
-    Only an A/B comparison (the compare module) can award it: a candidate that held up
-    against the control arm under a bracketed replay. ``decide`` never returns it.
+    Only an A/B comparison (:mod:`.decision_ab`) can award it: a candidate that held up
+    against the control arm under a bracketed replay. :func:`decide_run` never returns it.
 
 Whatever the verdict, a qualification run changes no route and promotes nothing; the
 decision says so in ``boundary``.
@@ -33,12 +33,23 @@ decision says so in ``boundary``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-# PREFLIGHT_GATES, PREFLIGHT_LABELS and SECTION_GATES are re-exported for html/compare/campaign.
 from .gates import PREFLIGHT_GATES, PREFLIGHT_LABELS, REGISTRY, SECTION_GATES, family_of, title_of
 from .gates import proves as gate_proves
+from .number_format import fmt_num, short_tokens
+from .report_query import (
+    first_line,
+    gate_outcome,
+    gates_named,
+    largest_rung,
+    ok_rungs,
+    preflight_summary,
+    recipe_value,
+)
+
+__all__ = ["BOUNDARY", "SINGLE_RUN_VERDICTS", "VERDICTS", "decide_run", "gate_coverage", "with_decision"]
 
 VERDICTS: dict[str, str] = {
     "no-promotion": "a gate failed, the run is incomplete, the identity differs, or teardown was not clean",
@@ -50,131 +61,30 @@ VERDICTS: dict[str, str] = {
 SINGLE_RUN_VERDICTS = ("no-promotion", "direct-only", "healthy", "candidate")
 
 BOUNDARY = "No route or promotion changed: a qualification run never promotes."
-FAILING_OUTCOMES = ("failed", "error")
-HEALTH_OK = ("healthy", "ok")
+_FAILING_OUTCOMES = ("failed", "error")
+_HEALTH_OK = ("healthy", "ok")
 """The exact values a rung's ``health_after`` takes when /health answered 200."""
 
 
-# -- formatting helpers (shared with html.py and evidence.py) --------------------------------
+# -- rung and coverage readings --------------------------------------------------------------
 
 
-def short_tokens(n: int | float) -> str:
-    """Token counts the way the seeds write them: 300,000 → 300K, 117,500 → 117.5K, 131,072 → 131K.
-
-    Whole thousands and exact hundreds are written exactly; other sizes (the binary context
-    lengths 32,768, 131,072, 393,216) are floored to whole thousands.
-    """
-    if n < 1000:
-        return f"{n:,.0f}"
-    whole = int(n)
-    if whole % 1000 == 0:
-        return f"{whole // 1000:,}K"
-    if whole % 100 == 0:
-        return f"{whole / 1000:,.1f}K"
-    return f"{whole // 1000:,}K"
-
-
-def fmt_num(value: Any, digits: int = 2, unit: str = "") -> str:
-    """A number with thousands separators, or "n/a"."""
-    if value is None or isinstance(value, bool):
-        return "n/a"
-    if isinstance(value, int):
-        return f"{value:,}{unit}"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}{unit}"
-    return f"{value}{unit}"
-
-
-def first_line(text: Any, limit: int = 200) -> str:
-    """The first line of a message, shortened: list items stay one line."""
-    if not text:
-        return ""
-    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def tools_phrase(gate: Mapping[str, Any] | None) -> str:
-    """"20/20 tool calls" from the tools gate's measurements, else the generic label."""
-    if not gate:
-        return PREFLIGHT_LABELS["tools"]
-    m = gate.get("measurements") or {}
-    passed = m.get("passed", m.get("valid_calls"))
-    total = m.get("total", m.get("count"))
-    if isinstance(passed, int) and isinstance(total, int) and total:
-        return f"{passed}/{total} tool calls"
-    return PREFLIGHT_LABELS["tools"]
-
-
-def gates_named(report: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
-    return [g for g in report.get("gates") or [] if g.get("gate") == name]
-
-
-def gate_outcome(report: Mapping[str, Any], name: str) -> str:
-    """One outcome per gate name: failed/error beats skipped beats passed; absent if none ran."""
-    records = gates_named(report, name)
-    if not records:
-        return "absent"
-    outcomes = [str(g.get("outcome")) for g in records]
-    for worst in ("error", "failed", "pending", "skipped"):
-        if worst in outcomes:
-            return worst
-    return "passed" if all(o == "passed" for o in outcomes) else outcomes[0]
-
-
-def preflight_summary(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The preflight section: {passed, total, summary "k/6", text, gates[{gate, outcome}]}."""
-    rows = [{"gate": name, "outcome": gate_outcome(report, name)} for name in PREFLIGHT_GATES]
-    passed = sum(1 for r in rows if r["outcome"] == "passed")
-    tools = gates_named(report, "tools")
-    labels = [tools_phrase(tools[0] if tools else None) if r["gate"] == "tools" else PREFLIGHT_LABELS[r["gate"]]
-              for r in rows if r["outcome"] == "passed"]
-    summary = f"{passed}/{len(rows)}"
-    return {
-        "passed": passed,
-        "total": len(rows),
-        "summary": summary,
-        "text": summary + (": " + ", ".join(labels) if labels else ""),
-        "gates": rows,
-    }
-
-
-def ok_rungs(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """Completed rungs with an API-reported size (the only size a capacity claim uses)."""
-    return [r for r in report.get("ladder") or []
-            if r.get("ok") and not r.get("expected_rejection") and isinstance(r.get("prompt_tokens"), int)]
-
-
-def largest_rung(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    rungs = ok_rungs(report)
-    return max(rungs, key=lambda r: int(r["prompt_tokens"])) if rungs else None
-
-
-def recipe_value(report: Mapping[str, Any], *path: str) -> Any:
-    """A value of the report's recipe content by key path (None when absent); shared by compare/campaign."""
-    node: Any = (report.get("recipe") or {}).get("content") or {}
-    for key in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(key)
-    return node
-
-
-def max_model_len(report: Mapping[str, Any]) -> int | None:
+def _max_model_len(report: Mapping[str, Any]) -> int | None:
     expected = (report.get("identity") or {}).get("expected") or {}
     value = expected.get("max_model_len") or recipe_value(report, "serve", "max_model_len")
     return value if isinstance(value, int) else None
 
 
-def smoke_passed(rung: Mapping[str, Any]) -> bool:
+def _smoke_passed(rung: Mapping[str, Any]) -> bool:
     """The post-probe smoke of a rung passed: a structured result, never a substring match."""
     flag = rung.get("post_probe_smoke_ok")
     return flag if isinstance(flag, bool) else rung.get("post_probe_smoke") == "passed"
 
 
-def healthy_after(rung: Mapping[str, Any]) -> bool:
+def _healthy_after(rung: Mapping[str, Any]) -> bool:
     """/health answered 200 after the rung: a structured result, never a substring match."""
     flag = rung.get("health_after_ok")
-    return flag if isinstance(flag, bool) else rung.get("health_after") in HEALTH_OK
+    return flag if isinstance(flag, bool) else rung.get("health_after") in _HEALTH_OK
 
 
 def _label(gate: Mapping[str, Any]) -> str:
@@ -223,7 +133,7 @@ def _blocking_reasons(report: Mapping[str, Any]) -> list[str]:
     if not gates:
         reasons.append("no gate ran")
     for gate in gates:
-        if gate.get("outcome") in FAILING_OUTCOMES:
+        if gate.get("outcome") in _FAILING_OUTCOMES:
             status = f" [{gate['status']}]" if gate.get("status") else ""
             why = first_line(gate.get("reason"))
             reasons.append(f"gate {gate.get('gate')} {gate.get('outcome')}{status}" + (f": {why}" if why else ""))
@@ -303,12 +213,12 @@ def _proves(report: Mapping[str, Any]) -> list[str]:
             f"{fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s, "
             f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s); {done} ladder rung(s) completed")
         probed = [r for r in report.get("ladder") or [] if r.get("post_probe_smoke") is not None]
-        if probed and all(smoke_passed(r) for r in probed):
+        if probed and all(_smoke_passed(r) for r in probed):
             proves.append(f"a short functional smoke passed after every context probe ({len(probed)}/{len(probed)})")
     for rung in report.get("ladder") or []:
         if rung.get("expected_rejection") and rung.get("ok"):
             size = rung.get("prompt_tokens") or rung.get("target")
-            after = " and the server stayed healthy" if healthy_after(rung) else ""
+            after = " and the server stayed healthy" if _healthy_after(rung) else ""
             proves.append(f"a {fmt_num(size)}-token prompt beyond max_model_len was rejected with HTTP "
                           f"{rung.get('status_code')}{after}")
     engine = report.get("engine") or {}
@@ -331,7 +241,7 @@ def _proves(report: Mapping[str, Any]) -> list[str]:
 def _does_not_prove(report: Mapping[str, Any]) -> list[str]:
     items: list[str] = []
     run = report.get("run") or {}
-    limit = max_model_len(report)
+    limit = _max_model_len(report)
     floor = recipe_value(report, "gates", "capacity", "min_largest_prompt")
     top = largest_rung(report)
     if top is None:
@@ -429,7 +339,7 @@ def _caveats(report: Mapping[str, Any]) -> list[str]:
             caveats.append(f"provenance mismatch: {check.get('field')} expected {check.get('expected')!r}, "
                            f"observed {check.get('observed')!r}")
     engine = report.get("engine") or {}
-    limit = max_model_len(report)
+    limit = _max_model_len(report)
     kv = engine.get("kv_cache_tokens")
     if isinstance(kv, int) and limit and kv < limit:
         caveats.append(f"the engine-reported KV pool ({fmt_num(kv)} tokens) is below the configured "
@@ -440,7 +350,7 @@ def _caveats(report: Mapping[str, Any]) -> list[str]:
     return caveats
 
 
-def decide(report: Mapping[str, Any]) -> dict[str, Any]:
+def decide_run(report: Mapping[str, Any]) -> dict[str, Any]:
     """The decision block for one run's public report (see the module docstring)."""
     run = report.get("run") or {}
     blocking = _blocking_reasons(report)
@@ -478,11 +388,24 @@ def decide(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def with_decision(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The public report with its ``decision`` block: the one place a report and its verdict meet.
+
+    The evidence layer builds the report without a verdict; the run (and any script that
+    rebuilds a report) calls this. An existing decision is replaced where it stands; a new one
+    goes right after ``ladder_summary``, where the schema and the written reports have it.
+    """
+    decision = decide_run(report)
+    if "decision" in report:
+        return {**report, "decision": decision}
+    out: dict[str, Any] = {}
+    for key, value in report.items():
+        out[key] = value
+        if key == "ladder_summary":
+            out["decision"] = decision
+    out.setdefault("decision", decision)
+    return out
+
+
 def _shown(value: Any) -> str:
     return fmt_num(value) if isinstance(value, int) and not isinstance(value, bool) else str(value)
-
-
-def verdict_rank(verdict: str) -> int:
-    """Order of strength, for comparisons: no-promotion < direct-only < healthy < candidate < priority-challenger."""
-    order: Sequence[str] = (*SINGLE_RUN_VERDICTS, "priority-challenger")
-    return order.index(verdict) if verdict in order else -1

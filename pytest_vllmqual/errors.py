@@ -6,6 +6,7 @@ VllmQualError                 base of everything this package raises on purpose
 ├── ServerGoneError           the server died or hung while gates were running
 ├── CalibrationError          an exact-length prompt cannot be built for the requested target
 ├── ReportError               the report could not be validated or written (names the path)
+├── ArtifactError             an artifact name is unsafe or the artifact cannot be written
 └── ComparisonError           two reports cannot be compared
 
 Every message is meant to be shown to an operator as is: it says what broke, where, and
@@ -13,6 +14,9 @@ what to do about it.
 """
 
 from __future__ import annotations
+
+__all__ = ["ArtifactError", "CalibrationError", "ComparisonError", "LaunchError", "RecipeError", "ReportError",
+           "ServerGoneError", "VllmQualError"]
 
 
 class VllmQualError(Exception):
@@ -86,6 +90,10 @@ class CalibrationError(VllmQualError):
 
 class ReportError(VllmQualError):
     """The report failed schema validation or could not be written; names the path."""
+
+
+class ArtifactError(VllmQualError):
+    """An artifact name is unsafe (absolute, escaping the private folder) or cannot be written."""
 
 
 class ComparisonError(VllmQualError):

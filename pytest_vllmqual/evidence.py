@@ -1,167 +1,73 @@
-"""Private artifacts, the sanitized public report, its schema, and the atomic writer.
+"""The sanitized public report: its allowlist builder, its schema check, and reading it back.
 
-Two stores, never mixed. Raw artifacts (request and response bodies, server logs) stay in
-the run's private folder; :class:`ArtifactStore` writes them and hashes each file after it
-is closed. The public report is built by :func:`build_public_report` from an *allowlist*:
-every section copies known keys one by one, so a new field in a record never reaches the
-report by accident, and every string that came from the run passes the
-:class:`~pytest_vllmqual.sanitize.Sanitizer`. Artifacts appear in the report only as
-``{name, size, sha256}``; :func:`verify_report` re-checks them against the private folder.
+The public report is built by :func:`build_public_report` from an *allowlist*: every
+section copies known keys one by one, so a new field in a record never reaches the report
+by accident, and every string that came from the run passes the
+:class:`~pytest_vllmqual.sanitize.Sanitizer`. Raw artifacts stay private
+(:mod:`~pytest_vllmqual.artifacts`) and appear here only as ``{name, size, sha256}``.
 
-:func:`write_report_atomic` validates against ``schemas/report.schema.json`` first, then
-writes a temp file in the target directory, fsyncs it and renames it into place: a partial
-report never exists, and a failure names the path.
+The builder does not judge: the verdict is added by
+:func:`pytest_vllmqual.decision.with_decision`. :func:`write_report_atomic` validates
+against ``schemas/report.schema.json`` first, then writes through
+:mod:`~pytest_vllmqual.atomic_io`: a partial report never exists, and a failure names the path.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from . import __version__
-from .decision import decide, ok_rungs, preflight_summary
-from .errors import ReportError, VllmQualError
+from .artifacts import ArtifactStore, verify_artifacts
+from .atomic_io import write_json_atomic
+from .errors import ReportError
 from .gates import family_of, title_of
 from .gates import proves as gate_proves
 from .launch.base import TeardownResult
 from .records import Attempt, GateRecord, RungRecord, RunRecord
+from .report_query import ok_rungs, preflight_summary
 from .sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
+from .schema_loader import REPORT_SCHEMA, schema_errors
 from .server_text import public_attempt_error, public_rung_error, public_startup_details, startup_cause
+
+__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "resanitize",
+           "validate_report", "validation_errors", "verify_report", "write_report_atomic"]
 
 SCHEMA_ID = "https://pytest-vllmqual/schemas/report/2"
 SCHEMA_VERSION = 2
 TOOL_NAME = "pytest-vllmqual"
 
-MAX_TEXT = 2000
+_MAX_TEXT = 2000
 """Free text (errors, reasons) is cut to this many characters; the full text stays private."""
 
-IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served_model_name", "max_model_len",
+_IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served_model_name", "max_model_len",
                    "tensor_parallel_size", "served_model", "image_digest")
-HARDWARE_FIELDS = ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect", "driver_version")
-ENGINE_FIELDS = ("device", "kv_pool", "kv_cache_tokens", "max_concurrency", "concurrency_at_tokens",
+_HARDWARE_FIELDS = ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect", "driver_version")
+_ENGINE_FIELDS = ("device", "kv_pool", "kv_cache_tokens", "max_concurrency", "concurrency_at_tokens",
                  "min_rank_kv_gib", "tp_size_seen", "init_engine_seconds", "compilation_seconds", "vllm_version",
                  "redacted_arg_keys", "kv_cache_memory_gib", "sources")
-ENGINE_RANK_FIELDS = ("rank", "process", "weights_gib", "load_seconds", "weights_read_seconds", "available_kv_gib",
+_ENGINE_RANK_FIELDS = ("rank", "process", "weights_gib", "load_seconds", "weights_read_seconds", "available_kv_gib",
                       "kv_in_use_gib", "kv_gib", "cuda_graph_gib", "graph_capture_seconds", "peak_activation_gib",
                       "non_torch_gib", "consumed_gib", "device_free_gib", "device_total_gib", "cpu_node_memory_gib")
-CACHE_CONFIG_FIELDS = ("num_gpu_blocks", "num_cpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens",
+_CACHE_CONFIG_FIELDS = ("num_gpu_blocks", "num_cpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens",
                        "kv_cache_max_concurrency", "enable_prefix_caching", "gpu_memory_utilization")
-TEARDOWN_FIELDS = ("launcher", "stopped", "seconds", "surviving_processes", "surviving_process_names",
+_TEARDOWN_FIELDS = ("launcher", "stopped", "seconds", "surviving_processes", "surviving_process_names",
                    "shm_leftover_files", "containers_left", "shm_reclaim", "clean", "notes")
-ATTEMPT_FIELDS = ("kind", "label", "ok", "status_code", "latency_s", "usage", "request_sha256", "response_sha256",
+_ATTEMPT_FIELDS = ("kind", "label", "ok", "status_code", "latency_s", "usage", "request_sha256", "response_sha256",
                   "request_artifact", "response_artifact", "error", "error_kind", "expected_rejection", "timing")
-USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens", "output_tokens",
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens", "output_tokens",
                 "reasoning_tokens", "cached_tokens")
-TIMING_FIELDS = ("ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s", "decode_tok_s", "chunks",
+_TIMING_FIELDS = ("ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s", "decode_tok_s", "chunks",
                  "first_delta_kind")
-RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration_error", "status_code",
+_RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration_error", "status_code",
                "finish_reason", "completion_tokens", "ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s",
                "decode_tok_s", "ok", "expected_rejection", "error", "post_probe_smoke", "health_after",
                "server_ttft_s", "server_prompt_tokens", "prefix_cache_hits")
-GATE_MEASUREMENTS_IN_SECTIONS = ("ladder",)
+_GATE_MEASUREMENTS_IN_SECTIONS = ("ladder",)
 """Measurements reported as their own section (the capacity gate's rungs) are not repeated per gate."""
-
-BOOKKEEPING_SUFFIXES = (".lock", ".tmp")
-"""Files in the private folder that are tool bookkeeping, not evidence (and hidden files)."""
-
-_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9._@+=-]+(?:/[A-Za-z0-9._@+=-]+)*$")
-_CHUNK = 1 << 20
-
-
-class ArtifactError(VllmQualError):
-    """An artifact name is unsafe (absolute, escaping the private folder) or cannot be written."""
-
-
-# -- private artifacts ----------------------------------------------------------------------
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _is_bookkeeping(relative: str) -> bool:
-    return any(part.startswith(".") for part in relative.split("/")) or relative.endswith(BOOKKEEPING_SUFFIXES)
-
-
-class ArtifactStore:
-    """The run's private folder: raw evidence that never leaves the operator's disk.
-
-    Anything written into the folder (by this class, or by a launcher writing its log there
-    through :meth:`path_for`) is an artifact. :meth:`entries` hashes every file at call time,
-    so call it after the writers have closed their files (after teardown).
-    """
-
-    def __init__(self, private_dir: Path) -> None:
-        self.private_dir = Path(private_dir)
-
-    def _target(self, name: str) -> Path:
-        if not _ARTIFACT_NAME.match(name) or any(part in (".", "..") for part in name.split("/")):
-            raise ArtifactError(
-                f"artifact name {name!r} is not a safe relative name (letters, digits, ._@+=- and '/'). "
-                "Fix: name artifacts like 'gates/smoke/001-smoke.request.json'.")
-        return self.private_dir / name
-
-    def path_for(self, name: str) -> Path:
-        """The path a writer should use for artifact ``name`` (parent folders created, mode 0700)."""
-        target = self._target(name)
-        try:
-            self.private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise ArtifactError(f"cannot create the private artifact folder {target.parent}: "
-                                f"{exc.strerror or exc}") from None
-        return target
-
-    def write_bytes(self, name: str, data: bytes) -> dict[str, Any]:
-        """Write one artifact, close it, then hash the file on disk."""
-        target = self.path_for(name)
-        try:
-            with open(target, "wb") as handle:
-                handle.write(data)
-        except OSError as exc:
-            raise ArtifactError(f"cannot write artifact {target}: {exc.strerror or exc}") from None
-        return self.entry(name)
-
-    def write_text(self, name: str, text: str) -> dict[str, Any]:
-        return self.write_bytes(name, text.encode("utf-8"))
-
-    def write_json(self, name: str, obj: Any) -> dict[str, Any]:
-        return self.write_bytes(name, json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
-
-    def entry(self, name: str) -> dict[str, Any]:
-        """{name, size, sha256} of one artifact, from the closed file on disk."""
-        target = self._target(name)
-        return {"name": name, "size": target.stat().st_size, "sha256": sha256_file(target)}
-
-    def entries(self) -> list[dict[str, Any]]:
-        """Every artifact in the private folder, sorted by name; names are relative, '/'-separated."""
-        if not self.private_dir.is_dir():
-            return []
-        found: list[dict[str, Any]] = []
-        for path in sorted(self.private_dir.rglob("*")):
-            if not path.is_file() or path.is_symlink():
-                continue
-            relative = path.relative_to(self.private_dir).as_posix()
-            if _is_bookkeeping(relative):
-                continue
-            found.append({"name": relative, "size": path.stat().st_size, "sha256": sha256_file(path)})
-        return found
 
 
 # -- the public report ----------------------------------------------------------------------
@@ -173,7 +79,7 @@ def _pick(source: Mapping[str, Any] | None, keys: Iterable[str]) -> dict[str, An
     return {k: source[k] for k in keys if k in source}
 
 
-def _text(value: Any, limit: int = MAX_TEXT) -> str | None:
+def _text(value: Any, limit: int = _MAX_TEXT) -> str | None:
     if value is None:
         return None
     text = str(value)
@@ -213,11 +119,11 @@ def _measurement(value: Any) -> Any:
 
 
 def _attempt(attempt: Attempt) -> dict[str, Any]:
-    data = _pick(attempt.to_dict(), ATTEMPT_FIELDS)
+    data = _pick(attempt.to_dict(), _ATTEMPT_FIELDS)
     # Server text never reaches the report: a known vLLM message re-rendered, else withheld.
     data["error"] = _text(public_attempt_error(data.get("error"), data.get("error_kind"), data.get("status_code")))
-    data["usage"] = _pick(data["usage"], USAGE_FIELDS) if isinstance(data.get("usage"), Mapping) else None
-    data["timing"] = _pick(data["timing"], TIMING_FIELDS) if isinstance(data.get("timing"), Mapping) else None
+    data["usage"] = _pick(data["usage"], _USAGE_FIELDS) if isinstance(data.get("usage"), Mapping) else None
+    data["timing"] = _pick(data["timing"], _TIMING_FIELDS) if isinstance(data.get("timing"), Mapping) else None
     return data
 
 
@@ -236,7 +142,7 @@ def _gate(gate: GateRecord) -> dict[str, Any]:
         "duration_s": gate.duration_s,
         "summary": _text(gate.summary),
         "measurements": {str(k): _measurement(v) for k, v in gate.measurements.items()
-                         if k not in GATE_MEASUREMENTS_IN_SECTIONS},
+                         if k not in _GATE_MEASUREMENTS_IN_SECTIONS},
         "thresholds": {str(k): _measurement(v) for k, v in gate.thresholds.items()},
         "attempts": attempts,
         "retained_failures": sum(1 for a in gate.attempts if not a.ok and not a.expected_rejection),
@@ -246,7 +152,7 @@ def _gate(gate: GateRecord) -> dict[str, Any]:
 
 
 def _rung(rung: RungRecord) -> dict[str, Any]:
-    data = _pick(rung.to_dict(), RUNG_FIELDS)
+    data = _pick(rung.to_dict(), _RUNG_FIELDS)
     data["error"] = _text(public_rung_error(data.get("error"), data.get("status_code")))
     smoke, health = data.get("post_probe_smoke"), data.get("health_after")
     data["post_probe_smoke_ok"] = None if smoke is None else smoke == "passed"
@@ -304,8 +210,8 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
             status = "unverified"
     return {
         "status": status,
-        "expected": {k: _shallow(v) for k, v in _pick(identity.get("expected"), IDENTITY_FIELDS).items()},
-        "observed": {k: _shallow(v) for k, v in _pick(identity.get("observed"), IDENTITY_FIELDS).items()},
+        "expected": {k: _shallow(v) for k, v in _pick(identity.get("expected"), _IDENTITY_FIELDS).items()},
+        "observed": {k: _shallow(v) for k, v in _pick(identity.get("observed"), _IDENTITY_FIELDS).items()},
         "checks": checks,
         "not_checked": [str(f) for f in identity.get("not_checked") or []],
         "model_files": {str(k): str(v) for k, v in (identity.get("model_files") or {}).items()
@@ -314,7 +220,7 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _hardware(hardware: Mapping[str, Any]) -> dict[str, Any]:
-    data = _pick(hardware, HARDWARE_FIELDS)
+    data = _pick(hardware, _HARDWARE_FIELDS)
     source = data.get("source")
     interconnect = data.get("interconnect")
     count = data.get("gpu_count")
@@ -335,7 +241,7 @@ def _teardown(teardown: TeardownResult | Mapping[str, Any] | None) -> dict[str, 
     if teardown is None:
         return None
     data = teardown.to_dict() if isinstance(teardown, TeardownResult) else dict(teardown)
-    out = _pick(data, TEARDOWN_FIELDS)
+    out = _pick(data, _TEARDOWN_FIELDS)
     if "shm_reclaim" in out:
         out["shm_reclaim"] = _flat(out["shm_reclaim"])
     if "notes" in out:
@@ -415,7 +321,7 @@ def _rank(facts: Mapping[str, Any], position: int) -> dict[str, Any]:
     if data.get("kv_gib") is None:
         data["kv_gib"] = data.get("available_kv_gib") if data.get("available_kv_gib") is not None \
             else data.get("kv_in_use_gib")
-    return _pick(data, ENGINE_RANK_FIELDS)
+    return _pick(data, _ENGINE_RANK_FIELDS)
 
 
 def _number_or_text(value: Any) -> Any:
@@ -440,13 +346,13 @@ def _cache_config(run: RunRecord) -> dict[str, Any] | None:
     for candidate in ((run.engine or {}).get("cache_config"), endpoints.get("cache_config"),
                       metrics.get("cache_config"), metrics.get("cache_config_info")):
         if isinstance(candidate, Mapping) and candidate:
-            return {k: _number_or_text(v) for k, v in _pick(candidate, CACHE_CONFIG_FIELDS).items()}
+            return {k: _number_or_text(v) for k, v in _pick(candidate, _CACHE_CONFIG_FIELDS).items()}
     return None
 
 
 def _engine(run: RunRecord, sanitizer: Sanitizer) -> dict[str, Any]:
     facts = run.engine or {}
-    out = _pick(facts, ENGINE_FIELDS)
+    out = _pick(facts, _ENGINE_FIELDS)
     if "redacted_arg_keys" in out:
         out["redacted_arg_keys"] = [str(k) for k in out["redacted_arg_keys"] or []]
     out["ranks"] = [_rank(r, i) for i, r in enumerate(facts.get("ranks") or []) if isinstance(r, Mapping)]
@@ -471,8 +377,9 @@ def build_public_report(
     artifacts: Sequence[Mapping[str, Any]] | None = None,
     tool_version: str | None = None,
 ) -> dict[str, Any]:
-    """The sanitized public report for one run (one arm), as a dict that validates.
+    """The sanitized public report for one run (one arm), without its verdict.
 
+    It validates once :func:`pytest_vllmqual.decision.with_decision` has added the decision.
     ``sanitizer`` defaults to a fresh one that also scrubs ``known_secrets``. ``teardown``
     overrides ``run.lifecycle["teardown"]``. ``artifacts`` defaults to ``run.artifacts``, or,
     when that is empty, to every file in ``run.private_dir`` (hashed now).
@@ -523,7 +430,6 @@ def build_public_report(
     report["preflight"] = preflight_summary(report)
     report["ladder"] = scrubbed["ladder"]
     report["ladder_summary"] = _ladder_summary(report)
-    report["decision"] = decide(report)
     report["artifacts"] = scrubbed["artifacts"]
     report["redactions"] = sanitizer.redaction_summary()
     report["extensions"] = {}
@@ -549,26 +455,12 @@ def resanitize(report: dict[str, Any], *, known_secrets: Iterable[str] = (),
     return scrubbed
 
 
-# -- schema, writing and verification -------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def report_schema() -> dict[str, Any]:
-    """The report JSON Schema shipped in the package (draft 2020-12, ``$id`` …/report/1)."""
-    text = resources.files("pytest_vllmqual").joinpath("schemas/report.schema.json").read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+# -- schema, writing and reading back -----------------------------------------------------
 
 
 def validation_errors(report: Any) -> list[str]:
     """Every schema violation as "key.path: message", best first; empty when valid."""
-    validator = jsonschema.Draft202012Validator(report_schema())
-    errors = sorted(validator.iter_errors(report), key=lambda e: (len(list(e.absolute_path)), e.message))
-    out = []
-    for error in errors:
-        where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        out.append(f"{where}: {error.message}")
-    return out
+    return schema_errors(report, REPORT_SCHEMA)
 
 
 def validate_report(report: Any, *, where: str = "report") -> None:
@@ -579,121 +471,6 @@ def validate_report(report: Any, *, where: str = "report") -> None:
         raise ReportError(f"{where} does not match the report schema {SCHEMA_ID}: {problems[0]}{more}")
 
 
-def check_writable_dir(directory: Path, *, what: str = "reports directory") -> None:
-    """Raise ReportError when ``directory`` cannot be created or written, without creating it.
-
-    Run before a server is started: a run whose report cannot be written must not spend a
-    cold start first. The nearest existing ancestor decides (``os.access``; as root only a
-    read-only file system or a non-directory on the path refuses).
-    """
-    directory = Path(directory)
-    existing = directory
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ReportError(
-            f"the {what} {directory} cannot be created: {existing} is not a directory. "
-            "Fix: choose another reports directory (--vllmqual-reports-dir DIR).")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ReportError(
-            f"the {what} {directory} is not writable ({existing} does not allow it). "
-            f"Fix: make {existing} writable, or choose another reports directory (--vllmqual-reports-dir DIR).")
-
-
-def _write_hint(exc: OSError, directory: Path) -> str:
-    if exc.errno == errno.ENOSPC:
-        return f"free space on the device holding {directory}"
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"make {directory} writable, or choose another reports directory"
-    return f"check that {directory} exists and is writable"
-
-
-def write_text_atomic(text: str, path: Path, *, what: str = "report") -> Path:
-    """Write ``text`` to ``path`` via a temp file, fsync and rename; ReportError names the path."""
-    path = Path(path)
-    directory = path.parent
-    tmp_name: str | None = None
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-        tmp_name = None
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY)
-        except OSError:
-            return path
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
-        return path
-    except OSError as exc:
-        raise ReportError(
-            f"cannot write the {what} {path}: {exc.strerror or exc}. Fix: {_write_hint(exc, directory)}."
-        ) from None
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
-
-
-def redact_junit_hostname(path: Path) -> bool:
-    """pytest writes this machine's name into its junit XML (``<testsuite hostname=...>``);
-    replace it with ``redacted``, atomically. Returns whether the file was changed."""
-    import platform
-    from xml.sax.saxutils import quoteattr
-
-    node = platform.node()
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError:
-        return False
-    needle = f"hostname={quoteattr(node)}"
-    if not node or needle not in text:
-        return False
-    write_text_atomic(text.replace(needle, 'hostname="redacted"'), Path(path), what="junit XML")
-    return True
-
-
-def scrub_junit(path: Path, sanitizer: Sanitizer) -> bool:
-    """Scrub every attribute and text of a junit XML file (failure messages, skip reasons,
-    system-out/err, properties): the second line of defence behind the plugin's own scrubbing.
-    Parsed as XML, so a placeholder such as ``<secret>`` is escaped, never injected. Returns
-    whether the file changed."""
-    import xml.etree.ElementTree as ET
-
-    try:
-        tree = ET.parse(path)
-    except (OSError, ET.ParseError):
-        return False
-    changed = False
-    for element in tree.iter():
-        for key, value in list(element.attrib.items()):
-            scrubbed = sanitizer.scrub(value)
-            if scrubbed != value:
-                element.set(key, scrubbed)
-                changed = True
-        for attr in ("text", "tail"):
-            value = getattr(element, attr)
-            if value:
-                scrubbed = sanitizer.scrub(value)
-                if scrubbed != value:
-                    setattr(element, attr, scrubbed)
-                    changed = True
-    if changed:
-        text = ET.tostring(tree.getroot(), encoding="unicode")
-        write_text_atomic('<?xml version="1.0" encoding="utf-8"?>' + text, Path(path), what="junit XML")
-    return changed
-
-
 def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:
     """Validate ``report`` against the schema, then write it atomically to ``path``.
 
@@ -701,8 +478,7 @@ def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:
     ReportError names the path and no partial file is left.
     """
     validate_report(report, where=f"report {path}")
-    text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    return write_text_atomic(text, Path(path))
+    return write_json_atomic(report, Path(path))
 
 
 def load_report(path: Path, *, validate: bool = True) -> dict[str, Any]:
@@ -724,42 +500,9 @@ def load_report(path: Path, *, validate: bool = True) -> dict[str, Any]:
 
 
 def verify_report(report_path: Path, private_dir: Path) -> list[str]:
-    """Re-check every artifact hash of a report against the private folder.
+    """Re-check every artifact hash of a report file against the private folder.
 
-    Returns the problems (empty = every listed file exists with its size and SHA-256, no file
-    is unlisted, and every attempt's request/response hash matches its artifact). Raises
-    ReportError when the report itself cannot be read or is invalid.
+    Returns the problems (see :func:`~pytest_vllmqual.artifacts.verify_artifacts`; empty when
+    everything matches). Raises ReportError when the report itself cannot be read or is invalid.
     """
-    report = load_report(Path(report_path))
-    private_dir = Path(private_dir)
-    if not private_dir.is_dir():
-        return [f"private folder {private_dir} does not exist"]
-    problems: list[str] = []
-    root = private_dir.resolve()
-    listed: dict[str, Mapping[str, Any]] = {}
-    for artifact in report.get("artifacts") or []:
-        name = str(artifact["name"])
-        listed[name] = artifact
-        target = (private_dir / name).resolve()
-        if root not in target.parents:
-            problems.append(f"unsafe: {name} (points outside the private folder)")
-            continue
-        if not target.is_file():
-            problems.append(f"missing: {name}")
-            continue
-        size = target.stat().st_size
-        digest = sha256_file(target)
-        if digest != artifact["sha256"] or size != artifact["size"]:
-            problems.append(f"changed: {name} (sha256 {artifact['sha256'][:12]}…, {artifact['size']} bytes in the "
-                            f"report; {digest[:12]}…, {size} bytes on disk)")
-    for entry in ArtifactStore(private_dir).entries():
-        if entry["name"] not in listed:
-            problems.append(f"extra: {entry['name']} (in the private folder, not in the report)")
-    for gate in report.get("gates") or []:
-        for attempt in gate.get("attempts") or []:
-            for side in ("request", "response"):
-                name, digest = attempt.get(f"{side}_artifact"), attempt.get(f"{side}_sha256")
-                if name and digest and name in listed and listed[name]["sha256"] != digest:
-                    problems.append(f"changed: {name} (attempt {attempt.get('label')!r} of gate "
-                                    f"{gate.get('gate')} recorded a different {side} sha256)")
-    return problems
+    return verify_artifacts(load_report(Path(report_path)), Path(private_dir))

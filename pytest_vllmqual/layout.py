@@ -5,7 +5,7 @@ wheel maps both into the package at build time (``pytest_vllmqual/suites``, impo
 ``--pyargs``, and ``pytest_vllmqual/data/fixtures``), so below the *data root* (the checkout,
 or ``pytest_vllmqual/data``) ``fixtures/`` looks the same in both cases. The data root is a
 folder of its own because processes start there (the fixture-model builder puts it on
-``sys.path``): the package folder would shadow the standard library's ``html`` with ours. The only writable thing under ``fixtures/`` is the fixture model's build output;
+``sys.path``): the package folder on ``sys.path`` could shadow a standard-library module with one of ours. The only writable thing under ``fixtures/`` is the fixture model's build output;
 outside a checkout it goes to the user cache instead of site-packages.
 """
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
+from .atomic_io import check_writable_dir
 from .client import QualClient
 from .errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
-from .evidence import check_writable_dir
 from .gates import title_of
 from .launch.base import ServerHandle
 from .layout import names_shipped_gates
@@ -203,7 +203,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 # -- arms and ordering ----------------------------------------------------------------------
-
 
 def _arm_of(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
@@ -583,7 +582,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     xmlpath = getattr(config.option, "xmlpath", None)
     if not xmlpath or _is_worker(config) or RUN_KEY not in config.stash:
         return
-    from .evidence import redact_junit_hostname, scrub_junit
+    from .junit import redact_junit_hostname, scrub_junit
 
     try:
         redact_junit_hostname(Path(os.path.abspath(xmlpath)))

@@ -14,8 +14,6 @@ import hashlib
 import re
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +21,16 @@ import jsonschema
 import yaml
 
 from .errors import RecipeError
+from .schema_loader import RECIPE_SCHEMA, load_schema
+
+__all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
+           "ServeConfig", "StartupConfig", "available_recipes", "effective_yaml", "load_recipe", "parse_override",
+           "recipes_dir", "resolve_recipe", "resolve_recipe_path", "validate_raw", "with_overrides"]
 
 DEFAULT_RECIPE = "tiny-cpu"
 RECIPE_SUFFIXES = (".yaml", ".yml")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-
-
-@lru_cache(maxsize=1)
-def recipe_schema() -> dict[str, Any]:
-    """The recipe JSON Schema shipped in the package."""
-    text = resources.files("pytest_vllmqual").joinpath("schemas/recipe.schema.yaml").read_text()
-    schema: dict[str, Any] = yaml.safe_load(text)
-    return schema
 
 
 @dataclass(frozen=True)
@@ -446,7 +441,7 @@ def _with_built_image_digest(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
 
 def validate_raw(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
     """Schema-validate a recipe mapping and fill in defaults (RecipeError naming file, key and fix)."""
-    schema = recipe_schema()
+    schema = load_schema(RECIPE_SCHEMA)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(raw), key=lambda e: (len(list(e.absolute_path)), e.message))
     if errors:

@@ -12,13 +12,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+__all__ = ["Attempt", "GateRecord", "RunRecord", "RungRecord"]
 
-GATE_OUTCOMES = ("passed", "failed", "skipped", "error")
-RUN_STATUSES = ("complete", "incomplete")
+_T = TypeVar("_T")
 
 
-def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
+def _from_dict(cls: type[_T], data: dict[str, Any]) -> _T:
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -152,9 +151,3 @@ class RunRecord:
     recipe_origin: str = "file"
     recipe_overrides: list[str] = field(default_factory=list)
     recipe_file_sha256: str | None = None
-
-    def gate_by_name(self, name: str) -> GateRecord | None:
-        for gate in self.gates:
-            if gate.gate == name:
-                return gate
-        return None

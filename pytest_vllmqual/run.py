@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import LaunchError, RecipeError, ReportError, VllmQualError
+from .errors import LaunchError, RecipeError, VllmQualError
 from .gates import family_of
 from .launch.base import ProgressFn, ServerHandle
 from .recipe import Recipe, resolve_recipe, with_overrides
@@ -191,7 +191,7 @@ class QualRun:
 
     def write_campaign_record(self) -> Path | None:
         """The campaign record: which arm ran and why (written beside the arm reports)."""
-        from .evidence import write_text_atomic
+        from .atomic_io import write_text_atomic
 
         if self.campaign is None:
             return None
@@ -482,17 +482,8 @@ class QualRun:
         record.status_reasons = sorted(set(reasons), key=reasons.index)
         return record
 
-    def write_reports(
-        self,
-        *,
-        generate: Callable[[RunRecord], dict[str, Any] | None] | None = None,
-        update: Callable[[dict[str, Any]], object] | None = None,
-    ) -> list[Path]:
+    def write_reports(self) -> list[Path]:
         """Write every arm's report not written yet (see ``write_arm_report``)."""
-        if generate is not None:
-            self.generate = generate
-        if update is not None:
-            self.update = update
         written: list[Path] = []
         for arm in self.arms.values():
             path = self.write_arm_report(arm)
@@ -507,6 +498,7 @@ class QualRun:
         report in place (the plugin's hooks); either way the result is sanitized again and
         schema-validated before it is written.
         """
+        from .decision import with_decision
         from .evidence import build_public_report, resanitize, write_report_atomic
         from .launch.gpu import hardware_summary
 
@@ -522,7 +514,7 @@ class QualRun:
         if arm.manager is not None and arm.manager.handle is not None:
             sanitizer.add_identifier("container_id", arm.manager.handle.container_id)
         generated = self.generate(record) if self.generate else None
-        report = generated or build_public_report(record, sanitizer=sanitizer, tool_version=__version__)
+        report = generated or with_decision(build_public_report(record, sanitizer=sanitizer, tool_version=__version__))
         if self.update is not None:
             self.update(report)
         if generated is not None or self.update is not None:
@@ -560,8 +552,8 @@ class QualRun:
 
     def write_html(self, report: dict[str, Any], path: Path, comparison: dict[str, Any] | None = None) -> None:
         """The human-readable page beside the JSON (rendered from the sanitized report only)."""
-        from .evidence import write_text_atomic
-        from .html import render_html
+        from .atomic_io import write_text_atomic
+        from .html_report import render_html
 
         write_text_atomic(render_html(report, comparison=comparison), path, what="HTML report")
         self.progress(f"HTML report written: {path}")
@@ -584,13 +576,4 @@ class QualRun:
         return path
 
 
-def load_report(path: Path) -> dict[str, Any]:
-    """Read a written report back (for the CLI and tests)."""
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"report {path} cannot be read: {exc}") from None
-    return data
-
-
-__all__ = ["Arm", "ArmSpec", "QualRun", "ab_plan", "gate_junit_properties", "load_report", "session_recipe"]
+__all__ = ["Arm", "ArmSpec", "QualRun", "ab_plan", "gate_junit_properties", "session_recipe"]

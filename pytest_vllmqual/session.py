@@ -395,7 +395,7 @@ class ServerManager:
         path = getattr(self.launcher, "log_path", None) if self.launcher is not None else None
         if not isinstance(path, Path) or not path.is_file():
             return None
-        from .evidence import sha256_file
+        from .artifacts import sha256_file
 
         try:
             name = path.relative_to(self.private_dir).as_posix()

@@ -1,19 +1,17 @@
-"""The short terminal summary printed at the end of a run: the report's key figures."""
+"""The short terminal summary printed at the end of a run: the report's key figures.
+
+Read from the public report only (so it says what the report says), in the seeds'
+vocabulary, with every number written by :func:`~pytest_vllmqual.number_format.fmt_num`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from .number_format import fmt_num
 
-def _fmt(value: Any, unit: str = "", digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}{unit}"
-    if isinstance(value, int):
-        return f"{value:,}{unit}"
-    return f"{value}{unit}"
+__all__ = ["summary_lines"]
 
 
 def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
@@ -29,7 +27,7 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         + f"  mode: {run.get('mode', '?')}  verdict: {decision.get('verdict', '?')}",
         f"identity: {identity.get('status', '?')}"
         + (f" (not checked: {', '.join(identity['not_checked'])})" if identity.get("not_checked") else ""),
-        f"cold start to ready: {_fmt(lifecycle.get('cold_start_s'), ' s', 1)}",
+        f"cold start to ready: {fmt_num(lifecycle.get('cold_start_s'), 1, ' s')}",
     ]
     recipe = report.get("recipe") or {}
     if recipe.get("origin") == "discovered":
@@ -43,9 +41,9 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         lines.append(f"functional preflight: {preflight.get('summary')}")
     if engine.get("kv_cache_tokens") is not None:
         lines.append(
-            f"engine KV pool: {_fmt(engine.get('kv_cache_tokens'))} tokens, max concurrency "
-            f"{_fmt(engine.get('max_concurrency'), 'x', 2)} at {_fmt(engine.get('concurrency_at_tokens'))} tokens; "
-            f"min-rank KV {_fmt(engine.get('min_rank_kv_gib'), ' GiB', 2)}"
+            f"engine KV pool: {fmt_num(engine.get('kv_cache_tokens'), 3)} tokens, max concurrency "
+            f"{fmt_num(engine.get('max_concurrency'), 2, 'x')} at {fmt_num(engine.get('concurrency_at_tokens'), 3)} tokens; "
+            f"min-rank KV {fmt_num(engine.get('min_rank_kv_gib'), 2, ' GiB')}"
             + (f" (KV pool from {engine['sources']['kv_cache_tokens']})"
                if (engine.get("sources") or {}).get("kv_cache_tokens") not in (None, "log") else ""))
     gates = report.get("gates", [])
@@ -68,9 +66,9 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
     if ladder:
         top = max(ladder, key=lambda r: r["prompt_tokens"])
         lines.append(
-            f"largest actual prompt: {_fmt(top['prompt_tokens'])}; TTFT {_fmt(top.get('ttft_s'), ' s')}; "
-            f"{_fmt(top.get('prefill_tok_s'), ' effective prefill tok/s', 0)}; "
-            f"{_fmt(top.get('decode_tok_s'), ' decode tok/s', 2)}")
+            f"largest actual prompt: {fmt_num(top['prompt_tokens'], 3)}; TTFT {fmt_num(top.get('ttft_s'), 3, ' s')}; "
+            f"{fmt_num(top.get('prefill_tok_s'), 0, ' effective prefill tok/s')}; "
+            f"{fmt_num(top.get('decode_tok_s'), 2, ' decode tok/s')}")
     teardown = lifecycle.get("teardown") or {}
     if teardown:
         lines.append(f"teardown: {'clean' if teardown.get('clean') else 'NOT CLEAN'} "

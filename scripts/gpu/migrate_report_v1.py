@@ -9,7 +9,7 @@ scarce, so those runs are carried forward instead of repeated:
   fields report/1 did not compare (checkpoint; image digest and revision where pinned) are
   ``not checked`` with a note, so identity can only be ``partially-verified``;
 - ladder rungs get the structured post-probe smoke and health results from their recorded words;
-- the decision is computed again by the current rules (pytest_vllmqual.decision.decide);
+- the decision is computed again by the current rules (pytest_vllmqual.decision.with_decision);
 - no run deselected gates (the GPU sessions ran every gate), which is what ``deselected_gates``
   says.
 
@@ -24,10 +24,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.decision import decide, preflight_summary
+from pytest_vllmqual.decision import with_decision
 from pytest_vllmqual.evidence import validate_report
 from pytest_vllmqual.gates import family_of, title_of
 from pytest_vllmqual.gates import proves as gate_proves
+from pytest_vllmqual.report_query import preflight_summary
 
 MIGRATED = "report/1 did not compare this field (carried forward by scripts/gpu/migrate_report_v1.py)"
 #: Where the report/1 code read each identity field (pytest_vllmqual/identity.py at 11c44f8).
@@ -84,7 +85,7 @@ def migrate(report: dict[str, Any]) -> dict[str, Any]:
         rung.setdefault("health_after_ok", None if rung.get("health_after") is None
                         else rung["health_after"] == "healthy")
     out["preflight"] = preflight_summary(out)
-    out["decision"] = decide(out)
+    out = with_decision(out)
     validate_report(out)
     return out
 

@@ -22,6 +22,7 @@ from types import ModuleType
 import pytest
 
 from pytest_vllmqual.cli import main
+from pytest_vllmqual.decision import with_decision
 from pytest_vllmqual.evidence import build_public_report, write_report_atomic
 from pytest_vllmqual.sanitize import Sanitizer
 
@@ -81,7 +82,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = _samples().with_every_gate_passed(_samples().seed_control_run(base / "private"))
     assert [r["tp_rank"] for r in run.engine["ranks"]] == [0, 1]
     assert sum(1 for r in run.ladder if not r.ok and not r.expected_rejection) == 1
-    report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
     path = write_report_atomic(report, base / "report.json")
     assert main(["report", str(path)]) == 0
     return path.with_suffix(".html")

@@ -104,7 +104,7 @@ def test_wheel_holds_the_gates_and_data(installed: Installed, record_property: p
     shipped = {p.name for p in (ROOT / "fixtures" / "recipes").glob("*.yaml")}
     assert shipped <= {Path(n).name for n in names if n.startswith("pytest_vllmqual/data/fixtures/recipes/")}
     stray = [n for n in names if "/model/build/" in n or n.startswith(("tests/", "suites/", "fixtures/"))]
-    # processes start in the data root: a module there (the package's html.py) would shadow the stdlib
+    # processes start in the data root: a package module there could shadow the stdlib
     stray += [n for n in names if n.startswith("pytest_vllmqual/data/") and n.count("/") == 2]
     assert not stray, f"the wheel carries build output or unmapped folders: {stray[:5]}"
 

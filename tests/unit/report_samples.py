@@ -16,7 +16,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.evidence import ArtifactStore
+from pytest_vllmqual.artifacts import ArtifactStore
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord
 
 CANARY_API_KEY = "vq-Canary0123456789abcdefghijklmnopq"

@@ -20,8 +20,9 @@ from pytest_vllmqual.campaign import (
     parse_campaign_spec,
     qualified_by_fallback,
 )
-from pytest_vllmqual.decision import decide, preflight_summary
+from pytest_vllmqual.decision import decide_run
 from pytest_vllmqual.evidence import validate_report
+from pytest_vllmqual.report_query import preflight_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
@@ -53,7 +54,7 @@ def arm_report(name: str, *, kv_tokens: int | None, largest: int | None, smoke: 
             gate["outcome"] = "failed"
             gate["reason"] = f"ladder: largest actual prompt {largest or 0:,} does not exceed the recipe minimum"
     report["preflight"] = preflight_summary(report)
-    report["decision"] = decide(report)
+    report["decision"] = decide_run(report)
     validate_report(report)
     return report
 
@@ -71,7 +72,7 @@ def startup_failed(name: str) -> dict[str, Any]:
     report["preflight"] = preflight_summary(report)
     report["ladder_summary"] = {"rungs": 0, "completed": 0, "failed": 0, "rejected_as_expected": 0,
                                 "largest": None}
-    report["decision"] = decide(report)
+    report["decision"] = decide_run(report)
     validate_report(report)
     return report
 

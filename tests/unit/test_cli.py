@@ -12,6 +12,7 @@ import pytest
 from report_samples import seed_control_run
 
 from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
+from pytest_vllmqual.decision import with_decision
 from pytest_vllmqual.evidence import build_public_report, write_report_atomic
 from pytest_vllmqual.sanitize import Sanitizer
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def written(tmp_path: Path) -> tuple[Path, Path]:
     """(report path, private dir) of a seed-shaped run."""
     private = tmp_path / "private"
-    report = build_public_report(seed_control_run(private), sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    report = with_decision(build_public_report(seed_control_run(private), sanitizer=Sanitizer(environ={}, hostname="", username="")))
     return write_report_atomic(report, tmp_path / "reports" / "run.json"), private
 
 

@@ -10,25 +10,25 @@ from typing import Any
 import pytest
 from report_samples import seed_candidate_run, seed_control_run
 
+from pytest_vllmqual.artifacts import sha256_file
 from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
 from pytest_vllmqual.compare import (
-    ABOVE_FLOOR,
-    BOUNDED,
     SCHEMA_ID,
-    STALE_LOG_CLEARED,
-    Targets,
-    classify_change,
     compare_reports,
     comparison_errors,
-    percent_change,
     render_markdown,
     report_digest,
 )
-from pytest_vllmqual.decision import decide, preflight_summary
+from pytest_vllmqual.compare_findings import STALE_LOG_CLEARED
+from pytest_vllmqual.compare_rows import ABOVE_FLOOR, BOUNDED, percent_change
+from pytest_vllmqual.compare_variables import classify_change
+from pytest_vllmqual.decision import decide_run, with_decision
+from pytest_vllmqual.decision_ab import Targets
 from pytest_vllmqual.errors import ComparisonError
-from pytest_vllmqual.evidence import build_public_report, sha256_file, validate_report
+from pytest_vllmqual.evidence import build_public_report, validate_report
 from pytest_vllmqual.gates import REGISTRY
-from pytest_vllmqual.html import render_html
+from pytest_vllmqual.html_report import render_html
+from pytest_vllmqual.report_query import preflight_summary
 from pytest_vllmqual.sanitize import Sanitizer
 
 SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
@@ -88,7 +88,7 @@ def with_every_gate(report: dict[str, Any]) -> dict[str, Any]:
 def redecide(report: dict[str, Any]) -> dict[str, Any]:
     """Recompute the derived sections after a test changed a report."""
     report["preflight"] = preflight_summary(report)
-    report["decision"] = decide(report)
+    report["decision"] = decide_run(report)
     validate_report(report)
     return report
 
@@ -375,8 +375,8 @@ def test_a_failed_candidate_gate_is_no_promotion_and_a_regression(
 
 
 def test_report_samples_arms_compare_with_a_known_block_size(tmp_path: Path) -> None:
-    control = build_public_report(seed_control_run(tmp_path / "a"), sanitizer=quiet())
-    candidate = build_public_report(seed_candidate_run(tmp_path / "b"), sanitizer=quiet())
+    control = with_decision(build_public_report(seed_control_run(tmp_path / "a"), sanitizer=quiet()))
+    candidate = with_decision(build_public_report(seed_candidate_run(tmp_path / "b"), sanitizer=quiet()))
     result = compare_reports(control, candidate, sanitizer=quiet())
     kv = finding(result, "kv_bytes_vs_tokens")
     assert kv["status"] == "flagged" and "block size 64 unchanged" in kv["summary"]

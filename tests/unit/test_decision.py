@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 from report_samples import seed_control_run, with_every_gate_passed
 
-from pytest_vllmqual.decision import SINGLE_RUN_VERDICTS, decide, short_tokens, verdict_rank
+from pytest_vllmqual.decision import SINGLE_RUN_VERDICTS, decide_run, with_decision
 from pytest_vllmqual.evidence import build_public_report, validation_errors
+from pytest_vllmqual.number_format import short_tokens
 from pytest_vllmqual.records import GateRecord, RunRecord
 from pytest_vllmqual.sanitize import Sanitizer
 
 
 def build(run: RunRecord) -> dict[str, Any]:
-    report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
     assert validation_errors(report) == []
     return report
 
@@ -225,7 +226,7 @@ def test_no_gates_means_no_promotion(run: RunRecord) -> None:
 
 
 def test_decide_on_a_bare_report_never_crashes_and_never_promotes() -> None:
-    decision = decide({})
+    decision = decide_run({})
     assert decision["verdict"] == "no-promotion"
     assert decision["verdict"] in SINGLE_RUN_VERDICTS
 
@@ -236,6 +237,16 @@ def test_short_tokens_match_the_seeds_way_of_writing_sizes(n: int, text: str) ->
     assert short_tokens(n) == text
 
 
-def test_verdict_order() -> None:
-    order = [verdict_rank(v) for v in ("no-promotion", "direct-only", "healthy", "candidate", "priority-challenger")]
-    assert order == sorted(order) and verdict_rank("unknown") == -1
+def test_the_builder_does_not_judge_and_with_decision_adds_the_verdict_where_reports_have_it(run: RunRecord) -> None:
+    """evidence builds the report without a verdict; decision.with_decision is the one place they meet."""
+    bare = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    assert "decision" not in bare
+    assert validation_errors(bare)  # a report without its decision is not a valid report
+    report = with_decision(bare)
+    assert report["decision"] == decide_run(bare)
+    keys = list(report)
+    assert keys[keys.index("ladder_summary") + 1] == "decision"
+    assert keys == [*list(bare)[: list(bare).index("ladder_summary") + 1], "decision",
+                    *list(bare)[list(bare).index("ladder_summary") + 1:]]
+    again = with_decision({**report, "decision": {"verdict": "stale"}})
+    assert list(again) == keys and again["decision"] == report["decision"]

@@ -18,22 +18,22 @@ from typing import Any
 import pytest
 from report_samples import CANARIES, CANARY_API_KEY, CANARY_ENV, seed_control_run
 
-from pytest_vllmqual.errors import ReportError
+from pytest_vllmqual.artifacts import ArtifactStore
+from pytest_vllmqual.decision import with_decision
+from pytest_vllmqual.errors import ArtifactError, ReportError
 from pytest_vllmqual.evidence import (
     SCHEMA_ID,
-    ArtifactError,
-    ArtifactStore,
     build_public_report,
     load_report,
-    report_schema,
     resanitize,
     validation_errors,
     verify_report,
     write_report_atomic,
 )
-from pytest_vllmqual.html import render_html
+from pytest_vllmqual.html_report import render_html
 from pytest_vllmqual.launch.base import TeardownResult
 from pytest_vllmqual.sanitize import KINDS, Sanitizer
+from pytest_vllmqual.schema_loader import REPORT_SCHEMA, load_schema
 
 
 def canary_sanitizer() -> Sanitizer:
@@ -48,7 +48,7 @@ def private_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def report(private_dir: Path) -> dict[str, Any]:
     run = seed_control_run(private_dir)
-    return build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    return with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
 
 
 # -- ArtifactStore --------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def test_fields_outside_the_allowlist_never_reach_the_report(private_dir: Path) 
     run.engine["ranks"][0]["gpu_uuid"] = "GPU-3f1c2b9a-7d44-4e1b-9c0a-5b6e7f801234"
     run.lifecycle["env"] = {"HF_TOKEN": "x"}
     run.identity["observed"]["container_name"] = "private-name"
-    text = json.dumps(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
+    text = json.dumps(with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))))
     for absent in ("unknown_future_field", "raw_log_excerpt", "uuids", "bus_ids", "gpu_uuid", "private-name",
                    '"env": {"HF_TOKEN"'):
         assert absent not in text
@@ -153,7 +153,7 @@ def test_preflight_counts_a_missing_or_failed_gate(private_dir: Path) -> None:
     run = seed_control_run(private_dir)
     run.gates = [g for g in run.gates if g.gate != "responses"]
     next(g for g in run.gates if g.gate == "json").outcome = "failed"
-    report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
     assert report["preflight"]["summary"] == "4/6"
     outcomes = {g["gate"]: g["outcome"] for g in report["preflight"]["gates"]}
     assert outcomes["json"] == "failed" and outcomes["responses"] == "absent"
@@ -183,7 +183,7 @@ def test_teardown_argument_overrides_the_record(private_dir: Path) -> None:
     run = seed_control_run(private_dir)
     result = TeardownResult(launcher_kind="subprocess", stopped=True, seconds=1.25,
                             survivors=["123 python3 vllm"], shm_leftovers=["/dev/shm/x"])
-    report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""), teardown=result)
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""), teardown=result))
     teardown = report["lifecycle"]["teardown"]
     assert teardown["clean"] is False and teardown["surviving_processes"] == 1 and teardown["shm_leftover_files"] == 1
     assert validation_errors(report) == []
@@ -208,7 +208,7 @@ def test_startup_error_and_incomplete_run_are_reported(private_dir: Path) -> Non
         "details": {"needed_gib": 28.0, "available_gib": 3.5, "max_seq_len": 131072, "estimated_max_len": 16384,
                     "evidence": "[node-a.corp] ValueError: To serve at least one request ...",
                     "last_phase": "KV cache allocated", "private_log": {"name": "server.log", "sha256": log_sha}}})
-    report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
     assert validation_errors(report) == []
     error = report["lifecycle"]["startup_error"]
     assert error["status"] == "kv_insufficient" and "log_tail" not in error
@@ -226,7 +226,7 @@ def test_startup_error_and_incomplete_run_are_reported(private_dir: Path) -> Non
 
 
 def test_schema_states_the_metric_formulas() -> None:
-    schema = report_schema()
+    schema = load_schema(REPORT_SCHEMA)
     assert schema["$id"] == SCHEMA_ID
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     rung = schema["$defs"]["rung"]["properties"]
@@ -245,7 +245,7 @@ def test_canaries_of_every_kind_reach_neither_the_json_nor_the_html(private_dir:
     run.gates[0].reason = f"GPU {CANARIES['gpu_uuid']} at {CANARIES['pci']} ({CANARIES['ipv6']})"
     run.status_reasons = [f"{CANARIES['hf_token']} {CANARIES['sk_key']} by {CANARIES['user']}",
                           "an unknown key hf_NotInTheEnvironment0123456"]
-    report = build_public_report(run, sanitizer=canary_sanitizer())
+    report = with_decision(build_public_report(run, sanitizer=canary_sanitizer()))
     assert validation_errors(report) == []
     text = json.dumps(report, ensure_ascii=False)
     page = render_html(report)
@@ -265,7 +265,7 @@ def test_canaries_of_every_kind_reach_neither_the_json_nor_the_html(private_dir:
 
 def test_resanitize_after_a_hook_scrubs_new_values_without_pseudonym_collisions(private_dir: Path) -> None:
     run = seed_control_run(private_dir, canaries=True)
-    report = build_public_report(run, sanitizer=canary_sanitizer())
+    report = with_decision(build_public_report(run, sanitizer=canary_sanitizer()))
     before = dict(report["redactions"])
     assert "host-A" in json.dumps(report)
     report["extensions"]["ticket"] = "built on db7.corp.internal with key hf_HookAddedTokenAbCdEfGh"

@@ -13,13 +13,15 @@ from typing import Any
 import pytest
 from report_samples import seed_candidate_run, seed_control_run
 
+from pytest_vllmqual.decision import with_decision
 from pytest_vllmqual.evidence import build_public_report
-from pytest_vllmqual.html import nice_ticks, per_rank, render_html
+from pytest_vllmqual.html_report import per_rank, render_html
+from pytest_vllmqual.html_svg import nice_ticks
 from pytest_vllmqual.sanitize import Sanitizer
 
 
 def build(run: Any) -> dict[str, Any]:
-    return build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""))
+    return with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
 
 
 def table_rows(page: str, table_id: str) -> list[list[str]]:

@@ -25,6 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
+from pytest_vllmqual.decision import with_decision  # noqa: E402
 from pytest_vllmqual.evidence import build_public_report, validate_report  # noqa: E402
 from pytest_vllmqual.records import GateRecord, RungRecord, RunRecord  # noqa: E402
 from pytest_vllmqual.sanitize import Sanitizer  # noqa: E402
@@ -202,8 +203,8 @@ def build() -> dict[str, dict[str, Any]]:
     out = {}
     for filename, run in (("control-8192.json", control_run()), ("candidate-4096.json", candidate_run()),
                           ("replay-8192.json", replay_run())):
-        report = build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""), artifacts=[],
-                                     tool_version="0.1.0")
+        report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""), artifacts=[],
+                                     tool_version="0.1.0"))
         validate_report(report, where=filename)
         out[filename] = report
     return out
