@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .client import StreamResult
+from .api_results import StreamResult
 from .errors import RecipeError
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from .client import QualClient, StreamResult
+from .api_results import StreamResult
+from .client import QualClient
 from .engine import MetricsSnapshot, parse_metrics
 from .errors import CalibrationError, ServerGoneError
 from .launch.base import ProgressFn
