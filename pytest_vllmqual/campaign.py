@@ -60,6 +60,7 @@ import yaml
 from .decision import first_line, gate_outcome, largest_rung, preflight_summary, recipe_value
 from .errors import VllmQualError
 from .gates import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
+from .records import rung_verdict
 
 DEFAULT_REQUIREMENTS = ("gates",)
 BUILTIN_REQUIREMENTS = ("gates", "startup", "kv_pool", "ladder", "preflight")
@@ -237,9 +238,10 @@ def _ladder(report: Mapping[str, Any]) -> Requirement:
     top = largest_rung(report)
     largest = _int(top.get("prompt_tokens")) if top is not None else None
     rungs = list(report.get("ladder") or [])
-    probed = [r for r in rungs if r.get("post_probe_smoke") is not None]
-    smoke_failed = [r for r in probed if r.get("post_probe_smoke") != "passed"]
-    failed = [r for r in rungs if not r.get("ok") and not r.get("expected_rejection")]
+    verdicts = [rung_verdict(r) for r in rungs]
+    probed = [v for v in verdicts if v.smoke is not None]
+    smoke_failed = [v for v in probed if v.smoke is False]
+    failed = [v for v in verdicts if v.failed]
     outcome, gate_name = "absent", LADDER_GATE
     for name in _LADDER_GATES:
         if gate_outcome(report, name) != "absent":

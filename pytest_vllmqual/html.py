@@ -34,6 +34,7 @@ from .decision import (
     short_tokens,
 )
 from .gates import COLD_START_GATE, IDENTITY_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES, family_of
+from .records import rung_verdict
 
 COLORS = {
     "ok": "#1f77b4",
@@ -314,9 +315,7 @@ def _marker(kind: str, x: float, y: float, tip: str) -> str:
 
 
 def _rung_kind(rung: Mapping[str, Any]) -> str:
-    if rung.get("expected_rejection"):
-        return "rejected"
-    return "ok" if rung.get("ok") else "failed"
+    return rung_verdict(rung).kind
 
 
 def _panel(panel_id: str, title: str, y_key: str, y_unit: str, ladder: Sequence[Mapping[str, Any]],

@@ -41,6 +41,7 @@ def arm_report(name: str, *, kv_tokens: int | None, largest: int | None, smoke: 
     report["engine"]["kv_cache_tokens"] = kv_tokens
     top = report["ladder"][3]
     top["prompt_tokens"], top["post_probe_smoke"] = largest, smoke
+    top["post_probe_smoke_ok"] = smoke == "passed"  # the builder derives the flag from the text
     top["ok"] = largest is not None
     report["ladder_summary"]["largest"] = copy.deepcopy(top) if largest is not None else None
     for gate in report["gates"]:
