@@ -17,7 +17,7 @@ from typing import Any
 from .records import Attempt
 from .stream_transport import BodySink
 
-__all__ = ["ChatResult", "StreamBody", "StreamResult", "StreamedToolCall", "stream_error_event"]
+__all__ = ["ChatResult", "ResponsesResult", "StreamBody", "StreamResult", "StreamedToolCall", "stream_error_event"]
 
 
 @dataclass
@@ -65,6 +65,62 @@ class ChatResult:
     def usage(self) -> dict[str, Any]:
         usage: dict[str, Any] = (self.body or {}).get("usage") or {}
         return usage
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The API-reported prompt size (``usage.prompt_tokens``), None when not an integer."""
+        value = self.usage.get("prompt_tokens")
+        return value if isinstance(value, int) else None
+
+    @property
+    def completion_tokens(self) -> int | None:
+        value = self.usage.get("completion_tokens")
+        return value if isinstance(value, int) else None
+
+
+@dataclass(repr=False)
+class ResponsesResult(ChatResult):
+    """A Responses API answer (``/v1/responses``), read through typed accessors, not raw JSON."""
+
+    def __repr__(self) -> str:
+        """No server text: a failed assertion prints this repr into junit and the terminal."""
+        return f"ResponsesResult(status_code={self.status_code}, attempt={self.attempt.label!r})"
+
+    @property
+    def status(self) -> Any:
+        """The response's own ``status`` ("completed", "incomplete", …), None when absent."""
+        return (self.body or {}).get("status")
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        """The output items, in order (messages, reasoning, function calls)."""
+        items = (self.body or {}).get("output")
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    @property
+    def output_types(self) -> list[Any]:
+        return [item.get("type") for item in self.output]
+
+    @property
+    def output_text(self) -> str:
+        """Every ``output_text`` part of the message items, joined."""
+        return "".join(part.get("text", "") for item in self.output if item.get("type") == "message"
+                       for part in item.get("content", []) if part.get("type") == "output_text")
+
+    @property
+    def function_calls(self) -> list[dict[str, Any]]:
+        """The ``function_call`` output items, as the server sent them (a round trip sends them back)."""
+        return [item for item in self.output if item.get("type") == "function_call"]
+
+    @property
+    def input_tokens(self) -> int | None:
+        value = self.usage.get("input_tokens")
+        return value if isinstance(value, int) else None
+
+    @property
+    def output_tokens(self) -> int | None:
+        value = self.usage.get("output_tokens")
+        return value if isinstance(value, int) else None
 
 
 @dataclass

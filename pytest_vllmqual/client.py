@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from .api_results import ChatResult, StreamBody, StreamResult
+from .api_results import ChatResult, ResponsesResult, StreamBody, StreamResult
 from .errors import ServerGoneError
 from .launch.base import ServerHandle
 from .records import Attempt
@@ -213,9 +213,10 @@ class QualClient:
         return self.post_json("/v1/chat/completions", body, kind="chat", label=label,
                               expect_status=expect_status, timeout_s=timeout_s)
 
-    def responses(self, body: dict[str, Any], *, label: str) -> ChatResult:
+    def responses(self, body: dict[str, Any], *, label: str) -> ResponsesResult:
         body = {"model": self.model, **body}
-        return self.post_json("/v1/responses", body, kind="responses", label=label)
+        result = self.post_json("/v1/responses", body, kind="responses", label=label)
+        return ResponsesResult(result.attempt, result.status_code, result.body, result.text)
 
     def tokenize_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                       chat_template_kwargs: dict[str, Any] | None = None, label: str = "tokenize") -> ChatResult:
