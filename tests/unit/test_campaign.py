@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from pytest_vllmqual.campaign import (
-    Arm,
     Campaign,
+    CampaignArm,
     CampaignError,
     campaigns_dir,
-    evaluate_requirement,
     load_campaign,
     load_campaign_file,
     parse_campaign_spec,
     qualified_by_fallback,
 )
+from pytest_vllmqual.campaign_requirements import evaluate_requirement
 from pytest_vllmqual.decision import decide, preflight_summary
 from pytest_vllmqual.evidence import validate_report
 
@@ -77,8 +77,8 @@ def startup_failed(name: str) -> dict[str, Any]:
     return report
 
 
-SEED_CAMPAIGN = Campaign([Arm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
-                          Arm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")],
+SEED_CAMPAIGN = Campaign([CampaignArm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
+                          CampaignArm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")],
                          name="393k")
 
 
@@ -163,7 +163,7 @@ def test_a_failed_arm_without_fallback_stops_the_campaign() -> None:
     assert record["stopped"] == "campaign stopped: 393k-fp8kv failed kv_pool: 283,917 < 393,216 and has no fallback"
     assert record["arms"][2]["reason"] == record["stopped"]
     with pytest.raises(CampaignError, match="there is a report for arm 393k-quality, but the campaign skipped it"):
-        campaign.decide({"131k-control": control, "393k-fp8kv": failed,
+        campaign.decide_arms({"131k-control": control, "393k-fp8kv": failed,
                          "393k-quality": arm_report("393k-quality", kv_tokens=400000, largest=310000)})
 
 
