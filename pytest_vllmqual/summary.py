@@ -5,6 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .decision import largest_rung
+
+__all__ = ["summary_lines"]
+
 
 def _fmt(value: Any, unit: str = "", digits: int = 3) -> str:
     if value is None:
@@ -63,10 +67,8 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
     absent = [str(row.get("gate")) for row in decision.get("gates") or [] if row.get("outcome") == "absent"]
     if absent:
         lines.append(f"  not run (not proven by this run): {', '.join(absent)}")
-    ladder = [r for r in report.get("ladder", [])
-              if r.get("ok") and r.get("prompt_tokens") and not r.get("expected_rejection")]
-    if ladder:
-        top = max(ladder, key=lambda r: r["prompt_tokens"])
+    top = largest_rung(report)
+    if top is not None:
         lines.append(
             f"largest actual prompt: {_fmt(top['prompt_tokens'])}; TTFT {_fmt(top.get('ttft_s'), ' s')}; "
             f"{_fmt(top.get('prefill_tok_s'), ' effective prefill tok/s', 0)}; "
