@@ -29,7 +29,7 @@ from .launch.base import ServerHandle
 from .records import Attempt
 from .stream_transport import BodySink, StreamTransport, shared_ssl_context
 
-__all__ = ["AttemptSink", "LivenessGuard", "QualClient", "http_client", "sha256_hex"]
+__all__ = ["AttemptSink", "LivenessGuard", "QualClient", "http_client"]
 
 
 class AttemptSink(Protocol):
@@ -57,7 +57,7 @@ def http_client(handle: ServerHandle, **kwargs: Any) -> httpx.Client:
                         **kwargs)
 
 
-def sha256_hex(data: bytes) -> str:
+def _sha256_hex(data: bytes) -> str:
     """The hex SHA-256 an attempt records for its exact request and response bytes."""
     return hashlib.sha256(data).hexdigest()
 
@@ -123,8 +123,8 @@ class QualClient:
     # -- plumbing -------------------------------------------------------------------------
 
     def _emit(self, attempt: Attempt, request: bytes, response: bytes) -> None:
-        attempt.request_sha256 = sha256_hex(request)
-        attempt.response_sha256 = sha256_hex(response)
+        attempt.request_sha256 = _sha256_hex(request)
+        attempt.response_sha256 = _sha256_hex(response)
         self.last_attempt = attempt
         if self.sink is not None:
             self.sink.record_attempt(attempt, request, response)

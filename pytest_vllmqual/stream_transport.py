@@ -25,6 +25,7 @@ import httpx
 
 __all__ = ["BodySink", "StreamTransport", "shared_ssl_context"]
 
+
 @functools.cache
 def shared_ssl_context() -> ssl.SSLContext:
     """httpx's default verifying SSL context (certifi, or SSL_CERT_FILE/SSL_CERT_DIR), built once.
