@@ -66,16 +66,19 @@ class ChatResult:
         usage: dict[str, Any] = (self.body or {}).get("usage") or {}
         return usage
 
-    @property
-    def prompt_tokens(self) -> int | None:
-        """The API-reported prompt size (``usage.prompt_tokens``), None when not an integer."""
-        value = self.usage.get("prompt_tokens")
+    def usage_count(self, key: str) -> int | None:
+        """An integer ``usage`` field (``prompt_tokens``, ``input_tokens``, …), None when absent."""
+        value = self.usage.get(key)
         return value if isinstance(value, int) else None
 
     @property
+    def prompt_tokens(self) -> int | None:
+        """The API-reported prompt size (``usage.prompt_tokens``)."""
+        return self.usage_count("prompt_tokens")
+
+    @property
     def completion_tokens(self) -> int | None:
-        value = self.usage.get("completion_tokens")
-        return value if isinstance(value, int) else None
+        return self.usage_count("completion_tokens")
 
 
 @dataclass(repr=False)
@@ -114,13 +117,11 @@ class ResponsesResult(ChatResult):
 
     @property
     def input_tokens(self) -> int | None:
-        value = self.usage.get("input_tokens")
-        return value if isinstance(value, int) else None
+        return self.usage_count("input_tokens")
 
     @property
     def output_tokens(self) -> int | None:
-        value = self.usage.get("output_tokens")
-        return value if isinstance(value, int) else None
+        return self.usage_count("output_tokens")
 
 
 @dataclass
