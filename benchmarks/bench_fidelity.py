@@ -52,7 +52,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_vllmqual.client import QualClient, StreamResult  # noqa: E402
+from pytest_vllmqual.api_results import StreamResult  # noqa: E402
+from pytest_vllmqual.client import QualClient  # noqa: E402
 from pytest_vllmqual.corpus import filler_text  # noqa: E402
 from pytest_vllmqual.engine import MetricsSnapshot  # noqa: E402
 from pytest_vllmqual.errors import CalibrationError  # noqa: E402

@@ -5,8 +5,8 @@ tokens, then process an actual prompt above 300,000 tokens and pass post-probe f
 checks. If that fails, the already prepared native-offload path remains the fallback". As a
 campaign::
 
-    Campaign([Arm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
-              Arm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")])
+    Campaign([CampaignArm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
+              CampaignArm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")])
 
 This module is pure logic over public report dicts (no pytest, no server):
 ``plan = campaign.plan(); plan.next_arm(reports_so_far)`` says which arm runs next (None
@@ -22,8 +22,8 @@ Rules, in arm order:
   follows or the arm says ``stop_on_failure=False``; after an arm passes, the campaign stops
   when the arm says ``stop_on_success=True``.
 
-Requirements (``requires``) are gate names. When the report has gates of that name, their
-outcome decides (all passed = met); otherwise these names are evaluated from the report's
+Requirements (``requires``) are gate names, evaluated by ``campaign_requirements``. When the
+report has gates of that name, their outcome decides (all passed = met); otherwise these names are evaluated from the report's
 sections: ``startup`` (the server became ready), ``kv_pool`` (engine-reported KV tokens ≥ the
 recipe's ``min_kv_tokens``, else ≥ max_model_len), ``ladder`` (a completed rung above the
 recipe's ``min_largest_prompt`` and every post-probe smoke passed), ``preflight`` (k/k) and
@@ -57,20 +57,21 @@ from typing import Any
 
 import yaml
 
+from .campaign_requirements import BUILTIN_REQUIREMENTS, Requirement, evaluate_requirement
 from .errors import VllmQualError
-from .gates import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
-from .report_query import first_line, gate_outcome, largest_rung, preflight_summary, recipe_value
+from .report_query import first_line
+
+__all__ = ["DEFAULT_REQUIREMENTS", "ArmDecision", "Campaign", "CampaignArm", "CampaignError", "CampaignPlan",
+           "campaign_from_mapping", "campaigns_dir", "load_campaign", "load_campaign_file", "parse_arm_spec",
+           "parse_campaign_spec", "qualified_arm", "qualified_by_fallback"]
 
 DEFAULT_REQUIREMENTS = ("gates",)
-BUILTIN_REQUIREMENTS = ("gates", "startup", "kv_pool", "ladder", "preflight")
 ARM_KEYS = ("name", "recipe", "requires", "fallback_for", "stop_on_failure", "stop_on_success")
 CAMPAIGN_KEYS = ("name", "description", "arms")
 CAMPAIGN_SUFFIXES = (".yaml", ".yml")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REQUIREMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_LADDER_GATES = (LADDER_GATE,)
-_FAILING = ("failed", "error")
 
 
 class CampaignError(VllmQualError):
@@ -78,7 +79,7 @@ class CampaignError(VllmQualError):
 
 
 @dataclass(frozen=True)
-class Arm:
+class CampaignArm:
     """One arm of a campaign: a recipe, the gates it must pass, and how it relates to earlier arms."""
 
     name: str
@@ -127,23 +128,11 @@ class Arm:
         return text
 
 
-@dataclass(frozen=True)
-class Requirement:
-    """One required gate of one arm, evaluated on its report."""
-
-    name: str
-    ok: bool
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail}
-
-
 @dataclass
 class ArmDecision:
     """What the campaign decided for one arm, and why."""
 
-    arm: Arm
+    arm: CampaignArm
     status: str  # "passed" | "failed" | "skipped" | "pending" | "waiting"
     reason: str
     requirements: list[Requirement] = field(default_factory=list)
@@ -179,156 +168,6 @@ class ArmDecision:
         }
 
 
-# -- requirements ----------------------------------------------------------------------------------
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _startup_failure(report: Mapping[str, Any]) -> str | None:
-    life = report.get("lifecycle") or {}
-    error = life.get("startup_error")
-    if isinstance(error, Mapping) and error:
-        return f"startup failed ({error.get('status') or 'error'}): {first_line(error.get('message'), 160)}"
-    status = life.get("startup_status")
-    if status not in (None, "ready"):
-        return f"startup status {status}"
-    return None
-
-
-def _gate_reason(report: Mapping[str, Any], name: str) -> str:
-    for gate in report.get("gates") or []:
-        if gate.get("gate") == name and gate.get("outcome") != "passed":
-            why = first_line(gate.get("reason"), 200)
-            return f"gate {gate.get('outcome')}" + (f": {why}" if why else "")
-    return "passed"
-
-
-def _kv_pool(report: Mapping[str, Any]) -> Requirement:
-    engine = report.get("engine") or {}
-    tokens = _int(engine.get("kv_cache_tokens"))
-    threshold: int | None = None
-    for gate in report.get("gates") or []:
-        if gate.get("gate") == KV_POOL_GATE:
-            threshold = _int((gate.get("thresholds") or {}).get("min_kv_tokens")) or threshold
-    for path in (("gates", "engine", "min_kv_tokens"), ("gates", "capacity", "min_kv_tokens")):
-        threshold = threshold or _int(recipe_value(report, *path))
-    basis = "recipe minimum"
-    if threshold is None:
-        threshold = _int(recipe_value(report, "serve", "max_model_len"))
-        basis = "max_model_len"
-    outcome = gate_outcome(report, KV_POOL_GATE)
-    if tokens is None:
-        why = _startup_failure(report)
-        return Requirement("kv_pool", False, "the engine reported no KV pool" + (f" ({why})" if why else ""))
-    if threshold is None:
-        ok = outcome == "passed"
-        return Requirement("kv_pool", ok, f"{tokens:,} tokens" + ("" if ok else f"; {_gate_reason(report, KV_POOL_GATE)}"))
-    met = tokens >= threshold
-    detail = f"{tokens:,} {'≥' if met else '<'} {threshold:,}" + ("" if basis == "recipe minimum" else f" ({basis})")
-    if outcome in _FAILING and met:
-        return Requirement("kv_pool", False, f"{detail}; {_gate_reason(report, KV_POOL_GATE)}")
-    return Requirement("kv_pool", met if outcome in ("passed", "absent", "skipped") else False, detail)
-
-
-def _ladder(report: Mapping[str, Any]) -> Requirement:
-    floor = _int(recipe_value(report, "gates", "capacity", "min_largest_prompt"))
-    top = largest_rung(report)
-    largest = _int(top.get("prompt_tokens")) if top is not None else None
-    rungs = list(report.get("ladder") or [])
-    probed = [r for r in rungs if r.get("post_probe_smoke") is not None]
-    smoke_failed = [r for r in probed if r.get("post_probe_smoke") != "passed"]
-    failed = [r for r in rungs if not r.get("ok") and not r.get("expected_rejection")]
-    outcome, gate_name = "absent", LADDER_GATE
-    for name in _LADDER_GATES:
-        if gate_outcome(report, name) != "absent":
-            outcome = gate_outcome(report, name)
-            gate_name = name
-            break
-    problems: list[str] = []
-    if largest is None:
-        why = _startup_failure(report)
-        problems.append("no capacity rung completed" + (f" ({why})" if why else ""))
-    elif floor is not None and largest <= floor:
-        problems.append(f"largest actual prompt {largest:,} ≤ {floor:,}")
-    if smoke_failed:
-        problems.append(f"post-probe smoke failed after {len(smoke_failed)} rung(s)")
-    if outcome in _FAILING and not problems:
-        problems.append(f"{_gate_reason(report, gate_name)}")
-    if outcome == "absent" and not rungs:
-        problems = problems or ["did not run"]
-    if problems:
-        return Requirement("ladder", False, "; ".join(problems))
-    detail = f"largest actual prompt {largest:,}" + (f" > {floor:,}" if floor is not None else "")
-    if probed:
-        detail += f"; post-probe smoke passed after {len(probed)}/{len(probed)} probes"
-    if failed:
-        detail += f"; {len(failed)} retained failed rung(s)"
-    return Requirement("ladder", True, detail)
-
-
-def _startup(report: Mapping[str, Any]) -> Requirement:
-    why = _startup_failure(report)
-    if why:
-        return Requirement("startup", False, why)
-    cold = (report.get("lifecycle") or {}).get("cold_start_s")
-    if (report.get("run") or {}).get("mode") == "direct-only":
-        return Requirement("startup", True, "direct-only: the endpoint was already serving")
-    if isinstance(cold, int | float):
-        return Requirement("startup", True, f"ready in {cold:.1f} s")
-    if gate_outcome(report, COLD_START_GATE) == "passed" or report.get("gates"):
-        return Requirement("startup", True, "ready")
-    return Requirement("startup", False, "the server never became ready (no gate ran)")
-
-
-def _preflight(report: Mapping[str, Any]) -> Requirement:
-    summary = report.get("preflight") or preflight_summary(report)
-    ok = summary.get("passed") == summary.get("total") and bool(summary.get("total"))
-    missing = [str(g.get("gate")) for g in summary.get("gates") or [] if g.get("outcome") != "passed"]
-    return Requirement("preflight", ok, str(summary.get("summary"))
-                       + ("" if ok else f"; not passed: {', '.join(missing or list(PREFLIGHT_GATES))}"))
-
-
-def _all_gates(report: Mapping[str, Any]) -> Requirement:
-    run = report.get("run") or {}
-    gates = report.get("gates") or []
-    bad = [g for g in gates if g.get("outcome") in _FAILING]
-    if bad:
-        first = bad[0]
-        why = first_line(first.get("reason"), 200)
-        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-        return Requirement("gates", False, f"gate {first.get('gate')} {first.get('outcome')}"
-                           + (f": {why}" if why else "") + more)
-    if run.get("status") != "complete":
-        reasons = "; ".join(run.get("status_reasons") or []) or _startup_failure(report) or "no reason recorded"
-        return Requirement("gates", False, f"the run is incomplete: {reasons}")
-    if not gates:
-        return Requirement("gates", False, "no gate ran")
-    return Requirement("gates", True, f"every gate that ran passed ({len(gates)})")
-
-
-def evaluate_requirement(report: Mapping[str, Any], name: str) -> Requirement:
-    """Is requirement ``name`` met by this arm report? (see the module docstring)."""
-    if name == "gates":
-        return _all_gates(report)
-    if name == "kv_pool":
-        return _kv_pool(report)
-    if name == "ladder":
-        return _ladder(report)
-    if name == "startup":
-        return _startup(report)
-    if name == "preflight":
-        return _preflight(report)
-    outcome = gate_outcome(report, name)
-    if outcome == "passed":
-        return Requirement(name, True, "passed")
-    if outcome == "absent":
-        why = _startup_failure(report)
-        return Requirement(name, False, "did not run" + (f" ({why})" if why else ""))
-    return Requirement(name, False, _gate_reason(report, name))
-
-
 # -- the campaign ----------------------------------------------------------------------------------
 
 
@@ -336,7 +175,7 @@ def evaluate_requirement(report: Mapping[str, Any], name: str) -> Requirement:
 class Campaign:
     """An ordered list of arms (validated: unique names, fallbacks point at earlier arms)."""
 
-    arms: Sequence[Arm]
+    arms: Sequence[CampaignArm]
     name: str = "campaign"
     description: str = ""
 
@@ -346,8 +185,8 @@ class Campaign:
             raise CampaignError(f"campaign {self.name} has no arms. Fix: list at least one arm.")
         seen: list[str] = []
         for arm in arms:
-            if not isinstance(arm, Arm):
-                raise CampaignError(f"campaign {self.name}: {arm!r} is not an Arm")
+            if not isinstance(arm, CampaignArm):
+                raise CampaignError(f"campaign {self.name}: {arm!r} is not a CampaignArm")
             if arm.name in seen:
                 raise CampaignError(f"campaign {self.name}: arm {arm.name} appears twice. Fix: give each arm its own "
                                     "name (set recipe= to run one recipe twice).")
@@ -358,7 +197,7 @@ class Campaign:
             seen.append(arm.name)
         object.__setattr__(self, "arms", arms)
 
-    def arm(self, name: str) -> Arm:
+    def arm(self, name: str) -> CampaignArm:
         for arm in self.arms:
             if arm.name == name:
                 return arm
@@ -375,7 +214,7 @@ class Campaign:
     def plan(self) -> CampaignPlan:
         return CampaignPlan(self)
 
-    def decide(self, reports: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]) -> list[ArmDecision]:
+    def decide_arms(self, reports: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]) -> list[ArmDecision]:
         """Every arm's decision given the reports so far (pure: the same reports, the same answer)."""
         by_arm = self._by_arm(reports)
         decisions: dict[str, ArmDecision] = {}
@@ -466,13 +305,13 @@ class CampaignPlan:
         ``run.arm``). The plan keeps them for :meth:`record`.
         """
         self._reports = reports_so_far
-        for decision in self.campaign.decide(reports_so_far):
+        for decision in self.campaign.decide_arms(reports_so_far):
             if decision.status == "pending":
                 return decision.arm.name
         return None
 
     def decisions(self) -> list[ArmDecision]:
-        return self.campaign.decide(self._reports)
+        return self.campaign.decide_arms(self._reports)
 
     def record(self) -> dict[str, Any]:
         """Which arm ran and why, per arm, and the campaign's outcome (plain JSON)."""
@@ -544,7 +383,7 @@ def qualified_by_fallback(record: dict[str, Any]) -> str | None:
 # -- parsing -------------------------------------------------------------------------------------
 
 
-def parse_arm_spec(text: str, previous: Sequence[Arm] = ()) -> Arm:
+def parse_arm_spec(text: str, previous: Sequence[CampaignArm] = ()) -> CampaignArm:
     """One arm of the string format: ``NAME[:REQ+REQ][?FLAG...]``."""
     head, *flags = text.strip().split("?")
     name, _, reqs = head.partition(":")
@@ -573,7 +412,7 @@ def parse_arm_spec(text: str, previous: Sequence[Arm] = ()) -> Arm:
                                 "?stop, ?continue or ?recipe=NAME.")
     if not name:
         raise CampaignError(f"campaign arm {text!r} has no name. Fix: write ARM[:REQ+REQ][?fallback].")
-    return Arm(name, requires=requires, **options)
+    return CampaignArm(name, requires=requires, **options)
 
 
 def parse_campaign_spec(spec: str, *, name: str = "campaign") -> Campaign:
@@ -581,7 +420,7 @@ def parse_campaign_spec(spec: str, *, name: str = "campaign") -> Campaign:
     parts = [p for p in (s.strip() for s in spec.split(",")) if p]
     if not parts:
         raise CampaignError(f"campaign spec {spec!r} names no arm. Fix: e.g. 393k-fp8kv,393k-offload?fallback.")
-    arms: list[Arm] = []
+    arms: list[CampaignArm] = []
     for part in parts:
         arms.append(parse_arm_spec(part, arms))
     return Campaign(arms, name=name)
@@ -598,7 +437,7 @@ def campaign_from_mapping(data: Any, *, where: str = "campaign") -> Campaign:
     arms_data = data.get("arms")
     if not isinstance(arms_data, list) or not arms_data:
         raise CampaignError(f"{where}: key 'arms' must be a non-empty list of arms")
-    arms: list[Arm] = []
+    arms: list[CampaignArm] = []
     for i, item in enumerate(arms_data):
         if isinstance(item, str):
             arms.append(parse_arm_spec(item, arms))
@@ -616,7 +455,7 @@ def campaign_from_mapping(data: Any, *, where: str = "campaign") -> Campaign:
         for key in ("stop_on_failure", "stop_on_success"):
             if key in item and not isinstance(item[key], bool):
                 raise CampaignError(f"{where}: arms[{i}].{key} must be true or false")
-        arms.append(Arm(str(item["name"]), requires=requires, fallback_for=item.get("fallback_for"),
+        arms.append(CampaignArm(str(item["name"]), requires=requires, fallback_for=item.get("fallback_for"),
                         recipe=item.get("recipe"), stop_on_failure=item.get("stop_on_failure", True),
                         stop_on_success=item.get("stop_on_success", False)))
     return Campaign(arms, name=str(data.get("name") or "campaign"), description=str(data.get("description") or ""))

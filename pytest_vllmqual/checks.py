@@ -2,7 +2,8 @@
 
 Gates in ``suites/`` call these and assert the list is empty, so the failure message says
 exactly what broke ("tool call 0 names get_time, expected get_weather"), and unit tests can
-show each gate turning red on a broken response without a server.
+show each gate turning red on a broken response without a server. The smoke request lives
+here once (``run_smoke``): the smoke gate and the ladder's post-probe smoke both send it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .client import StreamResult
+from .api_results import ChatResult, StreamResult
+from .client import QualClient
 from .errors import RecipeError
+from .recipe import Recipe
+
+__all__ = ["SmokeResult", "ToolFixture", "check_fingerprints", "check_json_content", "check_stream_tool",
+           "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures_path", "run_smoke", "schema_problems",
+           "warm_up_validation"]
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,33 @@ def check_stream_tool(result: StreamResult, fixture: ToolFixture, *, value_check
     if result.tool_calls and result.finish_reason != "tool_calls":
         problems.append(f"finish_reason is {result.finish_reason!r}, expected 'tool_calls'")
     return problems
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """The recipe's smoke request and its answer: one short chat completion that must stop."""
+
+    chat: ChatResult
+    max_tokens: int
+
+    @property
+    def outcome(self) -> str:
+        """'passed' (HTTP 200, finish_reason stop, content) or what went wrong, as a rung records it."""
+        chat = self.chat
+        if chat.status_code != 200:
+            return f"failed: HTTP {chat.status_code}"
+        if chat.finish_reason != "stop" or not chat.content.strip():
+            return f"failed: finish_reason {chat.finish_reason!r}, content {chat.content[:40]!r}"
+        return "passed"
+
+
+def run_smoke(client: QualClient, recipe: Recipe, *, label: str) -> SmokeResult:
+    """Send the recipe's smoke prompt (``gates.smoke``: prompt, max_tokens) at temperature 0."""
+    settings = recipe.gate("smoke")
+    max_tokens = settings.get("max_tokens", 32)
+    chat = client.chat({"messages": [{"role": "user", "content": settings.get("prompt", "Say cloud.")}],
+                        "max_tokens": max_tokens, "temperature": 0}, label=label)
+    return SmokeResult(chat, max_tokens)
 
 
 def check_fingerprints(counts: dict[str, int], expected: dict[str, int]) -> list[str]:

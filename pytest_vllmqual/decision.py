@@ -39,6 +39,7 @@ from typing import Any
 from .gates import PREFLIGHT_GATES, PREFLIGHT_LABELS, REGISTRY, SECTION_GATES, family_of, title_of
 from .gates import proves as gate_proves
 from .number_format import fmt_num, short_tokens
+from .records import rung_verdict
 from .report_query import (
     first_line,
     gate_outcome,
@@ -62,8 +63,6 @@ SINGLE_RUN_VERDICTS = ("no-promotion", "direct-only", "healthy", "candidate")
 
 BOUNDARY = "No route or promotion changed: a qualification run never promotes."
 _FAILING_OUTCOMES = ("failed", "error")
-_HEALTH_OK = ("healthy", "ok")
-"""The exact values a rung's ``health_after`` takes when /health answered 200."""
 
 
 # -- rung and coverage readings --------------------------------------------------------------
@@ -73,18 +72,6 @@ def _max_model_len(report: Mapping[str, Any]) -> int | None:
     expected = (report.get("identity") or {}).get("expected") or {}
     value = expected.get("max_model_len") or recipe_value(report, "serve", "max_model_len")
     return value if isinstance(value, int) else None
-
-
-def _smoke_passed(rung: Mapping[str, Any]) -> bool:
-    """The post-probe smoke of a rung passed: a structured result, never a substring match."""
-    flag = rung.get("post_probe_smoke_ok")
-    return flag if isinstance(flag, bool) else rung.get("post_probe_smoke") == "passed"
-
-
-def _healthy_after(rung: Mapping[str, Any]) -> bool:
-    """/health answered 200 after the rung: a structured result, never a substring match."""
-    flag = rung.get("health_after_ok")
-    return flag if isinstance(flag, bool) else rung.get("health_after") in _HEALTH_OK
 
 
 def _label(gate: Mapping[str, Any]) -> str:
@@ -212,13 +199,15 @@ def _proves(report: Mapping[str, Any]) -> list[str]:
             f"({fmt_num(top.get('ttft_s'), 3)} s TTFT, {fmt_num(top.get('e2e_s'), 3)} s E2E, "
             f"{fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s, "
             f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s); {done} ladder rung(s) completed")
-        probed = [r for r in report.get("ladder") or [] if r.get("post_probe_smoke") is not None]
-        if probed and all(_smoke_passed(r) for r in probed):
+        smokes = [rung_verdict(r).smoke for r in report.get("ladder") or []]
+        probed = [smoke for smoke in smokes if smoke is not None]
+        if probed and all(probed):
             proves.append(f"a short functional smoke passed after every context probe ({len(probed)}/{len(probed)})")
     for rung in report.get("ladder") or []:
-        if rung.get("expected_rejection") and rung.get("ok"):
+        verdict = rung_verdict(rung)
+        if verdict.rejected_as_expected:
             size = rung.get("prompt_tokens") or rung.get("target")
-            after = " and the server stayed healthy" if _healthy_after(rung) else ""
+            after = " and the server stayed healthy" if verdict.healthy else ""
             proves.append(f"a {fmt_num(size)}-token prompt beyond max_model_len was rejected with HTTP "
                           f"{rung.get('status_code')}{after}")
     engine = report.get("engine") or {}
@@ -304,7 +293,7 @@ def _caveats(report: Mapping[str, Any]) -> list[str]:
             f"({first.get('label')}) was {code}" + (f": {why}" if why else ""))
     ladder = list(report.get("ladder") or [])
     for rung in ladder:
-        if not rung.get("ok") and not rung.get("expected_rejection"):
+        if rung_verdict(rung).failed:
             code = f"HTTP {rung['status_code']}" if rung.get("status_code") else "no response"
             why = first_line(rung.get("error"), 160)
             caveats.append(f"the {rung.get('target_label')} context target returned {code}"

@@ -27,7 +27,7 @@ from .errors import ReportError
 from .gates import family_of, title_of
 from .gates import proves as gate_proves
 from .launch.base import TeardownResult
-from .records import Attempt, GateRecord, RungRecord, RunRecord
+from .records import Attempt, GateRecord, RungRecord, RunRecord, rung_verdict
 from .report_query import ok_rungs, preflight_summary
 from .sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
 from .schema_loader import REPORT_SCHEMA, schema_errors
@@ -154,9 +154,8 @@ def _gate(gate: GateRecord) -> dict[str, Any]:
 def _rung(rung: RungRecord) -> dict[str, Any]:
     data = _pick(rung.to_dict(), _RUNG_FIELDS)
     data["error"] = _text(public_rung_error(data.get("error"), data.get("status_code")))
-    smoke, health = data.get("post_probe_smoke"), data.get("health_after")
-    data["post_probe_smoke_ok"] = None if smoke is None else smoke == "passed"
-    data["health_after_ok"] = None if health is None else health in ("healthy", "ok")
+    verdict = rung.verdict
+    data["post_probe_smoke_ok"], data["health_after_ok"] = verdict.smoke, verdict.healthy
     pt, ttft = data.get("prompt_tokens"), data.get("ttft_s")
     if data.get("prefill_tok_s") is None and isinstance(pt, int) and isinstance(ttft, int | float) and ttft > 0:
         data["prefill_tok_s"] = round(pt / ttft, 2)
@@ -177,8 +176,8 @@ def _ladder_summary(report: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "rungs": len(ladder),
         "completed": len(completed),
-        "failed": sum(1 for r in ladder if not r.get("ok") and not r.get("expected_rejection")),
-        "rejected_as_expected": sum(1 for r in ladder if r.get("expected_rejection") and r.get("ok")),
+        "failed": sum(1 for r in ladder if rung_verdict(r).failed),
+        "rejected_as_expected": sum(1 for r in ladder if rung_verdict(r).rejected_as_expected),
         "max_abs_calibration_error": max(errors) if errors else None,
         "largest": dict(largest) if largest else None,
     }

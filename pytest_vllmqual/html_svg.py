@@ -14,6 +14,7 @@ from html import escape as _escape
 from typing import Any
 
 from .number_format import short_tokens
+from .records import rung_verdict
 
 __all__ = ["esc", "ladder_svg", "memory_svg", "nice_ticks", "rung_kind"]
 
@@ -72,9 +73,7 @@ def _marker(kind: str, x: float, y: float, tip: str) -> str:
 
 def rung_kind(rung: Mapping[str, Any]) -> str:
     """"ok", "failed" (retained) or "rejected" (beyond max_model_len, as expected): how a rung is drawn."""
-    if rung.get("expected_rejection"):
-        return "rejected"
-    return "ok" if rung.get("ok") else "failed"
+    return rung_verdict(rung).kind
 
 
 def _panel(panel_id: str, title: str, y_key: str, y_unit: str, ladder: Sequence[Mapping[str, Any]],

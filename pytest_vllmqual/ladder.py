@@ -5,7 +5,8 @@ Every rung starts with a fresh nonce (no prefix-cache result), is followed by a 
 smoke, and a failure (HTTP 400, timeout) is retained with its error text while the ladder
 goes on. The deliberate ``max_model_len + 1`` rung must be rejected with HTTP 400 and is
 recorded as an expected rejection. Where ``/metrics`` exists, each rung is cross-checked
-against the server's own TTFT histogram and prompt-token counter.
+against the server's own TTFT histogram and prompt-token counter. Each rung's verdict and
+the ladder gate's findings are computed here (``LadderResult``), not in the suite.
 """
 
 from __future__ import annotations
@@ -17,13 +18,28 @@ from typing import Any
 
 import httpx
 
-from .client import QualClient, StreamResult
+from .api_results import StreamResult
+from .checks import run_smoke
+from .client import QualClient
 from .engine import MetricsSnapshot, parse_metrics
 from .errors import CalibrationError, ServerGoneError
 from .launch.base import ProgressFn
 from .prompts import ChatShape, ExactPrompt, ExactPromptBuilder, ServerTokenCounter, new_nonce
 from .recipe import Recipe
 from .records import RungRecord
+from .server_text import public_rung_error
+
+__all__ = [
+    "OVER_LENGTH_PREFIX",
+    "ConcurrencyResult",
+    "LadderResult",
+    "fetch_metrics",
+    "fetch_metrics_text",
+    "parse_metrics_text",
+    "run_concurrency",
+    "run_ladder",
+    "rung_targets",
+]
 
 OVER_LENGTH_PREFIX = "This model's maximum context length is"
 
@@ -74,7 +90,8 @@ def fetch_metrics(http: httpx.Client) -> MetricsSnapshot | None:
 
 @dataclass
 class LadderResult:
-    """All rungs, in order, plus what the cross-checks found."""
+    """All rungs, in order, each with its verdict (``RungRecord.verdict``), and what the ladder
+    gate fails on (``problems``): read by the gate, built into the report from the same records."""
 
     rungs: list[RungRecord] = field(default_factory=list)
     #: Set when the server died or hung during a rung: that rung is the last one, marked
@@ -82,25 +99,41 @@ class LadderResult:
     server_gone: ServerGoneError | None = None
 
     @property
-    def measured(self) -> list[RungRecord]:
-        return [r for r in self.rungs if not r.expected_rejection]
-
-    @property
     def largest_ok(self) -> RungRecord | None:
-        ok = [r for r in self.measured if r.ok and r.prompt_tokens]
+        ok = [r for r in self.rungs if r.verdict.completed and r.prompt_tokens]
         return max(ok, key=lambda r: r.prompt_tokens or 0) if ok else None
 
-
-def post_probe_smoke(client: QualClient, recipe: Recipe, label: str) -> str:
-    """A short functional check after a probe: 'passed' or what went wrong."""
-    smoke = recipe.gate("smoke")
-    result = client.chat({"messages": [{"role": "user", "content": smoke.get("prompt", "Say cloud.")}],
-                          "max_tokens": smoke.get("max_tokens", 32), "temperature": 0}, label=label)
-    if result.status_code != 200:
-        return f"failed: HTTP {result.status_code}"
-    if result.finish_reason != "stop" or not result.content.strip():
-        return f"failed: finish_reason {result.finish_reason!r}, content {result.content[:40]!r}"
-    return "passed"
+    def problems(self, min_largest_prompt: int | None) -> list[str]:
+        """Every rule the ladder broke, rung by rung: the ladder gate asserts this is empty."""
+        problems: list[str] = []
+        if self.server_gone is not None:
+            killer = next((r for r in self.rungs if r.verdict.killed_server), None)
+            where = (f"rung {killer.index} ({killer.target_label}, target {killer.target:,})"
+                     if killer is not None else "a rung")
+            problems.append(f"the server did not survive {where}: {self.server_gone.status}; "
+                            "the rungs after it were not sent")
+        for rung in self.rungs:
+            verdict = rung.verdict
+            name = f"rung {rung.index} ({rung.target_label}, target {rung.target:,})"
+            if verdict.rejection_rung:
+                if not verdict.rejected_as_expected:
+                    problems.append(f"{name}: expected HTTP 400 'This model's maximum context length', "
+                                    f"got {public_rung_error(rung.error, rung.status_code) or f'HTTP {rung.status_code}'}")
+            elif verdict.failed:
+                problems.append(f"{name}: {public_rung_error(rung.error, rung.status_code) or 'failed'}")
+            if verdict.killed_server:
+                continue
+            if verdict.smoke is not True:
+                problems.append(f"{name}: post-probe smoke {rung.post_probe_smoke}")
+            if rung.prefix_cache_hits:
+                problems.append(f"{name}: {rung.prefix_cache_hits} prefix-cache hit tokens despite the nonce")
+        if min_largest_prompt:
+            largest = self.largest_ok
+            seen = largest.prompt_tokens if largest and largest.prompt_tokens else 0
+            if seen <= min_largest_prompt:
+                problems.append(f"largest actual prompt {seen:,} does not exceed the recipe minimum "
+                                f"{min_largest_prompt:,}")
+        return problems
 
 
 def _health(client: QualClient) -> str:
@@ -240,7 +273,7 @@ def _probe_rung(client: QualClient, recipe: Recipe, rung: RungRecord, prompt: Ex
         elif rung.calibration_error != 0:
             rung.error = f"calibration error {rung.calibration_error} tokens"
     rung.health_after = _health(client)
-    rung.post_probe_smoke = post_probe_smoke(client, recipe, label=f"post-probe-{index}")
+    rung.post_probe_smoke = run_smoke(client, recipe, label=f"post-probe-{index}").outcome
     elapsed = time.perf_counter() - started
     progress(
         f"ladder rung {index + 1}/{rungs}: HTTP {rung.status_code}, "

@@ -3,18 +3,24 @@
 These are the in-memory evidence: gates record attempts and measurements into them, the
 plugin ships them between xdist workers as plain dicts, and ``evidence`` turns a RunRecord
 into the sanitized public report. Records grow by adding optional fields; ``from_dict``
-ignores keys it does not know so old and new workers interoperate.
+ignores keys it does not know so old and new workers interoperate. A rung's verdict
+(``rung_verdict``) is derived here, once, for the ladder gate, the report builder, the
+decision, the campaign and the HTML page alike, from a ``RungRecord`` or a report's rung dict.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["Attempt", "GateRecord", "RunRecord", "RungRecord"]
+__all__ = ["HEALTH_OK", "Attempt", "GateRecord", "RunRecord", "RungRecord", "RungVerdict", "rung_verdict"]
 
 _T = TypeVar("_T")
+
+HEALTH_OK = ("healthy", "ok")
+"""The exact values a rung's ``health_after`` takes when /health answered 200."""
 
 
 def _from_dict(cls: type[_T], data: dict[str, Any]) -> _T:
@@ -114,12 +120,65 @@ class RungRecord:
     prefix_cache_hits: int | None = None
     killed_server: bool = False
 
+    @property
+    def verdict(self) -> RungVerdict:
+        return rung_verdict(self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RungRecord:
         return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class RungVerdict:
+    """What one rung showed: the one reading every consumer of a rung uses."""
+
+    #: A measured rung that was answered and has an API-reported size: it counts for capacity.
+    completed: bool
+    #: A measured rung that did not complete: retained as a real failed attempt.
+    failed: bool
+    #: The deliberate ``max_model_len + 1`` rung (``expected_rejection``): its ``ok`` says
+    #: whether it was rejected as it must be.
+    rejection_rung: bool
+    #: The rejection rung was rejected with the over-length HTTP 400.
+    rejected_as_expected: bool
+    #: The server died or hung during this rung; nothing ran after it.
+    killed_server: bool
+    #: The post-probe smoke passed (True), failed (False) or did not run (None).
+    smoke: bool | None
+    #: /health answered 200 after the rung (True), did not (False), or was not asked (None).
+    healthy: bool | None
+
+    @property
+    def kind(self) -> str:
+        """How the page draws the rung: ``rejected`` (the rejection rung), ``ok`` or ``failed``."""
+        if self.rejection_rung:
+            return "rejected"
+        return "failed" if self.failed else "ok"
+
+
+def rung_verdict(rung: Mapping[str, Any]) -> RungVerdict:
+    """The verdict of a rung dict (``RungRecord.to_dict()`` or a report's ``ladder`` entry).
+
+    A report's structured ``post_probe_smoke_ok``/``health_after_ok`` flags win over the text
+    fields they were derived from, never a substring match.
+    """
+    rejection = bool(rung.get("expected_rejection"))
+    ok = bool(rung.get("ok"))
+    smoke_flag, smoke = rung.get("post_probe_smoke_ok"), rung.get("post_probe_smoke")
+    health_flag, health = rung.get("health_after_ok"), rung.get("health_after")
+    return RungVerdict(
+        completed=ok and not rejection and isinstance(rung.get("prompt_tokens"), int),
+        failed=not ok and not rejection,
+        rejection_rung=rejection,
+        rejected_as_expected=ok and rejection,
+        killed_server=bool(rung.get("killed_server")),
+        smoke=smoke_flag if isinstance(smoke_flag, bool) else (None if smoke is None else smoke == "passed"),
+        healthy=health_flag if isinstance(health_flag, bool) else (None if health is None else health in HEALTH_OK),
+    )
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .gates import PREFLIGHT_GATES, PREFLIGHT_LABELS
+from .records import rung_verdict
 
 __all__ = ["first_line", "gate_outcome", "gates_named", "largest_rung", "ok_rungs", "preflight_summary",
            "recipe_value", "tools_phrase"]
@@ -74,8 +75,7 @@ def preflight_summary(report: Mapping[str, Any]) -> dict[str, Any]:
 
 def ok_rungs(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """Completed rungs with an API-reported size (the only size a capacity claim uses)."""
-    return [r for r in report.get("ladder") or []
-            if r.get("ok") and not r.get("expected_rejection") and isinstance(r.get("prompt_tokens"), int)]
+    return [r for r in report.get("ladder") or [] if rung_verdict(r).completed]
 
 
 def largest_rung(report: Mapping[str, Any]) -> Mapping[str, Any] | None:

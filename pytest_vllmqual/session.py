@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from .checks import warm_up_validation
-from .client import http_client, shared_ssl_context
+from .client import http_client
 from .engine import fetch_engine_endpoints, parse_engine_log
 from .errors import LaunchError, ServerGoneError
 from .identity import check_identity
@@ -37,6 +37,7 @@ from .launch.readiness import log_tail, wait_until_ready
 from .launch.subprocess import SubprocessLauncher
 from .recipe import Recipe
 from .records import Attempt, GateRecord
+from .stream_transport import shared_ssl_context
 
 STATE_FILE = "server_state.json"
 LOCK_FILE = "traffic.lock"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .number_format import fmt_num
+from .report_query import largest_rung
 
 __all__ = ["summary_lines"]
 
@@ -61,10 +62,8 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
     absent = [str(row.get("gate")) for row in decision.get("gates") or [] if row.get("outcome") == "absent"]
     if absent:
         lines.append(f"  not run (not proven by this run): {', '.join(absent)}")
-    ladder = [r for r in report.get("ladder", [])
-              if r.get("ok") and r.get("prompt_tokens") and not r.get("expected_rejection")]
-    if ladder:
-        top = max(ladder, key=lambda r: r["prompt_tokens"])
+    top = largest_rung(report)
+    if top is not None:
         lines.append(
             f"largest actual prompt: {fmt_num(top['prompt_tokens'], 3)}; TTFT {fmt_num(top.get('ttft_s'), 3, ' s')}; "
             f"{fmt_num(top.get('prefill_tok_s'), 0, ' effective prefill tok/s')}; "

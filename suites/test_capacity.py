@@ -12,7 +12,6 @@ import pytest
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.ladder import run_concurrency, run_ladder
 from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.server_text import public_rung_error
 from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.capacity]
@@ -34,31 +33,7 @@ def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, pro
                      largest_decode_tok_s=largest.decode_tok_s, largest_server_ttft_s=largest.server_ttft_s)
         ttft = "n/a (no output delta)" if largest.ttft_s is None else f"{largest.ttft_s:.3f} s"
         gate.summary(f"largest actual prompt {largest.prompt_tokens:,}; TTFT {ttft}")
-    problems: list[str] = []
-    if result.server_gone is not None:
-        killer = next((r for r in result.rungs if r.killed_server), None)
-        where = (f"rung {killer.index} ({killer.target_label}, target {killer.target:,})"
-                 if killer is not None else "a rung")
-        problems.append(f"the server did not survive {where}: {result.server_gone.status}; "
-                        "the rungs after it were not sent")
-    for rung in result.rungs:
-        name = f"rung {rung.index} ({rung.target_label}, target {rung.target:,})"
-        if rung.expected_rejection:
-            if not rung.ok:
-                problems.append(f"{name}: expected HTTP 400 'This model's maximum context length', "
-                                f"got {public_rung_error(rung.error, rung.status_code) or f'HTTP {rung.status_code}'}")
-        elif not rung.ok:
-            problems.append(f"{name}: {public_rung_error(rung.error, rung.status_code) or 'failed'}")
-        if rung.killed_server:
-            continue
-        if rung.post_probe_smoke != "passed":
-            problems.append(f"{name}: post-probe smoke {rung.post_probe_smoke}")
-        if rung.prefix_cache_hits:
-            problems.append(f"{name}: {rung.prefix_cache_hits} prefix-cache hit tokens despite the nonce")
-    if minimum:
-        seen = largest.prompt_tokens if largest and largest.prompt_tokens else 0
-        if seen <= minimum:
-            problems.append(f"largest actual prompt {seen:,} does not exceed the recipe minimum {minimum:,}")
+    problems = result.problems(minimum)
     assert not problems, "ladder: " + "; ".join(problems)
 
 

@@ -67,7 +67,7 @@ def test_json(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> No
     )
     assert result.status_code == 200, public_failure(result.attempt)
     gate.measure(content_chars=len(result.content), finish_reason=result.finish_reason,
-                 completion_tokens=result.usage.get("completion_tokens"))
+                 completion_tokens=result.completion_tokens)
     problems = check_json_content(result.content, JSON_SCHEMA, result.finish_reason)
     assert not problems, "JSON gate: " + "; ".join(problems)
     gate.summary("pass")
@@ -160,16 +160,6 @@ def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRe
     gate.summary("pass")
 
 
-def _output_text(body: dict[str, Any]) -> str:
-    texts = []
-    for item in body.get("output", []):
-        if item.get("type") == "message":
-            for part in item.get("content", []):
-                if part.get("type") == "output_text":
-                    texts.append(part.get("text", ""))
-    return "".join(texts)
-
-
 @pytest.mark.gate("responses")
 def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                    tool_fixtures: list[ToolFixture]) -> None:
@@ -182,14 +172,12 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
         body["reasoning"] = {"effort": effort}
     result = qual_client.responses(body, label=f"responses-{effort or 'default'}")
     assert result.status_code == 200, public_failure(result.attempt)
-    data = result.body or {}
-    usage = data.get("usage") or {}
-    gate.measure(status=data.get("status"), output_types=[i.get("type") for i in data.get("output", [])],
-                 input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"),
+    gate.measure(status=result.status, output_types=result.output_types,
+                 input_tokens=result.input_tokens, output_tokens=result.output_tokens,
                  reasoning_effort=effort)
-    assert data.get("status") == "completed", f"Responses status is {data.get('status')!r}, not 'completed'"
-    assert _output_text(data).strip(), f"Responses output has no output_text: {data.get('output')}"
-    assert usage.get("input_tokens", 0) > 0 and usage.get("output_tokens", 0) > 0, f"Responses usage: {usage}"
+    assert result.status == "completed", f"Responses status is {result.status!r}, not 'completed'"
+    assert result.output_text.strip(), f"Responses output has no output_text: {result.output}"
+    assert (result.input_tokens or 0) > 0 and (result.output_tokens or 0) > 0, f"Responses usage: {result.usage}"
     if not settings.get("function_call", False):
         gate.summary("pass")
         return
@@ -200,7 +188,7 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
         call_body["reasoning"] = {"effort": effort}
     call_result = qual_client.responses(call_body, label="responses-function-call")
     assert call_result.status_code == 200, public_failure(call_result.attempt)
-    calls = [i for i in (call_result.body or {}).get("output", []) if i.get("type") == "function_call"]
+    calls = call_result.function_calls
     problems = check_tool_call([{"name": c.get("name"), "arguments": c.get("arguments")} for c in calls],
                                fixture, value_checks=False)
     assert not problems, "Responses function call: " + "; ".join(problems)
@@ -215,8 +203,7 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
         follow["reasoning"] = {"effort": effort}
     answer = qual_client.responses(follow, label="responses-function-output")
     assert answer.status_code == 200, public_failure(answer.attempt)
-    answer_data = answer.body or {}
-    gate.measure(function_call=fixture.name, round_trip_status=answer_data.get("status"))
-    assert answer_data.get("status") == "completed", f"round-trip status {answer_data.get('status')!r}"
-    assert _output_text(answer_data).strip(), "the Responses round trip ended without output_text"
+    gate.measure(function_call=fixture.name, round_trip_status=answer.status)
+    assert answer.status == "completed", f"round-trip status {answer.status!r}"
+    assert answer.output_text.strip(), "the Responses round trip ended without output_text"
     gate.summary("pass")

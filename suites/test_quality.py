@@ -127,7 +127,7 @@ def test_quality_long_context(qual_client: QualClient, recipe: Recipe, gate: Gat
         progress(f"long-context check {i + 1}/{n}: {prompt.measured_tokens:,} prompt tokens")
         result = qual_client.chat({**prompt.request_fields(), "max_tokens": 32, "temperature": 0},
                                   label=f"long-context-{i + 1}")
-        sizes.append(result.usage.get("prompt_tokens"))
+        sizes.append(result.prompt_tokens)
         answer = result.content if result.status_code == 200 else f"HTTP {result.status_code}"
         answers.append(answer)
         passed += result.status_code == 200 and bool(re.search(expect, answer, re.IGNORECASE))

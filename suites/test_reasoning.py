@@ -30,7 +30,7 @@ def test_reasoning_fingerprints(qual_client: QualClient, recipe: Recipe, gate: G
         result = qual_client.chat({"messages": messages, "reasoning_effort": effort, "max_tokens": 1,
                                    "temperature": 0}, label=f"fingerprint-{effort}")
         assert result.status_code == 200, f"effort {effort}: {public_failure(result.attempt)}"
-        usage_count = int(result.usage.get("prompt_tokens", 0))
+        usage_count = result.prompt_tokens or 0
         tokenized = qual_client.tokenize_chat(messages, chat_template_kwargs={"reasoning_effort": effort},
                                               label=f"tokenize-{effort}")
         assert tokenized.status_code == 200, f"/tokenize for {effort}: HTTP {tokenized.status_code}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_vllmqual.checks import run_smoke
 from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.server_text import public_failure
@@ -16,21 +17,17 @@ pytestmark = [pytest.mark.functional]
 def test_smoke(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Smoke: a short chat completion finishes with content and usage."""
     settings = recipe.gate("smoke")
-    result = qual_client.chat(
-        {"messages": [{"role": "user", "content": settings.get("prompt", "Say cloud.")}],
-         "max_tokens": settings.get("max_tokens", 32), "temperature": 0},
-        label="smoke",
-    )
+    smoke = run_smoke(qual_client, recipe, label="smoke")
+    result = smoke.chat
     assert result.status_code == 200, f"smoke returned {public_failure(result.attempt)}"
-    gate.measure(prompt_tokens=result.usage.get("prompt_tokens"),
-                 completion_tokens=result.usage.get("completion_tokens"),
+    gate.measure(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
                  latency_s=round(result.attempt.latency_s or 0.0, 4),
                  finish_reason=result.finish_reason)
     assert result.finish_reason == "stop", (
         f"smoke finished with {result.finish_reason!r}, not 'stop': the model did not end its answer "
-        f"within {settings.get('max_tokens', 32)} tokens")
+        f"within {smoke.max_tokens} tokens")
     assert result.content.strip(), "smoke returned empty content"
-    assert result.usage.get("prompt_tokens", 0) > 0 and result.usage.get("completion_tokens", 0) > 0, (
+    assert (result.prompt_tokens or 0) > 0 and (result.completion_tokens or 0) > 0, (
         f"smoke usage is incomplete: {result.usage}")
     expected = settings.get("expect_substring")
     if expected:

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from pytest_vllmqual.campaign import (
-    Arm,
     Campaign,
+    CampaignArm,
     CampaignError,
     campaigns_dir,
-    evaluate_requirement,
     load_campaign,
     load_campaign_file,
     parse_campaign_spec,
     qualified_by_fallback,
 )
+from pytest_vllmqual.campaign_requirements import evaluate_requirement
 from pytest_vllmqual.decision import decide_run
 from pytest_vllmqual.evidence import validate_report
 from pytest_vllmqual.report_query import preflight_summary
@@ -42,6 +42,7 @@ def arm_report(name: str, *, kv_tokens: int | None, largest: int | None, smoke: 
     report["engine"]["kv_cache_tokens"] = kv_tokens
     top = report["ladder"][3]
     top["prompt_tokens"], top["post_probe_smoke"] = largest, smoke
+    top["post_probe_smoke_ok"] = smoke == "passed"  # the builder derives the flag from the text
     top["ok"] = largest is not None
     report["ladder_summary"]["largest"] = copy.deepcopy(top) if largest is not None else None
     for gate in report["gates"]:
@@ -77,8 +78,8 @@ def startup_failed(name: str) -> dict[str, Any]:
     return report
 
 
-SEED_CAMPAIGN = Campaign([Arm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
-                          Arm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")],
+SEED_CAMPAIGN = Campaign([CampaignArm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
+                          CampaignArm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")],
                          name="393k")
 
 
@@ -163,7 +164,7 @@ def test_a_failed_arm_without_fallback_stops_the_campaign() -> None:
     assert record["stopped"] == "campaign stopped: 393k-fp8kv failed kv_pool: 283,917 < 393,216 and has no fallback"
     assert record["arms"][2]["reason"] == record["stopped"]
     with pytest.raises(CampaignError, match="there is a report for arm 393k-quality, but the campaign skipped it"):
-        campaign.decide({"131k-control": control, "393k-fp8kv": failed,
+        campaign.decide_arms({"131k-control": control, "393k-fp8kv": failed,
                          "393k-quality": arm_report("393k-quality", kv_tokens=400000, largest=310000)})
 
 

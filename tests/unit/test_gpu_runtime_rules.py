@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllmqual.client import stream_error_event
+from pytest_vllmqual.api_results import stream_error_event
 from pytest_vllmqual.kv_ranks import check_rank_kv
 from pytest_vllmqual.launch.engine_death import classify_engine_death
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual import client as client_module
-from pytest_vllmqual.client import (
+from pytest_vllmqual import api_results as results_module
+from pytest_vllmqual.api_results import (
+    StreamBody,
     StreamResult,
     _consume_sse_line,
     _merge_tool_delta,
-    _StreamBody,
     stream_error_event,
 )
 from pytest_vllmqual.records import Attempt
@@ -125,7 +125,7 @@ def fields(result: StreamResult) -> dict[str, Any]:
 @pytest.mark.parametrize("name", list(STREAMS))
 def test_the_parser_gives_what_it_gave_before(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = SimpleNamespace(now=0.0)
-    monkeypatch.setattr(client_module, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(results_module, "time", SimpleNamespace(perf_counter=lambda: clock.now))
     monkeypatch.setattr(time, "perf_counter", lambda: clock.now)
     new, old = (StreamResult(Attempt(kind="stream", label="x", ok=False), 200) for _ in range(2))
     for number, line in enumerate(STREAMS[name]):
@@ -153,12 +153,12 @@ def test_the_line_splitter_gives_the_same_data_lines_for_every_cut(name: str, mo
     expected_raw = bytearray()
     expected = [line for line in reference_iter_lines([body], expected_raw) if line.startswith("data:")]
     consumed: list[str] = []
-    monkeypatch.setattr(client_module, "_consume_sse_line", lambda line, result, started: consumed.append(line))
+    monkeypatch.setattr(results_module, "_consume_sse_line", lambda line, result, started: consumed.append(line))
     cuts: list[list[bytes]] = [[body], [body[i:i + 1] for i in range(len(body))]]
     cuts += [[body[:i], body[i:j], body[j:]] for i in range(0, len(body), 7) for j in (i + 1, i + 40, len(body))]
     for pieces in cuts:
         consumed.clear()
-        stream = _StreamBody(StreamResult(Attempt(kind="stream", label="x", ok=False), None), 0.0)
+        stream = StreamBody(StreamResult(Attempt(kind="stream", label="x", ok=False), None), 0.0)
         sink = stream.on_head(200)
         for piece in pieces:
             sink(piece)

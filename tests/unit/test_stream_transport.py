@@ -27,8 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_vllmqual import client as client_module
-from pytest_vllmqual.client import QualClient, StreamResult
+from pytest_vllmqual import stream_transport as transport_module
+from pytest_vllmqual.api_results import StreamResult
+from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.records import Attempt
 
@@ -181,7 +182,7 @@ def both_ways(reply: Reply, *, timeout_s: float = 5.0) -> tuple[dict[str, Any], 
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both read modes: the shared epoll reader thread, and the caller's own thread (TLS, no epoll)."""
     if request.param == "caller":
-        monkeypatch.setattr(client_module, "_HAS_EPOLL", False)
+        monkeypatch.setattr(transport_module, "_HAS_EPOLL", False)
     return str(request.param)
 
 
@@ -404,14 +405,14 @@ def test_https_streams_on_the_shared_verifying_context(tmp_path: Path, monkeypat
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_context.load_cert_chain(cert, key)
     trusting = ssl.create_default_context(cafile=str(cert))
-    monkeypatch.setattr(client_module, "shared_ssl_context", lambda: trusting)
+    monkeypatch.setattr(transport_module, "shared_ssl_context", lambda: trusting)
     with serving(chunked_reply(events()), tls=server_context) as server:
         client, sink = new_client(server.base_url, direct=True)
         with client:
             assert client.stream_chat({"messages": []}, label="a").ok
             assert client.stream_chat({"messages": []}, label="b").ok
         assert server.connections == 1 and sink.records[0][2] == b"".join(events())
-        monkeypatch.setattr(client_module, "shared_ssl_context", ssl.create_default_context)
+        monkeypatch.setattr(transport_module, "shared_ssl_context", ssl.create_default_context)
         untrusting, sink = new_client(server.base_url, direct=True)
         with untrusting:
             result = untrusting.stream_chat({"messages": []}, label="c")

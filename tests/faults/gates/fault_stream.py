@@ -11,7 +11,8 @@ import time
 
 from gatekit import mark
 
-from pytest_vllmqual.client import QualClient, StreamResult
+from pytest_vllmqual.api_results import StreamResult
+from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.session import GateRecorder
 
