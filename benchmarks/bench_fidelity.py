@@ -64,12 +64,12 @@ from pytest_vllmqual.prompts import (  # noqa: E402
     ChatShape,
     ExactPrompt,
     ExactPromptBuilder,
-    ServerTokenCounter,
     TokenCounter,
 )
 from pytest_vllmqual.recipe import Recipe, resolve_recipe  # noqa: E402
 from pytest_vllmqual.records import GateRecord  # noqa: E402
 from pytest_vllmqual.session import GateRecorder, ServerManager  # noqa: E402
+from pytest_vllmqual.token_counters import ServerTokenCounter  # noqa: E402
 
 STARTUP_COMPLETE = "Application startup complete."
 SERVER_LISTENING = "Starting vLLM server on"

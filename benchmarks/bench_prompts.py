@@ -44,12 +44,11 @@ from pytest_vllmqual.errors import CalibrationError  # noqa: E402
 from pytest_vllmqual.prompts import (  # noqa: E402
     ChatShape,
     ExactPromptBuilder,
-    HFTokenCounter,
     Message,
-    ServerTokenCounter,
     TextCut,
     TokenCounter,
 )
+from pytest_vllmqual.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
 
 FIXTURE_TOKENIZER = ROOT / "fixtures" / "model" / "build" / "tiny-chat"
 DEFAULT_TARGETS = (32_768, 131_072, 400_000)

@@ -24,10 +24,11 @@ from .client import QualClient
 from .engine import MetricsSnapshot, parse_metrics
 from .errors import CalibrationError, ServerGoneError
 from .launch.base import ProgressFn
-from .prompts import ChatShape, ExactPrompt, ExactPromptBuilder, ServerTokenCounter, new_nonce
+from .prompts import ChatShape, ExactPrompt, ExactPromptBuilder, new_nonce
 from .recipe import Recipe
 from .records import RungRecord
 from .server_text import public_rung_error
+from .token_counters import ServerTokenCounter
 
 __all__ = [
     "OVER_LENGTH_PREFIX",

@@ -104,7 +104,8 @@ def test_quality_long_context(qual_client: QualClient, recipe: Recipe, gate: Gat
     """Long context at an exact prompt length, k/N: in "needle" mode a fact at the start is recalled
     at the end; in "smoke_after_filler" mode the smoke prompt is answered after filler (no recall)."""
     _skip_if_not_applicable(recipe, gate, "long_context")
-    from pytest_vllmqual.prompts import ChatShape, ExactPromptBuilder, ServerTokenCounter, new_nonce
+    from pytest_vllmqual.prompts import ChatShape, ExactPromptBuilder, new_nonce
+    from pytest_vllmqual.token_counters import ServerTokenCounter
 
     spec = CHECKS["long_context"]
     settings = recipe.gate("quality")

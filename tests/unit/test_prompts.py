@@ -23,13 +23,12 @@ from pytest_vllmqual.errors import CalibrationError
 from pytest_vllmqual.prompts import (
     ChatShape,
     ExactPromptBuilder,
-    HFTokenCounter,
     Message,
-    ServerTokenCounter,
     TextCut,
     TokenCounter,
     build_exact_prompt,
 )
+from pytest_vllmqual.token_counters import HFTokenCounter, ServerTokenCounter
 
 # A ChatML template (Qwen-like): tools in the system turn, an extra system turn whose text
 # depends on reasoning_effort, and a closed think block when enable_thinking is false.
