@@ -30,7 +30,7 @@ from .errors import ComparisonError, ReportError
 from .evidence import SCHEMA_ID as REPORT_SCHEMA_ID
 from .evidence import TOOL_NAME, load_report, validate_report
 from .sanitize import Sanitizer
-from .schema_loader import COMPARISON_SCHEMA, schema_errors
+from .schema_loader import COMPARISON_SCHEMA, raise_if_invalid, schema_errors
 
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "compare_files", "compare_reports", "comparison_errors",
            "load_arm_report", "render_markdown", "report_digest", "validate_comparison", "write_comparison_atomic"]
@@ -211,10 +211,8 @@ def comparison_errors(comparison: Any) -> list[str]:
 
 def validate_comparison(comparison: Any, *, where: str = "comparison") -> None:
     """Raise ComparisonError naming the first violation when the record does not match its schema."""
-    problems = comparison_errors(comparison)
-    if problems:
-        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ComparisonError(f"{where} does not match the comparison schema {SCHEMA_ID}: {problems[0]}{more}")
+    raise_if_invalid(comparison, COMPARISON_SCHEMA, error=ComparisonError, where=where,
+                     what=f"comparison schema {SCHEMA_ID}")
 
 
 def load_arm_report(path: Path, role: str = "report") -> dict[str, Any]:

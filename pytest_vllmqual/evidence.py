@@ -30,7 +30,7 @@ from .launch.base import TeardownResult
 from .records import Attempt, GateRecord, RungRecord, RunRecord, rung_verdict
 from .report_query import ok_rungs, preflight_summary
 from .sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
-from .schema_loader import REPORT_SCHEMA, schema_errors
+from .schema_loader import REPORT_SCHEMA, raise_if_invalid, schema_errors
 from .server_text import public_attempt_error, public_rung_error, public_startup_details, startup_cause
 
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "resanitize",
@@ -464,10 +464,7 @@ def validation_errors(report: Any) -> list[str]:
 
 def validate_report(report: Any, *, where: str = "report") -> None:
     """Raise ReportError naming the first violation (and how many more) when invalid."""
-    problems = validation_errors(report)
-    if problems:
-        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ReportError(f"{where} does not match the report schema {SCHEMA_ID}: {problems[0]}{more}")
+    raise_if_invalid(report, REPORT_SCHEMA, error=ReportError, where=where, what=f"report schema {SCHEMA_ID}")
 
 
 def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:

@@ -343,28 +343,20 @@ def _check_pinning(path: Path, raw: dict[str, Any]) -> None:
 
 
 def _check_launcher(path: Path, raw: dict[str, Any]) -> None:
+    """Each launcher kind's required key, with what it needs it for and an example."""
     launcher = raw["launcher"]
-    kind = launcher["kind"]
-    if kind == "subprocess" and not launcher.get("command"):
-        raise RecipeError(
-            f"recipe {path}: key 'launcher.command' is missing, and the subprocess launcher needs the "
-            "argv that starts the server. Fix: add e.g. "
-            "command: ['{python}', '-m', 'vllm.entrypoints.openai.api_server'].",
-            path=str(path), key="launcher.command",
-        )
-    if kind == "docker" and not raw["identity"].get("image"):
-        raise RecipeError(
-            f"recipe {path}: key 'identity.image' is missing, and the docker launcher needs an image. "
-            "Fix: add identity.image: repo@sha256:<digest>.",
-            path=str(path), key="identity.image",
-        )
-    if kind == "external" and not launcher.get("endpoint"):
-        raise RecipeError(
-            f"recipe {path}: key 'launcher.endpoint' is missing, and the external launcher needs the "
-            "base URL of the running server. Fix: add endpoint: http://127.0.0.1:8000, or pass "
-            "--vllmqual-endpoint URL.",
-            path=str(path), key="launcher.endpoint",
-        )
+    required = {
+        "subprocess": ("launcher.command", launcher.get("command"), "the subprocess launcher needs the argv that "
+                       "starts the server. Fix: add e.g. command: ['{python}', '-m', "
+                       "'vllm.entrypoints.openai.api_server']."),
+        "docker": ("identity.image", raw["identity"].get("image"), "the docker launcher needs an image. Fix: add "
+                   "identity.image: repo@sha256:<digest>."),
+        "external": ("launcher.endpoint", launcher.get("endpoint"), "the external launcher needs the base URL of "
+                     "the running server. Fix: add endpoint: http://127.0.0.1:8000, or pass --vllmqual-endpoint URL."),
+    }
+    key, value, need = required.get(launcher["kind"], ("", True, ""))
+    if not value:
+        raise RecipeError(f"recipe {path}: key '{key}' is missing, and {need}", path=str(path), key=key)
 
 
 def load_recipe(path: Path) -> Recipe:

@@ -16,7 +16,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-__all__ = ["COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "load_schema", "schema_errors"]
+from .errors import VllmQualError
+
+__all__ = ["COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "load_schema", "raise_if_invalid", "schema_errors"]
 
 REPORT_SCHEMA = "report.schema.json"
 COMPARISON_SCHEMA = "comparison.schema.json"
@@ -36,3 +38,11 @@ def schema_errors(instance: Any, name: str) -> list[str]:
     validator = jsonschema.Draft202012Validator(load_schema(name))
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), e.message))
     return [f"{'.'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message}" for e in errors]
+
+
+def raise_if_invalid(instance: Any, name: str, *, error: type[VllmQualError], where: str, what: str) -> None:
+    """Raise ``error`` naming the first violation of schema ``name`` (and how many more)."""
+    problems = schema_errors(instance, name)
+    if problems:
+        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise error(f"{where} does not match the {what}: {problems[0]}{more}")
