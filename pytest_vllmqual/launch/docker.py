@@ -149,7 +149,7 @@ class DockerLauncher(Launcher):
         self.container_id: str | None = None
         self.host_port: int | None = None
         self.reaped_leftovers = 0
-        self.log_path = artifacts_dir / "server.log"
+        self.log_path: Path = artifacts_dir / "server.log"
         self._log_thread: threading.Thread | None = None
         self._log_stream: Any = None
         self._log_error: str | None = None
@@ -508,12 +508,6 @@ class DockerLauncher(Launcher):
             return None
         code = state.get("ExitCode")
         return int(code) if code is not None else None
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
 
     def _remove_quietly(self) -> None:
         if self.container_id is None:
