@@ -247,17 +247,6 @@ class EndpointFacts:
     metrics: MetricsSnapshot | None = None
     metrics_error: str | None = None
 
-    @property
-    def served_model_ids(self) -> list[str]:
-        return [str(m["id"]) for m in self.models]
-
-    def max_model_len(self, model_id: str | None = None) -> int | None:
-        """``max_model_len`` of ``model_id`` (or of the only served model)."""
-        if model_id is None:
-            return self.models[0].get("max_model_len") if len(self.models) == 1 else None
-        entry = next((m for m in self.models if m.get("id") == model_id), None)
-        return entry.get("max_model_len") if entry else None
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,

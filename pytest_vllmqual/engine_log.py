@@ -201,10 +201,6 @@ class EngineFacts:
             return len(tp_ranks)
         return 1 if self.ranks else None
 
-    def rank(self, label: str) -> RankFacts | None:
-        """The rank logged under ``label`` ("Worker_TP1", "EngineCore_DP0", …), if any."""
-        return next((rank for rank in self.ranks if rank.label == label), None)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,

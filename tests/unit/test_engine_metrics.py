@@ -232,11 +232,7 @@ def test_endpoints_of_the_recorded_server() -> None:
         facts = fetch_engine_endpoints(client)
     assert seen == ["/version", "/v1/models", "/metrics"]
     assert facts.version == "0.32.0"
-    assert facts.served_model_ids == ["<model-dir>"]
     assert facts.models == [{"id": "<model-dir>", "root": "<model-dir>", "parent": None, "max_model_len": 8192}]
-    assert facts.max_model_len() == 8192
-    assert facts.max_model_len("<model-dir>") == 8192
-    assert facts.max_model_len("other") is None
     assert facts.metrics is not None and facts.metrics.kv_cache_size_tokens == 2_097_152
     assert facts.metrics_error is None
     json.dumps(facts.to_dict(), allow_nan=False)
