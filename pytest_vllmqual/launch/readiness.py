@@ -84,6 +84,8 @@ class ReadinessCheck(Protocol):
 
 
 class HealthOk:
+    """The API process answers ``/health`` with 200."""
+
     name = "/health 200"
 
     def check(self, probe: ReadinessProbe, handle: ServerHandle) -> CheckResult:
@@ -94,6 +96,8 @@ class HealthOk:
 
 
 class ModelListed:
+    """``/v1/models`` lists the recipe's served name (the model is loaded under it)."""
+
     name = "/v1/models lists the served name"
 
     def check(self, probe: ReadinessProbe, handle: ServerHandle) -> CheckResult:
@@ -111,6 +115,8 @@ class ModelListed:
 
 
 class OneTokenCompletion:
+    """One real completion of one token answers within its own timeout: the engine generates."""
+
     name = "one real 1-token completion"
 
     def __init__(self, timeout_s: float) -> None:
