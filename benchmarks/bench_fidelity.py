@@ -55,10 +55,10 @@ sys.path.insert(0, str(ROOT))
 from pytest_vllmqual.api_results import StreamResult  # noqa: E402
 from pytest_vllmqual.client import QualClient  # noqa: E402
 from pytest_vllmqual.corpus import filler_text  # noqa: E402
-from pytest_vllmqual.engine import MetricsSnapshot  # noqa: E402
+from pytest_vllmqual.engine_endpoints import MetricsSnapshot  # noqa: E402
 from pytest_vllmqual.errors import CalibrationError  # noqa: E402
 from pytest_vllmqual.ladder import fetch_metrics  # noqa: E402
-from pytest_vllmqual.launch import subprocess as launch_subprocess  # noqa: E402
+from pytest_vllmqual.launch import local_process as launch_local_process  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.prompts import (  # noqa: E402
     ChatShape,
@@ -752,8 +752,8 @@ def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progr
             out.update(extra(handle))
         metrics_http.close()
     finally:
-        with timed_calls([(launch_subprocess, "kill_run"), (launch_subprocess, "reclaim_shm"),
-                          (launch_subprocess, "shm_files_of_run"), (launch_subprocess, "processes_of_run")]) as spent:
+        with timed_calls([(launch_local_process, "kill_run"), (launch_local_process, "reclaim_shm"),
+                          (launch_local_process, "shm_files_of_run"), (launch_local_process, "processes_of_run")]) as spent:
             started = time.perf_counter()
             teardown = manager.stop()
             total = time.perf_counter() - started

@@ -16,9 +16,11 @@ from typing import Any
 
 import yaml
 
-from .engine import EndpointFacts, EngineEndpointError, fetch_engine_endpoints
-from .errors import RecipeError
+from .engine_endpoints import EndpointFacts, fetch_engine_endpoints
+from .errors import EngineEndpointError, RecipeError
 from .recipe import Recipe, load_recipe
+
+__all__ = ["DISCOVERED_PREFIX", "discover_recipe", "discovered_recipe_raw"]
 
 DISCOVERED_PREFIX = "discovered-"
 

@@ -7,7 +7,11 @@ VllmQualError                 base of everything this package raises on purpose
 ├── CalibrationError          an exact-length prompt cannot be built for the requested target
 ├── ReportError               the report could not be validated or written (names the path)
 ├── ArtifactError             an artifact name is unsafe or the artifact cannot be written
-└── ComparisonError           two reports cannot be compared
+├── ComparisonError           two reports cannot be compared
+├── EngineEndpointError       /version or /v1/models did not answer as every vLLM server does
+├── MetricsParseError         a /metrics body is not Prometheus text format
+├── NvmlUnavailable           NVML cannot be used here (no module, library, driver or GPU)
+└── NvmlQueryFailed           NVML started but a device query failed
 
 Every message is meant to be shown to an operator as is: it says what broke, where, and
 what to do about it.
@@ -15,8 +19,20 @@ what to do about it.
 
 from __future__ import annotations
 
-__all__ = ["ArtifactError", "CalibrationError", "ComparisonError", "LaunchError", "RecipeError", "ReportError",
-           "ServerGoneError", "VllmQualError"]
+__all__ = [
+    "ArtifactError",
+    "CalibrationError",
+    "ComparisonError",
+    "EngineEndpointError",
+    "LaunchError",
+    "MetricsParseError",
+    "NvmlQueryFailed",
+    "NvmlUnavailable",
+    "RecipeError",
+    "ReportError",
+    "ServerGoneError",
+    "VllmQualError",
+]
 
 
 class VllmQualError(Exception):
@@ -98,3 +114,19 @@ class ArtifactError(VllmQualError):
 
 class ComparisonError(VllmQualError):
     """Two reports cannot be compared (schema mismatch, missing sections)."""
+
+
+class EngineEndpointError(VllmQualError):
+    """``/version`` or ``/v1/models`` did not answer with what every vLLM server returns."""
+
+
+class MetricsParseError(VllmQualError):
+    """A ``/metrics`` body is not Prometheus text exposition format."""
+
+
+class NvmlUnavailable(VllmQualError):
+    """NVML cannot be used here (module missing, library missing, no driver, no GPU)."""
+
+
+class NvmlQueryFailed(VllmQualError):
+    """NVML started but a query about a device failed (GPU lost, driver error)."""

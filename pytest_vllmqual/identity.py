@@ -32,6 +32,19 @@ from typing import Any
 
 from .recipe import Recipe
 
+__all__ = [
+    "MODEL_DIR",
+    "OTHER_DIR",
+    "WEIGHTS_INDEX_NAMES",
+    "IdentityCheck",
+    "IdentityResult",
+    "check_identity",
+    "describe_checks",
+    "image_digest_matches",
+    "logged_model_args",
+    "model_files_sha256",
+]
+
 MODEL_DIR = "<model-dir>"
 OTHER_DIR = "<another local directory>"
 _SNAPSHOT_RE = re.compile(r"/snapshots/(?P<rev>[0-9a-f]{40})(?:/|$)")
@@ -114,13 +127,14 @@ class IdentityResult:
 
 def logged_model_args(log_text: str) -> dict[str, Any]:
     """The server's own ``non-default args`` of its last start, unredacted (kept in memory only)."""
-    from .engine import _parse_python_literal, strip_ansi
+    from .engine_log import parse_python_literal
+    from .launch.server_log import strip_ansi
 
     found: dict[str, Any] = {}
     for line in strip_ansi(log_text).splitlines():
         m = _NON_DEFAULT_ARGS_RE.search(line)
         if m:
-            parsed = _parse_python_literal(m.group("args"))
+            parsed = parse_python_literal(m.group("args"))
             if isinstance(parsed, dict):
                 found = parsed
     return found

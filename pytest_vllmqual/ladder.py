@@ -21,9 +21,10 @@ import httpx
 from .api_results import StreamResult
 from .checks import run_smoke
 from .client import QualClient
-from .engine import MetricsSnapshot, parse_metrics
+from .engine_endpoints import MetricsSnapshot, parse_metrics
 from .errors import CalibrationError, ServerGoneError
 from .launch.base import ProgressFn
+from .probes import check_health
 from .prompts import ChatShape, ExactPrompt, ExactPromptBuilder, new_nonce
 from .recipe import Recipe
 from .records import RungRecord
@@ -138,11 +139,10 @@ class LadderResult:
 
 
 def _health(client: QualClient) -> str:
-    try:
-        response = client.http.get("/health", timeout=5.0)
-    except httpx.HTTPError as exc:
-        return f"unreachable ({type(exc).__name__})"
-    return "healthy" if response.status_code == 200 else f"/health {response.status_code}"
+    answer = check_health(client.http, 5.0)
+    if answer.error is not None:
+        return f"unreachable ({answer.error})"
+    return "healthy" if answer.ok else f"/health {answer.status_code}"
 
 
 def _apply_stream(rung: RungRecord, result: StreamResult) -> None:

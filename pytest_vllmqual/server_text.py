@@ -20,6 +20,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "HARNESS_ERROR_KINDS",
+    "PUBLIC_DETAIL_KEYS",
+    "STARTUP_CAUSES",
+    "STARTUP_PHASES",
+    "TEMPLATES",
+    "WITHHELD",
+    "Template",
+    "public_attempt_error",
+    "public_failure",
+    "public_rung_error",
+    "public_startup_details",
+    "quote_server_message",
+    "startup_cause",
+]
+
 WITHHELD = "the server's message is withheld from public outputs (kept in the private folder)"
 
 
@@ -153,6 +169,26 @@ STARTUP_CAUSES: dict[str, str] = {
 }
 """Every classified startup outcome, in the harness's words."""
 
+STARTUP_PHASES: dict[str, str] = {
+    "ready": "ready (application startup complete)",
+    "api_starting": "API server starting",
+    "engine_failed": "engine core failed",
+    "shutting_down": "shutting down",
+    "engine_initialized": "engine initialized",
+    "graphs_captured": "CUDA graphs captured",
+    "capturing_graphs": "capturing CUDA graphs",
+    "kv_allocated": "KV cache allocated",
+    "kv_sizing": "profiling / KV cache sizing",
+    "warming_up": "warming up",
+    "compiling": "compiling (torch.compile)",
+    "weights_loaded": "weights loaded",
+    "loading_weights": "loading weights",
+    "initializing": "initializing engine",
+    "api_process_started": "API process started",
+    "none": "no startup phase logged",
+}
+"""Every startup phase, in the harness's words; ``launch.startup_failure`` maps log lines to them."""
+
 PUBLIC_DETAIL_KEYS = ("max_seq_len", "needed_gib", "available_gib", "estimated_max_len", "free_gib", "total_gib",
                       "requested_gib", "gpu_memory_utilization", "last_phase", "kind")
 """Startup-failure details a public output may carry: numbers parsed from the log, and labels."""
@@ -169,10 +205,7 @@ def public_startup_details(details: Mapping[str, Any] | None) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             continue
         if isinstance(value, str) and key == "last_phase":
-            from .engine import _PHASES
-
-            labels = {label for _pattern, label in _PHASES} | {"no startup phase logged"}
-            value = value if value in labels else "unrecognised phase"
+            value = value if value in STARTUP_PHASES.values() else "unrecognised phase"
         elif isinstance(value, str) and key == "kind":
             value = value if value in STARTUP_CAUSES else "unclassified"
         out[key] = value

@@ -27,14 +27,17 @@ import httpx
 
 from .checks import warm_up_validation
 from .client import http_client
-from .engine import fetch_engine_endpoints, parse_engine_log
+from .engine_endpoints import fetch_engine_endpoints
+from .engine_log import parse_engine_log
 from .errors import LaunchError, ServerGoneError
 from .identity import check_identity
 from .launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, new_api_key
 from .launch.engine_death import classify_engine_death
 from .launch.external import ExternalLauncher
-from .launch.readiness import log_tail, wait_until_ready
-from .launch.subprocess import SubprocessLauncher
+from .launch.local_process import SubprocessLauncher
+from .launch.readiness import wait_until_ready
+from .launch.server_log import log_tail
+from .probes import ServerProbe
 from .recipe import Recipe
 from .records import Attempt, GateRecord
 from .stream_transport import shared_ssl_context
@@ -125,26 +128,22 @@ class ServerGuard:
 
     def probe(self, *, after_timeout: bool) -> tuple[str, str] | None:
         """Ask the server directly: refused → dead; a 1-token completion that hangs → hung."""
-        with http_client(self.handle) as client:
-            try:
-                health = client.get("/health", timeout=5.0)
-            except httpx.TimeoutException:
+        with ServerProbe.open(self.handle) as probe:
+            health = probe.health(5.0)
+            if health.timed_out:
                 return ("hung", "/health did not answer within 5 s")
-            except httpx.HTTPError as exc:
-                return ("server_dead", f"/health unreachable: {type(exc).__name__}")
+            if health.error is not None:
+                return ("server_dead", f"/health unreachable: {health.error}")
             if health.status_code != 200:
                 return ("server_dead", f"/health answered {health.status_code}")
             if not after_timeout:
                 return None
-            body = {"model": self.handle.served_model_name, "max_tokens": 1, "temperature": 0,
-                    "messages": [{"role": "user", "content": "Say ok."}]}
-            try:
-                response = client.post("/v1/chat/completions", json=body, timeout=self.probe_timeout_s)
-            except httpx.TimeoutException:
+            response = probe.one_token(self.probe_timeout_s)
+            if response.timed_out:
                 return ("hung", f"a 1-token completion did not answer within {self.probe_timeout_s:g} s")
-            except httpx.HTTPError as exc:
-                return ("server_dead", f"1-token completion failed: {type(exc).__name__}")
-            if response.status_code >= 500:
+            if response.error is not None:
+                return ("server_dead", f"1-token completion failed: {response.error}")
+            if response.status_code is not None and response.status_code >= 500:
                 return ("server_dead", f"1-token completion answered {response.status_code}")
         return None
 
@@ -349,8 +348,9 @@ class ServerManager:
             self.handle = handle
             warm_up_while_booting()
             if not self.direct_only:
-                self.facts.cold_start_s = wait_until_ready(self.launcher, handle, self.recipe.startup,
-                                                           self.progress, recipe_name=self.recipe.name)
+                with ServerProbe.open(handle) as probe:
+                    self.facts.cold_start_s = wait_until_ready(self.launcher, handle, self.recipe.startup,
+                                                               self.progress, probe, recipe_name=self.recipe.name)
                 handle.cold_start_s = self.facts.cold_start_s
                 self.progress(f"{self.recipe.name} ready in {self.facts.cold_start_s:.1f} s at {handle.base_url}")
             self.collect_facts()

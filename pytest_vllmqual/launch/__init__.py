@@ -1,4 +1,4 @@
-"""Launchers: subprocess, docker and external, plus readiness and teardown verification."""
+"""Launchers: local process, docker and external, plus readiness and teardown verification."""
 
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult
 

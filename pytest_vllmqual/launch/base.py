@@ -1,8 +1,9 @@
-"""The launcher contract shared by the subprocess, docker and external launchers.
+"""The launcher contract shared by the local-process, docker and external launchers.
 
 A launcher owns one server's lifecycle: it starts it, says whether it is still alive, hands
-out its log, and tears it down verifying that nothing of the run survived. Readiness is not
-the launcher's business: ``launch.readiness`` polls any launcher the same way.
+out its log (one file, ``log_path``, read the one way), and tears it down verifying that
+nothing of the run survived. Readiness is not the launcher's business: ``launch.readiness``
+polls any launcher the same way.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .server_log import read_log
+
+__all__ = [
+    "Launcher",
+    "ProgressFn",
+    "ServerHandle",
+    "TeardownResult",
+    "free_port",
+    "new_api_key",
+    "port_is_taken",
+]
+
 ProgressFn = Callable[[str], None]
 """Receives one human-readable progress line (elapsed time, startup phase, rung)."""
-
-
-def no_progress(_line: str) -> None:
-    """A ProgressFn that drops the line."""
 
 
 @dataclass
@@ -81,6 +90,8 @@ class Launcher(abc.ABC):
     """One server's lifecycle. Implementations must make ``stop`` safe to call twice."""
 
     kind: str = "abstract"
+    log_path: Path | None = None
+    """The file the server's output goes to; None where the launcher keeps no log (external)."""
 
     @abc.abstractmethod
     def start(self, progress: ProgressFn) -> ServerHandle:
@@ -94,9 +105,9 @@ class Launcher(abc.ABC):
     def exit_code(self) -> int | None:
         """The exit status once the server has ended, else None."""
 
-    @abc.abstractmethod
     def log_text(self) -> str:
-        """The server log so far (raw; sanitize before showing it publicly)."""
+        """The server log so far (raw; sanitize before showing it publicly); '' without one."""
+        return read_log(self.log_path)
 
     @abc.abstractmethod
     def stop(self) -> TeardownResult:

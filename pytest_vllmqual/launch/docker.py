@@ -44,9 +44,23 @@ from ..errors import LaunchError, RecipeError
 from ..recipe import Recipe
 from . import gpu
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
+from .docker_options import gpu_indexes, pull_progress_line, url_host, vllm_shutdown_budget_s
 from .docker_reaper import container_pids
 from .owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
 from .shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld, shm_names_held_by
+
+__all__ = [
+    "CONTAINER_HOST",
+    "CONTAINER_PORT",
+    "DOCKER_FIX",
+    "HF_CACHE_IN_CONTAINER",
+    "IMAGE_FIX",
+    "MODEL_DIR_IN_CONTAINER",
+    "PASSTHROUGH_ENV",
+    "RECIPE_LABEL",
+    "RUN_LABEL",
+    "DockerLauncher",
+]
 
 RUN_LABEL = "vllmqual.run"
 RECIPE_LABEL = "vllmqual.recipe"
@@ -56,8 +70,6 @@ HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 MODEL_DIR_IN_CONTAINER = "/vllmqual-model"
 PASSTHROUGH_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 """Host variables handed to the container when set (gated checkpoints need them)."""
-VLLM_WORKER_SHUTDOWN_DEFAULT_S = 5
-"""vLLM's VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS default; ``--shutdown-timeout`` defaults to 0."""
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 _GPU_RELEASE_WAIT_S = 10.0
 _PULL_PROGRESS_EVERY_S = 5.0
@@ -66,62 +78,6 @@ DOCKER_FIX = ("as root, scripts/docker_setup.sh installs Debian's docker.io and 
               "or point DOCKER_HOST at a running one")
 IMAGE_FIX = ("build and push it with `make docker-image` (fixtures/docker/build_image.sh), which also "
              "rewrites the digest the recipe reads, or correct identity.image")
-
-
-def _flag_value(args: list[str], flag: str) -> str | None:
-    """The value of ``--flag V`` or ``--flag=V`` in an argv, last one winning."""
-    value: str | None = None
-    for index, arg in enumerate(args):
-        if arg == flag and index + 1 < len(args):
-            value = args[index + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
-def vllm_shutdown_budget_s(recipe: Recipe) -> int:
-    """Seconds vLLM may take to shut down for this recipe: its --shutdown-timeout plus the worker timeout."""
-    env = recipe.server_env()
-    flags = list(recipe.serve.extra_args)
-    try:
-        drain = int(_flag_value(flags, "--shutdown-timeout") or 0)
-        workers = int(env.get("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", VLLM_WORKER_SHUTDOWN_DEFAULT_S))
-    except ValueError:
-        raise RecipeError(
-            f"recipe {recipe.path}: --shutdown-timeout or VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS is not an "
-            "integer. Fix: write whole seconds.",
-            path=str(recipe.path), key="serve.extra_args",
-        ) from None
-    return drain + workers
-
-
-def url_host(host: str) -> str:
-    """The host clients connect to for a bind address (0.0.0.0 → loopback, IPv6 bracketed)."""
-    if host in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
-
-
-def pull_progress_line(event: dict[str, Any]) -> str | None:
-    """One pull event as a progress line about its layer (None for events about no layer)."""
-    layer, status = event.get("id"), event.get("status")
-    if not layer or not status or str(status).startswith("Pulling from"):
-        return None
-    detail = event.get("progressDetail") or {}
-    current, total = detail.get("current"), detail.get("total")
-    if current and total:
-        return (f"pull layer {layer}: {status} {current / 2**20:,.1f}/{total / 2**20:,.1f} MiB "
-                f"({100 * current / total:.0f}%)")
-    return f"pull layer {layer}: {status}"
-
-
-def _gpu_indexes(gpus: int | list[str] | None) -> list[int] | None:
-    """NVML indexes when the recipe lists numeric device ids; None (all GPUs) otherwise."""
-    if isinstance(gpus, list) and all(g.isdigit() for g in gpus):
-        return [int(g) for g in gpus]
-    return None
 
 
 class DockerLauncher(Launcher):
@@ -149,7 +105,7 @@ class DockerLauncher(Launcher):
         self.container_id: str | None = None
         self.host_port: int | None = None
         self.reaped_leftovers = 0
-        self.log_path = artifacts_dir / "server.log"
+        self.log_path: Path = artifacts_dir / "server.log"
         self._log_thread: threading.Thread | None = None
         self._log_stream: Any = None
         self._log_error: str | None = None
@@ -406,7 +362,7 @@ class DockerLauncher(Launcher):
                 status="docker_error",
                 hint="check that the engine runs and answers (`docker info`), or DOCKER_HOST.",
             ) from None
-        self._gpu_baseline = gpu.compute_process_pids(_gpu_indexes(options.gpus)) if options.gpus != 0 else None
+        self._gpu_baseline = gpu.compute_process_pids(gpu_indexes(options.gpus)) if options.gpus != 0 else None
         api = client.api
         host_config = api.create_host_config(
             port_bindings={f"{CONTAINER_PORT}/tcp": (host, port)},
@@ -509,12 +465,6 @@ class DockerLauncher(Launcher):
         code = state.get("ExitCode")
         return int(code) if code is not None else None
 
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
     def _remove_quietly(self) -> None:
         if self.container_id is None:
             return
@@ -616,7 +566,7 @@ class DockerLauncher(Launcher):
                 notes.append("GPU release not verified: NVML not available here")
             return []
         extra = gpu.wait_for_gpu_release(
-            self._gpu_baseline, _gpu_indexes(self.recipe.launcher.docker.gpus), timeout_s=_GPU_RELEASE_WAIT_S
+            self._gpu_baseline, gpu_indexes(self.recipe.launcher.docker.gpus), timeout_s=_GPU_RELEASE_WAIT_S
         )
         survivors: list[str] = []
         for pid in sorted(extra or ()):

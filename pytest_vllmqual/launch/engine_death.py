@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["EngineDeath", "classify_engine_death"]
+from .server_log import strip_ansi
 
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+__all__ = ["EngineDeath", "classify_engine_death"]
 
 
 def _bound(match: re.Match[str]) -> str:
@@ -68,7 +68,7 @@ def classify_engine_death(log_text: str, *, since: int = 0) -> EngineDeath | Non
     Each kind is named once, at its first appearance; the device assert's bound is kept when any
     of its lines states one.
     """
-    text = _ANSI_RE.sub("", log_text[since:])
+    text = strip_ansi(log_text[since:])
     found: dict[str, tuple[int, str]] = {}
     for kind, pattern, words in _STEPS:
         match = pattern.search(text)

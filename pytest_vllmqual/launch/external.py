@@ -11,6 +11,8 @@ import os
 from ..recipe import Recipe
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult
 
+__all__ = ["ExternalLauncher"]
+
 
 class ExternalLauncher(Launcher):
     """Points the gates at ``endpoint``; ``stop`` leaves the server running."""
@@ -37,9 +39,6 @@ class ExternalLauncher(Launcher):
 
     def exit_code(self) -> int | None:
         return None
-
-    def log_text(self) -> str:
-        return ""
 
     def stop(self) -> TeardownResult:
         return TeardownResult(launcher_kind=self.kind, stopped=False,

@@ -20,18 +20,18 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from ..errors import LaunchError
+from ..errors import LaunchError, NvmlQueryFailed, NvmlUnavailable
 
-GIB = 1024**3
+__all__ = [
+    "compute_process_pids",
+    "exclusivity_preflight",
+    "hardware_summary",
+    "raise_if_refused",
+    "wait_for_gpu_release",
+]
+
+_GIB = 1024**3
 _NVLINK_MAX_LINKS_FALLBACK = 18
-
-
-class NvmlUnavailable(Exception):
-    """NVML cannot be used here (module missing, library missing, no driver, no GPU)."""
-
-
-class NvmlQueryFailed(Exception):
-    """NVML started but a query about a device failed (GPU lost, driver error)."""
 
 
 @contextmanager
@@ -107,7 +107,7 @@ def hardware_summary(gpu_indexes: list[int] | None = None) -> dict[str, Any]:
                 "source": "nvml",
                 "gpu_model": " + ".join(models),
                 "gpu_count": len(handles),
-                "gpu_memory_gib": round(min(memories) / GIB, 1),
+                "gpu_memory_gib": round(min(memories) / _GIB, 1),
                 "interconnect": "NVLink" if nvlink else "PCIe",
                 "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
             }

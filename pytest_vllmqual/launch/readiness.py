@@ -3,39 +3,71 @@
 Ready means all of: the process is alive, ``/health`` answers 200, ``/v1/models`` lists the
 served name, and one real 1-token completion succeeds within its own timeout (a server whose
 ``/health`` says 200 while generation hangs is never declared ready). Each condition is a
-strategy object (the testcontainers shape), checked in order on every poll. A startup that
-the log already shows as failed (KV does not fit, port taken) ends at once instead of
-waiting out the deadline.
+strategy object (the testcontainers shape), checked in order on every poll. The HTTP requests
+go through a ``ReadinessProbe`` the caller passes in (``probes.ServerProbe``): the launch side
+speaks no HTTP of its own. A startup that the log already shows as failed (KV does not fit,
+port taken; ``startup_failure``) ends at once instead of waiting out the deadline.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-import httpx
-
-from ..client import http_client
-from ..engine import classify_startup_failure, last_startup_phase
 from ..errors import LaunchError
 from ..recipe import StartupConfig
-from ..server_text import quote_server_message
+from ..server_text import STARTUP_PHASES, quote_server_message
 from .base import Launcher, ProgressFn, ServerHandle
+from .server_log import log_tail
+from .startup_failure import StartupFailure, classify_startup_failure, last_startup_phase
 
-LOG_TAIL_LINES = 25
+__all__ = [
+    "PROGRESS_EVERY_S",
+    "CheckResult",
+    "HealthOk",
+    "ModelListed",
+    "OneTokenCompletion",
+    "ProbeAnswer",
+    "ReadinessCheck",
+    "ReadinessProbe",
+    "default_checks",
+    "wait_until_ready",
+]
+
 PROGRESS_EVERY_S = 5.0
+_NO_PHASE = STARTUP_PHASES["none"]
 
 
-def log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` non-empty lines of a log."""
-    kept = [line for line in text.splitlines() if line.strip()]
-    return "\n".join(kept[-lines:])
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """What one probe request got: its status and body, or the httpx error it ended in."""
+
+    status_code: int | None = None
+    text: str = ""
+    payload: Any = None
+    """The JSON body of a 200 answer (None when it was not JSON)."""
+    error: str | None = None
+    """The type name of the httpx error when the request got no answer."""
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code == 200
+
+
+class ReadinessProbe(Protocol):
+    """The requests readiness makes, bound to one server; ``probes.ServerProbe`` implements it."""
+
+    def health(self, timeout_s: float) -> ProbeAnswer: ...
+
+    def models(self, timeout_s: float) -> ProbeAnswer: ...
+
+    def one_token(self, timeout_s: float) -> ProbeAnswer: ...
 
 
 @dataclass
-class Probe:
+class CheckResult:
     """The result of one readiness condition on one poll."""
 
     ready: bool
@@ -47,57 +79,65 @@ class ReadinessCheck(Protocol):
 
     name: str
 
-    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe: ...
+    def check(self, probe: ReadinessProbe, handle: ServerHandle) -> CheckResult: ...
 
 
 class HealthOk:
+    """The API process answers ``/health`` with 200."""
+
     name = "/health 200"
 
-    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe:
-        response = client.get("/health", timeout=2.0)
-        return Probe(response.status_code == 200, f"/health {response.status_code}")
+    def check(self, probe: ReadinessProbe, handle: ServerHandle) -> CheckResult:
+        answer = probe.health(2.0)
+        if answer.error is not None:
+            return CheckResult(False, f"{self.name}: {answer.error}")
+        return CheckResult(answer.ok, f"/health {answer.status_code}")
 
 
 class ModelListed:
+    """``/v1/models`` lists the recipe's served name (the model is loaded under it)."""
+
     name = "/v1/models lists the served name"
 
-    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe:
-        response = client.get("/v1/models", timeout=5.0)
-        if response.status_code != 200:
-            return Probe(False, f"/v1/models {response.status_code}")
-        ids = [m.get("id") for m in response.json().get("data", [])]
+    def check(self, probe: ReadinessProbe, handle: ServerHandle) -> CheckResult:
+        answer = probe.models(5.0)
+        if answer.error is not None:
+            return CheckResult(False, f"{self.name}: {answer.error}")
+        if not answer.ok:
+            return CheckResult(False, f"/v1/models {answer.status_code}")
+        data = answer.payload.get("data", []) if isinstance(answer.payload, dict) else []
+        ids = [m.get("id") for m in data if isinstance(m, dict)]
         ok = handle.served_model_name in ids
         # The listed ids are server text: the detail counts them and names only the recipe's name.
-        return Probe(ok, "" if ok else f"/v1/models lists {len(ids)} model(s), none named {handle.served_model_name!r}")
+        return CheckResult(ok, "" if ok else f"/v1/models lists {len(ids)} model(s), "
+                                             f"none named {handle.served_model_name!r}")
 
 
 class OneTokenCompletion:
+    """One real completion of one token answers within its own timeout: the engine generates."""
+
     name = "one real 1-token completion"
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
 
-    def check(self, client: httpx.Client, handle: ServerHandle) -> Probe:
-        body = {
-            "model": handle.served_model_name,
-            "messages": [{"role": "user", "content": "Say ok."}],
-            "max_tokens": 1,
-            "temperature": 0,
-        }
-        try:
-            response = client.post("/v1/chat/completions", json=body, timeout=self.timeout_s)
-        except httpx.TimeoutException:
-            return Probe(False, f"1-token completion did not answer within {self.timeout_s:g} s "
-                                "(generation hangs although /health may answer)")
-        if response.status_code != 200:
-            quoted = quote_server_message(response.text)
-            return Probe(False, f"1-token completion returned HTTP {response.status_code}"
-                                + (f": {quoted}" if quoted else " (its message is in the server log)"))
-        usage = response.json().get("usage") or {}
-        return Probe(bool(usage.get("completion_tokens")), "1-token completion returned no tokens")
+    def check(self, probe: ReadinessProbe, handle: ServerHandle) -> CheckResult:
+        answer = probe.one_token(self.timeout_s)
+        if answer.timed_out:
+            return CheckResult(False, f"1-token completion did not answer within {self.timeout_s:g} s "
+                                      "(generation hangs although /health may answer)")
+        if answer.error is not None:
+            return CheckResult(False, f"{self.name}: {answer.error}")
+        if not answer.ok:
+            quoted = quote_server_message(answer.text)
+            return CheckResult(False, f"1-token completion returned HTTP {answer.status_code}"
+                                      + (f": {quoted}" if quoted else " (its message is in the server log)"))
+        usage = (answer.payload.get("usage") if isinstance(answer.payload, dict) else None) or {}
+        return CheckResult(bool(usage.get("completion_tokens")), "1-token completion returned no tokens")
 
 
 def default_checks(startup: StartupConfig) -> list[ReadinessCheck]:
+    """Health, then the served name, then one real 1-token completion."""
     return [HealthOk(), ModelListed(), OneTokenCompletion(startup.ready_completion_timeout_s)]
 
 
@@ -106,82 +146,70 @@ def wait_until_ready(
     handle: ServerHandle,
     startup: StartupConfig,
     progress: ProgressFn,
+    probe: ReadinessProbe,
     *,
     recipe_name: str,
     checks: list[ReadinessCheck] | None = None,
-    before_last_check: Callable[[], None] | None = None,
 ) -> float:
     """Block until ready; return seconds from ``start`` to ready. Raises LaunchError.
 
-    ``before_last_check`` runs once, when every check but the last passes (the API answers,
-    the model is listed), before the final one-token completion: the plugin reads the engine
-    facts there, while the server is idle. Its time is left out of the returned seconds.
+    ``probe`` makes the HTTP requests of the checks (built above the launch layer and passed
+    in). Engine facts are not read here: the run reads them once, after readiness.
     """
     checks = checks if checks is not None else default_checks(startup)
     started = time.monotonic()
     deadline = started + startup.deadline_s
-    hook_pending = before_last_check is not None
-    hook_s = 0.0
     last_progress = started
     last_detail = "server not answering yet"
-    with http_client(handle) as client:
-        while True:
-            log = launcher.log_text()
-            failure = classify_startup_failure(log)
-            if failure is not None:
-                raise _failure_error(failure, launcher, recipe_name, log)
-            if launcher.alive() is False:
-                code = launcher.exit_code()
-                raise LaunchError(
-                    f"the server for recipe {recipe_name!r} exited during startup"
-                    + (" with status 0, which is never success for a server" if code == 0 else ""),
-                    status="exited",
-                    exit_code=code,
-                    log_tail=log_tail(log),
-                    hint="read the server log in the run's private folder (its path is printed above).",
-                    details={"last_phase": last_startup_phase(log) or "no startup phase logged"},
-                )
-            now = time.monotonic()
-            if now >= deadline:
-                phase = last_startup_phase(log) or "no startup phase logged"
-                raise LaunchError(
-                    f"the server for recipe {recipe_name!r} was not ready within the "
-                    f"{startup.deadline_s:g} s startup deadline; last phase reached: {phase}; "
-                    f"last readiness check: {last_detail}",
-                    status="startup_timeout",
-                    log_tail=log_tail(log),
-                    hint="raise startup.deadline_s in the recipe if the model is just slow to load; "
-                    "otherwise the phase above is where it hangs.",
-                    details={"last_phase": phase},
-                )
-            ready = True
-            for index, check in enumerate(checks):
-                if hook_pending and before_last_check is not None and index == len(checks) - 1:
-                    hook_started = time.monotonic()
-                    before_last_check()
-                    hook_pending = False
-                    hook_s = time.monotonic() - hook_started
-                    deadline += hook_s
-                try:
-                    probe = check.check(client, handle)
-                except httpx.HTTPError as exc:
-                    probe = Probe(False, f"{check.name}: {type(exc).__name__}")
-                if not probe.ready:
-                    ready = False
-                    last_detail = probe.detail or check.name
-                    break
-            if ready:
-                return time.monotonic() - started - hook_s
-            if now - last_progress >= PROGRESS_EVERY_S:
-                last_progress = now
-                phase = last_startup_phase(log) or "starting"
-                progress(f"waiting for {recipe_name}: {now - started:5.1f} s elapsed, phase: {phase}")
-            time.sleep(startup.poll_interval_s)
+    while True:
+        log = launcher.log_text()
+        failure = classify_startup_failure(log)
+        if failure is not None:
+            raise _failure_error(failure, launcher, recipe_name, log)
+        if launcher.alive() is False:
+            code = launcher.exit_code()
+            raise LaunchError(
+                f"the server for recipe {recipe_name!r} exited during startup"
+                + (" with status 0, which is never success for a server" if code == 0 else ""),
+                status="exited",
+                exit_code=code,
+                log_tail=log_tail(log),
+                hint="read the server log in the run's private folder (its path is printed above).",
+                details={"last_phase": last_startup_phase(log) or _NO_PHASE},
+            )
+        now = time.monotonic()
+        if now >= deadline:
+            phase = last_startup_phase(log) or _NO_PHASE
+            raise LaunchError(
+                f"the server for recipe {recipe_name!r} was not ready within the "
+                f"{startup.deadline_s:g} s startup deadline; last phase reached: {phase}; "
+                f"last readiness check: {last_detail}",
+                status="startup_timeout",
+                log_tail=log_tail(log),
+                hint="raise startup.deadline_s in the recipe if the model is just slow to load; "
+                "otherwise the phase above is where it hangs.",
+                details={"last_phase": phase},
+            )
+        ready = True
+        for check in checks:
+            result = check.check(probe, handle)
+            if not result.ready:
+                ready = False
+                last_detail = result.detail or check.name
+                break
+        if ready:
+            return time.monotonic() - started
+        if now - last_progress >= PROGRESS_EVERY_S:
+            last_progress = now
+            phase = last_startup_phase(log) or "starting"
+            progress(f"waiting for {recipe_name}: {now - started:5.1f} s elapsed, phase: {phase}")
+        time.sleep(startup.poll_interval_s)
 
 
-def _failure_error(failure: object, launcher: Launcher, recipe_name: str, log: str) -> LaunchError:
-    kind = str(getattr(failure, "kind", "startup_failed"))
-    details = failure.to_dict() if hasattr(failure, "to_dict") else {}
+def _failure_error(failure: StartupFailure, launcher: Launcher, recipe_name: str, log: str) -> LaunchError:
+    """The LaunchError of a failure the log shows, in the recipe's terms (which key to change)."""
+    kind = failure.kind
+    details: dict[str, object] = failure.to_dict()
     if kind == "kv_insufficient":
         message = (
             f"recipe {recipe_name!r} asks for more KV cache than fits: "
@@ -197,6 +225,6 @@ def _failure_error(failure: object, launcher: Launcher, recipe_name: str, log: s
     else:
         message = f"the server for recipe {recipe_name!r} failed during startup ({kind})"
         hint = "read the server log in the run's private folder (its path is printed above)."
-    details["last_phase"] = last_startup_phase(log) or "no startup phase logged"
+    details["last_phase"] = last_startup_phase(log) or _NO_PHASE
     return LaunchError(message, status=kind, exit_code=launcher.exit_code(), log_tail=log_tail(log),
                        hint=hint, details=details)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pytest_vllmqual.discover import discovered_recipe_raw
-from pytest_vllmqual.engine import EndpointFacts, parse_metrics
+from pytest_vllmqual.engine_endpoints import EndpointFacts, parse_metrics
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.fact_sources import NOT_OBSERVABLE, with_sources
 from pytest_vllmqual.recipe import effective_yaml, load_recipe, with_overrides

@@ -32,7 +32,8 @@ import pytest
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
 from pytest_vllmqual.launch import docker as docker_launch
-from pytest_vllmqual.launch.docker import DockerLauncher, pull_progress_line
+from pytest_vllmqual.launch.docker import DockerLauncher
+from pytest_vllmqual.launch.docker_options import pull_progress_line
 from pytest_vllmqual.launch.owner import owner_labels
 from pytest_vllmqual.recipe import Recipe, load_recipe
 

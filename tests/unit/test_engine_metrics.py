@@ -16,13 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_vllmqual.engine import (
-    EngineEndpointError,
-    MetricsParseError,
-    fetch_engine_endpoints,
-    parse_engine_log,
-    parse_metrics,
-)
+from pytest_vllmqual.engine_endpoints import fetch_engine_endpoints, parse_metrics
+from pytest_vllmqual.engine_log import parse_engine_log
+from pytest_vllmqual.errors import EngineEndpointError, MetricsParseError
 
 DATA = Path(__file__).parent / "data" / "engine_logs"
 BEFORE = (DATA / "metrics_cpu_0.32.0_tp2_before.txt").read_text(encoding="utf-8")
@@ -236,11 +232,7 @@ def test_endpoints_of_the_recorded_server() -> None:
         facts = fetch_engine_endpoints(client)
     assert seen == ["/version", "/v1/models", "/metrics"]
     assert facts.version == "0.32.0"
-    assert facts.served_model_ids == ["<model-dir>"]
     assert facts.models == [{"id": "<model-dir>", "root": "<model-dir>", "parent": None, "max_model_len": 8192}]
-    assert facts.max_model_len() == 8192
-    assert facts.max_model_len("<model-dir>") == 8192
-    assert facts.max_model_len("other") is None
     assert facts.metrics is not None and facts.metrics.kv_cache_size_tokens == 2_097_152
     assert facts.metrics_error is None
     json.dumps(facts.to_dict(), allow_nan=False)

@@ -21,6 +21,8 @@ from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port,
 from .procs import RUN_ENV, kill_run, processes_of_run
 from .shm import reclaim_run_shm, shm_names_held_by
 
+__all__ = ["STOP_GRACE_S", "SubprocessLauncher"]
+
 #: SIGTERM grace before SIGKILL. vLLM's own graceful shutdown waits for workers, so give it time.
 STOP_GRACE_S = 10.0
 
@@ -35,7 +37,7 @@ class SubprocessLauncher(Launcher):
         self.run_id = run_id
         self.artifacts_dir = artifacts_dir
         self.api_key = api_key
-        self.log_path = artifacts_dir / "server.log"
+        self.log_path: Path = artifacts_dir / "server.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
@@ -110,12 +112,6 @@ class SubprocessLauncher(Launcher):
 
     def exit_code(self) -> int | None:
         return None if self._proc is None else self._proc.poll()
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
 
     def stop(self) -> TeardownResult:
         if self._stopped is not None:
