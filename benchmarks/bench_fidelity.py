@@ -57,6 +57,7 @@ from pytest_vllmqual.client import QualClient  # noqa: E402
 from pytest_vllmqual.corpus import filler_text  # noqa: E402
 from pytest_vllmqual.engine_endpoints import MetricsSnapshot  # noqa: E402
 from pytest_vllmqual.errors import CalibrationError  # noqa: E402
+from pytest_vllmqual.gate_recorder import GateRecorder  # noqa: E402
 from pytest_vllmqual.ladder import fetch_metrics  # noqa: E402
 from pytest_vllmqual.launch import local_process as launch_local_process  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
@@ -68,7 +69,7 @@ from pytest_vllmqual.prompts import (  # noqa: E402
 )
 from pytest_vllmqual.recipe import Recipe, resolve_recipe  # noqa: E402
 from pytest_vllmqual.records import GateRecord  # noqa: E402
-from pytest_vllmqual.session import GateRecorder, ServerManager  # noqa: E402
+from pytest_vllmqual.server import ServerManager  # noqa: E402
 from pytest_vllmqual.token_counters import ServerTokenCounter  # noqa: E402
 
 STARTUP_COMPLETE = "Application startup complete."

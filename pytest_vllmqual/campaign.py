@@ -58,10 +58,10 @@ from typing import Any
 import yaml
 
 from .campaign_requirements import BUILTIN_REQUIREMENTS, Requirement, evaluate_requirement
-from .errors import VllmQualError
+from .errors import CampaignError
 from .report_query import first_line
 
-__all__ = ["DEFAULT_REQUIREMENTS", "ArmDecision", "Campaign", "CampaignArm", "CampaignError", "CampaignPlan",
+__all__ = ["DEFAULT_REQUIREMENTS", "ArmDecision", "Campaign", "CampaignArm", "CampaignPlan",
            "campaign_from_mapping", "campaigns_dir", "load_campaign", "load_campaign_file", "parse_arm_spec",
            "parse_campaign_spec", "qualified_arm", "qualified_by_fallback"]
 
@@ -72,10 +72,6 @@ CAMPAIGN_SUFFIXES = (".yaml", ".yml")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REQUIREMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-
-
-class CampaignError(VllmQualError):
-    """A campaign spec is invalid, or reports do not fit the campaign (names the arm and the fix)."""
 
 
 @dataclass(frozen=True)

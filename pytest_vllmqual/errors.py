@@ -8,6 +8,8 @@ VllmQualError                 base of everything this package raises on purpose
 ├── ReportError               the report could not be validated or written (names the path)
 ├── ArtifactError             an artifact name is unsafe or the artifact cannot be written
 ├── ComparisonError           two reports cannot be compared
+├── CampaignError             a campaign spec is invalid, or reports do not fit the campaign
+├── SdkParseError             the openai SDK could not parse (or got an error for) a response
 ├── EngineEndpointError       /version or /v1/models did not answer as every vLLM server does
 ├── MetricsParseError         a /metrics body is not Prometheus text format
 ├── NvmlUnavailable           NVML cannot be used here (no module, library, driver or GPU)
@@ -22,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "ArtifactError",
     "CalibrationError",
+    "CampaignError",
     "ComparisonError",
     "EngineEndpointError",
     "LaunchError",
@@ -30,6 +33,7 @@ __all__ = [
     "NvmlUnavailable",
     "RecipeError",
     "ReportError",
+    "SdkParseError",
     "ServerGoneError",
     "VllmQualError",
 ]
@@ -114,6 +118,14 @@ class ArtifactError(VllmQualError):
 
 class ComparisonError(VllmQualError):
     """Two reports cannot be compared (schema mismatch, missing sections)."""
+
+
+class CampaignError(VllmQualError):
+    """A campaign spec is invalid, or reports do not fit the campaign (names the arm and the fix)."""
+
+
+class SdkParseError(VllmQualError):
+    """The openai SDK could not parse (or received an error for) what the server sent."""
 
 
 class EngineEndpointError(VllmQualError):

@@ -88,3 +88,5 @@ def with_sources(engine: dict[str, Any], endpoints: dict[str, Any], *, has_log: 
         sources["served_model"] = sources["max_model_len"] = SOURCE_ENDPOINT
     out["sources"] = sources
     return out
+
+__all__ = ["NOT_OBSERVABLE", "facts_from_metrics", "with_sources"]

@@ -34,6 +34,7 @@ import pytest
 from .atomic_io import check_writable_dir
 from .client import QualClient
 from .errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
+from .gate_recorder import GateRecorder
 from .gates import title_of
 from .launch.base import ServerHandle
 from .layout import names_shipped_gates
@@ -41,7 +42,7 @@ from .recipe import Recipe
 from .records import GateRecord
 from .run import QualRun, gate_junit_properties, session_recipe
 from .sanitize import Sanitizer
-from .session import GateRecorder, traffic_lock
+from .server import traffic_lock
 from .settings import (
     COMMAND_LINE_OPTIONS,
     OPTION_GROUP_HELP,
@@ -461,7 +462,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     recorder = item.stash.get(RECORD_KEY, None)
     if recorder is None:
         if RUN_KEY in item.config.stash and set(getattr(item, "fixturenames", ())) & VLLMQUAL_FIXTURES:
-            _scrub_test_report(report, _sanitizer(item))
+            _scrub_test_report(report, _session_sanitizer(item.config))
         return
     record = recorder.record
     if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
@@ -471,7 +472,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"{gone.status}: {gone}"
     final = report.when == "call" or (report.when == "setup" and report.outcome != "passed")
     if not final:
-        _scrub_test_report(report, _sanitizer(item))  # a teardown error, captured output
+        _scrub_test_report(report, _session_sanitizer(item.config))  # a teardown error, captured output
         return
     record.outcome = "error" if report.when == "setup" and report.outcome == "failed" else report.outcome
     record.duration_s = round(report.duration, 4)
@@ -489,7 +490,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         record_stop(recorder.private_dir, record.gate)
     data = record.to_dict()
     report.vllmqual_gate = data  # type: ignore[attr-defined]
-    sanitizer = _sanitizer(item)
+    sanitizer = _session_sanitizer(item.config)
     properties = gate_junit_properties(record, sanitizer)
     # junit writes the properties of the *teardown* report, which pytest builds from the item.
     item.user_properties.extend(properties)
@@ -510,10 +511,6 @@ def _scrub_test_report(report: pytest.TestReport, sanitizer: Any) -> None:
             report.longrepr = scrubbed
     if report.sections:
         report.sections = [(title, sanitizer.scrub(content)) for title, content in report.sections]
-
-
-def _sanitizer(item: pytest.Item) -> Sanitizer:
-    return _session_sanitizer(item.config)
 
 
 def _session_sanitizer(config: pytest.Config) -> Sanitizer:

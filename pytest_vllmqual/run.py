@@ -24,7 +24,7 @@ from .launch.base import ProgressFn, ServerHandle
 from .recipe import Recipe, resolve_recipe, with_overrides
 from .records import GateRecord, RungRecord, RunRecord
 from .sanitize import Sanitizer
-from .session import ServerGuard, ServerManager, WorkerServer, utc_now, utc_stamp
+from .server import ServerGuard, ServerManager, WorkerServer, utc_now, utc_stamp
 from .settings import Setting, Settings
 
 

@@ -15,9 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-
-class SdkParseError(Exception):
-    """The SDK could not parse (or received an error for) what the server sent."""
+from .errors import SdkParseError
 
 
 @dataclass
@@ -111,3 +109,5 @@ def sdk_responses(client: Any, model: str, prompt: str, *, max_output_tokens: in
                                            temperature=0, **extra)
         return SdkResult("responses", time.monotonic() - started, text=response.output_text or "",
                          details={"status": response.status})
+
+__all__ = ["SdkResult", "sdk_chat", "sdk_client", "sdk_responses", "sdk_stream_tool_call"]

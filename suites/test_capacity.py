@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.ladder import run_concurrency, run_ladder
 from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.capacity]
 

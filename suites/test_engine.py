@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pytest_vllmqual.fact_sources import NOT_OBSERVABLE
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
 from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.session import GateRecorder
 
 
 @pytest.mark.gate("identity")

@@ -17,10 +17,10 @@ from pytest_vllmqual.checks import (
     recipe_tool_fixtures_path,
 )
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.server_text import public_failure
-from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.functional]
 

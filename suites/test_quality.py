@@ -12,9 +12,9 @@ import yaml
 
 from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures, recipe_tool_fixtures_path
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.quality]
 

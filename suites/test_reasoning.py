@@ -8,9 +8,9 @@ import pytest
 
 from pytest_vllmqual.checks import check_fingerprints
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.recipe import Recipe
 from pytest_vllmqual.server_text import public_failure
-from pytest_vllmqual.session import GateRecorder
 
 pytestmark = [pytest.mark.reasoning]
 

@@ -82,3 +82,5 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
+
+__all__ = ["RUN_LABEL", "container_pids", "main", "remove_run_containers"]

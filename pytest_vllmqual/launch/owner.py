@@ -75,3 +75,5 @@ def owner_gone(labels: dict[str, str]) -> str | None:
     if current != start:
         return f"pid {pid_text} now belongs to a process that started later than its owner"
     return None
+
+__all__ = ["OWNER_HOST_LABEL", "OWNER_PID_LABEL", "OWNER_START_LABEL", "boot_id", "owner_alive", "owner_gone", "owner_labels", "process_start"]

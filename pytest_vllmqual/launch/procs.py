@@ -104,3 +104,5 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+__all__ = ["PROC", "RUN_ENV", "ProcInfo", "kill_run", "processes_of_run", "read_proc"]

@@ -438,3 +438,5 @@ def reclaim_run_shm(
     if result is None:
         return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
     return unheld_run_files(names, root=root), result
+
+__all__ = ["SHM_ROOT", "ShmFile", "fixture_name", "plant_fixture", "prove_reclaim_path", "reclaim_run_shm", "reclaim_shm", "reclaim_unheld", "scan_shm", "shm_files_of_run", "shm_names_held_by"]

@@ -12,7 +12,6 @@ import pytest
 from pytest_vllmqual.campaign import (
     Campaign,
     CampaignArm,
-    CampaignError,
     campaigns_dir,
     load_campaign,
     load_campaign_file,
@@ -21,6 +20,7 @@ from pytest_vllmqual.campaign import (
 )
 from pytest_vllmqual.campaign_requirements import evaluate_requirement
 from pytest_vllmqual.decision import decide_run
+from pytest_vllmqual.errors import CampaignError
 from pytest_vllmqual.evidence import validate_report
 from pytest_vllmqual.report_query import preflight_summary
 

@@ -210,7 +210,7 @@ def test_unverified_identity_and_cpu_engine_are_stated(run: RunRecord) -> None:
     run.identity["not_checked"] = ["max_model_len", "tensor_parallel_size", "image_digest"]
     for check in run.identity["checks"][2:]:
         check["ok"] = None
-    run.engine["device"] = "CPU"  # engine.py writes the pool name as the log does
+    run.engine["device"] = "CPU"  # engine_log.py writes the pool name as the log does
     decision = build(run)["decision"]
     assert decision["verdict"] == "healthy"
     assert ("the identity is partially-verified (not checked: max_model_len, tensor_parallel_size, image_digest)"

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.session import GateRecorder
+from pytest_vllmqual.gate_recorder import GateRecorder
 
 
 def test_smoke(qual_client: QualClient, gate: GateRecorder) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.session import GateRecorder
+from pytest_vllmqual.gate_recorder import GateRecorder
 
 
 def test_request_that_kills_the_engine(qual_client: QualClient, gate: GateRecorder) -> None:

@@ -13,8 +13,8 @@ from gatekit import mark
 
 from pytest_vllmqual.api_results import StreamResult
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.session import GateRecorder
 
 
 def _stream(client: QualClient, marker: str, label: str) -> StreamResult:

@@ -17,8 +17,8 @@ import time
 from gatekit import mark
 
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.session import GateRecorder
 
 PLANTED_MODEL = os.environ.get("CANARY_MODEL_NAME", "db7.prod.acme-internal-model")
 SAY = [{"role": "user", "content": "Say cloud."}]

@@ -14,8 +14,8 @@ import time
 from gatekit import describe_tree, mark, shm_files_held_by, tp_workers
 
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.session import GateRecorder
 
 SMOKE = {"messages": [{"role": "user", "content": "Say cloud."}], "max_tokens": 8, "temperature": 0}
 

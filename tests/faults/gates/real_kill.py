@@ -28,10 +28,10 @@ from gatekit import (
 )
 
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.ladder import OVER_LENGTH_PREFIX, fetch_metrics, run_ladder
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.session import GateRecorder
 
 SMOKE = {"messages": [{"role": "user", "content": "Say cloud."}], "max_tokens": 8, "temperature": 0}
 

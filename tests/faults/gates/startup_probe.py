@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from gatekit import mark
 
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.session import GateRecorder
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 from gatekit import mark
 
 from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.gate_recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.session import GateRecorder
 
 TRAFFIC = {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 48, "ignore_eos": True,
            "temperature": 0}

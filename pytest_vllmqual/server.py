@@ -1,10 +1,11 @@
-"""The run, without pytest: one server at a time, gate recording, liveness, evidence.
+"""One arm's server, without pytest: its lifecycle, its liveness and the traffic lock.
 
-``ServerManager`` owns the managed server of the current arm (prepare → start → ready →
-facts → stop). ``ServerGuard`` decides whether a failed request means the server is gone,
-and shares that verdict with every gate (and every xdist worker, through a state file in
-the private run directory) so later gates end at once as ``server_dead`` or ``hung``.
-``GateRecorder`` is what a gate writes its attempts and measurements into.
+``ServerManager`` owns the managed server of an arm (prepare → start → ready → facts → stop);
+only ``run.QualRun.start_server`` / ``stop_server`` drive it. ``ServerGuard`` decides whether a
+failed request means the server is gone, and shares that verdict with every gate (and every
+xdist worker, through a state file in the private run directory) so later gates end at once
+as ``server_dead`` or ``hung``. ``WorkerServer`` is an xdist worker's view of the controller's
+server.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from .launch.readiness import wait_until_ready
 from .launch.server_log import log_tail
 from .probes import ServerProbe
 from .recipe import Recipe
-from .records import Attempt, GateRecord
 from .stream_transport import shared_ssl_context
 
 STATE_FILE = "server_state.json"
@@ -192,42 +192,6 @@ def warm_up_while_booting() -> None:
     the server boots instead of between requests, where they waited ~1 s for a CPU on 2 cores."""
     shared_ssl_context()
     warm_up_validation()
-
-
-# -- gate recording -------------------------------------------------------------------------
-
-
-class GateRecorder:
-    """What a gate writes into: attempts (raw bytes kept privately), measurements, a summary."""
-
-    def __init__(self, record: GateRecord, private_dir: Path, *, prefix: str = "") -> None:
-        self.record = record
-        self.private_dir = private_dir
-        self.prefix = prefix
-        self._lock = threading.Lock()
-
-    def record_attempt(self, attempt: Attempt, request: bytes, response: bytes) -> None:
-        with self._lock:
-            number = len(self.record.attempts) + 1
-            self.record.attempts.append(attempt)
-        safe_gate = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.record.gate)
-        safe_label = re.sub(r"[^A-Za-z0-9_.-]+", "_", attempt.label)[:60]
-        base = f"gates/{self.prefix}{safe_gate}/{number:03d}-{safe_label}"
-        directory = self.private_dir / "gates" / f"{self.prefix}{safe_gate}"
-        directory.mkdir(parents=True, exist_ok=True)
-        (self.private_dir / f"{base}.request.json").write_bytes(request)
-        (self.private_dir / f"{base}.response.txt").write_bytes(response)
-        attempt.request_artifact = f"{base}.request.json"
-        attempt.response_artifact = f"{base}.response.txt"
-
-    def measure(self, **values: Any) -> None:
-        self.record.measurements.update(values)
-
-    def threshold(self, **values: Any) -> None:
-        self.record.thresholds.update(values)
-
-    def summary(self, text: str) -> None:
-        self.record.summary = text
 
 
 # -- the managed server ---------------------------------------------------------------------
@@ -488,3 +452,5 @@ class WorkerServer:
     def facts_dict(self) -> dict[str, Any]:
         facts: dict[str, Any] = self.info.get("facts", {})
         return facts
+
+__all__ = ["ServerFacts", "ServerGuard", "ServerManager", "WorkerServer", "traffic_lock", "utc_now", "utc_stamp"]
