@@ -310,7 +310,7 @@ def vllm_server(request: pytest.FixtureRequest, vllmqual_arm: str) -> Iterator[S
     run = _active_run(request.config)
     try:
         handle = run.start_server(vllmqual_arm)
-    except LaunchError as exc:
+    except (LaunchError, RecipeError) as exc:  # a recipe marker naming no recipe fails like a bad --recipe
         _fail(exc, request.config)
         raise
     yield handle

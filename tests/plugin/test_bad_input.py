@@ -116,3 +116,26 @@ def test_markers_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--vllmqual-recipes-dir", str(RECIPES), "--markers")
     for marker in ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle", "recipe(name)"):
         result.stdout.fnmatch_lines([f"@pytest.mark.{marker}:*"])
+
+
+def test_unknown_recipe_in_a_marker_fails_its_tests_cleanly(pytester: pytest.Pytester) -> None:
+    """A ``recipe`` marker naming no recipe: its tests fail with the recipe error (the known
+    recipes listed), no traceback, no server started; the session's other tests still run."""
+    pytester.makepyfile(test_marked='''
+import pytest
+
+pytestmark = pytest.mark.recipe("no-such-recipe")
+
+
+def test_marked(vllm_server):
+    pass
+''', test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest_subprocess("--recipe=tiny-cpu", "--vllmqual-recipes-dir", str(RECIPES),
+                                           "--vllmqual-reports-dir", str(pytester.path / "reports"))
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, text
+    assert "Traceback" not in text and "pytest_vllmqual/" not in text, "no frames of the plugin:\n" + text
+    result.stdout.fnmatch_lines(["*unknown recipe 'no-such-recipe'*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and outcomes.get("errors") == 1, outcomes
+    assert not list((pytester.path / "reports" / "private").glob("*/server.log")), "no server may start"
