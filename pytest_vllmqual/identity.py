@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,6 @@ __all__ = [
     "IdentityCheck",
     "IdentityResult",
     "check_identity",
-    "describe_checks",
     "image_digest_matches",
     "logged_model_args",
     "model_files_sha256",
@@ -76,6 +76,14 @@ class IdentityCheck:
         return {"field": self.field, "expected": self.expected, "observed": self.observed, "ok": self.ok,
                 "status": self.status, "source": self.source, "pinned": self.pinned, "note": self.note}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IdentityCheck:
+        """A check as ``to_dict`` wrote it (the ``server_facts`` fixture hands gates dicts)."""
+        ok = data.get("ok")
+        return cls(field=str(data.get("field")), expected=data.get("expected"), observed=data.get("observed"),
+                   ok=ok if isinstance(ok, bool) else None, note=str(data.get("note") or ""),
+                   source=str(data.get("source") or ""), pinned=bool(data.get("pinned", True)))
+
 
 @dataclass
 class IdentityResult:
@@ -102,6 +110,21 @@ class IdentityResult:
     @property
     def mismatches(self) -> list[IdentityCheck]:
         return [c for c in self.checks if c.ok is False]
+
+    @property
+    def unchecked(self) -> list[IdentityCheck]:
+        """Pinned fields nothing observed (``ok`` is None)."""
+        return [c for c in self.checks if c.pinned and c.ok is None]
+
+    def describe(self) -> str:
+        """"checkpoint matched; revision not pinned; ..." — one line per run."""
+        return "; ".join(f"{c.field} {c.status}" for c in self.checks)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IdentityResult:
+        """The result as ``to_dict`` wrote it; ``status`` is computed again from the checks."""
+        return cls(checks=[IdentityCheck.from_dict(c) for c in data.get("checks") or [] if isinstance(c, Mapping)],
+                   model_files=dict(data.get("model_files") or {}))
 
     def to_dict(self, recipe: Recipe) -> dict[str, Any]:
         return {
@@ -312,11 +335,4 @@ def check_identity(
         result.model_files = model_files_sha256(Path(expected_location))
     return result
 
-
-def describe_checks(identity: dict[str, Any]) -> str:
-    """"checkpoint matched (log, /v1/models root); revision not pinned; ..." — one line per run."""
-    parts = []
-    for check in identity.get("checks") or []:
-        parts.append(f"{check.get('field')} {check.get('status') or ('matched' if check.get('ok') else 'not checked')}")
-    return "; ".join(parts)
 

@@ -132,3 +132,37 @@ def test_model_files_are_hashed_config_and_weights_index(tmp_path: Path) -> None
 def test_logged_model_args_read_the_last_start_through_a_prefix() -> None:
     log = args_line({"model": "/a"}, "[n1] ") + args_line({"model": "/b", "revision": "r"}, "[n1] ")
     assert logged_model_args(log) == {"model": "/b", "revision": "r"}
+
+
+def test_the_gate_reads_back_the_same_result_from_the_facts_dict() -> None:
+    """The identity gate reads ``server_facts["identity"]`` as an IdentityResult again: status,
+    not-checked fields, mismatches and the one-line description survive the round trip."""
+    from pytest_vllmqual.identity import IdentityResult
+
+    recipe = tiny()
+    location = recipe.model_location()
+    for tp_seen, version in ((2, "0.32.0"), (None, "0.31.0")):
+        result = check_identity(recipe, version=version, launcher_kind="subprocess", tp_size_seen=tp_seen,
+                                log_text=args_line({"model": location}),
+                                models=[{"id": "tiny-chat", "root": location, "max_model_len": 32768}])
+        again = IdentityResult.from_dict(json.loads(json.dumps(result.to_dict(recipe))))
+        assert again.status == result.status and again.not_checked == result.not_checked
+        assert [c.field for c in again.mismatches] == [c.field for c in result.mismatches]
+        assert [c.field for c in again.unchecked] == result.not_checked
+        assert again.describe() == "; ".join(f"{c['field']} {c['status']}" for c in result.to_dict(recipe)["checks"])
+    assert again.status == "provenance_mismatch" and [c.field for c in again.mismatches] == ["runtime_version"]
+    assert "tensor_parallel_size" in again.not_checked
+
+
+def test_engine_facts_typed_view_of_a_direct_only_run() -> None:
+    """What the engine gates read: typed facts with their sources; per-rank facts are not
+    observable without the server log, and wrong-typed values read as absent."""
+    from pytest_vllmqual.fact_sources import NOT_OBSERVABLE, EngineFacts, with_sources
+
+    metrics = {"cache_config_info": {"kv_cache_size_tokens": "2097152", "kv_cache_max_concurrency": "64.0"}}
+    facts = EngineFacts(with_sources({}, {"metrics": metrics, "models": [{"max_model_len": 32768}]}, has_log=False))
+    assert facts.kv_cache_tokens == 2_097_152 and facts.max_concurrency == 64.0
+    assert facts.concurrency_at_tokens == 32768 and facts.source("kv_cache_tokens") == "metrics"
+    assert facts.ranks_observable is False and facts.source("ranks") == NOT_OBSERVABLE and facts.ranks == []
+    logged = EngineFacts({"kv_cache_tokens": True, "ranks": [{"label": "TP0", "kv_gib": 1.0}], "sources": {}})
+    assert logged.kv_cache_tokens is None and logged.ranks_observable and logged.ranks == [{"label": "TP0", "kv_gib": 1.0}]
