@@ -314,6 +314,8 @@ def vllm_server(request: pytest.FixtureRequest, vllmqual_arm: str) -> Iterator[S
         _fail(exc, request.config)
         raise
     yield handle
+    if request.session.shouldstop or request.session.shouldfail:  # -x, --maxfail: the report says so
+        run.mark_interrupted()
     run.finish_arm(vllmqual_arm)
 
 
@@ -557,15 +559,14 @@ class RunHooks:
             self.run.add_gate(data.get("arm") or self.run.default_recipe.name, data)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        for arm in self.run.arms.values():
-            arm.interrupted = True
+        self.run.mark_interrupted()
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if _is_worker(self.config):
             return
         outcome = self.run.finish_session(
-            interrupted=bool(session.shouldstop) or exitstatus == pytest.ExitCode.INTERRUPTED,
+            interrupted=bool(session.shouldstop or session.shouldfail) or exitstatus == pytest.ExitCode.INTERRUPTED,
             tests_failed=session.exitstatus == pytest.ExitCode.TESTS_FAILED)
         if outcome == "qualified_by_fallback":
             session.exitstatus = pytest.ExitCode.OK

@@ -397,8 +397,7 @@ class QualRun:
         comparison. Returns ``qualified_by_fallback`` (a campaign's fallback arm qualified in place
         of the failed one: the session exits 0), ``report_not_written`` (it must fail), or None."""
         if interrupted:
-            for arm in self.arms.values():
-                arm.interrupted = True
+            self.mark_interrupted()
         self.stop_all()
         if not self.arms:
             return None
@@ -418,6 +417,11 @@ class QualRun:
             self.progress(f"REPORT NOT WRITTEN: {exc}")
             return "report_not_written"
         return None
+
+    def mark_interrupted(self) -> None:
+        """The session stops before every gate ran (Ctrl-C, SIGTERM, -x): every arm's report says so."""
+        for arm in self.arms.values():
+            arm.interrupted = True
 
     def stop_all(self) -> None:
         for key in self.arms:

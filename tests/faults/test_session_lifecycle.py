@@ -81,3 +81,33 @@ def test_each_arm_has_one_server_that_stops_before_the_next_starts(tmp_path: Pat
         teardown = json.loads(path.read_text())["lifecycle"]["teardown"]
         assert teardown["clean"] is True and teardown["surviving_processes"] == 0, teardown
     assert left == [], f"processes of the arms' servers alive after the session: {left}"
+
+
+STOP_EARLY_GATES = '''
+def test_first_fails(vllm_server, gate):
+    gate.summary("fails on purpose")
+    assert False, "planted failure"
+
+
+def test_never_runs(vllm_server, gate):
+    gate.summary("ran")
+'''
+
+
+def test_a_session_stopped_by_x_writes_an_incomplete_report(tmp_path: Path) -> None:
+    """``-x`` stops the session after the first failure; the arm's report is written when pytest
+    tears the session-scoped server down, and it must say the run was cut short."""
+    recipe = fault_server_recipe(tmp_path / "recipes", "fs-stop-early")
+    gates = tmp_path / "test_stop_early.py"
+    gates.write_text(STOP_EARLY_GATES)
+    session = Session(tmp_path / "run", recipe, [gates], args=["-x", "--vllmqual-no-fail-fast"])
+    try:
+        session.start().wait(timeout_s=120)
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))
+    assert session.returncode == 1, session.stdout[-3000:]
+    report = session.report
+    assert [g["gate"] for g in report["gates"]] == ["first_fails"]
+    assert report["run"]["status"] == "incomplete", report["run"]
+    assert "the session was interrupted before all gates ran" in report["run"]["status_reasons"]
+    assert report["lifecycle"]["teardown"]["clean"] is True
