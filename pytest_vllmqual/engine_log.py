@@ -25,7 +25,8 @@ from .launch.server_log import NUMBER, LogLine, split_lines
 from .launch.startup_failure import last_startup_phase
 from .sanitize import redact_args
 
-__all__ = ["EngineFacts", "RankFacts", "parse_engine_log", "parse_python_literal"]
+__all__ = ["MODEL_DIR_PLACEHOLDER", "NON_DEFAULT_ARGS_RE", "EngineFacts", "RankFacts", "parse_engine_log",
+           "parse_python_literal"]
 
 _GIB_BYTES = 1 << 30
 
@@ -116,7 +117,7 @@ _INIT_ENGINE_RE = re.compile(
     rf"init engine \(profile, create kv cache, warmup model\) took (?P<s>{NUMBER}) (?:s|seconds)"
     rf"(?: \(compilation: (?P<c>{NUMBER}) s)?"
 )
-_NON_DEFAULT_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
+NON_DEFAULT_ARGS_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
 _VERSION_RES = (
     re.compile(r"vLLM (?:API |gRPC )?server version (?P<v>[^\s,]+)"),  # ≤0.14 / ≥0.20 without logo
     re.compile(r"▀▄▀ █\s+version\s+(?P<v>\S+)"),  # ≥0.20 logo
@@ -316,14 +317,14 @@ def parse_engine_log(text: str) -> EngineFacts:
         if m := _INIT_ENGINE_RE.search(msg):
             facts.init_engine_seconds = float(m.group("s"))
             facts.compilation_seconds = float(m.group("c")) if m.group("c") else None
-        if m := _NON_DEFAULT_RE.search(msg):
+        if m := NON_DEFAULT_ARGS_RE.search(msg):
             parsed = parse_python_literal(m.group("args"))
             if isinstance(parsed, dict):
                 for key in _LAUNCHER_ONLY_ARGS:
                     parsed.pop(key, None)
                 for key in _LOCAL_DIR_ARGS:
                     if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
-                        parsed[key] = _MODEL_DIR_PLACEHOLDER
+                        parsed[key] = MODEL_DIR_PLACEHOLDER
                 facts.non_default_args, redacted = redact_args(parsed)
                 facts.redacted_arg_keys = sorted(set(redacted))
         if facts.vllm_version is None:
@@ -391,7 +392,7 @@ _LAUNCHER_ONLY_ARGS = ("host", "port")
 #: Args that name a local directory: its absolute path says where the operator keeps files, not
 #: what was served (the identity block names the checkpoint), so the report shows a placeholder.
 _LOCAL_DIR_ARGS = ("model", "tokenizer", "download_dir")
-_MODEL_DIR_PLACEHOLDER = "<model-dir>"
+MODEL_DIR_PLACEHOLDER = "<model-dir>"
 
 
 def parse_python_literal(text: str) -> Any:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .engine_log import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 from .recipe import Recipe
 
 __all__ = [
@@ -45,10 +46,9 @@ __all__ = [
     "model_files_sha256",
 ]
 
-MODEL_DIR = "<model-dir>"
+MODEL_DIR = MODEL_DIR_PLACEHOLDER  # the engine facts name a local model dir the same way
 OTHER_DIR = "<another local directory>"
 _SNAPSHOT_RE = re.compile(r"/snapshots/(?P<rev>[0-9a-f]{40})(?:/|$)")
-_NON_DEFAULT_ARGS_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
 WEIGHTS_INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
@@ -150,12 +150,11 @@ class IdentityResult:
 
 def logged_model_args(log_text: str) -> dict[str, Any]:
     """The server's own ``non-default args`` of its last start, unredacted (kept in memory only)."""
-    from .engine_log import parse_python_literal
     from .launch.server_log import strip_ansi
 
     found: dict[str, Any] = {}
     for line in strip_ansi(log_text).splitlines():
-        m = _NON_DEFAULT_ARGS_RE.search(line)
+        m = NON_DEFAULT_ARGS_RE.search(line)
         if m:
             parsed = parse_python_literal(m.group("args"))
             if isinstance(parsed, dict):
