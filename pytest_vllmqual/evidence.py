@@ -242,10 +242,20 @@ def _teardown(teardown: TeardownResult | Mapping[str, Any] | None) -> dict[str, 
     data = teardown.to_dict() if isinstance(teardown, TeardownResult) else dict(teardown)
     out = _pick(data, _TEARDOWN_FIELDS)
     if "shm_reclaim" in out:
-        out["shm_reclaim"] = _flat(out["shm_reclaim"])
+        out["shm_reclaim"] = _flat(_named_files(out["shm_reclaim"]))
     if "notes" in out:
         out["notes"] = [str(_text(n)) for n in out["notes"] or []]
     return out
+
+
+def _named_files(reclaim: Any) -> Any:
+    """The reclaim record with each reclaimed file as ``name (N bytes)``: a flat record
+    would otherwise carry each one as a JSON string."""
+    if not isinstance(reclaim, Mapping):
+        return reclaim
+    items = reclaim.get("reclaimed") or []
+    named = [f"{i.get('name')} ({i.get('bytes', 0):,} bytes)" if isinstance(i, Mapping) else i for i in items]
+    return {**reclaim, "reclaimed": named}
 
 
 def _lifecycle(run: RunRecord, teardown: TeardownResult | Mapping[str, Any] | None) -> dict[str, Any]:

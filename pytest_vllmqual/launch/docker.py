@@ -45,9 +45,10 @@ from ..recipe import Recipe
 from . import gpu
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
 from .docker_options import gpu_indexes, pull_progress_line, url_host, vllm_shutdown_budget_s
-from .docker_reaper import container_pids
+from .docker_reaper import container_pids, frozen_shm_names
 from .owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
-from .shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld, shm_names_held_by
+from .shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
+from .shm_ledger import ShmLedger
 
 __all__ = [
     "CONTAINER_HOST",
@@ -73,6 +74,8 @@ PASSTHROUGH_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 _GPU_RELEASE_WAIT_S = 10.0
 _PULL_PROGRESS_EVERY_S = 5.0
+DOCKER_LEDGER_INTERVAL_S = 2.0
+"""How often the shm ledger lists the container's processes (``docker top`` runs ``ps`` on the host)."""
 DOCKER_FIX = ("as root, scripts/docker_setup.sh installs Debian's docker.io and docker-registry and starts "
               "dockerd and the local registry; elsewhere start the engine (`sudo systemctl start docker`) "
               "or point DOCKER_HOST at a running one")
@@ -115,7 +118,7 @@ class DockerLauncher(Launcher):
         self._gpu_baseline: set[int] | None = None
         self._owner: dict[str, str] | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
-        self._held_shm: set[str] = set()
+        self._shm_ledger: ShmLedger | None = None
 
     # -- validation that needs no engine ---------------------------------------------------
 
@@ -266,7 +269,7 @@ class DockerLauncher(Launcher):
             if why is None:
                 kept += 1
                 continue
-            held |= shm_names_held_by(container_pids(self.client, container), root=self.shm_root)
+            held |= frozen_shm_names(self.client, container, root=self.shm_root)
             try:
                 container.remove(force=True, v=True)
                 reaped.append(f"{container.name} ({why})")
@@ -412,6 +415,10 @@ class DockerLauncher(Launcher):
                 else "GPU requests need the NVIDIA container toolkit (`docker info` lists the nvidia runtime).",
             ) from None
         self._start_log_stream(self.container)
+        if options.ipc_host:  # the run's shm is in this host's /dev/shm: note every name it holds
+            started_container = self.container
+            self._shm_ledger = ShmLedger(lambda: container_pids(self.client, started_container),
+                                         root=self.shm_root, interval_s=DOCKER_LEDGER_INTERVAL_S).start()
         progress(f"container {name} ({self.container_id[:12]}) started for recipe {self.recipe.name} from "
                  f"{reference}, published on {host}:{port}; its log streams to {self.log_path} "
                  f"(also `docker logs {name}`)")
@@ -479,8 +486,8 @@ class DockerLauncher(Launcher):
         notes: list[str] = []
         stopped = False
         if self.container is not None and not self._removed:
-            if self.recipe.launcher.docker.ipc_host:  # the run's shm, named by who holds it, before it stops
-                self._held_shm |= shm_names_held_by(container_pids(self.client, self.container), root=self.shm_root)
+            if self._shm_ledger is not None:  # sampled through the stop's grace period too
+                self._shm_ledger.observe()
             try:
                 self.container.stop(timeout=self.recipe.launcher.docker.stop_timeout_s)
                 state = self._state() or {}
@@ -518,7 +525,8 @@ class DockerLauncher(Launcher):
         if self.recipe.launcher.docker.ipc_host and containers_left == 0:
             # --ipc=host: the run's shared memory is in this host's /dev/shm; reclaim it as the
             # subprocess launcher does, once no container of the run can still hold it.
-            shm_left, reclaim = reclaim_run_shm(self.run_id, self._held_shm, self._started_wall, root=self.shm_root)
+            held = self._shm_ledger.stop() if self._shm_ledger is not None else set()
+            shm_left, reclaim = reclaim_run_shm(self.run_id, held, self._started_wall, root=self.shm_root)
         if self._reaper is not None:
             self._reaper.kill()
             self._reaper.wait()

@@ -5,7 +5,9 @@ SIGKILLed, so the docker launcher starts this process in its own session before 
 the container. It polls the owner (pid and start time, so a reused pid does not keep it
 waiting); once the owner is gone it force-removes every container labelled with the run id,
 looks again a moment later (a create that was in flight), and reclaims the run's /dev/shm
-files with the two-scan guard, as teardown would.
+files with the two-scan guard, as teardown would. Each container is paused before its shm is
+read, so a vLLM creating its message queues at that moment cannot add a file between the read
+and the removal (seen in CI: two 240 MiB ``psm_*`` files left by a pytest SIGKILLed mid-startup).
 
 Usage: python -m pytest_vllmqual.launch.docker_reaper OWNER_PID OWNER_START RUN_ID STARTED_EPOCH IPC_HOST
 """
@@ -14,10 +16,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from .owner import owner_alive
-from .shm import reclaim_run_shm, shm_names_held_by
+from .shm import SHM_ROOT, reclaim_run_shm, shm_names_held_by
 
 RUN_LABEL = "vllmqual.run"
 _RETRY_FOR_S = 20.0
@@ -40,12 +43,23 @@ def container_pids(client: Any, container: Any) -> list[int]:
     return pids
 
 
+def frozen_shm_names(client: Any, container: Any, *, root: Path = SHM_ROOT) -> set[str]:
+    """Pause the container, then the /dev/shm names its processes hold: a frozen process creates
+    no file between this read and the removal that follows (``docker rm -f`` removes a paused
+    container)."""
+    try:
+        container.pause()
+    except Exception:  # not running (exited, already paused, being removed): nothing new can appear
+        pass
+    return shm_names_held_by(container_pids(client, container), root=root)
+
+
 def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
     """Force-remove every container labelled with the run id; (how many, shm names they held)."""
     held: set[str] = set()
     removed = 0
     for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
-        held |= shm_names_held_by(container_pids(client, container))
+        held |= frozen_shm_names(client, container)
         try:
             container.remove(force=True, v=True)
             removed += 1
@@ -83,4 +97,4 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
 
-__all__ = ["RUN_LABEL", "container_pids", "main", "remove_run_containers"]
+__all__ = ["RUN_LABEL", "container_pids", "frozen_shm_names", "main", "remove_run_containers"]

@@ -19,7 +19,8 @@ from ..errors import LaunchError
 from ..recipe import Recipe
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port, port_is_taken
 from .procs import RUN_ENV, kill_run, processes_of_run
-from .shm import reclaim_run_shm, shm_names_held_by
+from .shm import reclaim_run_shm
+from .shm_ledger import ShmLedger
 
 __all__ = ["STOP_GRACE_S", "SubprocessLauncher"]
 
@@ -43,6 +44,7 @@ class SubprocessLauncher(Launcher):
         self._log_file: IO[bytes] | None = None
         self._stopped: TeardownResult | None = None
         self._started_epoch: float | None = None
+        self._shm_ledger: ShmLedger | None = None
 
     def argv(self, port: int) -> list[str]:
         return self.recipe.subprocess_argv(host=self.recipe.launcher.host, port=port)
@@ -89,13 +91,17 @@ class SubprocessLauncher(Launcher):
             ) from None
         self._reaper = subprocess.Popen(
             [sys.executable, "-m", "pytest_vllmqual.launch.reaper", str(os.getpid()), self.run_id,
-             str(self._proc.pid)],
+             str(self._proc.pid), repr(self._started_epoch)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             env={**os.environ, "PYTHONPATH": _package_parent() + os.pathsep + os.environ.get("PYTHONPATH", "")},
         )
+        session = self._proc.pid
+        reaper = {self._reaper.pid}
+        self._shm_ledger = ShmLedger(
+            lambda: [p.pid for p in processes_of_run(self.run_id, session, exclude=reaper)]).start()
         progress(f"started {argv[0].rsplit('/', 1)[-1]} (pid {self._proc.pid}) for recipe "
                  f"{self.recipe.name} on {host}:{port}; log: {self.log_path}")
         return ServerHandle(
@@ -119,8 +125,9 @@ class SubprocessLauncher(Launcher):
         started = time.monotonic()
         session = self._proc.pid if self._proc is not None else None
         exclude = {self._reaper.pid} if self._reaper is not None else set()
-        held = shm_names_held_by(p.pid for p in processes_of_run(self.run_id, session, exclude=exclude))
-        survivors = kill_run(self.run_id, session, grace_s=STOP_GRACE_S, exclude=exclude)
+        observe = self._shm_ledger.observe if self._shm_ledger is not None else None
+        survivors = kill_run(self.run_id, session, grace_s=STOP_GRACE_S, exclude=exclude, observe=observe)
+        held = self._shm_ledger.stop() if self._shm_ledger is not None else set()
         if self._proc is not None:
             try:
                 self._proc.wait(timeout=5)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,13 +77,19 @@ def processes_of_run(run_id: str, session: int | None = None, *, exclude: set[in
     return found
 
 
-def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[int] | None = None) -> list[ProcInfo]:
+def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[int] | None = None,
+             observe: Callable[[list[int]], None] | None = None) -> list[ProcInfo]:
     """SIGTERM the run's processes, SIGKILL what is left after ``grace_s``; return survivors.
 
     Stopped (SIGSTOP) processes ignore SIGTERM until continued, so they are sent SIGCONT
-    with it; SIGKILL works on them regardless.
+    with it; SIGKILL works on them regardless. ``observe`` (the shm ledger) is called with
+    the run's pids before the SIGTERM, at each poll of the grace period, and once more with
+    the survivors frozen right before the SIGKILL, so nothing the run creates meanwhile is
+    unseen.
     """
     procs = processes_of_run(run_id, session, exclude=exclude)
+    if observe is not None:
+        observe([p.pid for p in procs])
     for sig in (signal.SIGTERM, signal.SIGCONT):
         for proc in procs:
             _signal(proc.pid, sig)
@@ -90,6 +97,12 @@ def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[i
     while procs and time.monotonic() < deadline:
         time.sleep(0.1)
         procs = processes_of_run(run_id, session, exclude=exclude)
+        if observe is not None and procs:
+            observe([p.pid for p in procs])
+    if procs:
+        procs = freeze_run(run_id, session, exclude=exclude)
+        if observe is not None:
+            observe([p.pid for p in procs])
     for proc in procs:
         _signal(proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
@@ -99,10 +112,34 @@ def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[i
     return procs
 
 
+def freeze_run(run_id: str, session: int | None, *, exclude: set[int] | None = None) -> list[ProcInfo]:
+    """SIGSTOP every process of the run, again until no new one appears; the frozen processes.
+
+    A child forked while its parent was being stopped shows up in the next scan, so the scan
+    repeats until it finds no pid it has not stopped (a few rounds at most).
+    """
+    stopped: dict[int, ProcInfo] = {}
+    for _ in range(10):
+        fresh = [p for p in processes_of_run(run_id, session, exclude=exclude) if p.pid not in stopped]
+        if not fresh:
+            break
+        for proc in fresh:
+            _signal(proc.pid, signal.SIGSTOP)
+            stopped[proc.pid] = proc
+    # SIGSTOP is delivered asynchronously: wait (briefly) until each one reports itself stopped
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        states = [read_proc(pid) for pid in stopped]
+        if all(info is None or info.state in ("T", "t", "Z", "X") for info in states):
+            break
+        time.sleep(0.01)
+    return list(stopped.values())
+
+
 def _signal(pid: int, sig: signal.Signals) -> None:
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
-__all__ = ["PROC", "RUN_ENV", "ProcInfo", "kill_run", "processes_of_run", "read_proc"]
+__all__ = ["PROC", "RUN_ENV", "ProcInfo", "freeze_run", "kill_run", "processes_of_run", "read_proc"]

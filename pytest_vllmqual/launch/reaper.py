@@ -4,9 +4,10 @@ Fixture teardown does not run when pytest is SIGKILLed, or ended by a timeout th
 the process. The reaper is a separate process in its own session, started next to the
 server: it polls the owner's pid and, once the owner is gone, kills every process of the
 run (by session and by the ``VLLMQUAL_RUN_ID`` mark), then reclaims the /dev/shm files those
-processes held, as teardown would. It imports only the stdlib.
+processes held at any time (``shm_ledger``, sampled while it waits), as teardown would. It
+imports only the stdlib.
 
-Usage: python -m pytest_vllmqual.launch.reaper OWNER_PID RUN_ID SESSION_ID
+Usage: python -m pytest_vllmqual.launch.reaper OWNER_PID RUN_ID SESSION_ID STARTED_EPOCH
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 import time
 
 from .procs import kill_run, processes_of_run, read_proc
-from .shm import reclaim_unheld, shm_names_held_by
+from .shm import reclaim_run_shm
+from .shm_ledger import ShmLedger
 
 
 def owner_alive(pid: int) -> bool:
@@ -25,12 +27,13 @@ def owner_alive(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    owner, run_id, session = int(argv[0]), argv[1], int(argv[2])
+    owner, run_id, session, started_at = int(argv[0]), argv[1], int(argv[2]), float(argv[3])
+    ledger = ShmLedger(lambda: [p.pid for p in processes_of_run(run_id, session)]).start()
     while owner_alive(owner):
         time.sleep(0.25)
-    held = shm_names_held_by(p.pid for p in processes_of_run(run_id, session))
-    kill_run(run_id, session, grace_s=3.0)
-    reclaim_unheld(run_id, held)  # what teardown would have reclaimed: the run's shm, once nothing holds it
+    kill_run(run_id, session, grace_s=3.0, observe=ledger.observe)
+    # what teardown would have reclaimed: the run's shm, once nothing holds it
+    reclaim_run_shm(run_id, ledger.stop(), started_at)
     return 0
 
 

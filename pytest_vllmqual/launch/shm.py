@@ -334,28 +334,37 @@ def prove_reclaim_path(run_id: str, *, root: Path = SHM_ROOT, settle_s: float = 
 def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path = Path("/proc")) -> set[str]:
     """Names of files in ``root`` that ``pids`` map or hold open: the run's own shared memory.
 
-    Taken from the run's processes before teardown kills them. vLLM's processes create more
-    than offload regions: Python ``psm_*`` segments (message queues) and ``sem.*`` survive a
-    SIGKILL, and only their holders say whose they are.
+    Taken from the run's processes while they live. vLLM's processes create more than offload
+    regions: Python ``psm_*`` segments (message queues) and ``sem.mp-*`` semaphores survive a
+    SIGKILL, and only their holders say whose they are. A file is matched by its path and by
+    its (device, inode): glibc makes a named semaphore under a temporary name and links it to
+    ``sem.<name>`` afterwards, so the maps of its holders show the temporary name only.
     """
     prefix = str(root).rstrip("/") + "/"
+    present = {f.key: f.name for f in _list_regular_files(root)}
+    inodes = {inode for _, inode in present}
     names: set[str] = set()
     for pid in pids:
         base = proc / str(pid)
         targets: list[str] = []
         try:
-            for line in (base / "maps").read_text().splitlines():
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6:
-                    targets.append(fields[5])
+            maps = (base / "maps").read_text()
         except OSError:
-            pass
+            maps = ""
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6:
+                targets.append(fields[5])
+        names.update(present[key] for key in _mapped_keys(maps, inodes) if key in present)
         try:
             for entry in os.scandir(base / "fd"):
                 try:
                     targets.append(os.readlink(entry.path))
+                    opened = os.stat(entry.path)
                 except OSError:
                     continue
+                if (opened.st_dev, opened.st_ino) in present:
+                    names.add(present[(opened.st_dev, opened.st_ino)])
         except OSError:
             pass
         for target in targets:

@@ -82,9 +82,10 @@ def containers(client: docker.DockerClient, label: str) -> list[Any]:
 
 
 def run_shm_files(started_at: float) -> list[str]:
-    """vLLM-named /dev/shm files created since ``started_at`` (epoch seconds)."""
+    """/dev/shm files of vLLM's naming, Python's shared memory or its semaphores, created since
+    ``started_at`` (epoch seconds)."""
     return sorted(p.name for p in Path("/dev/shm").iterdir()
-                  if p.name.startswith(("vllm_", "psm_")) and p.stat().st_ctime >= started_at)
+                  if p.name.startswith(("vllm_", "psm_", "sem.mp-")) and p.stat().st_ctime >= started_at)
 
 
 def owned_sleeper(client: docker.DockerClient, run_id: str, owner_pid: int, owner_start: str) -> Any:

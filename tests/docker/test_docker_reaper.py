@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import signal
 import time
+import uuid
 from pathlib import Path
 
+import docker.errors
 import pytest
 from docker_harness import (
     RECIPE_LABEL,
@@ -14,12 +16,16 @@ from docker_harness import (
     dead_process,
     derive_docker_recipe,
     engine,
+    image_reference,
     live_process,
     owned_sleeper,
     run_shm_files,
 )
 from fault_harness import ROOT, Session
 from gatekit import wait_for
+
+from pytest_vllmqual.launch.docker_reaper import frozen_shm_names
+from pytest_vllmqual.launch.shm import SHM_ROOT, reclaim_unheld
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.needs_docker]
 SMOKE = ROOT / "suites" / "test_smoke.py"
@@ -99,3 +105,32 @@ def test_two_concurrent_runs_keep_their_containers(tmp_path: Path) -> None:
                 planted.remove(force=True)
             except Exception:  # already removed by the sweep
                 pass
+
+
+def test_last_look_pauses_the_container_and_names_its_host_shm() -> None:
+    """The reaper's last look before it removes a container: the container is paused first (a
+    vLLM making its queues at that moment cannot add a file unseen; CI once kept two 240 MiB
+    ``psm_*`` files that way), the --ipc=host segment it holds is named, the paused container is
+    force-removed, and the named segment is then reclaimed."""
+    client = engine()
+    name = f"psm_vllmqual_last_look_{uuid.uuid4().hex[:8]}"
+    code = ("from multiprocessing import shared_memory; import time\n"
+            f"segment = shared_memory.SharedMemory(name={name!r}, create=True, size=4096)\n"
+            "time.sleep(600)\n")
+    container = client.containers.run(image_reference(), entrypoint=["/opt/vllm/bin/python", "-c", code],
+                                      ipc_mode="host", detach=True)
+    try:
+        assert wait_for(lambda: (SHM_ROOT / name).exists(), 60), container.logs()
+        held = frozen_shm_names(client, container)
+        container.reload()
+        assert container.status == "paused"
+        assert name in held, held
+        container.remove(force=True)
+        assert reclaim_unheld(None, held) is not None
+        assert not (SHM_ROOT / name).exists(), "the removed container's segment was not reclaimed"
+    finally:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        (SHM_ROOT / name).unlink(missing_ok=True)

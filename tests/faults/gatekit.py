@@ -121,8 +121,13 @@ def listening_addresses(port: int) -> list[str]:
 
 
 def shm_files_held_by(pids: list[int]) -> list[str]:
-    """Names of /dev/shm files that ``pids`` map or hold open (the run's shared memory)."""
+    """Names of /dev/shm files that ``pids`` map or hold open (the run's shared memory).
+
+    A named semaphore is mapped under glibc's temporary name and only then linked to its
+    ``sem.*`` name, so mapped inodes are matched to the names in /dev/shm too.
+    """
     names: set[str] = set()
+    inodes: set[int] = set()
     for pid in pids:
         try:
             maps = (PROC / str(pid) / "maps").read_text()
@@ -132,6 +137,7 @@ def shm_files_held_by(pids: list[int]) -> list[str]:
             parts = line.split(maxsplit=5)
             if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
                 names.add(parts[5].split("/dev/shm/", 1)[1].removesuffix(" (deleted)"))
+                inodes.add(int(parts[4]))
         try:
             fds = list((PROC / str(pid) / "fd").iterdir())
         except OSError:
@@ -143,4 +149,6 @@ def shm_files_held_by(pids: list[int]) -> list[str]:
                 continue
             if target.startswith("/dev/shm/"):
                 names.add(target.split("/dev/shm/", 1)[1].removesuffix(" (deleted)"))
+    if inodes:
+        names.update(entry.name for entry in os.scandir(SHM) if entry.inode() in inodes)
     return sorted(names)

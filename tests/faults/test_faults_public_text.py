@@ -157,6 +157,12 @@ def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> N
     assert "HTTP 400: This model's maximum context length is 32768 tokens." in over["reason"], over["reason"]
     assert "withheld" not in over["reason"], "a known template was not quoted"
     assert session.gate("after_the_kill")["status"] == "server_dead"
+    # The whole tree was SIGKILLed, so vLLM's message-queue segments outlived every holder:
+    # teardown knows them from its ledger (a look at teardown alone finds no holder left).
+    teardown = report["lifecycle"]["teardown"]
+    reclaimed = [item.split(" ", 1)[0] for item in teardown["shm_reclaim"]["reclaimed"]]  # "name (N bytes)"
+    assert teardown["clean"] and any(name.startswith("psm_") for name in reclaimed), teardown
+    assert not [name for name in reclaimed if (Path("/dev/shm") / name).exists()]
     texts = assert_no_public_leak(session)
     assert "last log lines" not in texts["junit"]
     assert report["decision"]["verdict"] == "no-promotion"

@@ -300,7 +300,12 @@ def test_full_lifecycle_sends_exact_create_request_in_order(
     removals = [r for r in fake.requests if r.method == "DELETE"]
     assert all(r.query.get("force") == ["True"] for r in removals)
 
-    assert fake.calls() == [
+    # --ipc=host: the shm ledger lists the container's processes (GET .../top) in the background,
+    # from the start, just before the stop, through it and once after it.
+    calls = fake.calls()
+    tops = [n for n, call in enumerate(calls) if call == "GET /containers/{new}/top"]
+    assert tops and tops[0] < calls.index("POST /containers/{new}/stop")
+    assert [call for call in calls if not call.endswith("/top")] == [
         "GET /version",
         "GET /_ping",
         "GET /containers/json",            # sweep: every vllmqual container, kept unless its owner is gone
@@ -312,17 +317,17 @@ def test_full_lifecycle_sends_exact_create_request_in_order(
         "GET /containers/{new}/json",      # the SDK checks Tty to know whether to demultiplex
         "GET /containers/{new}/json",      # alive()
         "GET /containers/{new}/json",      # exit_code()
-        "GET /containers/{new}/top",       # --ipc=host: the shm files the container's processes hold
         "POST /containers/{new}/stop",
         "GET /containers/{new}/json",      # exit code after stop
         "DELETE /containers/{new}",
         "GET /containers/json",            # verify: nothing labelled with the run id
     ]
     sweep_filter = json.loads(fake.requests[2].query["filters"][0])
-    verify_filter = json.loads(fake.requests[-1].query["filters"][0])
+    verify = fake.requests[max(n for n, call in enumerate(calls) if call == "GET /containers/json")]
+    verify_filter = json.loads(verify.query["filters"][0])
     assert sweep_filter == {"label": ["vllmqual.run"]}
     assert verify_filter == {"label": [f"vllmqual.run={RUN_ID}"]}
-    assert fake.requests[2].query["all"] == ["1"] and fake.requests[-1].query["all"] == ["1"]
+    assert fake.requests[2].query["all"] == ["1"] and verify.query["all"] == ["1"]
     logs = next(r for r in fake.requests if r.path.endswith("/logs"))
     assert logs.query["follow"] == ["1"]
 

@@ -189,6 +189,16 @@ def test_teardown_argument_overrides_the_record(private_dir: Path) -> None:
     assert validation_errors(report) == []
 
 
+def test_reclaimed_shm_files_read_as_names_and_sizes(private_dir: Path) -> None:
+    run = seed_control_run(private_dir)
+    reclaim = {"reclaimed": [{"name": "psm_3185d982", "bytes": 251658260}], "postcondition_clean": True,
+               "summary": "reclaimed exactly one unmapped 251,658,260-byte file; clean postcondition"}
+    result = TeardownResult(launcher_kind="subprocess", stopped=True, seconds=1.0, shm_reclaim=reclaim)
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""), teardown=result))
+    assert report["lifecycle"]["teardown"]["shm_reclaim"]["reclaimed"] == ["psm_3185d982 (251,658,260 bytes)"]
+    assert validation_errors(report) == []
+
+
 def test_artifacts_default_to_every_file_in_the_private_folder(report: dict[str, Any], private_dir: Path) -> None:
     names = {a["name"] for a in report["artifacts"]}
     on_disk = {p.relative_to(private_dir).as_posix() for p in private_dir.rglob("*") if p.is_file()}
