@@ -45,7 +45,7 @@ from ..recipe import Recipe
 from . import gpu
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
 from .docker_options import gpu_indexes, pull_progress_line, url_host, vllm_shutdown_budget_s
-from .docker_reaper import container_pids, frozen_shm_names
+from .docker_reaper import container_pids, kill_frozen
 from .owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
 from .shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from .shm_ledger import ShmLedger
@@ -269,7 +269,7 @@ class DockerLauncher(Launcher):
             if why is None:
                 kept += 1
                 continue
-            held |= frozen_shm_names(self.client, container, root=self.shm_root)
+            held |= kill_frozen(self.client, container, root=self.shm_root)
             try:
                 container.remove(force=True, v=True)
                 reaped.append(f"{container.name} ({why})")

@@ -5,15 +5,18 @@ SIGKILLed, so the docker launcher starts this process in its own session before 
 the container. It polls the owner (pid and start time, so a reused pid does not keep it
 waiting); once the owner is gone it force-removes every container labelled with the run id,
 looks again a moment later (a create that was in flight), and reclaims the run's /dev/shm
-files with the two-scan guard, as teardown would. Each container is paused before its shm is
-read, so a vLLM creating its message queues at that moment cannot add a file between the read
-and the removal (seen in CI: two 240 MiB ``psm_*`` files left by a pytest SIGKILLed mid-startup).
+files with the two-scan guard, as teardown would. Each container is frozen, read and killed
+before it is removed (``kill_frozen``), so a vLLM creating its message queues at that moment
+cannot add a file between the read and the removal (seen in CI: two 240 MiB ``psm_*`` files
+left by a pytest SIGKILLed mid-startup).
 
 Usage: python -m pytest_vllmqual.launch.docker_reaper OWNER_PID OWNER_START RUN_ID STARTED_EPOCH IPC_HOST
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -43,15 +46,29 @@ def container_pids(client: Any, container: Any) -> list[int]:
     return pids
 
 
-def frozen_shm_names(client: Any, container: Any, *, root: Path = SHM_ROOT) -> set[str]:
-    """Pause the container, then the /dev/shm names its processes hold: a frozen process creates
-    no file between this read and the removal that follows (``docker rm -f`` removes a paused
-    container)."""
+def kill_frozen(client: Any, container: Any, *, root: Path = SHM_ROOT) -> set[str]:
+    """Pause the container, note the /dev/shm names its processes hold, and SIGKILL each of them
+    while frozen; the names. The removal that follows finds nothing left to run.
+
+    Pausing alone is not enough: ``docker rm -f`` of a paused container kills its init process
+    and thaws the rest, which run for a moment until the kernel ends the PID namespace. Seen in
+    a CI simulation: a TP worker finished making a ``sem.mp-*`` semaphore in that moment, after
+    the look. A frozen process that is sent SIGKILL dies when thawed without running again.
+    Killing by host pid needs the rights reading its memory maps needs; without them docker's
+    own kill is all there is.
+    """
     try:
         container.pause()
     except Exception:  # not running (exited, already paused, being removed): nothing new can appear
         pass
-    return shm_names_held_by(container_pids(client, container), root=root)
+    pids = container_pids(client, container)
+    held = shm_names_held_by(pids, root=root)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # gone, or not ours to signal
+            continue
+    return held
 
 
 def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
@@ -59,7 +76,7 @@ def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
     held: set[str] = set()
     removed = 0
     for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
-        held |= frozen_shm_names(client, container)
+        held |= kill_frozen(client, container)
         try:
             container.remove(force=True, v=True)
             removed += 1
@@ -97,4 +114,4 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
 
-__all__ = ["RUN_LABEL", "container_pids", "frozen_shm_names", "main", "remove_run_containers"]
+__all__ = ["RUN_LABEL", "container_pids", "kill_frozen", "main", "remove_run_containers"]

@@ -24,7 +24,7 @@ from docker_harness import (
 from fault_harness import ROOT, Session
 from gatekit import wait_for
 
-from pytest_vllmqual.launch.docker_reaper import frozen_shm_names
+from pytest_vllmqual.launch.docker_reaper import kill_frozen
 from pytest_vllmqual.launch.shm import SHM_ROOT, reclaim_unheld
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.needs_docker]
@@ -107,30 +107,49 @@ def test_two_concurrent_runs_keep_their_containers(tmp_path: Path) -> None:
                 pass
 
 
-def test_last_look_pauses_the_container_and_names_its_host_shm() -> None:
-    """The reaper's last look before it removes a container: the container is paused first (a
-    vLLM making its queues at that moment cannot add a file unseen; CI once kept two 240 MiB
-    ``psm_*`` files that way), the --ipc=host segment it holds is named, the paused container is
-    force-removed, and the named segment is then reclaimed."""
+MAKER = """
+import mmap, os, sys, time
+if os.fork():  # init waits; the child, not PID 1, makes the files (as vLLM's workers do)
+    os.wait()
+    sys.exit(0)
+prefix, kept = sys.argv[1], []
+for n in range(100000):
+    fd = os.open(f"/dev/shm/{prefix}{n:06d}", os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, 4096)
+    kept.append(mmap.mmap(fd, 4096))
+    os.close(fd)
+    time.sleep(0.002)
+"""
+
+
+def test_last_look_is_taken_frozen_and_nothing_runs_after_it() -> None:
+    """The reaper's last look before it removes a container: a process that makes a new mapped
+    /dev/shm file every 2 ms (--ipc=host) is frozen, looked at and killed. Every file left
+    afterwards was named by the look, so the reclaim removes them all. A pause alone let it
+    make files after the look: ``docker rm -f`` thaws a paused container's non-init processes
+    before the kernel kills them (a CI simulation kept a vLLM worker's ``sem.mp-*`` that way)."""
     client = engine()
-    name = f"psm_vllmqual_last_look_{uuid.uuid4().hex[:8]}"
-    code = ("from multiprocessing import shared_memory; import time\n"
-            f"segment = shared_memory.SharedMemory(name={name!r}, create=True, size=4096)\n"
-            "time.sleep(600)\n")
-    container = client.containers.run(image_reference(), entrypoint=["/opt/vllm/bin/python", "-c", code],
+    prefix = f"psm_vllmqual_frozen_{uuid.uuid4().hex[:8]}_"
+    container = client.containers.run(image_reference(), entrypoint=["/opt/vllm/bin/python", "-c", MAKER, prefix],
                                       ipc_mode="host", detach=True)
+
+    def made() -> set[str]:
+        return {p.name for p in SHM_ROOT.iterdir() if p.name.startswith(prefix)}
+
     try:
-        assert wait_for(lambda: (SHM_ROOT / name).exists(), 60), container.logs()
-        held = frozen_shm_names(client, container)
+        assert wait_for(lambda: len(made()) >= 50, 60), container.logs()
+        held = kill_frozen(client, container)
         container.reload()
         assert container.status == "paused"
-        assert name in held, held
         container.remove(force=True)
+        left = made()
+        assert left and left <= held, f"made after the look: {sorted(left - held)[:5]}"
         assert reclaim_unheld(None, held) is not None
-        assert not (SHM_ROOT / name).exists(), "the removed container's segment was not reclaimed"
+        assert made() == set(), "files the look named were not reclaimed"
     finally:
         try:
             container.remove(force=True)
         except docker.errors.NotFound:
             pass
-        (SHM_ROOT / name).unlink(missing_ok=True)
+        for name in made():
+            (SHM_ROOT / name).unlink(missing_ok=True)
