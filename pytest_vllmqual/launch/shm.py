@@ -340,6 +340,9 @@ def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path 
     its (device, inode): glibc makes a named semaphore under a temporary name and links it to
     ``sem.<name>`` afterwards, so the maps of its holders show the temporary name only.
     """
+    pids = list(pids)
+    if not pids:  # a run with no process left holds nothing: no need to list the directory
+        return set()
     prefix = str(root).rstrip("/") + "/"
     present = {f.key: f.name for f in _list_regular_files(root)}
     inodes = {inode for _, inode in present}
