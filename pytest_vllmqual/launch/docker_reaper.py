@@ -15,7 +15,6 @@ Usage: python -m pytest_vllmqual.launch.docker_reaper OWNER_PID OWNER_START RUN_
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .owner import owner_alive
+from .procs import signal_quietly
 from .shm import SHM_ROOT, reclaim_run_shm, shm_names_held_by
 
 RUN_LABEL = "vllmqual.run"
@@ -64,10 +64,7 @@ def kill_frozen(client: Any, container: Any, *, root: Path = SHM_ROOT) -> set[st
     pids = container_pids(client, container)
     held = shm_names_held_by(pids, root=root)
     for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:  # gone, or not ours to signal
-            continue
+        signal_quietly(pid, signal.SIGKILL)
     return held
 
 

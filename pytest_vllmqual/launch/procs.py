@@ -92,7 +92,7 @@ def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[i
         observe([p.pid for p in procs])
     for sig in (signal.SIGTERM, signal.SIGCONT):
         for proc in procs:
-            _signal(proc.pid, sig)
+            signal_quietly(proc.pid, sig)
     deadline = time.monotonic() + grace_s
     while procs and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -104,7 +104,7 @@ def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[i
         if observe is not None:
             observe([p.pid for p in procs])
     for proc in procs:
-        _signal(proc.pid, signal.SIGKILL)
+        signal_quietly(proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while procs and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -124,7 +124,7 @@ def freeze_run(run_id: str, session: int | None, *, exclude: set[int] | None = N
         if not fresh:
             break
         for proc in fresh:
-            _signal(proc.pid, signal.SIGSTOP)
+            signal_quietly(proc.pid, signal.SIGSTOP)
             stopped[proc.pid] = proc
     # SIGSTOP is delivered asynchronously: wait (briefly) until each one reports itself stopped
     deadline = time.monotonic() + 2.0
@@ -136,10 +136,11 @@ def freeze_run(run_id: str, session: int | None, *, exclude: set[int] | None = N
     return list(stopped.values())
 
 
-def _signal(pid: int, sig: signal.Signals) -> None:
+def signal_quietly(pid: int, sig: signal.Signals) -> None:
+    """Send ``sig``; a process that is gone, or not ours to signal, is not an error."""
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
-__all__ = ["PROC", "RUN_ENV", "ProcInfo", "freeze_run", "kill_run", "processes_of_run", "read_proc"]
+__all__ = ["PROC", "RUN_ENV", "ProcInfo", "freeze_run", "kill_run", "processes_of_run", "read_proc", "signal_quietly"]
