@@ -35,10 +35,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_vllmqual.client import QualClient  # noqa: E402
+from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
+from pytest_vllmqual.client.stream_transport import StreamTransport, _Connection  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.records import Attempt  # noqa: E402
-from pytest_vllmqual.stream_transport import StreamTransport, _Connection  # noqa: E402
 
 
 def synthetic_sse_events(completion_tokens: int = 256, prompt_tokens: int = 1024) -> list[bytes]:

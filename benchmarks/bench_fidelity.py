@@ -52,25 +52,20 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_vllmqual.api_results import StreamResult  # noqa: E402
-from pytest_vllmqual.client import QualClient  # noqa: E402
-from pytest_vllmqual.corpus import filler_text  # noqa: E402
-from pytest_vllmqual.engine_endpoints import MetricsSnapshot  # noqa: E402
+from pytest_vllmqual.client.corpus import filler_text  # noqa: E402
+from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, TokenCounter  # noqa: E402
+from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
+from pytest_vllmqual.client.results import StreamResult  # noqa: E402
+from pytest_vllmqual.client.token_counters import ServerTokenCounter  # noqa: E402
 from pytest_vllmqual.errors import CalibrationError  # noqa: E402
-from pytest_vllmqual.gate_recorder import GateRecorder  # noqa: E402
-from pytest_vllmqual.ladder import fetch_metrics  # noqa: E402
+from pytest_vllmqual.gates.ladder import fetch_metrics  # noqa: E402
+from pytest_vllmqual.gates.recorder import GateRecorder  # noqa: E402
 from pytest_vllmqual.launch import local_process as launch_local_process  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.prompts import (  # noqa: E402
-    ChatShape,
-    ExactPrompt,
-    ExactPromptBuilder,
-    TokenCounter,
-)
-from pytest_vllmqual.recipe import Recipe, resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe  # noqa: E402
 from pytest_vllmqual.records import GateRecord  # noqa: E402
-from pytest_vllmqual.server import ServerManager  # noqa: E402
-from pytest_vllmqual.token_counters import ServerTokenCounter  # noqa: E402
+from pytest_vllmqual.session.server import ServerManager  # noqa: E402
+from pytest_vllmqual.vllm.endpoints import MetricsSnapshot  # noqa: E402
 
 STARTUP_COMPLETE = "Application startup complete."
 SERVER_LISTENING = "Starting vLLM server on"
@@ -766,12 +761,12 @@ def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progr
 
 def client_at_revision(revision: str) -> type[QualClient]:
     """``QualClient`` as committed at ``revision``, loaded beside the current one (before/after in one run)."""
-    source = subprocess.run(["git", "show", f"{revision}:pytest_vllmqual/client.py"], cwd=ROOT, capture_output=True,
+    source = subprocess.run(["git", "show", f"{revision}:pytest_vllmqual/client/qual_client.py"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout
     name = "pytest_vllmqual._client_at_" + "".join(ch if ch.isalnum() else "_" for ch in revision)
     module = types.ModuleType(name)
     module.__package__ = "pytest_vllmqual"
-    module.__file__ = f"{revision}:pytest_vllmqual/client.py"
+    module.__file__ = f"{revision}:pytest_vllmqual/client/qual_client.py"
     sys.modules[name] = module  # dataclasses look their module up
     exec(compile(source, module.__file__, "exec"), module.__dict__)
     client_class: type[QualClient] = module.QualClient

@@ -39,16 +39,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_vllmqual.corpus import PAD_WORD_CANDIDATES, filler_text  # noqa: E402
+from pytest_vllmqual.client.corpus import PAD_WORD_CANDIDATES, filler_text  # noqa: E402
+from pytest_vllmqual.client.prompts import ChatShape, ExactPromptBuilder, Message, TextCut, TokenCounter  # noqa: E402
+from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
 from pytest_vllmqual.errors import CalibrationError  # noqa: E402
-from pytest_vllmqual.prompts import (  # noqa: E402
-    ChatShape,
-    ExactPromptBuilder,
-    Message,
-    TextCut,
-    TokenCounter,
-)
-from pytest_vllmqual.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
 
 FIXTURE_TOKENIZER = ROOT / "fixtures" / "model" / "build" / "tiny-chat"
 DEFAULT_TARGETS = (32_768, 131_072, 400_000)

@@ -27,10 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_vllmqual.client import QualClient  # noqa: E402
+from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.recipe import resolve_recipe  # noqa: E402
-from pytest_vllmqual.server import ServerManager  # noqa: E402
+from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
+from pytest_vllmqual.session.server import ServerManager  # noqa: E402
 
 DELAYS_S = (0.0, 0.3, 0.6, 1.2, 2.0)
 

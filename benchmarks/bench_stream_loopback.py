@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_client import _Sink, synthetic_sse_events  # noqa: E402
 
-from pytest_vllmqual.client import QualClient  # noqa: E402
+from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 
 MODEL = "tiny-chat"

@@ -55,7 +55,7 @@ import bench_spin  # noqa: E402
 import bench_verdict  # noqa: E402
 
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.recipe import resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
 
 SECTIONS = ("prompts", "client", "fidelity", "verdict", "broken")
 CALIBRATION_TARGETS = (32_768, 131_072, 400_000)

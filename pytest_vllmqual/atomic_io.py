@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import ReportError
+from pytest_vllmqual.errors import ReportError
 
 __all__ = ["check_writable_dir", "write_json_atomic", "write_text_atomic"]
 

@@ -24,8 +24,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import __version__
-from .errors import RecipeError, VllmQualError
+from pytest_vllmqual import __version__
+from pytest_vllmqual.errors import RecipeError, VllmQualError
 
 __all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "register_command"]
 
@@ -53,9 +53,9 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from .atomic_io import write_text_atomic
-    from .evidence import load_report
-    from .html_report import render_html
+    from pytest_vllmqual.atomic_io import write_text_atomic
+    from pytest_vllmqual.report.html_page import render_html
+    from pytest_vllmqual.report.public import load_report
 
     report = load_report(args.report)
     output: Path = args.output or args.report.with_suffix(".html")
@@ -74,7 +74,7 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from .evidence import load_report, verify_report
+    from pytest_vllmqual.report.public import load_report, verify_report
 
     problems = verify_report(args.report, args.private_dir)
     if problems:
@@ -96,7 +96,7 @@ def _configure_recipes(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_recipes(args: argparse.Namespace) -> int:
-    from .recipe import available_recipes, load_recipe, recipes_dir
+    from pytest_vllmqual.recipe.loader import available_recipes, load_recipe, recipes_dir
 
     directory: Path = args.directory or recipes_dir(Path.cwd())
     if not directory.is_dir():
@@ -146,10 +146,15 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
 def _run_compare(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .atomic_io import write_text_atomic
-    from .compare import compare_files, load_arm_report, render_markdown, write_comparison_atomic
-    from .decision_ab import Targets
-    from .html_report import render_html
+    from pytest_vllmqual.ab.compare import (
+        compare_files,
+        load_arm_report,
+        render_markdown,
+        write_comparison_atomic,
+    )
+    from pytest_vllmqual.ab.decision import Targets
+    from pytest_vllmqual.atomic_io import write_text_atomic
+    from pytest_vllmqual.report.html_page import render_html
 
     targets = None
     if args.target_prompt is not None or args.target_context is not None:
@@ -217,9 +222,9 @@ def _run_recipe(args: argparse.Namespace) -> int:
 def _run_recipe_show(args: argparse.Namespace) -> int:
     import shlex
 
-    from .recipe import resolve_recipe, with_overrides
-    from .recipe_command import command_line
-    from .settings import default_recipes_dir
+    from pytest_vllmqual.launch.command_line import command_line
+    from pytest_vllmqual.recipe.loader import resolve_recipe, with_overrides
+    from pytest_vllmqual.session.settings import default_recipes_dir
 
     recipe = with_overrides(resolve_recipe(args.recipe, args.directory or default_recipes_dir(Path.cwd())),
                             args.overrides)
@@ -238,9 +243,9 @@ def _run_recipe_from_command(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from .recipe import resolve_recipe, validate_raw
-    from .recipe_command import recipe_from_command
-    from .settings import default_recipes_dir
+    from pytest_vllmqual.recipe.from_command import recipe_from_command
+    from pytest_vllmqual.recipe.loader import resolve_recipe, validate_raw
+    from pytest_vllmqual.session.settings import default_recipes_dir
 
     argv = list(args.argv)
     if argv[:1] == ["--"]:
@@ -266,7 +271,7 @@ def _run_recipe_from_command(args: argparse.Namespace) -> int:
         raise VllmQualError(f"{output} exists. Fix: pass --force to overwrite it, or another -o.")
     header = "".join(f"# note: {note}\n" for note in conversion.notes)
     text = f"# Written by `vllmqual recipe from-command`.\n{header}" + yaml.safe_dump(raw, sort_keys=False)
-    from .atomic_io import write_text_atomic
+    from pytest_vllmqual.atomic_io import write_text_atomic
 
     write_text_atomic(text, output, what="recipe")
     for note in conversion.notes:

@@ -11,8 +11,17 @@ outside a checkout it goes to the user cache instead of site-packages.
 
 from __future__ import annotations
 
+import json
 import os
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from pytest_vllmqual.errors import VllmQualError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGE_DATA = PACKAGE_DIR / "data"
@@ -115,6 +124,35 @@ def names_shipped_gates(args: list[str], *, pyargs: bool, base: Path) -> bool:
             return True
     return False
 
-__all__ = ["CACHE_ENV", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir",
-           "fixtures_dir", "is_shipped_suite", "names_shipped_gates", "resolve_project_path",
-           "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir"]
+
+# The JSON Schemas shipped in ``pytest_vllmqual/schemas/``: read by file name, parsed once (JSON, or
+# YAML for ``.yaml``) and cached; violations phrased "key.path: message", best first.
+
+REPORT_SCHEMA = "report.schema.json"
+COMPARISON_SCHEMA = "comparison.schema.json"
+RECIPE_SCHEMA = "recipe.schema.yaml"
+
+
+@lru_cache(maxsize=8)
+def load_schema(name: str) -> dict[str, Any]:
+    """The shipped schema ``schemas/<name>`` as a dict (cached: callers must not mutate it)."""
+    text = resources.files("pytest_vllmqual").joinpath("schemas", name).read_text(encoding="utf-8")
+    schema: dict[str, Any] = yaml.safe_load(text) if name.endswith((".yaml", ".yml")) else json.loads(text)
+    return schema
+
+
+def schema_errors(instance: Any, name: str) -> list[str]:
+    """Every violation of schema ``name`` as "key.path: message", shallowest first; empty when valid."""
+    validator = jsonschema.Draft202012Validator(load_schema(name))
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), e.message))
+    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message}" for e in errors]
+
+
+def raise_if_invalid(instance: Any, name: str, *, error: type[VllmQualError], where: str, what: str) -> None:
+    """Raise ``error`` naming the first violation of schema ``name`` (and how many more)."""
+    problems = schema_errors(instance, name)
+    if problems:
+        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise error(f"{where} does not match the {what}: {problems[0]}{more}")
+
+__all__ = ["CACHE_ENV", "COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir", "fixtures_dir", "is_shipped_suite", "load_schema", "names_shipped_gates", "raise_if_invalid", "resolve_project_path", "schema_errors", "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir"]

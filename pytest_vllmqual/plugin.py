@@ -31,19 +31,19 @@ from typing import Any
 
 import pytest
 
-from .atomic_io import check_writable_dir
-from .client import QualClient
-from .errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
-from .gate_recorder import GateRecorder
-from .gates import title_of
-from .launch.base import ServerHandle
-from .layout import names_shipped_gates
-from .recipe import Recipe
-from .records import GateRecord
-from .run import QualRun, gate_junit_properties, session_recipe
-from .sanitize import Sanitizer
-from .server import traffic_lock
-from .settings import (
+from pytest_vllmqual.atomic_io import check_writable_dir
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
+from pytest_vllmqual.gates.recorder import GateRecorder
+from pytest_vllmqual.gates.registry import title_of
+from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.layout import names_shipped_gates
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.records import GateRecord
+from pytest_vllmqual.session.run import QualRun, gate_junit_properties, session_recipe
+from pytest_vllmqual.session.server import traffic_lock
+from pytest_vllmqual.session.settings import (
     COMMAND_LINE_OPTIONS,
     OPTION_GROUP_HELP,
     Settings,
@@ -88,7 +88,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import hooks
+    from pytest_vllmqual import hookspecs as hooks
 
     pluginmanager.add_hookspecs(hooks)
 
@@ -449,7 +449,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if "gate" in getattr(item, "fixturenames", ()) and RUN_KEY in item.config.stash:
         recorder = _new_recorder(item)
         if not item.config.getoption("vllmqual_no_fail_fast"):
-            from .gate_order import stop_reason
+            from pytest_vllmqual.session.gate_order import stop_reason
 
             reason = stop_reason(recorder.private_dir)
             if reason is not None:
@@ -487,7 +487,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         record.status = getattr(error, "vllmqual_status", None) or getattr(error, "status", None)
     if (record.outcome in ("failed", "error") and record.status is None
             and not item.config.getoption("vllmqual_no_fail_fast")):  # a startup failure has its own status
-        from .gate_order import record_stop
+        from pytest_vllmqual.session.gate_order import record_stop
 
         record_stop(recorder.private_dir, record.gate)
     data = record.to_dict()
@@ -580,7 +580,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     xmlpath = getattr(config.option, "xmlpath", None)
     if not xmlpath or _is_worker(config) or RUN_KEY not in config.stash:
         return
-    from .junit import redact_junit_hostname, scrub_junit
+    from pytest_vllmqual.report.junit import redact_junit_hostname, scrub_junit
 
     try:
         redact_junit_hostname(Path(os.path.abspath(xmlpath)))

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
-from pytest_vllmqual.ladder import run_concurrency, run_ladder
-from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.ladder import run_concurrency, run_ladder
+from pytest_vllmqual.gates.recorder import GateRecorder
+from pytest_vllmqual.recipe.loader import Recipe
 
 pytestmark = [pytest.mark.capacity]
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.fact_sources import NOT_OBSERVABLE, EngineFacts
-from pytest_vllmqual.gate_recorder import GateRecorder
-from pytest_vllmqual.identity import IdentityResult
-from pytest_vllmqual.kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
-from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.gates.identity import IdentityResult
+from pytest_vllmqual.gates.kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
+from pytest_vllmqual.gates.recorder import GateRecorder
+from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.vllm.fact_sources import NOT_OBSERVABLE, EngineFacts
 
 
 @pytest.mark.gate("identity")

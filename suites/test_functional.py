@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.checks import (
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.checks import (
     ToolFixture,
     check_json_content,
     check_stream_tool,
@@ -16,11 +17,10 @@ from pytest_vllmqual.checks import (
     load_tool_fixtures,
     recipe_tool_fixtures_path,
 )
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.layout import fixtures_dir
-from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.server_text import public_failure
+from pytest_vllmqual.privacy.public_text import public_failure
+from pytest_vllmqual.recipe.loader import Recipe
 
 pytestmark = [pytest.mark.functional]
 

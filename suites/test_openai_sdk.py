@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from pytest_vllmqual.checks import load_tool_fixtures, recipe_tool_fixtures_path
+from pytest_vllmqual.client.sdk import sdk_chat, sdk_client, sdk_responses, sdk_stream_tool_call
 from pytest_vllmqual.errors import SdkParseError
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.gates.checks import load_tool_fixtures, recipe_tool_fixtures_path
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.sdk import sdk_chat, sdk_client, sdk_responses, sdk_stream_tool_call
+from pytest_vllmqual.recipe.loader import Recipe
 
 pytestmark = [pytest.mark.functional]
 

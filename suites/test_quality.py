@@ -10,11 +10,16 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_vllmqual.checks import ToolFixture, check_tool_call, load_tool_fixtures, recipe_tool_fixtures_path
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.checks import (
+    ToolFixture,
+    check_tool_call,
+    load_tool_fixtures,
+    recipe_tool_fixtures_path,
+)
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.layout import fixtures_dir
-from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.recipe.loader import Recipe
 
 pytestmark = [pytest.mark.quality]
 
@@ -104,8 +109,8 @@ def test_quality_long_context(qual_client: QualClient, recipe: Recipe, gate: Gat
     """Long context at an exact prompt length, k/N: in "needle" mode a fact at the start is recalled
     at the end; in "smoke_after_filler" mode the smoke prompt is answered after filler (no recall)."""
     _skip_if_not_applicable(recipe, gate, "long_context")
-    from pytest_vllmqual.prompts import ChatShape, ExactPromptBuilder, new_nonce
-    from pytest_vllmqual.token_counters import ServerTokenCounter
+    from pytest_vllmqual.client.prompts import ChatShape, ExactPromptBuilder, new_nonce
+    from pytest_vllmqual.client.token_counters import ServerTokenCounter
 
     spec = CHECKS["long_context"]
     settings = recipe.gate("quality")

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.checks import check_fingerprints
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
-from pytest_vllmqual.recipe import Recipe
-from pytest_vllmqual.server_text import public_failure
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.checks import check_fingerprints
+from pytest_vllmqual.gates.recorder import GateRecorder
+from pytest_vllmqual.privacy.public_text import public_failure
+from pytest_vllmqual.recipe.loader import Recipe
 
 pytestmark = [pytest.mark.reasoning]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .server_log import read_log
+from pytest_vllmqual.vllm.server_log import read_log
 
 __all__ = [
     "Launcher",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 
-from ..recipe import Recipe
+from pytest_vllmqual.recipe.loader import Recipe
+
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult
 
 __all__ = ["ExternalLauncher"]

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from ..errors import LaunchError, NvmlQueryFailed, NvmlUnavailable
+from pytest_vllmqual.errors import LaunchError, NvmlQueryFailed, NvmlUnavailable
 
 __all__ = [
     "compute_process_pids",

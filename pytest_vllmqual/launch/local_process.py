@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ..errors import LaunchError
-from ..recipe import Recipe
+from pytest_vllmqual.errors import LaunchError
+from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, kill_run, processes_of_run
+from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
+from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
+from pytest_vllmqual.recipe.loader import Recipe
+
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port, port_is_taken
-from .procs import RUN_ENV, kill_run, processes_of_run
-from .shm import reclaim_run_shm
-from .shm_ledger import ShmLedger
 
 __all__ = ["STOP_GRACE_S", "SubprocessLauncher"]
 
@@ -90,7 +91,7 @@ class SubprocessLauncher(Launcher):
                 "this interpreter), and make sure vllm is installed in this environment.",
             ) from None
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "pytest_vllmqual.launch.reaper", str(os.getpid()), self.run_id,
+            [sys.executable, "-m", "pytest_vllmqual.launch.cleanup.reaper", str(os.getpid()), self.run_id,
              str(self._proc.pid), repr(self._started_epoch)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -15,12 +15,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..errors import LaunchError
-from ..recipe import StartupConfig
-from ..server_text import STARTUP_PHASES, quote_server_message
+from pytest_vllmqual.errors import LaunchError
+from pytest_vllmqual.privacy.public_text import STARTUP_PHASES, quote_server_message
+from pytest_vllmqual.recipe.loader import StartupConfig
+from pytest_vllmqual.vllm.server_log import log_tail
+from pytest_vllmqual.vllm.startup_failure import StartupFailure, classify_startup_failure, last_startup_phase
+
 from .base import Launcher, ProgressFn, ServerHandle
-from .server_log import log_tail
-from .startup_failure import StartupFailure, classify_startup_failure, last_startup_phase
 
 __all__ = [
     "PROGRESS_EVERY_S",

@@ -4,12 +4,12 @@ The real GPU runs of issue 15 (2× H200, vLLM 0.24.0) were made with the tree of
 which wrote report/1; the evidence issue (13) then moved the schema to report/2. GPU time is
 scarce, so those runs are carried forward instead of repeated:
 
-- gates get their family, title and "proves" from the registry (pytest_vllmqual/gates.py), by name;
+- gates get their family, title and "proves" from the registry (pytest_vllmqual/gates/registry.py), by name;
 - identity checks keep what report/1 compared and gain their status, source and pinned flag; the
   fields report/1 did not compare (checkpoint; image digest and revision where pinned) are
   ``not checked`` with a note, so identity can only be ``partially-verified``;
 - ladder rungs get the structured post-probe smoke and health results from their recorded words;
-- the decision is computed again by the current rules (pytest_vllmqual.decision.with_decision);
+- the decision is computed again by the current rules (pytest_vllmqual.report.decision.with_decision);
 - no run deselected gates (the GPU sessions ran every gate), which is what ``deselected_gates``
   says.
 
@@ -24,14 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.decision import with_decision
-from pytest_vllmqual.evidence import validate_report
-from pytest_vllmqual.gates import family_of, title_of
-from pytest_vllmqual.gates import proves as gate_proves
-from pytest_vllmqual.report_query import preflight_summary
+from pytest_vllmqual.gates.registry import family_of, title_of
+from pytest_vllmqual.gates.registry import proves as gate_proves
+from pytest_vllmqual.report.decision import with_decision
+from pytest_vllmqual.report.public import validate_report
+from pytest_vllmqual.report.query import preflight_summary
 
 MIGRATED = "report/1 did not compare this field (carried forward by scripts/gpu/migrate_report_v1.py)"
-#: Where the report/1 code read each identity field (pytest_vllmqual/identity.py at 11c44f8).
+#: Where the report/1 code read each identity field (pytest_vllmqual/gates/identity.py at 11c44f8).
 V1_SOURCES = {"runtime_version": "/version", "served_model": "/v1/models id",
               "max_model_len": "/v1/models max_model_len", "tensor_parallel_size": "rank count in the log"}
 

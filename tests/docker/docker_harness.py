@@ -21,8 +21,13 @@ import yaml
 from fault_harness import Recipe, deep_merge, tiny_model_dir
 from gatekit import wait_for
 
-from pytest_vllmqual.launch.owner import OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL, process_start
-from pytest_vllmqual.launch.procs import read_proc
+from pytest_vllmqual.launch.cleanup.owner import (
+    OWNER_HOST_LABEL,
+    OWNER_PID_LABEL,
+    OWNER_START_LABEL,
+    process_start,
+)
+from pytest_vllmqual.launch.cleanup.procs import read_proc
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_DOCKER = ROOT / "fixtures" / "recipes" / "tiny-docker.yaml"

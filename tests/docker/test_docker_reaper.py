@@ -24,8 +24,8 @@ from docker_harness import (
 from fault_harness import ROOT, Session
 from gatekit import wait_for
 
-from pytest_vllmqual.launch.docker_reaper import kill_frozen
-from pytest_vllmqual.launch.shm import SHM_ROOT, reclaim_unheld
+from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_unheld
+from pytest_vllmqual.launch.docker.reaper import kill_frozen
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.needs_docker]
 SMOKE = ROOT / "suites" / "test_smoke.py"

@@ -20,7 +20,7 @@ import docker.errors
 import pytest
 from docker_harness import DIGEST_FILE, RUN_LABEL, containers, engine, image_reference, run_shm_files
 
-from pytest_vllmqual.evidence import validate_report
+from pytest_vllmqual.report.public import validate_report
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_vllm, pytest.mark.needs_docker]

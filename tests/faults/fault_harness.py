@@ -8,7 +8,7 @@ report, the junit XML, the HTML page) and what the machine shows (the process ta
 
 Every derived recipe puts ``FAULT_TAG=<uuid>`` into the server's environment, so the test can
 find the run's processes by a mark the plugin does not control, in addition to the plugin's
-own ``VLLMQUAL_RUN_ID`` mark (``pytest_vllmqual.launch.procs.processes_of_run``).
+own ``VLLMQUAL_RUN_ID`` mark (``pytest_vllmqual.launch.cleanup.procs.processes_of_run``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from pytest_vllmqual.launch.procs import ProcInfo, processes_of_run, read_proc
+from pytest_vllmqual.launch.cleanup.procs import ProcInfo, processes_of_run, read_proc
 from pytest_vllmqual.layout import expand_placeholders
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.launch.procs import read_proc
+from pytest_vllmqual.launch.cleanup.procs import read_proc
 
 PROC = Path("/proc")
 SHM = Path("/dev/shm")

@@ -28,9 +28,9 @@ from fault_harness import (
     survivors,
 )
 
-from pytest_vllmqual.identity import check_identity
+from pytest_vllmqual.gates.identity import check_identity
 from pytest_vllmqual.launch.base import free_port
-from pytest_vllmqual.recipe import load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
 
 
 def assert_refused_before_start(session: Session, *needles: str) -> None:

@@ -10,7 +10,7 @@ import json
 
 from fault_harness import Session
 
-from pytest_vllmqual.launch.procs import processes_of_run
+from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 
 PLANTED = ("canary-user", "gpu-node-canary", "torchinductor", "ProcessGroupNCCL.cpp", "tmp5")
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fault_harness import Session, survivors
 
-from pytest_vllmqual.launch.procs import processes_of_run
+from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 
 OVER_LENGTH = "This model's maximum context length is"
 

@@ -27,7 +27,7 @@ from fault_harness import (
     survivors,
 )
 
-from pytest_vllmqual.recipe import load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
 
 
 def verify(report: Path, private: Path) -> subprocess.CompletedProcess[str]:

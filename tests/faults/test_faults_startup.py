@@ -29,8 +29,8 @@ from fault_harness import (
     tagged_processes,
 )
 
-from pytest_vllmqual.launch.procs import read_proc
-from pytest_vllmqual.launch.startup_failure import last_startup_phase
+from pytest_vllmqual.launch.cleanup.procs import read_proc
+from pytest_vllmqual.vllm.startup_failure import last_startup_phase
 
 HOLD_PORT = """
 import socket, sys, time

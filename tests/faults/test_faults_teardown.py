@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fault_harness import ProcessSampler, Session, derive_recipe, kill_tagged, survivors, wait_gone
 
-from pytest_vllmqual.launch.procs import processes_of_run
+from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 
 SHM = Path("/dev/shm")
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}
@@ -32,7 +32,7 @@ def reapers_of(run_id: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"pytest_vllmqual.launch.reaper" in argv and run_id.encode() in argv:
+        if b"pytest_vllmqual.launch.cleanup.reaper" in argv and run_id.encode() in argv:
             found.append(int(entry.name))
     return found
 

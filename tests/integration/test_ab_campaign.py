@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.compare import validate_comparison
-from pytest_vllmqual.evidence import validate_report
-from pytest_vllmqual.launch.procs import processes_of_run
+from pytest_vllmqual.ab.compare import validate_comparison
+from pytest_vllmqual.launch.cleanup.procs import processes_of_run
+from pytest_vllmqual.report.public import validate_report
 
 ROOT = Path(__file__).resolve().parents[2]
 GATES = ["suites/test_smoke.py", "suites/test_engine.py"]

@@ -17,7 +17,7 @@ import pytest
 from fault_harness import derive_recipe, kill_tagged
 
 from pytest_vllmqual.launch.base import free_port
-from pytest_vllmqual.recipe import load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_vllm]

@@ -22,9 +22,9 @@ from types import ModuleType
 import pytest
 
 from pytest_vllmqual.cli import main
-from pytest_vllmqual.decision import with_decision
-from pytest_vllmqual.evidence import build_public_report, write_report_atomic
-from pytest_vllmqual.sanitize import Sanitizer
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.report.decision import with_decision
+from pytest_vllmqual.report.public import build_public_report, write_report_atomic
 
 CHROMIUM = os.environ.get("VLLMQUAL_CHROMIUM", "/usr/bin/chromium")
 INSTALL_HINT = ("Chromium is needed for the HTML report test and was not found at "

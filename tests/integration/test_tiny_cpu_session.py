@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.evidence import validate_report, verify_report
-from pytest_vllmqual.launch.procs import processes_of_run
+from pytest_vllmqual.launch.cleanup.procs import processes_of_run
+from pytest_vllmqual.report.public import validate_report, verify_report
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_vllm]

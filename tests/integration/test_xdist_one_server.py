@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 from fault_harness import PYTHON, ROOT, Session, survivors
 
-from pytest_vllmqual.launch.procs import processes_of_run
+from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 
 
 @pytest.mark.real_vllm

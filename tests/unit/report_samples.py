@@ -16,8 +16,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.artifacts import ArtifactStore
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord
+from pytest_vllmqual.report.artifacts import ArtifactStore
 
 CANARY_API_KEY = "vq-Canary0123456789abcdefghijklmnopq"
 CANARIES = {
@@ -271,7 +271,7 @@ def with_every_gate_passed(run: RunRecord) -> RunRecord:
     The seeds publish no record of those gates (concurrency, the repeated quality checks one by
     one), so the seed run is ``healthy`` as published; tests of what a run that ran every gate
     earns add them here, explicitly."""
-    from pytest_vllmqual.gates import REGISTRY
+    from pytest_vllmqual.gates.registry import REGISTRY
 
     present = {g.gate for g in run.gates}
     for spec in REGISTRY:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.campaign import (
+from pytest_vllmqual.campaign.plan import (
     Campaign,
     CampaignArm,
     campaigns_dir,
@@ -18,11 +18,11 @@ from pytest_vllmqual.campaign import (
     parse_campaign_spec,
     qualified_by_fallback,
 )
-from pytest_vllmqual.campaign_requirements import evaluate_requirement
-from pytest_vllmqual.decision import decide_run
+from pytest_vllmqual.campaign.requirements import evaluate_requirement
 from pytest_vllmqual.errors import CampaignError
-from pytest_vllmqual.evidence import validate_report
-from pytest_vllmqual.report_query import preflight_summary
+from pytest_vllmqual.report.decision import decide_run
+from pytest_vllmqual.report.public import validate_report
+from pytest_vllmqual.report.query import preflight_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = Path(__file__).resolve().parent / "data" / "seeds"

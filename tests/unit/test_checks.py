@@ -11,14 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_vllmqual.checks import (
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.checks import (
     ToolFixture,
     check_fingerprints,
     check_json_content,
     check_stream_tool,
     check_tool_call,
 )
-from pytest_vllmqual.client import QualClient
 from pytest_vllmqual.launch.base import ServerHandle
 
 WEATHER = ToolFixture(

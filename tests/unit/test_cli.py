@@ -12,9 +12,9 @@ import pytest
 from report_samples import seed_control_run
 
 from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
-from pytest_vllmqual.decision import with_decision
-from pytest_vllmqual.evidence import build_public_report, write_report_atomic
-from pytest_vllmqual.sanitize import Sanitizer
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.report.decision import with_decision
+from pytest_vllmqual.report.public import build_public_report, write_report_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 

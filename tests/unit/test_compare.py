@@ -10,26 +10,26 @@ from typing import Any
 import pytest
 from report_samples import seed_candidate_run, seed_control_run
 
-from pytest_vllmqual.artifacts import sha256_file
-from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
-from pytest_vllmqual.compare import (
+from pytest_vllmqual.ab.compare import (
     SCHEMA_ID,
     compare_reports,
     comparison_errors,
     render_markdown,
     report_digest,
 )
-from pytest_vllmqual.compare_findings import STALE_LOG_CLEARED
-from pytest_vllmqual.compare_rows import ABOVE_FLOOR, BOUNDED, percent_change
-from pytest_vllmqual.compare_variables import classify_change
-from pytest_vllmqual.decision import decide_run, with_decision
-from pytest_vllmqual.decision_ab import Targets
+from pytest_vllmqual.ab.decision import Targets
+from pytest_vllmqual.ab.findings import STALE_LOG_CLEARED
+from pytest_vllmqual.ab.rows import ABOVE_FLOOR, BOUNDED, percent_change
+from pytest_vllmqual.ab.variables import classify_change
+from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
 from pytest_vllmqual.errors import ComparisonError
-from pytest_vllmqual.evidence import build_public_report, validate_report
-from pytest_vllmqual.gates import REGISTRY
-from pytest_vllmqual.html_report import render_html
-from pytest_vllmqual.report_query import preflight_summary
-from pytest_vllmqual.sanitize import Sanitizer
+from pytest_vllmqual.gates.registry import REGISTRY
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.report.artifacts import sha256_file
+from pytest_vllmqual.report.decision import decide_run, with_decision
+from pytest_vllmqual.report.html_page import render_html
+from pytest_vllmqual.report.public import build_public_report, validate_report
+from pytest_vllmqual.report.query import preflight_summary
 
 SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
 

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from pytest_vllmqual.corpus import PAD_WORD_CANDIDATES, filler_text, sentence_pool
+from pytest_vllmqual.client.corpus import PAD_WORD_CANDIDATES, filler_text, sentence_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def test_same_seed_same_text_and_longer_text_extends_it() -> None:
 
 
 def test_text_does_not_depend_on_the_interpreter_hash_seed() -> None:
-    code = "from pytest_vllmqual.corpus import filler_text; print(filler_text(3, 5000))"
+    code = "from pytest_vllmqual.client.corpus import filler_text; print(filler_text(3, 5000))"
     outputs = {
         subprocess.run(
             [sys.executable, "-c", code],

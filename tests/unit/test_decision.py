@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from report_samples import seed_control_run, with_every_gate_passed
 
-from pytest_vllmqual.decision import SINGLE_RUN_VERDICTS, decide_run, with_decision
-from pytest_vllmqual.evidence import build_public_report, validation_errors
-from pytest_vllmqual.number_format import short_tokens
+from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.records import GateRecord, RunRecord
-from pytest_vllmqual.sanitize import Sanitizer
+from pytest_vllmqual.report.decision import SINGLE_RUN_VERDICTS, decide_run, with_decision
+from pytest_vllmqual.report.number_format import short_tokens
+from pytest_vllmqual.report.public import build_public_report, validation_errors
 
 
 def build(run: RunRecord) -> dict[str, Any]:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_vllmqual.discover import discovered_recipe_raw
-from pytest_vllmqual.engine_endpoints import EndpointFacts, parse_metrics
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.fact_sources import NOT_OBSERVABLE, with_sources
-from pytest_vllmqual.recipe import effective_yaml, load_recipe, with_overrides
+from pytest_vllmqual.recipe.discover import discovered_recipe_raw
+from pytest_vllmqual.recipe.loader import effective_yaml, load_recipe, with_overrides
+from pytest_vllmqual.vllm.endpoints import EndpointFacts, parse_metrics
+from pytest_vllmqual.vllm.fact_sources import NOT_OBSERVABLE, with_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data" / "engine_logs"

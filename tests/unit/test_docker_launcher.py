@@ -31,11 +31,11 @@ import docker
 import pytest
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
-from pytest_vllmqual.launch import docker as docker_launch
-from pytest_vllmqual.launch.docker import DockerLauncher
-from pytest_vllmqual.launch.docker_options import pull_progress_line
-from pytest_vllmqual.launch.owner import owner_labels
-from pytest_vllmqual.recipe import Recipe, load_recipe
+from pytest_vllmqual.launch.cleanup.owner import owner_labels
+from pytest_vllmqual.launch.docker import launcher as docker_launch
+from pytest_vllmqual.launch.docker.launcher import DockerLauncher
+from pytest_vllmqual.launch.docker.spec import pull_progress_line
+from pytest_vllmqual.recipe.loader import Recipe, load_recipe
 
 DATA = Path(__file__).parent / "data" / "docker"
 ENGINE = json.loads((DATA / "engine.json").read_text())

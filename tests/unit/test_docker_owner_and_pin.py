@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
-from pytest_vllmqual.launch.docker import DockerLauncher
-from pytest_vllmqual.launch.owner import (
+from pytest_vllmqual.launch.cleanup.owner import (
     OWNER_HOST_LABEL,
     OWNER_PID_LABEL,
     OWNER_START_LABEL,
@@ -23,7 +22,8 @@ from pytest_vllmqual.launch.owner import (
     owner_labels,
     process_start,
 )
-from pytest_vllmqual.recipe import load_recipe
+from pytest_vllmqual.launch.docker.launcher import DockerLauncher
+from pytest_vllmqual.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32

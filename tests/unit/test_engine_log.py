@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllmqual.engine_log import EngineFacts, parse_engine_log
-from pytest_vllmqual.launch.server_log import strip_ansi
-from pytest_vllmqual.launch.startup_failure import classify_startup_failure, last_startup_phase
-from pytest_vllmqual.sanitize import REDACTED_PLACEHOLDER as REDACTED
-from pytest_vllmqual.sanitize import redact_args
+from pytest_vllmqual.privacy.sanitize import REDACTED_PLACEHOLDER as REDACTED
+from pytest_vllmqual.privacy.sanitize import redact_args
+from pytest_vllmqual.vllm.log_facts import EngineFacts, parse_engine_log
+from pytest_vllmqual.vllm.server_log import strip_ansi
+from pytest_vllmqual.vllm.startup_failure import classify_startup_failure, last_startup_phase
 
 DATA = Path(__file__).parent / "data" / "engine_logs"
 LOG_FILES = sorted(DATA.glob("*.log"))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllmqual.engine_log import parse_engine_log
-from pytest_vllmqual.kv_ranks import check_rank_kv
-from pytest_vllmqual.launch.startup_failure import classify_startup_failure
+from pytest_vllmqual.gates.kv_ranks import check_rank_kv
+from pytest_vllmqual.vllm.log_facts import parse_engine_log
+from pytest_vllmqual.vllm.startup_failure import classify_startup_failure
 
 LOGS = Path(__file__).parent / "data" / "engine_logs"
 

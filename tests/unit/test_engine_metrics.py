@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_vllmqual.engine_endpoints import fetch_engine_endpoints, parse_metrics
-from pytest_vllmqual.engine_log import parse_engine_log
 from pytest_vllmqual.errors import EngineEndpointError, MetricsParseError
+from pytest_vllmqual.vllm.endpoints import fetch_engine_endpoints, parse_metrics
+from pytest_vllmqual.vllm.log_facts import parse_engine_log
 
 DATA = Path(__file__).parent / "data" / "engine_logs"
 BEFORE = (DATA / "metrics_cpu_0.32.0_tp2_before.txt").read_text(encoding="utf-8")

@@ -18,10 +18,14 @@ from typing import Any
 import pytest
 from report_samples import CANARIES, CANARY_API_KEY, CANARY_ENV, seed_control_run
 
-from pytest_vllmqual.artifacts import ArtifactStore
-from pytest_vllmqual.decision import with_decision
 from pytest_vllmqual.errors import ArtifactError, ReportError
-from pytest_vllmqual.evidence import (
+from pytest_vllmqual.launch.base import TeardownResult
+from pytest_vllmqual.layout import REPORT_SCHEMA, load_schema
+from pytest_vllmqual.privacy.sanitize import KINDS, Sanitizer
+from pytest_vllmqual.report.artifacts import ArtifactStore
+from pytest_vllmqual.report.decision import with_decision
+from pytest_vllmqual.report.html_page import render_html
+from pytest_vllmqual.report.public import (
     SCHEMA_ID,
     build_public_report,
     load_report,
@@ -30,10 +34,6 @@ from pytest_vllmqual.evidence import (
     verify_report,
     write_report_atomic,
 )
-from pytest_vllmqual.html_report import render_html
-from pytest_vllmqual.launch.base import TeardownResult
-from pytest_vllmqual.sanitize import KINDS, Sanitizer
-from pytest_vllmqual.schema_loader import REPORT_SCHEMA, load_schema
 
 
 def canary_sanitizer() -> Sanitizer:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.compare import validate_comparison
-from pytest_vllmqual.evidence import validate_report
+from pytest_vllmqual.ab.compare import validate_comparison
+from pytest_vllmqual.report.public import validate_report
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "reports" / "examples"
 GPU = EXAMPLES / "gpu"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from pytest_vllmqual.gates import (
+from pytest_vllmqual.gates.registry import (
     BY_NAME,
     EXECUTION_ORDER,
     FAMILIES,

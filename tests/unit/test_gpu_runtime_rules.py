@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllmqual.api_results import stream_error_event
-from pytest_vllmqual.kv_ranks import check_rank_kv
-from pytest_vllmqual.launch.engine_death import classify_engine_death
+from pytest_vllmqual.client.results import stream_error_event
+from pytest_vllmqual.gates.kv_ranks import check_rank_kv
+from pytest_vllmqual.vllm.engine_death import classify_engine_death
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,7 @@ def test_vllm_bench_latencies_of_each_version() -> None:
 
 
 def test_rung_that_killed_the_server_keeps_its_harness_words_in_public() -> None:
-    from pytest_vllmqual.server_text import public_rung_error
+    from pytest_vllmqual.privacy.public_text import public_rung_error
 
     words = "server_dead: the server did not survive this rung (its stream carried the engine's error event)"
     assert public_rung_error(words, 200) == words

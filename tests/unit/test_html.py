@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from report_samples import seed_candidate_run, seed_control_run
 
-from pytest_vllmqual.decision import with_decision
-from pytest_vllmqual.evidence import build_public_report
-from pytest_vllmqual.html_report import per_rank, render_html
-from pytest_vllmqual.html_svg import nice_ticks
-from pytest_vllmqual.sanitize import Sanitizer
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.report.decision import with_decision
+from pytest_vllmqual.report.html_page import per_rank, render_html
+from pytest_vllmqual.report.html_svg import nice_ticks
+from pytest_vllmqual.report.public import build_public_report
 
 
 def build(run: Any) -> dict[str, Any]:

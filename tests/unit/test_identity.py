@@ -9,13 +9,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.identity import (
+from pytest_vllmqual.gates.identity import (
     check_identity,
     image_digest_matches,
     logged_model_args,
     model_files_sha256,
 )
-from pytest_vllmqual.recipe import Recipe, load_recipe
+from pytest_vllmqual.recipe.loader import Recipe, load_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
 DIGEST = "sha256:fdde59fed7f9fc12f9fd5ef1b3b3ea8d5097bf10ebad54b348497102c3a83f82"
@@ -137,7 +137,7 @@ def test_logged_model_args_read_the_last_start_through_a_prefix() -> None:
 def test_the_gate_reads_back_the_same_result_from_the_facts_dict() -> None:
     """The identity gate reads ``server_facts["identity"]`` as an IdentityResult again: status,
     not-checked fields, mismatches and the one-line description survive the round trip."""
-    from pytest_vllmqual.identity import IdentityResult
+    from pytest_vllmqual.gates.identity import IdentityResult
 
     recipe = tiny()
     location = recipe.model_location()
@@ -157,7 +157,7 @@ def test_the_gate_reads_back_the_same_result_from_the_facts_dict() -> None:
 def test_engine_facts_typed_view_of_a_direct_only_run() -> None:
     """What the engine gates read: typed facts with their sources; per-rank facts are not
     observable without the server log, and wrong-typed values read as absent."""
-    from pytest_vllmqual.fact_sources import NOT_OBSERVABLE, EngineFacts, with_sources
+    from pytest_vllmqual.vllm.fact_sources import NOT_OBSERVABLE, EngineFacts, with_sources
 
     metrics = {"cache_config_info": {"kv_cache_size_tokens": "2097152", "kv_cache_max_concurrency": "64.0"}}
     facts = EngineFacts(with_sources({}, {"metrics": metrics, "models": [{"max_model_len": 32768}]}, has_log=False))

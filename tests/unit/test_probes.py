@@ -11,9 +11,9 @@ import json
 
 import httpx
 
+from pytest_vllmqual.client.probes import ServerProbe, check_health, one_token_completion
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.launch.readiness import HealthOk, ModelListed, OneTokenCompletion, ProbeAnswer
-from pytest_vllmqual.probes import ServerProbe, check_health, one_token_completion
 
 HANDLE = ServerHandle(base_url="http://127.0.0.1:9", served_model_name="tiny", launcher_kind="subprocess")
 

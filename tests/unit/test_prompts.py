@@ -18,9 +18,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from pytest_vllmqual.corpus import ADJECTIVES, NOUNS, PAD_WORD_CANDIDATES, VERBS, filler_text
-from pytest_vllmqual.errors import CalibrationError
-from pytest_vllmqual.prompts import (
+from pytest_vllmqual.client.corpus import ADJECTIVES, NOUNS, PAD_WORD_CANDIDATES, VERBS, filler_text
+from pytest_vllmqual.client.prompts import (
     ChatShape,
     ExactPromptBuilder,
     Message,
@@ -28,7 +27,8 @@ from pytest_vllmqual.prompts import (
     TokenCounter,
     build_exact_prompt,
 )
-from pytest_vllmqual.token_counters import HFTokenCounter, ServerTokenCounter
+from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter
+from pytest_vllmqual.errors import CalibrationError
 
 # A ChatML template (Qwen-like): tools in the system turn, an extra system turn whose text
 # depends on reasoning_effort, and a closed think block when enable_thinking is false.

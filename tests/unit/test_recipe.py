@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.recipe import available_recipes, load_recipe, resolve_recipe, resolve_recipe_path
+from pytest_vllmqual.recipe.loader import available_recipes, load_recipe, resolve_recipe, resolve_recipe_path
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "fixtures" / "recipes"

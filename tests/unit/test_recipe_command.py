@@ -12,8 +12,9 @@ import yaml
 
 from pytest_vllmqual.cli import main
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.recipe import Recipe, load_recipe
-from pytest_vllmqual.recipe_command import command_line, recipe_from_command
+from pytest_vllmqual.launch.command_line import command_line
+from pytest_vllmqual.recipe.from_command import recipe_from_command
+from pytest_vllmqual.recipe.loader import Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "fixtures" / "recipes").glob("*.yaml"))

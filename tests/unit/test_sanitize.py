@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual.sanitize import KINDS, Sanitizer
+from pytest_vllmqual.privacy.sanitize import KINDS, Sanitizer
 
 
 def make(*secrets: str, env: dict[str, str] | None = None, host: str = "gpu-node-17.cluster.internal",
@@ -268,7 +268,7 @@ def test_a_home_directory_is_scrubbed_wherever_it_lives() -> None:
 
 
 def test_the_machine_s_own_names_are_learned_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_vllmqual import sanitize
+    from pytest_vllmqual.privacy import sanitize
 
     monkeypatch.setattr(sanitize, "_machine_names", lambda: (("build-7.int.example", "build-7"), ("10.9.8.7",)))
     monkeypatch.setenv("HOME", "/srv/homes/ci-runner-9")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from pytest_vllmqual.client.sdk import sdk_chat, sdk_client, sdk_responses, sdk_stream_tool_call
 from pytest_vllmqual.errors import SdkParseError
-from pytest_vllmqual.sdk import sdk_chat, sdk_client, sdk_responses, sdk_stream_tool_call
 
 CHAT_OK = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
            "choices": [{"index": 0, "message": {"role": "assistant", "content": "cloud"}, "finish_reason": "stop"}],

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual.records import Attempt
-from pytest_vllmqual.server_text import (
+from pytest_vllmqual.privacy.public_text import (
     WITHHELD,
     public_attempt_error,
     public_failure,
@@ -14,6 +13,7 @@ from pytest_vllmqual.server_text import (
     quote_server_message,
     startup_cause,
 )
+from pytest_vllmqual.records import Attempt
 
 PLANTED = "node-17.corp.internal"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_vllmqual.settings import resolve_settings
+from pytest_vllmqual.session.settings import resolve_settings
 
 
 def resolve(**kw: object) -> object:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllmqual.launch.procs import RUN_ENV, freeze_run, kill_run, processes_of_run, read_proc
-from pytest_vllmqual.launch.shm import SHM_ROOT, reclaim_run_shm, shm_names_held_by
-from pytest_vllmqual.launch.shm_ledger import ShmLedger
+from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, freeze_run, kill_run, processes_of_run, read_proc
+from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, shm_names_held_by
+from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,7 +131,7 @@ def test_reaper_reclaims_a_segment_whose_holder_died_before_the_owner(run_id: st
     holder = subprocess.Popen([sys.executable, "-c", SERVER, str(SHM_ROOT), name, "", "0"], stdout=subprocess.PIPE,
                               env={**os.environ, RUN_ENV: run_id})
     reaper = subprocess.Popen(
-        [sys.executable, "-m", "pytest_vllmqual.launch.reaper", str(owner.pid), run_id, str(leader.pid),
+        [sys.executable, "-m", "pytest_vllmqual.launch.cleanup.reaper", str(owner.pid), run_id, str(leader.pid),
          repr(time.time())],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllmqual.launch import shm
+from pytest_vllmqual.launch.cleanup import shm
 
 RUN_ID = "run-3f9a1c"
 

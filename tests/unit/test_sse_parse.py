@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual import api_results as results_module
-from pytest_vllmqual.api_results import (
+from pytest_vllmqual.client import results as results_module
+from pytest_vllmqual.client.results import (
     StreamBody,
     StreamResult,
     _consume_sse_line,

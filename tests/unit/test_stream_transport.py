@@ -27,9 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_vllmqual import stream_transport as transport_module
-from pytest_vllmqual.api_results import StreamResult
-from pytest_vllmqual.client import QualClient
+from pytest_vllmqual.client import stream_transport as transport_module
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.client.results import StreamResult
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.records import Attempt
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_vllmqual.api_results import ChatResult, ResponsesResult
-from pytest_vllmqual.checks import SmokeResult
+from pytest_vllmqual.client.results import ChatResult, ResponsesResult
 from pytest_vllmqual.errors import ServerGoneError
-from pytest_vllmqual.ladder import LadderResult
+from pytest_vllmqual.gates.checks import SmokeResult
+from pytest_vllmqual.gates.ladder import LadderResult
 from pytest_vllmqual.records import Attempt, RungRecord, rung_verdict
 
 

@@ -10,8 +10,8 @@ import errno
 import os
 from pathlib import Path
 
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.recorder import GateRecorder
 
 
 def test_smoke(qual_client: QualClient, gate: GateRecorder) -> None:

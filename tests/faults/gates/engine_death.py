@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.recorder import GateRecorder
 
 
 def test_request_that_kills_the_engine(qual_client: QualClient, gate: GateRecorder) -> None:

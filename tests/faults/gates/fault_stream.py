@@ -11,9 +11,9 @@ import time
 
 from gatekit import mark
 
-from pytest_vllmqual.api_results import StreamResult
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.client.results import StreamResult
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
 
 

@@ -13,8 +13,8 @@ import time
 
 from gatekit import describe_tree, mark, shm_files_held_by, tp_workers
 
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
 
 SMOKE = {"messages": [{"role": "user", "content": "Say cloud."}], "max_tokens": 8, "temperature": 0}

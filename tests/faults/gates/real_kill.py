@@ -27,11 +27,11 @@ from gatekit import (
     tp_workers,
 )
 
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
-from pytest_vllmqual.ladder import OVER_LENGTH_PREFIX, fetch_metrics, run_ladder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.ladder import OVER_LENGTH_PREFIX, fetch_metrics, run_ladder
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.recipe import Recipe
+from pytest_vllmqual.recipe.loader import Recipe
 
 SMOKE = {"messages": [{"role": "user", "content": "Say cloud."}], "max_tokens": 8, "temperature": 0}
 

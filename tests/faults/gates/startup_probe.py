@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from gatekit import mark
 
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
 
 

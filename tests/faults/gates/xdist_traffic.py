@@ -14,8 +14,8 @@ import time
 import pytest
 from gatekit import mark
 
-from pytest_vllmqual.client import QualClient
-from pytest_vllmqual.gate_recorder import GateRecorder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
 
 TRAFFIC = {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 48, "ignore_eos": True,

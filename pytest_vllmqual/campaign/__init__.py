@@ -1,0 +1,3 @@
+"""campaign"""
+
+__all__: list[str] = []

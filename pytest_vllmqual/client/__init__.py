@@ -1,0 +1,3 @@
+"""client"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""gates"""
+
+__all__: list[str] = []

@@ -1,0 +1,196 @@
+"""Gate checks as plain functions: each returns the list of rules a response broke.
+
+Gates in ``suites/`` call these and assert the list is empty, so the failure message says
+exactly what broke ("tool call 0 names get_time, expected get_weather"), and unit tests can
+show each gate turning red on a broken response without a server. The smoke request lives
+here once (``run_smoke``): the smoke gate and the ladder's post-probe smoke both send it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.client.results import ChatResult, StreamResult
+from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.recipe.loader import Recipe
+
+__all__ = ["SmokeResult", "ToolFixture", "check_fingerprints", "check_json_content", "check_stream_tool",
+           "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures_path", "run_smoke", "schema_problems",
+           "warm_up_validation"]
+
+
+@dataclass(frozen=True)
+class ToolFixture:
+    """One typed tool with the prompt that should make a model call it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    prompt: str
+    expected: dict[str, Any]
+
+    def openai_tool(self) -> dict[str, Any]:
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def responses_tool(self) -> dict[str, Any]:
+        return {"type": "function", "name": self.name, "description": self.description,
+                "parameters": self.parameters}
+
+
+def recipe_tool_fixtures_path(setting: str | None, project_root: Path) -> Path:
+    """The typed-tool fixtures of a recipe: its ``gates.tools.fixtures`` (relative to its project),
+    else the shipped ``fixtures/tools/typed_tools.yaml`` (checkout or installed package)."""
+    if setting:
+        path = Path(setting)
+        return path if path.is_absolute() else project_root / path
+    from pytest_vllmqual.layout import fixtures_dir
+
+    return fixtures_dir() / "tools" / "typed_tools.yaml"
+
+
+def load_tool_fixtures(path: Path) -> list[ToolFixture]:
+    """The typed tool fixtures (``fixtures/tools/typed_tools.yaml``), read once per file version.
+
+    Four gates use them, each right after a request, when the server's post-step busy-poll
+    makes the CPU scarce on small machines: parsing the YAML again cost ~1 s per gate there.
+    """
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise RecipeError(f"tool fixtures {path} cannot be read: {exc}. Fix: restore the file.",
+                          path=str(path)) from None
+    return list(_load_tool_fixtures(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tool_fixtures(path: str, _mtime_ns: int, _size: int) -> tuple[ToolFixture, ...]:
+    try:
+        data = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, yaml.YAMLError) as exc:
+        raise RecipeError(f"tool fixtures {path} cannot be read: {exc}. Fix: restore the file.",
+                          path=path) from None
+    return tuple(ToolFixture(name=t["name"], description=t.get("description", ""), parameters=t["parameters"],
+                             prompt=t["prompt"], expected=t.get("expected", {})) for t in data["tools"])
+
+
+def warm_up_validation() -> None:
+    """Pay jsonschema's one-time costs (lazy imports, first validator build) up front: the
+    plugin calls this while the server boots, not right after a request, where the server's
+    post-step busy-poll makes CPU scarce on small machines (docs/PERFORMANCE.md)."""
+    schema_problems({"a": "b"}, {"type": "object", "properties": {"a": {"type": "string"}}}, "warm-up")
+
+
+def schema_problems(instance: Any, schema: dict[str, Any], what: str) -> list[str]:
+    """Every JSON-Schema violation of ``instance``, phrased with its path."""
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        problems.append(f"{what} violates the schema at {where}: {error.message}")
+    return problems
+
+
+def check_json_content(content: str, schema: dict[str, Any], finish_reason: str | None) -> list[str]:
+    """JSON gate: content parses, validates, and the model stopped by itself."""
+    problems: list[str] = []
+    if finish_reason != "stop":
+        problems.append(f"finish_reason is {finish_reason!r}, expected 'stop'")
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError as exc:
+        return [*problems, f"content is not JSON ({exc.msg} at char {exc.pos}): {content[:120]!r}"]
+    return problems + schema_problems(value, schema, "content")
+
+
+def check_tool_call(
+    calls: list[dict[str, Any]], fixture: ToolFixture, *, value_checks: bool
+) -> list[str]:
+    """Typed-tool gate: exactly one call, the right name, arguments valid (and equal if asked).
+
+    ``calls`` are OpenAI tool_calls entries ({"function": {"name", "arguments"}}) or
+    reassembled ``{"name", "arguments"}`` dicts.
+    """
+    if not calls:
+        return [f"no tool call; expected a call to {fixture.name}"]
+    problems: list[str] = []
+    if len(calls) > 1:
+        problems.append(f"{len(calls)} tool calls; expected exactly one")
+    call = calls[0]
+    function = call.get("function", call)
+    name = function.get("name")
+    if name != fixture.name:
+        problems.append(f"tool call names {name!r}, expected {fixture.name!r}")
+        return problems
+    raw = function.get("arguments")
+    try:
+        arguments = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        return [*problems, f"arguments of {fixture.name} are not JSON ({exc.msg}): {str(raw)[:120]!r}"]
+    problems += schema_problems(arguments, fixture.parameters, f"arguments of {fixture.name}")
+    if value_checks and not problems and arguments != fixture.expected:
+        problems.append(f"arguments of {fixture.name} are {arguments}, expected {fixture.expected}")
+    return problems
+
+
+def check_stream_tool(result: StreamResult, fixture: ToolFixture, *, value_checks: bool) -> list[str]:
+    """Streaming-tool gate: the SSE contract, then the reassembled call."""
+    problems = list(result.violations)
+    if result.status_code != 200:
+        return [f"HTTP {result.status_code}: {result.attempt.error}", *problems]
+    calls = [{"name": c.name, "arguments": c.arguments} for c in result.tool_calls]
+    problems += check_tool_call(calls, fixture, value_checks=value_checks)
+    if result.tool_calls and result.finish_reason != "tool_calls":
+        problems.append(f"finish_reason is {result.finish_reason!r}, expected 'tool_calls'")
+    return problems
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """The recipe's smoke request and its answer: one short chat completion that must stop."""
+
+    chat: ChatResult
+    max_tokens: int
+
+    @property
+    def outcome(self) -> str:
+        """'passed' (HTTP 200, finish_reason stop, content) or what went wrong, as a rung records it."""
+        chat = self.chat
+        if chat.status_code != 200:
+            return f"failed: HTTP {chat.status_code}"
+        if chat.finish_reason != "stop" or not chat.content.strip():
+            return f"failed: finish_reason {chat.finish_reason!r}, content {chat.content[:40]!r}"
+        return "passed"
+
+
+def run_smoke(client: QualClient, recipe: Recipe, *, label: str) -> SmokeResult:
+    """Send the recipe's smoke prompt (``gates.smoke``: prompt, max_tokens) at temperature 0."""
+    settings = recipe.gate("smoke")
+    max_tokens = settings.get("max_tokens", 32)
+    chat = client.chat({"messages": [{"role": "user", "content": settings.get("prompt", "Say cloud.")}],
+                        "max_tokens": max_tokens, "temperature": 0}, label=label)
+    return SmokeResult(chat, max_tokens)
+
+
+def check_fingerprints(counts: dict[str, int], expected: dict[str, int]) -> list[str]:
+    """Reasoning contract: counts match the pinned fingerprints and differ between efforts."""
+    problems: list[str] = []
+    if len(counts) > 1 and len(set(counts.values())) == 1:
+        problems.append(
+            f"the prompt has {next(iter(counts.values()))} tokens at every effort "
+            f"({', '.join(counts)}): the chat template ignores reasoning_effort")
+    elif len(set(counts.values())) < len(counts):
+        problems.append(f"some efforts give the same prompt length: {counts}")
+    for effort, want in expected.items():
+        got = counts.get(effort)
+        if got != want:
+            problems.append(f"effort {effort}: {got} prompt tokens, expected fingerprint {want}")
+    return problems

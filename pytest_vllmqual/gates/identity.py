@@ -1,0 +1,337 @@
+"""Identity check: is the server that answered the one the recipe pins?
+
+Every field the recipe pins is compared with what the server says, and each comparison
+records its field, the expected value, the observed value and where the observation came
+from:
+
+- the checkpoint: the model argument in the server's log, and ``/v1/models`` ``root``;
+- the revision: the ``revision`` argument, or the ``snapshots/<commit>`` part of the model path;
+- the image digest: the container's image and RepoDigests, as the docker launcher reports them
+  (not applicable to the subprocess launcher, which runs no container);
+- the runtime version: ``/version`` (the log's version line when it does not answer);
+- the TP size: the number of ranks in the log;
+- ``max_model_len`` and the served name: ``/v1/models``.
+
+``verified`` means every pinned field was checked and matched; ``partially-verified`` that
+none differed but some could not be checked (listed in ``not_checked``); ``provenance_mismatch``
+that one differed (gates may still pass, but the evidence is not about the recipe). A local
+model directory also gets the SHA-256 of its ``config.json`` and weights index, so two runs
+can tell whether they served the same files. Local paths never appear in the result: a
+directory is shown as the recipe's own (relative) ``model_path``, or ``<model-dir>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
+
+__all__ = [
+    "MODEL_DIR",
+    "OTHER_DIR",
+    "WEIGHTS_INDEX_NAMES",
+    "IdentityCheck",
+    "IdentityResult",
+    "check_identity",
+    "image_digest_matches",
+    "logged_model_args",
+    "model_files_sha256",
+]
+
+MODEL_DIR = MODEL_DIR_PLACEHOLDER  # the engine facts name a local model dir the same way
+OTHER_DIR = "<another local directory>"
+_SNAPSHOT_RE = re.compile(r"/snapshots/(?P<rev>[0-9a-f]{40})(?:/|$)")
+WEIGHTS_INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+@dataclass
+class IdentityCheck:
+    """One compared field: what the recipe pins, what the server says, and where that was read."""
+
+    field: str
+    expected: Any
+    observed: Any
+    ok: bool | None
+    note: str = ""
+    source: str = ""
+    pinned: bool = True
+
+    @property
+    def status(self) -> str:
+        if not self.pinned:
+            return "not pinned"
+        if self.ok is None:
+            return "not checked"
+        return "matched" if self.ok else "mismatch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "expected": self.expected, "observed": self.observed, "ok": self.ok,
+                "status": self.status, "source": self.source, "pinned": self.pinned, "note": self.note}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IdentityCheck:
+        """A check as ``to_dict`` wrote it (the ``server_facts`` fixture hands gates dicts)."""
+        ok = data.get("ok")
+        return cls(field=str(data.get("field")), expected=data.get("expected"), observed=data.get("observed"),
+                   ok=ok if isinstance(ok, bool) else None, note=str(data.get("note") or ""),
+                   source=str(data.get("source") or ""), pinned=bool(data.get("pinned", True)))
+
+
+@dataclass
+class IdentityResult:
+    """All compared fields; ``status`` is verified, partially-verified, provenance_mismatch or unverified."""
+
+    checks: list[IdentityCheck] = field(default_factory=list)
+    model_files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def not_checked(self) -> list[str]:
+        return [c.field for c in self.checks if c.pinned and c.ok is None]
+
+    @property
+    def status(self) -> str:
+        if any(c.ok is False for c in self.checks):
+            return "provenance_mismatch"
+        pinned = [c for c in self.checks if c.pinned]
+        if pinned and all(c.ok for c in pinned):
+            return "verified"
+        if any(c.ok for c in pinned):
+            return "partially-verified"
+        return "unverified"
+
+    @property
+    def mismatches(self) -> list[IdentityCheck]:
+        return [c for c in self.checks if c.ok is False]
+
+    @property
+    def unchecked(self) -> list[IdentityCheck]:
+        """Pinned fields nothing observed (``ok`` is None)."""
+        return [c for c in self.checks if c.pinned and c.ok is None]
+
+    def describe(self) -> str:
+        """"checkpoint matched; revision not pinned; ..." — one line per run."""
+        return "; ".join(f"{c.field} {c.status}" for c in self.checks)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IdentityResult:
+        """The result as ``to_dict`` wrote it; ``status`` is computed again from the checks."""
+        return cls(checks=[IdentityCheck.from_dict(c) for c in data.get("checks") or [] if isinstance(c, Mapping)],
+                   model_files=dict(data.get("model_files") or {}))
+
+    def to_dict(self, recipe: Recipe) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "expected": {
+                "checkpoint": recipe.identity.checkpoint,
+                "revision": recipe.identity.revision,
+                "image": recipe.identity.image,
+                "runtime_version": recipe.identity.runtime_version,
+                "served_model_name": recipe.identity.served_model_name,
+                "max_model_len": recipe.serve.max_model_len,
+                "tensor_parallel_size": recipe.serve.tensor_parallel_size,
+            },
+            "observed": {c.field: c.observed for c in self.checks},
+            "checks": [c.to_dict() for c in self.checks],
+            "not_checked": self.not_checked,
+            "model_files": dict(self.model_files),
+        }
+
+
+# -- observations ---------------------------------------------------------------------------
+
+
+def logged_model_args(log_text: str) -> dict[str, Any]:
+    """The server's own ``non-default args`` of its last start, unredacted (kept in memory only)."""
+    from pytest_vllmqual.vllm.server_log import strip_ansi
+
+    found: dict[str, Any] = {}
+    for line in strip_ansi(log_text).splitlines():
+        m = NON_DEFAULT_ARGS_RE.search(line)
+        if m:
+            parsed = parse_python_literal(m.group("args"))
+            if isinstance(parsed, dict):
+                found = parsed
+    return found
+
+
+def _same_location(observed: str, expected: str) -> bool:
+    if observed == expected:
+        return True
+    if observed.startswith(("/", ".", "~")) or expected.startswith(("/", ".", "~")):
+        return os.path.realpath(os.path.expanduser(observed)) == os.path.realpath(os.path.expanduser(expected))
+    return False
+
+
+def _is_local(value: str) -> bool:
+    return value.startswith(("/", ".", "~"))
+
+
+def _show_location(value: str, recipe: Recipe, matched: bool) -> str:
+    """A model location fit for the public report: a hub id as is, a local directory never by path."""
+    if not _is_local(value):
+        return value
+    if matched and recipe.identity.model_path and not Path(recipe.identity.model_path).is_absolute():
+        return recipe.identity.model_path
+    return MODEL_DIR if matched else OTHER_DIR
+
+
+def _revision_of(location: str | None) -> str | None:
+    m = _SNAPSHOT_RE.search(location or "")
+    return m.group("rev") if m else None
+
+
+def image_digest_matches(expected_image: str | None, reported: str | list[str] | None) -> bool | None:
+    """The comparison hook for container launchers: does the launcher's report of the running
+    container's image (its digest, or its RepoDigests list) carry the recipe's pinned digest?
+    None when either side is unknown."""
+    expected = (expected_image or "").partition("@")[2]
+    if not expected or not reported:
+        return None
+    values = [reported] if isinstance(reported, str) else list(reported)
+    return any(str(v).endswith(expected) for v in values)
+
+
+def model_files_sha256(directory: Path) -> dict[str, str]:
+    """SHA-256 of a local model's ``config.json`` and weights index (``*.index.json``); for a
+    single-file safetensors model, of its header (the tensor index: names, dtypes, shapes,
+    offsets). Two runs with equal values loaded the same files' description."""
+    out: dict[str, str] = {}
+    config = directory / "config.json"
+    if config.is_file():
+        out["config.json"] = hashlib.sha256(config.read_bytes()).hexdigest()
+    for name in WEIGHTS_INDEX_NAMES:
+        index = directory / name
+        if index.is_file():
+            out[name] = hashlib.sha256(index.read_bytes()).hexdigest()
+            return out
+    single = directory / "model.safetensors"
+    if single.is_file():
+        with open(single, "rb") as handle:
+            raw = handle.read(8)
+            if len(raw) == 8:
+                (length,) = struct.unpack("<Q", raw)
+                if length < 100 * 1024 * 1024:
+                    header = handle.read(length)
+                    out["model.safetensors#header"] = hashlib.sha256(raw + header).hexdigest()
+    return out
+
+
+# -- the check ------------------------------------------------------------------------------
+
+
+def check_identity(
+    recipe: Recipe,
+    *,
+    version: str | None,
+    models: list[dict[str, Any]] | None,
+    tp_size_seen: int | None,
+    image_digest: str | list[str] | None = None,
+    launcher_kind: str = "subprocess",
+    log_text: str = "",
+    log_version: str | None = None,
+    expected_model_arg: str | None = None,
+) -> IdentityResult:
+    """Compare what the server reports with what the recipe pins, field by field."""
+    result = IdentityResult()
+    served = recipe.identity.served_model_name
+    entry = next((m for m in models or [] if m.get("id") == served), None)
+    args = logged_model_args(log_text) if log_text else {}
+
+    # checkpoint: what the launcher asked vLLM to load, against what the log and /v1/models say it loaded
+    expected_location = expected_model_arg or recipe.model_location()
+    observations = [(str(args["model"]), "log non-default args 'model'")] if isinstance(args.get("model"), str) else []
+    if entry and isinstance(entry.get("root"), str):
+        observations.append((str(entry["root"]), "/v1/models root"))
+    if observations:
+        bad = [(value, where) for value, where in observations if not _same_location(value, expected_location)]
+        shown_value, _ = bad[0] if bad else observations[0]
+        result.checks.append(IdentityCheck(
+            "checkpoint", recipe.identity.checkpoint
+            + (f" ({_show_location(expected_location, recipe, True)})" if _is_local(expected_location) else ""),
+            _show_location(shown_value, recipe, not bad), not bad,
+            source=" and ".join(where for _, where in observations)))
+    else:
+        result.checks.append(IdentityCheck("checkpoint", recipe.identity.checkpoint, None, None,
+                                           "neither the log's model argument nor /v1/models root was available",
+                                           source="log, /v1/models"))
+
+    # revision
+    pinned_rev = recipe.identity.revision
+    observed_rev: str | None = None
+    rev_source = ""
+    if isinstance(args.get("revision"), str) and args["revision"]:
+        observed_rev, rev_source = str(args["revision"]), "log non-default args 'revision'"
+    else:
+        for value, where in observations:
+            if _revision_of(value):
+                observed_rev, rev_source = _revision_of(value), f"snapshot path in the {where}"
+                break
+    if not pinned_rev:
+        result.checks.append(IdentityCheck("revision", None, observed_rev, None, "the recipe pins no revision",
+                                           source=rev_source or "n/a", pinned=False))
+    else:
+        result.checks.append(IdentityCheck(
+            "revision", pinned_rev, observed_rev, None if observed_rev is None else observed_rev == pinned_rev,
+            "" if observed_rev else "neither a revision argument nor a snapshot path was seen",
+            source=rev_source or "log, /v1/models"))
+
+    # image digest
+    if launcher_kind == "docker":
+        expected_digest = (recipe.identity.image or "").partition("@")[2] or None
+        matched = image_digest_matches(recipe.identity.image, image_digest)
+        shown = image_digest if isinstance(image_digest, str) or image_digest is None else list(image_digest)
+        result.checks.append(IdentityCheck(
+            "image_digest", expected_digest, shown, matched,
+            "" if matched is not None else ("the recipe pins no image digest" if expected_digest is None
+                                            else "the launcher reported no image digest"),
+            source="container image RepoDigests (docker launcher)", pinned=expected_digest is not None))
+    else:
+        result.checks.append(IdentityCheck(
+            "image_digest", None, None, None, f"not applicable: the {launcher_kind} launcher runs no container",
+            source="n/a", pinned=False))
+
+    # runtime version
+    observed_version, version_source = (version, "/version") if version is not None else (log_version, "log version line")
+    result.checks.append(IdentityCheck(
+        "runtime_version", recipe.identity.runtime_version, observed_version,
+        None if observed_version is None else observed_version == recipe.identity.runtime_version,
+        "" if observed_version is not None else "/version did not answer and the log has no version line",
+        source=version_source))
+
+    # TP size from the rank count
+    expected_tp = recipe.serve.tensor_parallel_size
+    if tp_size_seen is None:
+        result.checks.append(IdentityCheck("tensor_parallel_size", expected_tp, None, None,
+                                           "no per-rank log lines available (external endpoint or empty log)",
+                                           source="rank count in the log"))
+    else:
+        # A TP=1 server logs its single worker under EngineCore, which counts as one rank.
+        result.checks.append(IdentityCheck("tensor_parallel_size", expected_tp, tp_size_seen,
+                                           tp_size_seen == expected_tp, source="rank count in the log"))
+
+    # max_model_len and the served name
+    observed_len = entry.get("max_model_len") if entry else None
+    result.checks.append(IdentityCheck(
+        "max_model_len", recipe.serve.max_model_len, observed_len,
+        None if observed_len is None else observed_len == recipe.serve.max_model_len,
+        "" if observed_len is not None else "/v1/models gave no max_model_len for the served name",
+        source="/v1/models max_model_len"))
+    listed = [m.get("id") for m in models or []]
+    result.checks.append(IdentityCheck("served_model", served, served if entry else listed,
+                                       None if models is None else entry is not None,
+                                       "" if models is not None else "/v1/models did not answer",
+                                       source="/v1/models id"))
+
+    if _is_local(expected_location) and Path(expected_location).is_dir():
+        result.model_files = model_files_sha256(Path(expected_location))
+    return result
+
+

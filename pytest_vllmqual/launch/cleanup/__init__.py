@@ -1,0 +1,3 @@
+"""launch.cleanup"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""launch.docker"""
+
+__all__: list[str] = []

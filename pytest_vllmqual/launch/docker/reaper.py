@@ -1,0 +1,114 @@
+"""A watchdog that removes a run's containers when the pytest process that owns them dies.
+
+The docker counterpart of ``launch.reaper``: fixture teardown does not run when pytest is
+SIGKILLed, so the docker launcher starts this process in its own session before it creates
+the container. It polls the owner (pid and start time, so a reused pid does not keep it
+waiting); once the owner is gone it force-removes every container labelled with the run id,
+looks again a moment later (a create that was in flight), and reclaims the run's /dev/shm
+files with the two-scan guard, as teardown would. Each container is frozen, read and killed
+before it is removed (``kill_frozen``), so a vLLM creating its message queues at that moment
+cannot add a file between the read and the removal (seen in CI: two 240 MiB ``psm_*`` files
+left by a pytest SIGKILLed mid-startup).
+
+Usage: python -m pytest_vllmqual.launch.docker.reaper OWNER_PID OWNER_START RUN_ID STARTED_EPOCH IPC_HOST
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.launch.cleanup.owner import owner_alive
+from pytest_vllmqual.launch.cleanup.procs import signal_quietly
+from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, shm_names_held_by
+from pytest_vllmqual.launch.docker.spec import RUN_LABEL
+
+_RETRY_FOR_S = 20.0
+
+
+def container_pids(client: Any, container: Any) -> list[int]:
+    """Host pids of the processes in a running container (``docker top``); [] when it is not running."""
+    try:
+        top = client.api.top(container.id, ps_args="-eo pid")
+    except Exception:  # stopped, gone, or the engine hiccuped: nothing to read
+        return []
+    titles = [t.strip().upper() for t in top.get("Titles") or []]
+    column = titles.index("PID") if "PID" in titles else 0
+    pids: list[int] = []
+    for row in top.get("Processes") or []:
+        try:
+            pids.append(int(row[column]))
+        except (ValueError, IndexError):
+            continue
+    return pids
+
+
+def kill_frozen(client: Any, container: Any, *, root: Path = SHM_ROOT) -> set[str]:
+    """Pause the container, note the /dev/shm names its processes hold, and SIGKILL each of them
+    while frozen; the names. The removal that follows finds nothing left to run.
+
+    Pausing alone is not enough: ``docker rm -f`` of a paused container kills its init process
+    and thaws the rest, which run for a moment until the kernel ends the PID namespace. Seen in
+    a CI simulation: a TP worker finished making a ``sem.mp-*`` semaphore in that moment, after
+    the look. A frozen process that is sent SIGKILL dies when thawed without running again.
+    Killing by host pid needs the rights reading its memory maps needs; without them docker's
+    own kill is all there is.
+    """
+    try:
+        container.pause()
+    except Exception:  # not running (exited, already paused, being removed): nothing new can appear
+        pass
+    pids = container_pids(client, container)
+    held = shm_names_held_by(pids, root=root)
+    for pid in pids:
+        signal_quietly(pid, signal.SIGKILL)
+    return held
+
+
+def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
+    """Force-remove every container labelled with the run id; (how many, shm names they held)."""
+    held: set[str] = set()
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
+        held |= kill_frozen(client, container)
+        try:
+            container.remove(force=True, v=True)
+            removed += 1
+        except Exception:  # already gone, or removal in progress: the next pass sees it
+            continue
+    return removed, held
+
+
+def main(argv: list[str]) -> int:
+    owner, owner_start, run_id = int(argv[0]), argv[1], argv[2]
+    started_at, ipc_host = float(argv[3]), argv[4] == "1"
+    while owner_alive(owner, owner_start):
+        time.sleep(0.25)
+    import docker  # only now: an idle reaper should cost nothing
+
+    held: set[str] = set()
+    deadline = time.monotonic() + _RETRY_FOR_S
+    passes = 0
+    while time.monotonic() < deadline:
+        try:
+            client = docker.from_env(timeout=30)
+            _, seen = remove_run_containers(client, run_id)
+            held |= seen
+            passes += 1
+            if passes == 2:  # a second pass catches a container whose create was in flight
+                break
+            time.sleep(1.0)
+        except Exception:  # the engine is restarting or briefly unreachable: retry
+            time.sleep(1.0)
+    if ipc_host:  # with --ipc=host the run's shared memory lives in this host's /dev/shm
+        reclaim_run_shm(run_id, held, started_at)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
+
+__all__ = ["container_pids", "kill_frozen", "main", "remove_run_containers"]

@@ -1,0 +1,3 @@
+"""privacy"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""recipe"""
+
+__all__: list[str] = []

@@ -1,0 +1,145 @@
+"""The run's private artifacts: raw evidence that never leaves the operator's disk.
+
+Raw artifacts (request and response bodies, server logs) stay in the run's private folder;
+:class:`ArtifactStore` writes them and hashes each file after it is closed. The public
+report lists them only as ``{name, size, sha256}``; :func:`verify_artifacts` re-checks a
+report's list against the folder (missing, changed, unlisted files, and every attempt's
+request/response hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.errors import ArtifactError
+
+__all__ = ["BOOKKEEPING_SUFFIXES", "ArtifactStore", "sha256_file", "verify_artifacts"]
+
+BOOKKEEPING_SUFFIXES = (".lock", ".tmp")
+"""Files in the private folder that are tool bookkeeping, not evidence (and hidden files)."""
+
+_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9._@+=-]+(?:/[A-Za-z0-9._@+=-]+)*$")
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _is_bookkeeping(relative: str) -> bool:
+    return any(part.startswith(".") for part in relative.split("/")) or relative.endswith(BOOKKEEPING_SUFFIXES)
+
+
+class ArtifactStore:
+    """The run's private folder: raw evidence that never leaves the operator's disk.
+
+    Anything written into the folder (by this class, or by a launcher writing its log there
+    through :meth:`path_for`) is an artifact. :meth:`entries` hashes every file at call time,
+    so call it after the writers have closed their files (after teardown).
+    """
+
+    def __init__(self, private_dir: Path) -> None:
+        self.private_dir = Path(private_dir)
+
+    def _target(self, name: str) -> Path:
+        if not _ARTIFACT_NAME.match(name) or any(part in (".", "..") for part in name.split("/")):
+            raise ArtifactError(
+                f"artifact name {name!r} is not a safe relative name (letters, digits, ._@+=- and '/'). "
+                "Fix: name artifacts like 'gates/smoke/001-smoke.request.json'.")
+        return self.private_dir / name
+
+    def path_for(self, name: str) -> Path:
+        """The path a writer should use for artifact ``name`` (parent folders created, mode 0700)."""
+        target = self._target(name)
+        try:
+            self.private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise ArtifactError(f"cannot create the private artifact folder {target.parent}: "
+                                f"{exc.strerror or exc}") from None
+        return target
+
+    def write_bytes(self, name: str, data: bytes) -> dict[str, Any]:
+        """Write one artifact, close it, then hash the file on disk."""
+        target = self.path_for(name)
+        try:
+            with open(target, "wb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise ArtifactError(f"cannot write artifact {target}: {exc.strerror or exc}") from None
+        return self.entry(name)
+
+    def write_text(self, name: str, text: str) -> dict[str, Any]:
+        return self.write_bytes(name, text.encode("utf-8"))
+
+    def write_json(self, name: str, obj: Any) -> dict[str, Any]:
+        return self.write_bytes(name, json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
+
+    def entry(self, name: str) -> dict[str, Any]:
+        """{name, size, sha256} of one artifact, from the closed file on disk."""
+        target = self._target(name)
+        return {"name": name, "size": target.stat().st_size, "sha256": sha256_file(target)}
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every artifact in the private folder, sorted by name; names are relative, '/'-separated."""
+        if not self.private_dir.is_dir():
+            return []
+        found: list[dict[str, Any]] = []
+        for path in sorted(self.private_dir.rglob("*")):
+            if not path.is_file() or path.is_symlink():
+                continue
+            relative = path.relative_to(self.private_dir).as_posix()
+            if _is_bookkeeping(relative):
+                continue
+            found.append({"name": relative, "size": path.stat().st_size, "sha256": sha256_file(path)})
+        return found
+
+
+def verify_artifacts(report: Mapping[str, Any], private_dir: Path) -> list[str]:
+    """Re-check every artifact hash of a (loaded) report against the private folder.
+
+    Returns the problems (empty = every listed file exists with its size and SHA-256, no file
+    is unlisted, and every attempt's request/response hash matches its artifact).
+    """
+    private_dir = Path(private_dir)
+    if not private_dir.is_dir():
+        return [f"private folder {private_dir} does not exist"]
+    problems: list[str] = []
+    root = private_dir.resolve()
+    listed: dict[str, Mapping[str, Any]] = {}
+    for artifact in report.get("artifacts") or []:
+        name = str(artifact["name"])
+        listed[name] = artifact
+        target = (private_dir / name).resolve()
+        if root not in target.parents:
+            problems.append(f"unsafe: {name} (points outside the private folder)")
+            continue
+        if not target.is_file():
+            problems.append(f"missing: {name}")
+            continue
+        size = target.stat().st_size
+        digest = sha256_file(target)
+        if digest != artifact["sha256"] or size != artifact["size"]:
+            problems.append(f"changed: {name} (sha256 {artifact['sha256'][:12]}…, {artifact['size']} bytes in the "
+                            f"report; {digest[:12]}…, {size} bytes on disk)")
+    for entry in ArtifactStore(private_dir).entries():
+        if entry["name"] not in listed:
+            problems.append(f"extra: {entry['name']} (in the private folder, not in the report)")
+    for gate in report.get("gates") or []:
+        for attempt in gate.get("attempts") or []:
+            for side in ("request", "response"):
+                name, digest = attempt.get(f"{side}_artifact"), attempt.get(f"{side}_sha256")
+                if name and digest and name in listed and listed[name]["sha256"] != digest:
+                    problems.append(f"changed: {name} (attempt {attempt.get('label')!r} of gate "
+                                    f"{gate.get('gate')} recorded a different {side} sha256)")
+    return problems

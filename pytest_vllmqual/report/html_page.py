@@ -1,0 +1,513 @@
+"""One self-contained HTML page for a public report: tables in the seeds' style, and plots.
+
+The page works offline: inline CSS, inline SVG generated here, no script, no external
+asset. Everything from the report is escaped. Layout:
+
+- the decision block (verdict, what the run proves and does not prove, caveats);
+- "Gate | Result", the seeds' results table;
+- "Measurement | Value", the engine facts and the largest request;
+- the capacity ladder: TTFT and effective prefill against API-reported prompt tokens, with
+  failed and rejected rungs marked distinctly (``svg#ladder-plot``);
+- per-rank memory, stacked weights / KV / peak activation / CUDA graph
+  (``svg#memory-chart``; both plots are drawn by :mod:`.html_svg`);
+- every gate, the identity checks, lifecycle, artifacts and the redaction summary.
+
+``render_html(report, comparison=...)`` adds an A/B section; see :func:`comparison_section`
+for the shape it expects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pytest_vllmqual.gates.registry import (
+    COLD_START_GATE,
+    IDENTITY_GATE,
+    KV_POOL_GATE,
+    LADDER_GATE,
+    PREFLIGHT_GATES,
+    family_of,
+)
+from pytest_vllmqual.report.number_format import fmt_num, fmt_places, short_tokens
+from pytest_vllmqual.report.query import (
+    first_line,
+    gate_outcome,
+    gates_named,
+    largest_rung,
+    preflight_summary,
+)
+
+from .html_svg import esc, ladder_svg, memory_svg, rung_kind
+
+__all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "seed_result_rows"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1180px;
+color:#1b1f24;line-height:1.45;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #d0d7de;
+padding-bottom:.2rem}h3{font-size:1.02rem;margin-bottom:.3rem}
+.meta{color:#57606a;font-size:.92rem}
+table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.92rem}
+th,td{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.fail td{background:#ffebe9}tr.skip td{background:#fff8c5}tr.rejected td{background:#fff1e5}
+.badge{display:inline-block;padding:.15rem .6rem;border-radius:1rem;font-weight:600;color:#fff;background:#57606a}
+.verdict-candidate .badge,.verdict-priority-challenger .badge{background:#1a7f37}
+.verdict-healthy .badge{background:#0969da}.verdict-direct-only .badge{background:#8250df}
+.verdict-no-promotion .badge{background:#cf222e}
+.decision{border:1px solid #d0d7de;border-radius:.5rem;padding:.2rem 1.2rem 1rem;background:#fbfcfd}
+.boundary{font-style:italic;color:#57606a}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem;word-break:break-all}
+svg{background:#fff;border:1px solid #d0d7de;border-radius:.4rem;margin:.4rem 0;max-width:100%;height:auto}
+.scroll{overflow-x:auto;max-width:100%}
+svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#1b1f24}
+svg .axis{stroke:#57606a;stroke-width:1}svg .grid{stroke:#eaeef2;stroke-width:1}
+svg .title{font-size:13px;font-weight:600}
+pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;font-size:.8rem}
+"""
+
+
+def _table(table_id: str, headers: Sequence[str], rows: Iterable[Sequence[Any]],
+           row_classes: Sequence[str] | None = None, numeric: Sequence[int] = ()) -> str:
+    """A table; cells are escaped text."""
+    out = [f'<table id="{esc(table_id)}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in headers)
+           + "</tr></thead><tbody>"]
+    for i, row in enumerate(rows):
+        cls = row_classes[i] if row_classes and i < len(row_classes) and row_classes[i] else ""
+        cells = "".join(f'<td class="num">{esc(c)}</td>' if j in numeric else f"<td>{esc(c)}</td>"
+                        for j, c in enumerate(row))
+        out.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
+    out.append("</tbody></table>")
+    return '<div class="scroll">' + "".join(out) + "</div>"
+
+
+def _list(items: Iterable[Any], list_id: str) -> str:
+    body = "".join(f"<li>{esc(i)}</li>" for i in items)
+    return f'<ul id="{esc(list_id)}">{body}</ul>' if body else f'<p id="{esc(list_id)}">None.</p>'
+
+
+def _outcome_class(outcome: Any) -> str:
+    return {"failed": "fail", "error": "fail", "skipped": "skip", "pending": "skip", "absent": "skip"}.get(
+        str(outcome), "")
+
+
+# -- numbers across ranks -----------------------------------------------------------------------
+
+
+def per_rank(ranks: Sequence[Mapping[str, Any]], key: str, digits: int = 2, unit: str = " GiB") -> str:
+    """"75.64 GiB" when every rank agrees, else "75.64 / 75.60 GiB (rank 0 / rank 1)"."""
+    values = [(r.get("rank"), r.get(key)) for r in ranks if isinstance(r.get(key), int | float)]
+    if not values:
+        return "n/a"
+    shown = {fmt_places(v, digits) for _, v in values}
+    if len(shown) == 1:
+        return f"{fmt_places(values[0][1], digits)}{unit}"
+    joined = " / ".join(fmt_places(v, digits) for _, v in values)
+    names = " / ".join(f"rank {r}" for r, _ in values)
+    return f"{joined}{unit} ({names})"
+
+
+# -- the seeds' tables --------------------------------------------------------------------------
+
+
+def _identity_text(report: Mapping[str, Any]) -> str:
+    identity = report.get("identity") or {}
+    status = identity.get("status") or "unverified"
+    checks = identity.get("checks") or []
+    if status == "provenance_mismatch":
+        bad = [f"{c.get('field')} expected {c.get('expected')}, observed {c.get('observed')}"
+               for c in checks if c.get("ok") is False]
+        return "Provenance mismatch: " + "; ".join(bad)
+    good = [str(c.get("field")) + (f" ({c['source']})" if c.get("source") else "") for c in checks if c.get("ok") is True]
+    unknown = [str(c.get("field")) for c in checks if c.get("ok") is None and c.get("pinned", True)]
+    unpinned = [str(c.get("field")) for c in checks if c.get("pinned") is False]
+    expected = identity.get("expected") or {}
+    text = f"{status.capitalize()}: runtime {expected.get('runtime_version')}, served model " \
+           f"{expected.get('served_model_name')}, max_model_len {fmt_num(expected.get('max_model_len'))}, " \
+           f"TP={expected.get('tensor_parallel_size')}"
+    text += f" (checked: {', '.join(good) or 'none'}"
+    text += f"; not checked: {', '.join(unknown)}" if unknown else ""
+    text += f"; not pinned or not applicable: {', '.join(unpinned)})" if unpinned else ")"
+    return text
+
+
+def _gate_result(gate: Mapping[str, Any]) -> str:
+    outcome = str(gate.get("outcome"))
+    detail = first_line(gate.get("summary"), 400) if outcome == "passed" else first_line(gate.get("reason"), 400)
+    word = {"passed": "Passed", "failed": "Failed", "error": "Error", "skipped": "Skipped"}.get(outcome, outcome)
+    status = f" [{gate.get('status')}]" if gate.get("status") else ""
+    return f"{word}{status}" + (f": {detail}" if detail else "")
+
+
+def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(gate, result, css class) rows of the seeds' "Gate | Result" table."""
+    rows: list[tuple[str, str, str]] = []
+    run = report.get("run") or {}
+    life = report.get("lifecycle") or {}
+    error = life.get("startup_error") or {}
+    if run.get("mode") == "direct-only":
+        rows.append(("Cold managed start", "Not measured: the endpoint was used direct-only", "skip"))
+    elif error:
+        rows.append(("Cold managed start", f"Failed ({error.get('status')}): "
+                     f"{first_line(error.get('cause') or error.get('message'))}", "fail"))
+    elif life.get("cold_start_s") is not None:
+        rows.append(("Cold managed start", f"Passed health in {life['cold_start_s']:.1f} seconds", ""))
+    else:
+        rows.append(("Cold managed start", "Not measured", "skip"))
+    identity_status = (report.get("identity") or {}).get("status")
+    rows.append(("Identity", _identity_text(report),
+                 "fail" if identity_status == "provenance_mismatch" else ("" if identity_status == "verified" else "skip")))
+    for gate in [g for g in report.get("gates") or [] if g.get("family") == "reasoning"]:
+        rows.append((str(gate.get("title") or "Reasoning prompt contract"), _gate_result(gate),
+                     _outcome_class(gate.get("outcome"))))
+    preflight = report.get("preflight") or preflight_summary(report)
+    not_passed = [f"{g['gate']} {g['outcome']}" for g in preflight.get("gates") or [] if g.get("outcome") != "passed"]
+    rows.append(("Functional preflight", str(preflight.get("text")) + (f"; {', '.join(not_passed)}" if not_passed else ""),
+                 "" if not not_passed else "fail"))
+    handled = {*PREFLIGHT_GATES, LADDER_GATE, KV_POOL_GATE, IDENTITY_GATE, COLD_START_GATE}
+    for gate in report.get("gates") or []:
+        if gate.get("gate") in handled or gate.get("family") == "reasoning":
+            continue
+        rows.append((str(gate.get("title") or gate.get("gate")), _gate_result(gate), _outcome_class(gate.get("outcome"))))
+    top = largest_rung(report)
+    capacity = gate_outcome(report, LADDER_GATE)
+    if top is not None:
+        text = (f"{fmt_num(top.get('prompt_tokens'))} actual prompt tokens; {fmt_num(top.get('ttft_s'), 3)} s TTFT; "
+                f"{fmt_num(top.get('e2e_s'), 3)} s E2E; {fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s; "
+                f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s")
+        if capacity in ("failed", "error"):
+            text = f"Capacity gate {capacity}; largest completed: " + text
+        rows.append(("Near-limit capacity", text, _outcome_class(capacity)))
+    elif capacity != "absent":
+        gate = gates_named(report, LADDER_GATE)[0]
+        rows.append(("Near-limit capacity", _gate_result(gate) or "no rung completed", "fail"))
+    engine = report.get("engine") or {}
+    if engine.get("kv_cache_tokens") is not None:
+        device = str(engine.get("device") or "GPU").upper()
+        text = (f"{fmt_num(engine.get('min_rank_kv_gib'), 2)} GiB, {fmt_num(engine.get('kv_cache_tokens'))} tokens, "
+                f"reported {fmt_num(engine.get('max_concurrency'), 2)}× capacity at the configured "
+                f"{fmt_num(engine.get('concurrency_at_tokens'))}-token envelope")
+        engine_gate = gate_outcome(report, KV_POOL_GATE)
+        if engine_gate in ("failed", "error"):
+            text = f"Engine gate {engine_gate}: " + text
+        rows.append((f"{device} KV allocation", text, _outcome_class(engine_gate)))
+    teardown = life.get("teardown") or {}
+    if teardown:
+        if teardown.get("clean"):
+            text = (f"Clean: no surviving process, {teardown.get('shm_leftover_files', 0)} /dev/shm files, "
+                    f"{teardown.get('containers_left') or 0} containers left ({fmt_num(teardown.get('seconds'), 1)} s)")
+        else:
+            text = (f"Not clean: {teardown.get('surviving_processes')} surviving processes "
+                    f"({', '.join(teardown.get('surviving_process_names') or [])}), "
+                    f"{teardown.get('shm_leftover_files')} /dev/shm files, {teardown.get('containers_left') or 0} containers")
+        reclaim = teardown.get("shm_reclaim")
+        if reclaim:
+            text += "; shm reclaim: " + ", ".join(f"{k} {v}" for k, v in reclaim.items())
+        rows.append(("Teardown", text, "" if teardown.get("clean") else "fail"))
+    elif run.get("mode") == "direct-only":
+        rows.append(("Teardown", "Not run: the endpoint was used direct-only", "skip"))
+    rows.append(("Route and promotion", "No route or promotion changed", ""))
+    return rows
+
+
+def measurement_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(measurement, value) rows: the seeds' engine facts and the largest request."""
+    engine = report.get("engine") or {}
+    ranks = engine.get("ranks") or []
+    device = str(engine.get("device") or "GPU").upper()
+    rows: list[tuple[str, str]] = []
+    if engine.get("min_rank_kv_gib") is not None:
+        rows.append(("Minimum-rank KV allocation", f"{fmt_num(engine['min_rank_kv_gib'], 2)} GiB"))
+    if engine.get("kv_cache_tokens") is not None:
+        rows.append((f"Engine-reported {device} KV tokens", fmt_num(engine["kv_cache_tokens"])))
+    if engine.get("max_concurrency") is not None:
+        at = engine.get("concurrency_at_tokens")
+        label = f"Reported {short_tokens(at)} concurrency" if isinstance(at, int) else "Reported concurrency"
+        rows.append((label, f"{fmt_num(engine['max_concurrency'], 2)}x"))
+    if any(r.get("peak_activation_gib") is not None for r in ranks):
+        rows.append(("Peak activation per rank", per_rank(ranks, "peak_activation_gib")))
+    if any(r.get("weights_gib") is not None for r in ranks):
+        rows.append(("Weight allocation per rank", per_rank(ranks, "weights_gib")))
+    if any(r.get("kv_gib") is not None for r in ranks):
+        rows.append(("KV allocation per rank", per_rank(ranks, "kv_gib")))
+    if any(r.get("cuda_graph_gib") is not None for r in ranks):
+        rows.append(("CUDA graph memory per rank", per_rank(ranks, "cuda_graph_gib")))
+    if engine.get("kv_tokens_per_gib") is not None:
+        rows.append(("KV tokens per GiB (minimum rank)", fmt_num(engine["kv_tokens_per_gib"], 1)))
+    if engine.get("init_engine_seconds") is not None:
+        rows.append(("Engine init (profile, KV cache, warmup)", f"{fmt_num(engine['init_engine_seconds'], 2)} s"))
+    if engine.get("tp_size_seen") is not None:
+        rows.append(("Ranks seen in the log", fmt_num(engine["tp_size_seen"])))
+    cache = engine.get("cache_config") or {}
+    if cache:
+        rows.append(("KV cache config (/metrics)", ", ".join(f"{k} {v}" for k, v in cache.items())))
+    preflight = report.get("preflight") or preflight_summary(report)
+    rows.append(("Functional preflight", str(preflight.get("summary"))))
+    top = largest_rung(report)
+    if top is not None:
+        rows += [
+            ("Largest actual prompt", fmt_num(top.get("prompt_tokens"))),
+            ("Largest-request TTFT", f"{fmt_num(top.get('ttft_s'), 3)} s"),
+            ("Largest-request E2E", f"{fmt_num(top.get('e2e_s'), 3)} s"),
+            ("Largest-request effective prefill", f"{fmt_num(top.get('prefill_tok_s'), 0)} tok/s"),
+            ("Largest-request decode", f"{fmt_num(top.get('decode_tok_s'), 2)} tok/s"),
+        ]
+    cold = (report.get("lifecycle") or {}).get("cold_start_s")
+    if cold is not None:
+        rows.append(("Cold managed start", f"{cold:.1f} s"))
+    hardware = report.get("hardware") or {}
+    if hardware.get("source") == "nvml":
+        rows.append(("Hardware", f"{hardware.get('gpu_count')}× {hardware.get('gpu_model')}, "
+                                 f"{fmt_num(hardware.get('gpu_memory_gib'), 1)} GiB each, {hardware.get('interconnect')}"))
+    else:
+        rows.append(("Hardware", "n/a (no GPU read through NVML)"))
+    return rows
+
+
+# -- sections -------------------------------------------------------------------------------------
+
+
+def _decision_section(report: Mapping[str, Any]) -> str:
+    decision = report.get("decision") or {}
+    verdict = str(decision.get("verdict") or "unknown")
+    return (
+        f'<section id="decision" class="decision verdict-{esc(verdict)}"><h2>Decision</h2>'
+        f'<p class="verdict"><span class="badge" id="verdict">{esc(verdict)}</span> {esc(decision.get("summary"))}'
+        f' <span class="meta">({esc(decision.get("scope"))})</span></p>'
+        + _list(decision.get("reasons") or [], "decision-reasons")
+        + "<h3>What this proves</h3>" + _list(decision.get("proves") or [], "proves")
+        + "<h3>What it does not prove</h3>" + _list(decision.get("does_not_prove") or [], "does-not-prove")
+        + "<h3>Caveats</h3>" + _list(decision.get("caveats") or [], "caveats")
+        + f'<p class="boundary">{esc(decision.get("boundary"))}</p></section>'
+    )
+
+
+def _ladder_section(report: Mapping[str, Any]) -> str:
+    ladder = report.get("ladder") or []
+    if not ladder:
+        return '<section id="ladder"><h2>Capacity ladder</h2><p>No capacity ladder ran.</p></section>'
+    rows = []
+    classes = []
+    for r in ladder:
+        kind = rung_kind(r)
+        classes.append({"failed": "fail", "rejected": "rejected"}.get(kind, ""))
+        result = {"ok": "completed", "failed": "failed (retained)", "rejected": "rejected as expected"}[kind]
+        rows.append((r.get("index"), r.get("target_label"), fmt_num(r.get("target")), fmt_num(r.get("prompt_tokens")),
+                     fmt_num(r.get("calibration_error")), r.get("status_code"), r.get("finish_reason"),
+                     fmt_num(r.get("ttft_s"), 3), fmt_num(r.get("e2e_s"), 3), fmt_num(r.get("prefill_tok_s"), 0),
+                     fmt_num(r.get("decode_tok_s"), 2), r.get("post_probe_smoke"), r.get("health_after"),
+                     result + (f": {first_line(r.get('error'), 160)}" if r.get("error") else "")))
+    summary = report.get("ladder_summary") or {}
+    return (
+        '<section id="ladder"><h2>Capacity ladder</h2>'
+        f'<p>{esc(summary.get("completed"))} of {esc(summary.get("rungs"))} rungs completed, '
+        f'{esc(summary.get("failed"))} failed (retained), {esc(summary.get("rejected_as_expected"))} rejected as '
+        "expected. Sizes are the API-reported <code>usage.prompt_tokens</code>; a target label is never evidence.</p>"
+        + ladder_svg(report)
+        + _table("ladder-table", ["#", "Target label", "Target", "Actual prompt tokens", "Calibration error",
+                                  "HTTP", "Finish", "TTFT s", "E2E s", "Prefill tok/s", "Decode tok/s",
+                                  "Post-probe smoke", "Health after", "Result"],
+                 rows, classes, numeric=(0, 2, 3, 4, 7, 8, 9, 10))
+        + "</section>"
+    )
+
+
+def _engine_section(report: Mapping[str, Any]) -> str:
+    engine = report.get("engine") or {}
+    ranks = engine.get("ranks") or []
+    rank_rows = [(r.get("rank"), r.get("process"), fmt_num(r.get("weights_gib")), fmt_num(r.get("kv_gib")),
+                  fmt_num(r.get("peak_activation_gib")), fmt_num(r.get("cuda_graph_gib")),
+                  fmt_num(r.get("load_seconds"), 2)) for r in ranks]
+    body = _table("measurements", ["Measurement", "Value"], measurement_rows(report))
+    if ranks:
+        body += "<h3>Per rank</h3>" + _table(
+            "rank-facts", ["Rank", "Process", "Weights GiB", "KV GiB", "Peak activation GiB", "CUDA graph GiB",
+                           "Load s"], rank_rows, numeric=(0, 2, 3, 4, 5, 6))
+        body += memory_svg(report)
+    else:
+        body += "<p>No per-rank engine facts were read from the server log.</p>"
+    sources = engine.get("sources") or {}
+    if sources:
+        body += "<h3>Where each engine fact came from</h3>" + _table(
+            "fact-sources", ["Fact", "Source"], sorted((k, v) for k, v in sources.items()))
+    args = engine.get("non_default_args")
+    if args:
+        body += "<h3>Non-default engine args</h3>" + _table(
+            "engine-args", ["Arg", "Value"],
+            [(k, json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v) for k, v in sorted(args.items())])
+    return f'<section id="engine-facts"><h2>Measurements and engine facts</h2>{body}</section>'
+
+
+def _gates_section(report: Mapping[str, Any]) -> str:
+    gates = report.get("gates") or []
+    rows = [(g.get("gate"), g.get("family") or family_of(str(g.get("gate"))) or "other", g.get("title"),
+             g.get("outcome"), g.get("status") or "", fmt_num(g.get("duration_s"), 2),
+             len(g.get("attempts") or []), g.get("retained_failures"),
+             first_line((g.get("proves") or g.get("summary")) if g.get("outcome") == "passed" else g.get("reason"), 300))
+            for g in gates]
+    classes = [_outcome_class(g.get("outcome")) for g in gates]
+    ran = {str(g.get("gate")) for g in gates}
+    missing = [(row["gate"], row["family"], row["title"], row["outcome"], row.get("reason") or "")
+               for row in (report.get("decision") or {}).get("gates") or [] if row.get("gate") not in ran]
+    absent = ("" if not missing else "<h3>Registered gates that did not run</h3>" + _table(
+        "gates-not-run", ["Gate", "Family", "Title", "Outcome", "Why"], missing, ["skip"] * len(missing)))
+    return ('<section id="gates"><h2>All gates</h2>'
+            + _table("gate-table", ["Gate", "Family", "Title", "Outcome", "Status", "Duration s", "Attempts",
+                                    "Retained failures", "Proves, summary or reason"], rows, classes, numeric=(5, 6, 7))
+            + absent + "</section>")
+
+
+def _recipe_origin(recipe: Mapping[str, Any]) -> str:
+    """Where the recipe came from: a pinned file, a file with --vllmqual-set overrides, or the server."""
+    name = f'Recipe <b>{esc(recipe.get("name"))}</b>'
+    if recipe.get("origin") == "discovered":
+        return (f'{name}, <b>discovered</b> from the running server (/v1/models, /version, /metrics): '
+                f'nothing was pinned. SHA-256 <code>{esc(recipe.get("sha256"))}</code>.')
+    overrides = recipe.get("overrides") or []
+    if overrides:
+        return (f'{name} with overrides {", ".join(f"<code>{esc(o)}</code>" for o in overrides)}: effective '
+                f'recipe SHA-256 <code>{esc(recipe.get("sha256"))}</code>, file SHA-256 '
+                f'<code>{esc(recipe.get("file_sha256"))}</code>.')
+    return f'{name}, file SHA-256 <code>{esc(recipe.get("sha256"))}</code>.'
+
+
+def _identity_section(report: Mapping[str, Any]) -> str:
+    identity = report.get("identity") or {}
+    rows = [(c.get("field"), c.get("expected"), c.get("observed"),
+             c.get("status") or {True: "ok", False: "MISMATCH", None: "not checkable"}.get(c.get("ok"), "?"),
+             c.get("source") or "", c.get("note") or "")
+            for c in identity.get("checks") or []]
+    classes = ["fail" if c.get("ok") is False else ("skip" if c.get("ok") is None else "")
+               for c in identity.get("checks") or []]
+    hardware = report.get("hardware") or {}
+    recipe = report.get("recipe") or {}
+    hw_rows = [(k, hardware.get(k)) for k in ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect",
+                                              "driver_version") if k in hardware]
+    return (f'<section id="identity"><h2>Identity and hardware</h2><p>{_recipe_origin(recipe)} '
+            f'Identity: <b>{esc(identity.get("status"))}</b>.</p>'
+            + _table("identity-checks", ["Field", "Expected", "Observed", "Check", "Source", "Note"], rows, classes)
+            + _table("hardware", ["Hardware", "Value"], hw_rows) + "</section>")
+
+
+def _lifecycle_section(report: Mapping[str, Any]) -> str:
+    life = report.get("lifecycle") or {}
+    rows: list[tuple[str, Any]] = [("Launcher", life.get("launcher")),
+                                   ("Cold start to ready", fmt_num(life.get("cold_start_s"), 1, " s")),
+                                   ("Startup status", life.get("startup_status")), ("Last phase", life.get("last_phase"))]
+    teardown = life.get("teardown") or {}
+    for key in ("stopped", "seconds", "surviving_processes", "surviving_process_names", "shm_leftover_files",
+                "containers_left", "clean", "notes"):
+        if key in teardown:
+            value = teardown[key]
+            rows.append((f"Teardown: {key.replace('_', ' ')}",
+                         ", ".join(map(str, value)) if isinstance(value, list) else value))
+    extra = ""
+    error = life.get("startup_error") or {}
+    if error:
+        # The harness's account only (report/2 has no log tail; the full log is named by SHA-256).
+        log = error.get("private_log") or {}
+        facts = [("Cause", error.get("cause")), ("Exit code", error.get("exit_code")),
+                 ("Last startup phase", error.get("last_phase")),
+                 *((f"Parsed: {k.replace('_', ' ')}", v) for k, v in (error.get("details") or {}).items()
+                   if k not in ("kind", "last_phase")),
+                 ("Server log (private)", f"{log.get('name')} sha256 {log.get('sha256')}" if log else None)]
+        extra = (f"<h3>Startup error ({esc(error.get('status'))})</h3><p>{esc(error.get('message'))}</p>"
+                 + _table("startup-error", ["Startup error", "Value"], [(k, v) for k, v in facts if v is not None])
+                 + (f"<p>Hint: {esc(error.get('hint'))}</p>" if error.get("hint") else ""))
+    return ('<section id="lifecycle"><h2>Lifecycle</h2>' + _table("lifecycle-table", ["Lifecycle", "Value"], rows)
+            + extra + "</section>")
+
+
+def _artifacts_section(report: Mapping[str, Any]) -> str:
+    artifacts = report.get("artifacts") or []
+    rows = [(a.get("name"), fmt_num(a.get("size")), a.get("sha256")) for a in artifacts]
+    redactions = report.get("redactions") or {}
+    return ('<section id="artifacts"><h2>Private artifacts and redactions</h2>'
+            "<p>Raw artifacts stay in the operator's private folder; they are named here by SHA-256 only. "
+            "<code>vllmqual verify REPORT PRIVATE_DIR</code> re-checks every hash.</p>"
+            + _table("artifact-table", ["Artifact", "Bytes", "SHA-256"], rows, numeric=(1,))
+            + _table("redactions", ["Scrubbed kind", "Replacements"],
+                     sorted(redactions.items()) or [("none", 0)], numeric=(1,))
+            + "</section>")
+
+
+def comparison_section(comparison: Mapping[str, Any]) -> str:
+    """The optional A/B section, in the seeds' "Measurement | control | candidate | Change" style.
+
+    Expected shape (the compare module fills it): ``{"title": str, "arms": [str, ...],
+    "rows": [{"measurement": str, "values": [str, ...], "change": str}], "verdict": str,
+    "notes": [str, ...]}``; a full comparison record (``compare.compare_reports``) adds the
+    controlled variables, the retained findings, the decision lists and the arm reports'
+    SHA-256. Every field is optional and every value is escaped.
+    """
+    arms = [str(a) for a in comparison.get("arms") or []]
+    rows = [(r.get("measurement"), *[str(v) for v in r.get("values") or []], r.get("change") or "")
+            for r in comparison.get("rows") or []]
+    decision = comparison.get("decision") or {}
+    verdict = comparison.get("verdict") or decision.get("verdict")
+    out = [f'<section id="comparison"><h2>{esc(comparison.get("title") or "A/B comparison")}</h2>'
+           + (f'<p class="verdict-{esc(verdict)}">Verdict: <span class="badge" id="comparison-verdict">{esc(verdict)}'
+              f'</span> {esc(decision.get("summary") or "")}</p>' if verdict else "")
+           + _table("comparison-table", ["Measurement", *arms, "Change"], rows)
+           + _list(comparison.get("notes") or [], "comparison-notes")]
+    variables = comparison.get("controlled_variables") or {}
+    if variables:
+        changes = [(c.get("kind"), c.get("path"), c.get("control"), c.get("candidate"))
+                   for c in variables.get("changed") or []]
+        out.append(f'<h3>Controlled variables</h3><p id="controlled-summary">{esc(variables.get("summary"))}'
+                   + (" <b>Confounded.</b>" if variables.get("confounded") else "") + "</p>"
+                   + _table("controlled-variables", ["Kind", "Recipe key", *arms], changes,
+                            ["fail" if c[0] == "functional" and variables.get("confounded") else "" for c in changes]))
+    findings = comparison.get("findings") or []
+    if findings:
+        out.append("<h3>Retained findings</h3>" + _table(
+            "comparison-findings", ["Finding", "Status", "Summary"],
+            [(f.get("id"), f.get("status"), f.get("summary")) for f in findings],
+            ["fail" if f.get("status") in ("flagged", "not_reproducible") else "" for f in findings]))
+    if decision:
+        out.append("<h3>What the comparison proves</h3>" + _list(decision.get("proves") or [], "comparison-proves")
+                   + "<h3>What it does not prove</h3>"
+                   + _list(decision.get("does_not_prove") or [], "comparison-does-not-prove")
+                   + "<h3>Caveats</h3>" + _list(decision.get("caveats") or [], "comparison-caveats"))
+    refs: list[Mapping[str, Any]] = [ref for ref in (comparison.get(role) for role in ("control", "candidate", "replay"))
+                                     if isinstance(ref, Mapping)]
+    if refs:
+        out.append(_table("comparison-reports", ["Role", "Recipe", "Run", "Report SHA-256"],
+                          [(r.get("role"), r.get("recipe"), r.get("run_id"), r.get("report_sha256")) for r in refs]))
+    return "".join(out) + "</section>"
+
+
+def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None = None) -> str:
+    """The whole page for one report (plus an optional A/B section), as one offline HTML string."""
+    run = report.get("run") or {}
+    recipe = report.get("recipe") or {}
+    tool = report.get("tool") or {}
+    decision = report.get("decision") or {}
+    results = seed_result_rows(report)
+    title = f"vllmqual: {recipe.get('name')} ({run.get('arm')}) — {decision.get('verdict')}"
+    body = [
+        f"<header><h1>Qualification report: {esc(recipe.get('name'))}</h1>",
+        f'<p class="meta">arm <b>{esc(run.get("arm"))}</b> · run <code>{esc(run.get("id"))}</code> · '
+        f'{esc(run.get("started_utc"))} → {esc(run.get("finished_utc"))} · status <b>{esc(run.get("status"))}</b>'
+        + (f' ({esc("; ".join(run.get("status_reasons") or []))})' if run.get("status_reasons") else "")
+        + f' · mode <b>{esc(run.get("mode"))}</b> · {esc(tool.get("name"))} {esc(tool.get("version"))}</p></header>',
+        _decision_section(report),
+        '<section id="results"><h2>Gates and measurements</h2>'
+        + _table("gate-results", ["Gate", "Result"], [(g, r) for g, r, _ in results], [c for _, _, c in results])
+        + "</section>",
+        _engine_section(report),
+        _ladder_section(report),
+        comparison_section(comparison) if comparison is not None else "",
+        _gates_section(report),
+        _identity_section(report),
+        _lifecycle_section(report),
+        _artifacts_section(report),
+        f'<footer><p class="meta">Schema <code>{esc(report.get("schema"))}</code> · reproduce: '
+        f'<code>{esc(run.get("reproduce"))}</code></p></footer>',
+    ]
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>"
+            + "".join(body) + "</body></html>\n")

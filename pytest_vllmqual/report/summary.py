@@ -1,0 +1,80 @@
+"""The short terminal summary printed at the end of a run: the report's key figures.
+
+Read from the public report only (so it says what the report says), in the seeds'
+vocabulary, with every number written by :func:`~pytest_vllmqual.report.number_format.fmt_num`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .number_format import fmt_num
+from .query import largest_rung
+
+__all__ = ["summary_lines"]
+
+
+def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
+    """Lines in the seeds' vocabulary: verdict, preflight k/6, cold start, KV pool, largest prompt."""
+    run = report.get("run", {})
+    decision = report.get("decision", {})
+    lifecycle = report.get("lifecycle", {})
+    engine = report.get("engine", {})
+    identity = report.get("identity", {})
+    lines = [
+        f"status: {run.get('status', '?')}"
+        + (f" ({'; '.join(run.get('status_reasons', []))})" if run.get("status_reasons") else "")
+        + f"  mode: {run.get('mode', '?')}  verdict: {decision.get('verdict', '?')}",
+        f"identity: {identity.get('status', '?')}"
+        + (f" (not checked: {', '.join(identity['not_checked'])})" if identity.get("not_checked") else ""),
+        f"cold start to ready: {fmt_num(lifecycle.get('cold_start_s'), 1, ' s')}",
+    ]
+    recipe = report.get("recipe") or {}
+    if recipe.get("origin") == "discovered":
+        lines.insert(1, "recipe: DISCOVERED from the endpoint, not pinned (thresholds only a pinned recipe knows "
+                        "were not checked)")
+    if recipe.get("overrides"):
+        lines.insert(1, f"recipe overrides: {', '.join(recipe['overrides'])} (effective sha256 "
+                        f"{str(recipe.get('sha256', ''))[:12]})")
+    preflight = report.get("preflight") or {}
+    if preflight.get("total"):
+        lines.append(f"functional preflight: {preflight.get('summary')}")
+    if engine.get("kv_cache_tokens") is not None:
+        lines.append(
+            f"engine KV pool: {fmt_num(engine.get('kv_cache_tokens'), 3)} tokens, max concurrency "
+            f"{fmt_num(engine.get('max_concurrency'), 2, 'x')} at {fmt_num(engine.get('concurrency_at_tokens'), 3)} tokens; "
+            f"min-rank KV {fmt_num(engine.get('min_rank_kv_gib'), 2, ' GiB')}"
+            + (f" (KV pool from {engine['sources']['kv_cache_tokens']})"
+               if (engine.get("sources") or {}).get("kv_cache_tokens") not in (None, "log") else ""))
+    gates = report.get("gates", [])
+    counts: dict[str, int] = {}
+    for gate in gates:
+        counts[gate.get("outcome", "?")] = counts.get(gate.get("outcome", "?"), 0) + 1
+    if gates:
+        lines.append("gates: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        for gate in gates:
+            if gate.get("outcome") in ("failed", "error", "skipped"):
+                reason = (gate.get("reason") or "").splitlines()[0:1]
+                lines.append(f"  {gate.get('outcome')}: {gate.get('gate')}"
+                             + (f" [{gate['status']}]" if gate.get("status") else "")
+                             + (f" — {reason[0]}" if reason else ""))
+    absent = [str(row.get("gate")) for row in decision.get("gates") or [] if row.get("outcome") == "absent"]
+    if absent:
+        lines.append(f"  not run (not proven by this run): {', '.join(absent)}")
+    top = largest_rung(report)
+    if top is not None:
+        lines.append(
+            f"largest actual prompt: {fmt_num(top['prompt_tokens'], 3)}; TTFT {fmt_num(top.get('ttft_s'), 3, ' s')}; "
+            f"{fmt_num(top.get('prefill_tok_s'), 0, ' effective prefill tok/s')}; "
+            f"{fmt_num(top.get('decode_tok_s'), 2, ' decode tok/s')}")
+    teardown = lifecycle.get("teardown") or {}
+    if teardown:
+        lines.append(f"teardown: {'clean' if teardown.get('clean') else 'NOT CLEAN'} "
+                     f"({teardown.get('surviving_processes', 0)} surviving processes, "
+                     f"{teardown.get('shm_leftover_files', 0)} /dev/shm files left)")
+    if path is not None:
+        lines.append(f"report: {path}")
+        if path.with_suffix(".html").exists():
+            lines.append(f"readable report: {path.with_suffix('.html')}")
+    return lines

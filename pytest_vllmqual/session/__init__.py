@@ -1,0 +1,3 @@
+"""session"""
+
+__all__: list[str] = []

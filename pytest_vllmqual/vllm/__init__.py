@@ -1,0 +1,3 @@
+"""vllm"""
+
+__all__: list[str] = []

@@ -1,0 +1,449 @@
+"""Engine facts from the server log: what a vLLM server says about itself while it starts.
+
+``parse_engine_log`` reads the log of the last server start (``_last_boot``): the KV pool in
+tokens and the concurrency it allows, per-rank weights / KV / activation / CUDA-graph memory
+(``RankFacts``, one per process label, a worker's generic label folded into its ranked one),
+engine init time, the effective non-default args (scrubbed through ``sanitize.redact_args``)
+and the version. ``parse_python_literal`` reads those args as vLLM prints them.
+
+vLLM's log text is not an API. The patterns below were read from vLLM's own format strings
+for 0.10.1 to 0.32 (the version that introduced or changed each one is noted next to it) and
+are tested against one excerpt per version family in ``tests/unit/data/engine_logs/``. A fact
+the log does not state stays ``None``: nothing is inferred or defaulted.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_vllmqual.privacy.sanitize import redact_args
+
+from .server_log import NUMBER, LogLine, split_lines
+from .startup_failure import last_startup_phase
+
+__all__ = ["MODEL_DIR_PLACEHOLDER", "NON_DEFAULT_ARGS_RE", "EngineFacts", "RankFacts", "parse_engine_log",
+           "parse_python_literal"]
+
+_GIB_BYTES = 1 << 30
+
+# --------------------------------------------------------------------------------------------
+# Process labels
+# --------------------------------------------------------------------------------------------
+
+# Suffixes the process name gets when that parallel size is >1 (≥0.10.2 "Worker_DP0_PP1_TP0",
+# 0.10.1 "VllmWorker PP0_TP1").
+_RANK_PART_RE = re.compile(r"(?:^|[ _])(DP|PP|PCP|TP|DCP|EP)(\d+)(?=$|[ _])")
+_WORKER_LABEL_RE = re.compile(r"^(?:Vllm)?Worker|^RayWorker")
+
+
+def _canonical_labels(lines: Iterable[LogLine]) -> dict[int, str]:
+    """Map each pid to its most specific label.
+
+    A worker logs under a generic name ("VllmWorker-0", "Worker") until it knows its rank,
+    then under "Worker_TP0". Facts printed before the rename belong to the same rank.
+    """
+    seen: dict[int, list[str]] = {}
+    for line in lines:
+        if line.pid is not None and line.label:
+            labels = seen.setdefault(line.pid, [])
+            if line.label not in labels:
+                labels.append(line.label)
+    canonical: dict[int, str] = {}
+    for pid, labels in seen.items():
+        ranked = [lab for lab in labels if _RANK_PART_RE.search(lab)]
+        plain = [lab for lab in labels if not re.fullmatch(r"VllmWorker-\d+", lab)]
+        canonical[pid] = (ranked or plain or labels)[-1]
+    # Two live processes with the same generic label (Ray workers, say) stay apart; a ranked
+    # label seen under two pids is a restart of that rank, and later lines overwrite.
+    counts: dict[str, int] = {}
+    for label in canonical.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {
+        pid: (label if counts[label] == 1 or _RANK_PART_RE.search(label) else f"{label} pid={pid}")
+        for pid, label in canonical.items()
+    }
+
+
+def _rank_parts(label: str) -> dict[str, int]:
+    return {kind: int(number) for kind, number in _RANK_PART_RE.findall(label)}
+
+
+# --------------------------------------------------------------------------------------------
+# Engine facts from the log
+# --------------------------------------------------------------------------------------------
+
+# ≥0.30 one line "GPU KV cache size: N tokens, Maximum concurrency for L tokens per request: Xx"
+# (the pool is the device name, "CPU", or "GPU + host"); ≤0.27 two lines, and the pool is
+# always "GPU", CPU backend included.
+_KV_SIZE_RE = re.compile(r"(?P<pool>[A-Za-z]+(?: \+ [a-z]+)?) KV cache size: (?P<tokens>[\d,]+) tokens")
+_CONCURRENCY_RE = re.compile(r"Maximum concurrency for (?P<length>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
+# ≤0.11 "Model loading took %.4f GiB and %.6f seconds"; ≥0.14 "%s GiB memory and …"
+# (the V2 model runner of 0.14–0.27 still omits "memory").
+_MODEL_LOADING_RE = re.compile(rf"Model loading took (?P<gib>{NUMBER}) GiB(?: memory)? and (?P<s>{NUMBER}) seconds")
+_LOADING_WEIGHTS_RE = re.compile(rf"Loading weights took (?P<s>{NUMBER}) seconds")
+_AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: (?P<gib>{NUMBER}) GiB")
+# CPU ≥0.20: "Explicitly set (1.0/11.84) GiB for KV cache on node 0." / "Auto set (…) …".
+_CPU_KV_RE = re.compile(
+    rf"(?P<how>Explicitly|Auto) set \((?P<kv>{NUMBER})/(?P<total>{NUMBER})\) GiB for KV cache on node (?P<node>\d+)"
+)
+_GRAPH_RE = re.compile(rf"Graph capturing finished in (?P<s>{NUMBER}) secs?, took (?P<gib>{NUMBER}) GiB")
+# Per-rank memory summary: INFO in 0.10.2, DEBUG in 0.11–0.20, INFO again from 0.27 with
+# weights and non-torch memory merged into "consumed memory". ≥0.32 names the device.
+_FREE_ON_START_RE = re.compile(
+    rf"Free memory on device(?: \S+)? \((?P<free>{NUMBER})/(?P<total>{NUMBER}) GiB\) on startup\. "
+    rf"Desired GPU memory utilization is \((?P<util>{NUMBER}), (?P<req>{NUMBER}) GiB\)"
+)
+_USAGE_SPLIT_RE = re.compile(
+    rf"Actual usage is (?P<weights>{NUMBER}) GiB for weight, (?P<peak>{NUMBER}) GiB for peak activation, "
+    rf"(?P<non_torch>{NUMBER}) GiB for non-torch memory, and (?P<graph>{NUMBER}) GiB for CUDAGraph memory"
+)
+_USAGE_CONSUMED_RE = re.compile(
+    rf"Actual usage is (?P<consumed>{NUMBER}) GiB for consumed memory \(weights \+ non-torch\), "
+    rf"(?P<peak>{NUMBER}) GiB for peak activation, and (?P<graph>{NUMBER}) GiB for CUDAGraph memory"
+)
+# 0.10.2 prints bytes, later releases GiB.
+_KV_IN_USE_RE = re.compile(rf"Current kv cache memory in use is (?P<value>{NUMBER}) (?P<unit>GiB|bytes)")
+# DEBUG repr of the memory profiling result (all versions).
+_PROFILE_DEBUG_RE = re.compile(
+    rf"torch peak memory increase: (?P<peak>{NUMBER}) ?GiB; non-torch forward increase memory: "
+    rf"(?P<non_torch>{NUMBER}) ?GiB; weights memory: (?P<weights>{NUMBER}) ?GiB"
+)
+# "… took 26.70 s" (≥0.20) or "… took 26.70 seconds" (≤0.14), optionally "(compilation: 8.08 s…".
+_INIT_ENGINE_RE = re.compile(
+    rf"init engine \(profile, create kv cache, warmup model\) took (?P<s>{NUMBER}) (?:s|seconds)"
+    rf"(?: \(compilation: (?P<c>{NUMBER}) s)?"
+)
+NON_DEFAULT_ARGS_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
+_VERSION_RES = (
+    re.compile(r"vLLM (?:API |gRPC )?server version (?P<v>[^\s,]+)"),  # ≤0.14 / ≥0.20 without logo
+    re.compile(r"▀▄▀ █\s+version\s+(?P<v>\S+)"),  # ≥0.20 logo
+    re.compile(r"Initializing a V1 LLM engine \(v(?P<v>[^)\s]+)\)"),  # every V1 engine core
+)
+_CPU_SOURCES = ("cpu_worker.py", "cpu_model_runner.py")
+_GPU_SOURCES = ("gpu_worker.py", "gpu_model_runner.py")
+
+
+@dataclass
+class RankFacts:
+    """What one engine process (a TP rank, or EngineCore at TP=1) logged about its memory.
+
+    vLLM ≥0.14 prints "Model loading took", "Available KV cache memory" and "Graph capturing
+    finished" on local rank 0 only; the per-rank "Actual usage is …" summary (INFO in 0.10.2
+    and ≥0.27) is the only line every GPU rank prints.
+    """
+
+    label: str
+    tp_rank: int | None = None
+    weights_gib: float | None = None
+    load_seconds: float | None = None
+    weights_read_seconds: float | None = None
+    available_kv_gib: float | None = None
+    kv_in_use_gib: float | None = None
+    consumed_gib: float | None = None
+    cuda_graph_gib: float | None = None
+    graph_capture_seconds: float | None = None
+    peak_activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    device_free_gib: float | None = None
+    device_total_gib: float | None = None
+    cpu_node_memory_gib: float | None = None
+
+    @property
+    def kv_gib(self) -> float | None:
+        """KV memory of this rank: the profiler's figure, else the summary's "in use" figure."""
+        return self.available_kv_gib if self.available_kv_gib is not None else self.kv_in_use_gib
+
+    def has_facts(self) -> bool:
+        """Whether this rank logged any figure (≥0.14 non-zero GPU ranks usually log none)."""
+        return any(
+            value is not None
+            for name, value in vars(self).items()
+            if name not in ("label", "tp_rank")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(vars(self))
+        out["kv_gib"] = self.kv_gib
+        return out
+
+
+@dataclass
+class EngineFacts:
+    """Engine facts parsed from one server log. ``None`` means the log did not say."""
+
+    device: str | None = None
+    kv_pool: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_at_tokens: int | None = None
+    ranks: list[RankFacts] = field(default_factory=list)
+    init_engine_seconds: float | None = None
+    compilation_seconds: float | None = None
+    non_default_args: dict[str, Any] | None = None
+    redacted_arg_keys: list[str] = field(default_factory=list)
+    vllm_version: str | None = None
+    last_phase: str | None = None
+
+    @property
+    def min_rank_kv_gib(self) -> float | None:
+        """The smallest per-rank KV memory: vLLM sizes the pool for every rank from it."""
+        values = [rank.kv_gib for rank in self.ranks if rank.kv_gib is not None]
+        return min(values) if values else None
+
+    @property
+    def tp_size_seen(self) -> int | None:
+        """Distinct TP ranks that logged; 1 for a worker without a TP suffix; None if none logged."""
+        tp_ranks = {rank.tp_rank for rank in self.ranks if rank.tp_rank is not None}
+        if tp_ranks:
+            return len(tp_ranks)
+        return 1 if self.ranks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "kv_pool": self.kv_pool,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": self.max_concurrency,
+            "concurrency_at_tokens": self.concurrency_at_tokens,
+            "ranks": [rank.to_dict() for rank in self.ranks],
+            "min_rank_kv_gib": self.min_rank_kv_gib,
+            "tp_size_seen": self.tp_size_seen,
+            "init_engine_seconds": self.init_engine_seconds,
+            "compilation_seconds": self.compilation_seconds,
+            "non_default_args": _json_safe(self.non_default_args),
+            "redacted_arg_keys": list(self.redacted_arg_keys),
+            "vllm_version": self.vllm_version,
+            "last_phase": self.last_phase,
+        }
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def parse_engine_log(text: str) -> EngineFacts:
+    """Parse a vLLM server log (any version 0.10.1–0.32, GPU or CPU, coloured or not).
+
+    If the text holds several server starts (a restart appended to the same file), only the
+    last one is read: it begins at the last "non-default args:" line, which every release
+    prints once per start. The server's listen address is never kept.
+    """
+    lines = split_lines(_last_boot(text))
+    labels = _canonical_labels(lines)
+    facts = EngineFacts()
+    ranks: dict[str, RankFacts] = {}
+    cpu_evidence = False
+    gpu_evidence = False
+    pools: list[str] = []
+
+    def rank_for(line: LogLine) -> RankFacts:
+        label = labels.get(line.pid, line.label) if line.pid is not None else line.label
+        key = label or "(unprefixed)"
+        if key not in ranks:
+            ranks[key] = RankFacts(label=key, tp_rank=_rank_parts(key).get("TP"))
+        return ranks[key]
+
+    for line in lines:
+        msg = line.message
+        if line.pid is not None:
+            label = labels.get(line.pid, line.label or "")
+            if _WORKER_LABEL_RE.match(label) or "TP" in _rank_parts(label):
+                rank_for(line)  # a worker that logged nothing measurable still counts as a rank
+        if line.source:
+            if line.source.rsplit("/", 1)[-1].split(":")[0] in _CPU_SOURCES:
+                cpu_evidence = True
+            elif line.source.rsplit("/", 1)[-1].split(":")[0] in _GPU_SOURCES:
+                gpu_evidence = True
+        if not msg:
+            continue
+
+        if m := _KV_SIZE_RE.search(msg):
+            pools.append(m.group("pool"))
+            facts.kv_cache_tokens = _int(m.group("tokens"))
+        if m := _CONCURRENCY_RE.search(msg):
+            facts.concurrency_at_tokens = _int(m.group("length"))
+            facts.max_concurrency = float(m.group("x"))
+        if m := _MODEL_LOADING_RE.search(msg):
+            rank = rank_for(line)
+            rank.weights_gib = float(m.group("gib"))
+            rank.load_seconds = float(m.group("s"))
+        if m := _LOADING_WEIGHTS_RE.search(msg):
+            rank_for(line).weights_read_seconds = float(m.group("s"))
+        if m := _AVAILABLE_KV_RE.search(msg):
+            rank_for(line).available_kv_gib = float(m.group("gib"))
+            gpu_evidence = True
+        if m := _CPU_KV_RE.search(msg):
+            rank = rank_for(line)
+            rank.available_kv_gib = float(m.group("kv"))
+            rank.cpu_node_memory_gib = float(m.group("total"))
+            cpu_evidence = True
+        if m := _GRAPH_RE.search(msg):
+            rank = rank_for(line)
+            rank.graph_capture_seconds = float(m.group("s"))
+            rank.cuda_graph_gib = float(m.group("gib"))
+            gpu_evidence = True
+        if m := _FREE_ON_START_RE.search(msg):
+            rank = rank_for(line)
+            rank.device_free_gib = float(m.group("free"))
+            rank.device_total_gib = float(m.group("total"))
+            gpu_evidence = True
+        if m := _USAGE_SPLIT_RE.search(msg):
+            rank = rank_for(line)
+            if rank.weights_gib is None:
+                rank.weights_gib = float(m.group("weights"))
+            rank.peak_activation_gib = float(m.group("peak"))
+            rank.non_torch_gib = float(m.group("non_torch"))
+            rank.cuda_graph_gib = float(m.group("graph"))
+        if m := _USAGE_CONSUMED_RE.search(msg):
+            rank = rank_for(line)
+            rank.consumed_gib = float(m.group("consumed"))
+            rank.peak_activation_gib = float(m.group("peak"))
+            rank.cuda_graph_gib = float(m.group("graph"))
+        if m := _KV_IN_USE_RE.search(msg):
+            value = float(m.group("value"))
+            rank_for(line).kv_in_use_gib = round(value / _GIB_BYTES, 2) if m.group("unit") == "bytes" else value
+        if m := _PROFILE_DEBUG_RE.search(msg):
+            rank = rank_for(line)
+            if rank.peak_activation_gib is None:
+                rank.peak_activation_gib = float(m.group("peak"))
+            if rank.non_torch_gib is None:
+                rank.non_torch_gib = float(m.group("non_torch"))
+            if rank.weights_gib is None:
+                rank.weights_gib = float(m.group("weights"))
+        if m := _INIT_ENGINE_RE.search(msg):
+            facts.init_engine_seconds = float(m.group("s"))
+            facts.compilation_seconds = float(m.group("c")) if m.group("c") else None
+        if m := NON_DEFAULT_ARGS_RE.search(msg):
+            parsed = parse_python_literal(m.group("args"))
+            if isinstance(parsed, dict):
+                for key in _LAUNCHER_ONLY_ARGS:
+                    parsed.pop(key, None)
+                for key in _LOCAL_DIR_ARGS:
+                    if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
+                        parsed[key] = MODEL_DIR_PLACEHOLDER
+                facts.non_default_args, redacted = redact_args(parsed)
+                facts.redacted_arg_keys = sorted(set(redacted))
+        if facts.vllm_version is None:
+            for version_re in _VERSION_RES:
+                if m := version_re.search(msg):
+                    facts.vllm_version = m.group("v")
+                    break
+
+    if pools:
+        facts.kv_pool = pools[-1]
+    facts.device = _device(pools, cpu_evidence, gpu_evidence)
+    facts.ranks = sorted(
+        (rank for rank in ranks.values() if rank.has_facts() or _is_rank_label(rank.label)),
+        key=_rank_sort_key,
+    )
+    facts.last_phase = last_startup_phase(text)
+    return facts
+
+
+_BOOT_MARK = "non-default args: {"
+_VERSION_LINE_RE = re.compile(r"vLLM (?:API |gRPC )?server version ")
+
+
+def _last_boot(text: str) -> str:
+    """The log from the start of the last server run on (the whole text if it shows none).
+
+    0.10–0.14 print "vLLM API server version X" just before "non-default args:"; the cut keeps
+    it when it comes after the previous start's mark, so the version of the last start is read.
+    """
+    mark = text.rfind(_BOOT_MARK)
+    if mark <= 0:
+        return text
+    start = text.rfind("\n", 0, mark) + 1
+    previous = text.rfind(_BOOT_MARK, 0, start)
+    versions = list(_VERSION_LINE_RE.finditer(text, max(previous, 0), start))
+    if versions:
+        start = text.rfind("\n", 0, versions[-1].start()) + 1
+    return text[start:]
+
+
+def _is_rank_label(label: str) -> bool:
+    return bool(_WORKER_LABEL_RE.match(label) or "TP" in _rank_parts(label))
+
+
+def _rank_sort_key(rank: RankFacts) -> tuple[int, int, int, str]:
+    parts = _rank_parts(rank.label)
+    return (parts.get("DP", 0), parts.get("PP", 0), parts.get("TP", 0), rank.label)
+
+
+def _device(pools: list[str], cpu_evidence: bool, gpu_evidence: bool) -> str | None:
+    # ≤0.27 prints "GPU KV cache size" on the CPU backend too, so CPU markers win over it.
+    if cpu_evidence or (pools and pools[-1] == "CPU"):
+        return "CPU"
+    if pools:
+        return pools[-1].split(" + ")[0]
+    return "GPU" if gpu_evidence else None
+
+
+# --------------------------------------------------------------------------------------------
+# Effective args
+# --------------------------------------------------------------------------------------------
+
+# Chosen by the launcher for this run, not part of the recipe; the listen address is private.
+_LAUNCHER_ONLY_ARGS = ("host", "port")
+#: Args that name a local directory: its absolute path says where the operator keeps files, not
+#: what was served (the identity block names the checkpoint), so the report shows a placeholder.
+_LOCAL_DIR_ARGS = ("model", "tokenizer", "download_dir")
+MODEL_DIR_PLACEHOLDER = "<model-dir>"
+
+
+def parse_python_literal(text: str) -> Any:
+    """``ast.literal_eval`` that tolerates ``<enum …>`` reprs (quoted) and ``Class(k=v, …)``
+    reprs (read as ``{"type": "Class", "k": v, …}``), as vLLM ≥ 0.2x logs config objects
+    such as ``StructuredOutputsConfig(backend='xgrammar', …)`` among the non-default args."""
+    quoted = re.sub(r"<[^<>]*>", lambda m: repr(m.group(0)), text)
+    for candidate in (text, quoted):
+        try:
+            return ast.literal_eval(candidate)
+        except (ValueError, SyntaxError):
+            pass
+    try:
+        tree = ast.parse(quoted, mode="eval")
+    except SyntaxError:
+        return None
+    try:
+        return _literal_with_calls(tree.body, quoted)
+    except ValueError:
+        return None
+
+
+def _literal_with_calls(node: ast.expr, source: str) -> Any:
+    """A literal expression in which keyword-only calls stand for config objects."""
+    if isinstance(node, ast.Dict):
+        return {_literal_with_calls(k, source): _literal_with_calls(v, source)
+                for k, v in zip(node.keys, node.values, strict=True) if k is not None}
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_literal_with_calls(item, source) for item in node.elts]
+    if isinstance(node, ast.Call) and not node.args:
+        name = ast.get_source_segment(source, node.func) or "?"
+        return {"type": name, **{kw.arg: _literal_with_calls(kw.value, source) for kw in node.keywords
+                                 if kw.arg is not None}}
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        segment = ast.get_source_segment(source, node)
+        if segment is None:
+            raise
+        return segment
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_json_safe(v) for v in value]
+    return repr(value)
+
