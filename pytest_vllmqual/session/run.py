@@ -504,8 +504,8 @@ class QualRun:
         schema-validated before it is written.
         """
         from pytest_vllmqual.launch.gpu import hardware_summary
-        from pytest_vllmqual.report.decision import with_decision
-        from pytest_vllmqual.report.public import build_public_report, resanitize, write_report_atomic
+        from pytest_vllmqual.report.public import resanitize, write_report_atomic
+        from pytest_vllmqual.report.writer import arm_report
 
         if arm.report_path is not None or (arm.manager is None and not arm.gates):
             return None
@@ -519,7 +519,7 @@ class QualRun:
         if arm.manager is not None and arm.manager.handle is not None:
             sanitizer.add_identifier("container_id", arm.manager.handle.container_id)
         generated = self.generate(record) if self.generate else None
-        report = generated or with_decision(build_public_report(record, sanitizer=sanitizer, tool_version=__version__))
+        report = generated or arm_report(record, sanitizer=sanitizer, tool_version=__version__)
         if self.update is not None:
             self.update(report)
         if generated is not None or self.update is not None:
