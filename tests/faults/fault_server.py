@@ -23,7 +23,7 @@ Behaviour is chosen by environment variables (set in the recipe's ``launcher.env
 
 Per request, a marker in the last user message picks a stream or status fault:
 ``[fault:cut]``, ``[fault:nodone]``, ``[fault:nousage]``, ``[fault:500-once:ID]``,
-``[fault:die]``, ``[fault:engine-dies]`` (the 0.24.0 GPU death measured in issue 15: a worker's
+``[fault:die]``, ``[fault:engine-dies]`` (the 0.24.0 GPU death measured on 2x H200: a worker's
 device-side assert, the NCCL watchdog and EngineDeadError logged by three processes, an error
 event inside the 200 stream, then the API server exits; a real vLLM only does this with a GPU
 kernel fault, which cannot be caused on demand).
@@ -191,7 +191,7 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
 
 
 #: What three processes of a real 0.24.0 TP=2 server logged when a prompt past the RoPE table
-#: tripped an inductor assert (issue 15), host details replaced by planted canaries.
+#: tripped an inductor assert (2x H200), host details replaced by planted canaries.
 ENGINE_DEATH_LINES = (
     "(Worker_TP1 pid=300) /tmp/torchinductor_canary-user/ab/cab.py:40: unknown: block: [0,0,0], thread: "
     "[0,0,0] Assertion `index out of bounds: 0 <= tmp5 < 32768` failed.",

@@ -1,4 +1,4 @@
-"""RELIABILITY.md cases 17-22: bad input, provenance, unwritable reports, xdist measurements.
+"""Reliability cases 17-22 (``test_17`` … ``test_22``): bad input, provenance, unwritable reports, xdist measurements.
 
 Bad recipes must stop the session before anything starts: the tests check the operator's
 message, the exit code, that no report or run directory was written, and that no process

@@ -1,4 +1,4 @@
-"""Issue 15: an engine that dies mid-request is evidence, not a gap.
+"""An engine that dies mid-request is evidence, not a gap.
 
 Fault server (see fault_server.py ``[fault:engine-dies]``): a real vLLM dies this way only on a
 GPU kernel fault, which cannot be caused on demand on any machine, let alone a CPU one.

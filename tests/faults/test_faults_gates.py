@@ -1,4 +1,4 @@
-"""RELIABILITY.md cases 8-13: faults while gates run.
+"""Reliability cases 8-13 (``test_08`` … ``test_13``): faults while gates run.
 
 Cases 8, 9, 11 and 13 read the real-server sessions (tests/faults/conftest.py): the kill
 session and the hang session. Cases 10 and 12 read the fault-server session, because a real

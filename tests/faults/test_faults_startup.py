@@ -1,4 +1,4 @@
-"""RELIABILITY.md cases 1-7: faults during startup.
+"""Reliability cases 1-7 (``test_01`` … ``test_07``): faults during startup.
 
 Each test runs a real pytest session (two gates that need the server, see
 gates/startup_probe.py) and checks the JSON report, the gates' outcomes and statuses, the

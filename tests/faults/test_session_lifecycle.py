@@ -1,8 +1,8 @@
-"""The session-scoped server (issue 11): one server per arm, started once, stopped when pytest
+"""The session-scoped server: one server per arm, started once, stopped when pytest
 finishes the arm, and the arm's report written before the next arm's server starts.
 
 Fault server, not vLLM: what is checked is the order of starts, stops and reports across
-two arms; two real vLLM boots would add two minutes and prove nothing more about that order.
+two arms; two real vLLM boots would add minutes and prove nothing more about that order.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A/B and campaign runs for real on CPU (issue 7): one pytest session runs the arms in order
+"""A/B and campaign runs for real on CPU: one pytest session runs the arms in order
 with one server at a time, writes a report per arm, and the comparison or campaign record."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The HTML report in a real headless Chromium: it renders offline, with its tables and plots.
 
-The report is built from realistic RunRecord data (the seeds' control arm: two TP ranks, a
+The report is built from realistic RunRecord data (the reference campaign's control arm: two TP ranks, a
 ladder with a retained HTTP 400 and an expected max_model_len+1 rejection), rendered by
 ``vllmqual report``, then opened in ``/usr/bin/chromium``. The screenshot must be a real
 picture (not blank), and the DOM Chromium built must hold the results tables and both SVG
@@ -79,7 +79,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, bytes]:
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A report written and rendered through the CLI, as an operator would."""
     base = tmp_path_factory.mktemp("html")
-    run = _samples().with_every_gate_passed(_samples().seed_control_run(base / "private"))
+    run = _samples().with_every_gate_passed(_samples().reference_control_run(base / "private"))
     assert [r["tp_rank"] for r in run.engine["ranks"]] == [0, 1]
     assert sum(1 for r in run.ladder if not r.ok and not r.expected_rejection) == 1
     report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))

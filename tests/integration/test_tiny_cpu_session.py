@@ -137,7 +137,7 @@ def test_no_process_or_shm_file_of_the_run_survives(tiny_run: SessionRun) -> Non
 
 
 def test_decision_names_every_gate_that_did_not_pass_and_never_overclaims(tiny_run: SessionRun) -> None:
-    """Issue 13: the default tiny-cpu run reports what it honestly is."""
+    """The default tiny-cpu run reports what it honestly is: healthy, with every gate that did not pass named."""
     decision = tiny_run.report["decision"]
     not_passed = [row for row in decision["gates"] if row["outcome"] != "passed"]
     assert (decision["verdict"] == "candidate") == (not not_passed)

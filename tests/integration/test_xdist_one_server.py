@@ -1,5 +1,5 @@
 """``pytest -n 2 --recipe=tiny-cpu`` starts exactly one server process tree, and the report merges
-the results of both workers (issue 6, item 3).
+the results of both workers.
 
 The session (``xdist_session`` in tests/conftest.py) runs the real suites' smoke and engine
 gates plus functional and capacity gates (tests/faults/gates/xdist_traffic.py) on two xdist

@@ -1,5 +1,5 @@
 """Bad input through the real command line: a clear one-paragraph error, non-zero exit, no
-traceback, and no server started (RELIABILITY cases 2, 17, 18, 19)."""
+traceback, and no server started (reliability cases 2, 17, 18, 19 of tests/faults/)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Realistic RunRecords for the report tests, built from the seeds' published figures.
+"""Realistic RunRecords for the report tests, built from the reference campaign's published figures.
 
-``seed_control_run`` is the quality-first control of ../shared/seeds/quality-first-control.txt
-(TP=2, 131,072 context, cold start 323.5 s, 283,917 KV tokens, the retained HTTP 400 at the
-120K target, the non-monotonic targets). ``seed_candidate_run`` is the 4,096 arm of
-batch-token-ab.txt. Figures are the seeds' own (their prefill and decode figures come from
-their harness and are carried verbatim; the report carries whatever the record measured).
+``reference_control_run`` is the reference campaign's 131K control (TP=2, 131,072 context, cold
+start 323.5 s, 283,917 KV tokens, the retained HTTP 400 at the 120K target, the non-monotonic
+targets). ``reference_candidate_run`` is its 4,096-token A/B arm. Figures are the campaign's own
+(its prefill and decode figures come from its harness and are carried verbatim; the report
+carries whatever the record measured).
 
 ``CANARIES`` are fake secrets and identifiers of every kind the sanitizer must catch; with
 ``canaries=True`` they are planted in every free-text field a run can fill.
@@ -88,7 +88,7 @@ def _attempt(store: ArtifactStore, gate: str, n: int, label: str, *, ok: bool = 
 
 
 def _rungs(arm: str) -> list[RungRecord]:
-    """The seeds' context-target ladder; the candidate arm repeats the three passing targets."""
+    """The reference campaign's context-target ladder; the candidate arm repeats the three passing targets."""
     largest = {"control": (17.445, 17.886, 7537.0, 73.86), "candidate": (17.364, 17.805, 7344.0, 75.20)}[arm]
     rungs = [
         RungRecord(index=0, target=117500, target_label="117.5K", prompt_tokens=87207, status_code=200,
@@ -117,8 +117,8 @@ def _rungs(arm: str) -> list[RungRecord]:
     return rungs
 
 
-def seed_run(private_dir: Path, *, arm: str = "control", canaries: bool = False) -> RunRecord:
-    """A complete managed TP=2 run in the seeds' shape, its artifacts written under ``private_dir``."""
+def reference_run(private_dir: Path, *, arm: str = "control", canaries: bool = False) -> RunRecord:
+    """A complete managed TP=2 run in the reference campaign's shape, its artifacts written under ``private_dir``."""
     store = ArtifactStore(private_dir)
     c = CANARIES
     log = "(Worker_TP0 pid=11) INFO Model loading took 75.64 GiB memory and 41.2 seconds\n"
@@ -257,19 +257,19 @@ def seed_run(private_dir: Path, *, arm: str = "control", canaries: bool = False)
     )
 
 
-def seed_control_run(private_dir: Path, *, canaries: bool = False) -> RunRecord:
-    return seed_run(private_dir, arm="control", canaries=canaries)
+def reference_control_run(private_dir: Path, *, canaries: bool = False) -> RunRecord:
+    return reference_run(private_dir, arm="control", canaries=canaries)
 
 
-def seed_candidate_run(private_dir: Path) -> RunRecord:
-    return seed_run(private_dir, arm="candidate")
+def reference_candidate_run(private_dir: Path) -> RunRecord:
+    return reference_run(private_dir, arm="candidate")
 
 
 def with_every_gate_passed(run: RunRecord) -> RunRecord:
-    """The seed run plus a passed record for each registered gate it has none of.
+    """The reference run plus a passed record for each registered gate it has none of.
 
-    The seeds publish no record of those gates (concurrency, the repeated quality checks one by
-    one), so the seed run is ``healthy`` as published; tests of what a run that ran every gate
+    The reference campaign published no record of those gates (concurrency, the repeated quality
+    checks one by one), so the reference run is ``healthy`` as published; tests of what a run that ran every gate
     earns add them here, explicitly."""
     from pytest_vllmqual.gates.registry import REGISTRY
 

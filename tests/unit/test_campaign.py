@@ -25,13 +25,13 @@ from pytest_vllmqual.report.public import validate_report
 from pytest_vllmqual.report.query import preflight_summary
 
 ROOT = Path(__file__).resolve().parents[2]
-SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
+REFERENCE_REPORTS = Path(__file__).resolve().parent / "data" / "reference_reports"
 
 
 def arm_report(name: str, *, kv_tokens: int | None, largest: int | None, smoke: str = "passed",
                min_kv: int | None = 393216, min_prompt: int | None = 300000) -> dict[str, Any]:
-    """The seeds' control report, re-labelled as a 393K arm with the given KV pool and largest prompt."""
-    report: dict[str, Any] = json.loads((SEEDS / "control-8192.json").read_text())
+    """The reference campaign's control report, re-labelled as a 393K arm with the given KV pool and largest prompt."""
+    report: dict[str, Any] = json.loads((REFERENCE_REPORTS / "control-8192.json").read_text())
     report["run"]["arm"] = report["recipe"]["name"] = name
     content = report["recipe"]["content"]
     content["name"] = name
@@ -78,16 +78,16 @@ def startup_failed(name: str) -> dict[str, Any]:
     return report
 
 
-SEED_CAMPAIGN = Campaign([CampaignArm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
-                          CampaignArm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")],
-                         name="393k")
+REFERENCE_CAMPAIGN = Campaign([CampaignArm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
+                               CampaignArm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")],
+                              name="393k")
 
 
-# -- the seeds' campaign ------------------------------------------------------------------------------
+# -- the reference campaign's 393K step ------------------------------------------------------------
 
 
 def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
-    plan = SEED_CAMPAIGN.plan()
+    plan = REFERENCE_CAMPAIGN.plan()
     assert plan.next_arm({}) == "393k-fp8kv"
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
     assert plan.next_arm({"393k-fp8kv": primary}) == "393k-offload"
@@ -110,7 +110,7 @@ def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
 
 
 def test_fallback_is_skipped_when_the_primary_passes() -> None:
-    plan = SEED_CAMPAIGN.plan()
+    plan = REFERENCE_CAMPAIGN.plan()
     primary = arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)
     assert plan.next_arm({"393k-fp8kv": primary}) is None
     record = plan.record()
@@ -122,7 +122,7 @@ def test_fallback_is_skipped_when_the_primary_passes() -> None:
 
 
 def test_a_startup_failure_fails_kv_pool_and_names_the_cause() -> None:
-    plan = SEED_CAMPAIGN.plan()
+    plan = REFERENCE_CAMPAIGN.plan()
     assert plan.next_arm({"393k-fp8kv": startup_failed("393k-fp8kv")}) == "393k-offload"
     reason = plan.record()["arms"][1]["reason"]
     assert reason.startswith("393k-offload runs because 393k-fp8kv failed startup: startup failed (kv_insufficient)")
@@ -138,7 +138,7 @@ def test_ladder_needs_a_prompt_above_the_floor_and_passing_post_probe_smokes() -
 
 
 def test_when_the_fallback_also_fails_no_arm_passed() -> None:
-    plan = SEED_CAMPAIGN.plan()
+    plan = REFERENCE_CAMPAIGN.plan()
     reports = {"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=119503),
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)}
     assert plan.next_arm(reports) is None
@@ -182,9 +182,9 @@ def test_continue_and_stop_flags() -> None:
 
 def test_reports_can_be_a_list_keyed_by_run_arm() -> None:
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
-    assert SEED_CAMPAIGN.plan().next_arm([primary]) == "393k-offload"
+    assert REFERENCE_CAMPAIGN.plan().next_arm([primary]) == "393k-offload"
     with pytest.raises(CampaignError, match="not arms of this campaign"):
-        SEED_CAMPAIGN.plan().next_arm({"131k-4096": primary})
+        REFERENCE_CAMPAIGN.plan().next_arm({"131k-4096": primary})
 
 
 def test_default_requirement_is_every_gate_passed_and_a_complete_run() -> None:
@@ -261,16 +261,16 @@ def test_bad_campaign_files_name_the_file_and_key(tmp_path: Path, text: str, mes
 
 def test_a_qualified_fallback_is_named_for_the_exit_code() -> None:
     """The session exits 0 when the fallback qualified in place of the failed primary (plugin._campaign_exit)."""
-    plan = SEED_CAMPAIGN.plan()
+    plan = REFERENCE_CAMPAIGN.plan()
     reports = {"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000),
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
     plan.next_arm(reports)
     assert qualified_by_fallback(plan.record()) == "393k-offload"
-    plan = SEED_CAMPAIGN.plan()
+    plan = REFERENCE_CAMPAIGN.plan()
     reports["393k-offload"] = arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)
     plan.next_arm(reports)
     assert qualified_by_fallback(plan.record()) is None  # the fallback failed too
-    plan = SEED_CAMPAIGN.plan()
+    plan = REFERENCE_CAMPAIGN.plan()
     plan.next_arm({"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)})
     assert qualified_by_fallback(plan.record()) is None  # nothing failed: the exit code is the session's own
     plan = parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality").plan()

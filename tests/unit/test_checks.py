@@ -1,4 +1,4 @@
-"""Each gate can turn red, with a message that says what broke (issue 3): a wrong schema, a
+"""Each gate can turn red, with a message that says what broke: a wrong schema, a
 missing [DONE], a missing usage chunk, a template that ignores the effort, a wrong tool name.
 Streams are replayed through httpx.MockTransport: the real server never breaks these rules
 on demand, which is exactly why the checks need proof that they fire."""
@@ -132,7 +132,7 @@ def test_garbage_streams_are_reported(body: bytes) -> None:
 
 
 def test_explicit_retries_record_every_attempt() -> None:
-    """RELIABILITY 12: a retry happens only when the recipe asks, and every attempt is kept."""
+    """A transient HTTP 500 is a failed attempt: a retry happens only when the recipe asks, and every attempt is kept."""
     calls: list[int] = []
 
     def answer(request: httpx.Request) -> httpx.Response:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from report_samples import seed_control_run
+from report_samples import reference_control_run
 
 from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
 from pytest_vllmqual.privacy.sanitize import Sanitizer
@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def written(tmp_path: Path) -> tuple[Path, Path]:
-    """(report path, private dir) of a seed-shaped run."""
+    """(report path, private dir) of a run shaped like the reference campaign's control."""
     private = tmp_path / "private"
-    report = with_decision(build_public_report(seed_control_run(private), sanitizer=Sanitizer(environ={}, hostname="", username="")))
+    report = with_decision(build_public_report(reference_control_run(private), sanitizer=Sanitizer(environ={}, hostname="", username="")))
     return write_report_atomic(report, tmp_path / "reports" / "run.json"), private
 
 

@@ -1,4 +1,4 @@
-"""compare_reports reproduces the seeds' A/B table and findings; confounded, replay and CLI paths."""
+"""compare_reports reproduces the reference campaign's A/B table and findings; confounded, replay and CLI paths."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_samples import seed_candidate_run, seed_control_run
+from report_samples import reference_candidate_run, reference_control_run
 
 from pytest_vllmqual.ab.compare import (
     SCHEMA_ID,
@@ -31,9 +31,9 @@ from pytest_vllmqual.report.html_page import render_html
 from pytest_vllmqual.report.public import build_public_report, validate_report
 from pytest_vllmqual.report.query import preflight_summary
 
-SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
+REFERENCE_REPORTS = Path(__file__).resolve().parent / "data" / "reference_reports"
 
-SEED_TABLE = """\
+REFERENCE_TABLE = """\
 | Measurement | 8,192 control | 4,096 candidate | Change |
 |---|---|---|---|
 | Minimum-rank KV allocation | 15.27 GiB | 15.99 GiB | +0.72 GiB / +4.715% |
@@ -46,34 +46,34 @@ SEED_TABLE = """\
 | Largest-request TTFT | 17.445 s | 17.364 s | -0.461% |
 | Largest-request effective prefill | 7,537 tok/s | 7,344 tok/s | -2.569% |
 | Largest-request decode | 73.86 tok/s | 75.20 tok/s | +1.820% |"""
-"""The seeds' Results table, verbatim from batch-token-ab.txt."""
+"""The reference campaign's A/B Results table, cell for cell."""
 
-SEED_CHANGES = [line.split(" | ")[-1].rstrip(" |") for line in SEED_TABLE.splitlines()[2:]]
+REFERENCE_CHANGES = [line.split(" | ")[-1].rstrip(" |") for line in REFERENCE_TABLE.splitlines()[2:]]
 
 
 def quiet() -> Sanitizer:
     return Sanitizer(environ={}, hostname="", username="")
 
 
-def seed(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((SEEDS / name).read_text())
+def reference_report(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((REFERENCE_REPORTS / name).read_text())
     return data
 
 
 @pytest.fixture
 def arms() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    return seed("control-8192.json"), seed("candidate-4096.json"), seed("replay-8192.json")
+    return reference_report("control-8192.json"), reference_report("candidate-4096.json"), reference_report("replay-8192.json")
 
 
 @pytest.fixture
-def seed_comparison(arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+def reference_comparison(arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
     control, candidate, replay = arms
     return compare_reports(control, candidate, replay=replay, sanitizer=quiet())
 
 
 def with_every_gate(report: dict[str, Any]) -> dict[str, Any]:
-    """An arm that also ran the registered gates the seeds publish no record of (the seeds' arms
-    as published are healthy: a candidate needs every gate of every family)."""
+    """An arm that also ran the registered gates the reference campaign published no record of (its
+    arms as published are healthy: a candidate needs every gate of every family)."""
     present = {g["gate"] for g in report["gates"]}
     for spec in REGISTRY:
         if spec.name not in present:
@@ -101,16 +101,16 @@ def finding(comparison: dict[str, Any], finding_id: str) -> dict[str, Any]:
     return next(f for f in comparison["findings"] if f["id"] == finding_id)
 
 
-# -- the seeds ---------------------------------------------------------------------------------------
+# -- the reference campaign -------------------------------------------------------------------------
 
 
-def test_seed_fixtures_are_valid_reports_with_only_published_figures(
+def test_reference_fixtures_are_valid_reports_with_only_published_figures(
         arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
     control, candidate, replay = arms
     for report in arms:
         validate_report(report)
         assert report["artifacts"] == []
-    published = {  # field: (control, candidate, decimals as the seeds print them)
+    published = {  # field: (control, candidate, decimals as the reference campaign prints them)
         "ttft_s": (17.445, 17.364, 3), "prefill_tok_s": (7537, 7344, 0), "decode_tok_s": (73.86, 75.20, 2)}
     top_control, top_candidate = control["ladder_summary"]["largest"], candidate["ladder_summary"]["largest"]
     for key, (a, b, places) in published.items():
@@ -122,12 +122,12 @@ def test_seed_fixtures_are_valid_reports_with_only_published_figures(
     assert [r["prompt_tokens"] for r in control["ladder"]] == [87207, 118830, None, 119503, 88939]
 
 
-def test_compare_reproduces_the_seed_table_exactly(seed_comparison: dict[str, Any]) -> None:
-    assert table_of(render_markdown(seed_comparison)) == SEED_TABLE
-    assert [r["change"] for r in seed_comparison["rows"]] == SEED_CHANGES
-    assert seed_comparison["arms"] == ["8,192 control", "4,096 candidate"]
-    assert comparison_errors(seed_comparison) == []
-    assert seed_comparison["schema"] == SCHEMA_ID
+def test_compare_reproduces_the_reference_table_exactly(reference_comparison: dict[str, Any]) -> None:
+    assert table_of(render_markdown(reference_comparison)) == REFERENCE_TABLE
+    assert [r["change"] for r in reference_comparison["rows"]] == REFERENCE_CHANGES
+    assert reference_comparison["arms"] == ["8,192 control", "4,096 candidate"]
+    assert comparison_errors(reference_comparison) == []
+    assert reference_comparison["schema"] == SCHEMA_ID
 
 
 @pytest.mark.parametrize(("key", "rule", "delta", "delta_pct"), [
@@ -140,9 +140,9 @@ def test_compare_reproduces_the_seed_table_exactly(seed_comparison: dict[str, An
     ("largest_prefill_tok_s", "pct", None, -2.569),
     ("largest_decode_tok_s", "pct", None, 1.820),
 ])
-def test_rows_carry_the_rule_and_the_numbers(seed_comparison: dict[str, Any], key: str, rule: str,
+def test_rows_carry_the_rule_and_the_numbers(reference_comparison: dict[str, Any], key: str, rule: str,
                                              delta: float | None, delta_pct: float | None) -> None:
-    row = next(r for r in seed_comparison["rows"] if r["key"] == key)
+    row = next(r for r in reference_comparison["rows"] if r["key"] == key)
     assert row["rule"] == rule
     if delta is not None:
         assert row["delta"] == pytest.approx(delta)
@@ -150,8 +150,8 @@ def test_rows_carry_the_rule_and_the_numbers(seed_comparison: dict[str, Any], ke
         assert row["delta_pct"] == pytest.approx(delta_pct)
 
 
-def test_kv_bytes_vs_tokens_mismatch_is_flagged_with_both_figures(seed_comparison: dict[str, Any]) -> None:
-    kv = finding(seed_comparison, "kv_bytes_vs_tokens")
+def test_kv_bytes_vs_tokens_mismatch_is_flagged_with_both_figures(reference_comparison: dict[str, Any]) -> None:
+    kv = finding(reference_comparison, "kv_bytes_vs_tokens")
     assert kv["status"] == "flagged" and kv["retained"] is True
     assert "+4.715% KV bytes vs +94.861% reported tokens" in kv["summary"]
     assert "rose only 4.715% (15.27 → 15.99 GiB)" in kv["summary"]
@@ -160,21 +160,21 @@ def test_kv_bytes_vs_tokens_mismatch_is_flagged_with_both_figures(seed_compariso
     assert "retained explicitly rather than normalized away" in kv["summary"]
     assert kv["figures"]["kv_gib_change_pct"] == 4.715 and kv["figures"]["kv_tokens_change_pct"] == 94.861
     assert kv["figures"]["control_tokens_per_gib"] == 18593.1
-    caveats = seed_comparison["decision"]["caveats"]
+    caveats = reference_comparison["decision"]["caveats"]
     assert ("the mismatch between +4.715% KV bytes and +94.861% reported tokens is retained explicitly rather "
             "than normalized away") in caveats
     assert "a causal explanation for the near-doubling of reported KV tokens" in \
-        seed_comparison["decision"]["does_not_prove"]
+        reference_comparison["decision"]["does_not_prove"]
 
 
-def test_not_yet_a_393k_capacity_result_caveat(seed_comparison: dict[str, Any]) -> None:
-    caveat = next(c for c in seed_comparison["decision"]["caveats"] if "not yet a 393K capacity result" in c)
+def test_not_yet_a_393k_capacity_result_caveat(reference_comparison: dict[str, Any]) -> None:
+    caveat = next(c for c in reference_comparison["decision"]["caveats"] if "not yet a 393K capacity result" in c)
     assert caveat == ("the reported KV pool of 553,243 tokens is not yet a 393K capacity result: the KV byte "
                       "allocation rose only 4.715%, and this A/B retained a 131,072-token configured context")
 
 
-def test_controlled_variables_identity_only_vs_one_functional_change(seed_comparison: dict[str, Any]) -> None:
-    variables = seed_comparison["controlled_variables"]
+def test_controlled_variables_identity_only_vs_one_functional_change(reference_comparison: dict[str, Any]) -> None:
+    variables = reference_comparison["controlled_variables"]
     assert variables["functional"] == ["serve.max_num_batched_tokens"]
     assert variables["confounded"] is False
     assert {"launcher.port", "identity.served_model_name", "launcher.docker.container_name"} <= \
@@ -188,30 +188,30 @@ def test_controlled_variables_identity_only_vs_one_functional_change(seed_compar
     assert variables["harness"] == []
 
 
-def test_timing_rows_are_bounded_observations(seed_comparison: dict[str, Any]) -> None:
-    labels = {r["key"]: r["label"] for r in seed_comparison["rows"]}
+def test_timing_rows_are_bounded_observations(reference_comparison: dict[str, Any]) -> None:
+    labels = {r["key"]: r["label"] for r in reference_comparison["rows"]}
     assert labels["largest_ttft_s"] == labels["largest_prefill_tok_s"] == labels["largest_decode_tok_s"] == BOUNDED
     assert BOUNDED == "bounded observation, not a ranking"
     assert all(v is None for k, v in labels.items() if not k.startswith("largest_") or k == "largest_prompt_tokens")
-    timing = finding(seed_comparison, "timing_noise")
+    timing = finding(reference_comparison, "timing_noise")
     assert timing["status"] == "bounded"
     assert "Largest-request TTFT -0.461%" in timing["summary"]
     assert any(n.startswith("Largest-request decode: bounded observation, not a ranking") for n in
-               seed_comparison["notes"])
+               reference_comparison["notes"])
 
 
-def test_bracketed_replay_reproduced_the_baseline(seed_comparison: dict[str, Any]) -> None:
-    replay = finding(seed_comparison, "replay")
+def test_bracketed_replay_reproduced_the_baseline(reference_comparison: dict[str, Any]) -> None:
+    replay = finding(reference_comparison, "replay")
     assert replay["status"] == "reproduced"
     assert replay["summary"].startswith(STALE_LOG_CLEARED)
     assert STALE_LOG_CLEARED == "a fresh bracketed replay reproduced the baseline, so this is not a stale-log comparison"
-    check = seed_comparison["replay_check"]
+    check = reference_comparison["replay_check"]
     assert check["reproduced"] and check["bracketed"] and all(c["within"] for c in check["checks"])
-    assert any("reproducible under the current runtime" in p for p in seed_comparison["decision"]["proves"])
+    assert any("reproducible under the current runtime" in p for p in reference_comparison["decision"]["proves"])
 
 
-def test_decision_lists_are_generated_from_what_was_measured(seed_comparison: dict[str, Any]) -> None:
-    decision = seed_comparison["decision"]
+def test_decision_lists_are_generated_from_what_was_measured(reference_comparison: dict[str, Any]) -> None:
+    decision = reference_comparison["decision"]
     does_not = decision["does_not_prove"]
     assert "a request above 300K prompt tokens (the largest measured in any arm was 119,503)" in does_not
     assert any(d.startswith("393K startup") for d in does_not)
@@ -221,21 +221,21 @@ def test_decision_lists_are_generated_from_what_was_measured(seed_comparison: di
     assert "Peak activation per rank 1.73 GiB → 1.14 GiB" in proves
     assert "Functional preflight 6/6, Largest actual prompt 119,503" in proves
     assert "Engine-reported GPU KV tokens" not in proves  # unresolved: a finding, not a proof
-    assert decision["verdict"] == seed_comparison["verdict"] == "healthy"
+    assert decision["verdict"] == reference_comparison["verdict"] == "healthy"
     assert decision["summary"] == "healthy; no-promotion"
     assert "no cold start was measured" in decision["reasons"][0]
 
 
 def test_comparison_is_sanitized_and_references_reports_by_sha256(
-        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]], seed_comparison: dict[str, Any]) -> None:
+        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]], reference_comparison: dict[str, Any]) -> None:
     control, candidate, replay = arms
-    assert seed_comparison["control"]["report_sha256"] == report_digest(control)
-    assert seed_comparison["replay"]["report_sha256"] == report_digest(replay)
-    assert seed_comparison["control"]["hashed"] == "canonical-json"
-    text = json.dumps(seed_comparison)
+    assert reference_comparison["control"]["report_sha256"] == report_digest(control)
+    assert reference_comparison["replay"]["report_sha256"] == report_digest(replay)
+    assert reference_comparison["control"]["hashed"] == "canonical-json"
+    text = json.dumps(reference_comparison)
     for never in ('"tool_call_parser"', "deepseek_v31", '"ladder_summary"', '"status_reasons"', '"reproduce"'):
         assert never not in text  # unchanged recipe keys and report sections are not copied
-    assert seed_comparison["not_compared"][0]["measurement"] == "Largest-request E2E"
+    assert reference_comparison["not_compared"][0]["measurement"] == "Largest-request E2E"
     planted = copy.deepcopy(candidate)
     planted["recipe"]["content"]["launcher"]["env"] = {"NOTE": "cache in /home/qualuser/models"}
     leaked = compare_reports(control, planted, sanitizer=quiet())
@@ -243,8 +243,8 @@ def test_comparison_is_sanitized_and_references_reports_by_sha256(
 
 
 def test_html_renders_the_comparison_section(arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
-                                             seed_comparison: dict[str, Any]) -> None:
-    page = render_html(arms[1], comparison=seed_comparison)
+                                             reference_comparison: dict[str, Any]) -> None:
+    page = render_html(arms[1], comparison=reference_comparison)
     for anchor in ('id="comparison-table"', 'id="controlled-variables"', 'id="comparison-findings"',
                    'id="comparison-does-not-prove"', 'id="comparison-reports"'):
         assert anchor in page
@@ -308,7 +308,7 @@ def test_without_a_replay_the_baseline_may_be_stale(arms: tuple[dict[str, Any], 
     assert finding(result, "replay")["status"] == "absent"
     assert result["replay"] is None and result["replay_check"] is None
     assert "that the control is reproducible: no bracketed replay ran" in result["decision"]["does_not_prove"]
-    assert table_of(render_markdown(result)) == SEED_TABLE
+    assert table_of(render_markdown(result)) == REFERENCE_TABLE
 
 
 def test_timing_delta_above_the_noise_floor_is_not_bounded(
@@ -375,8 +375,8 @@ def test_a_failed_candidate_gate_is_no_promotion_and_a_regression(
 
 
 def test_report_samples_arms_compare_with_a_known_block_size(tmp_path: Path) -> None:
-    control = with_decision(build_public_report(seed_control_run(tmp_path / "a"), sanitizer=quiet()))
-    candidate = with_decision(build_public_report(seed_candidate_run(tmp_path / "b"), sanitizer=quiet()))
+    control = with_decision(build_public_report(reference_control_run(tmp_path / "a"), sanitizer=quiet()))
+    candidate = with_decision(build_public_report(reference_candidate_run(tmp_path / "b"), sanitizer=quiet()))
     result = compare_reports(control, candidate, sanitizer=quiet())
     kv = finding(result, "kv_bytes_vs_tokens")
     assert kv["status"] == "flagged" and "block size 64 unchanged" in kv["summary"]
@@ -410,10 +410,10 @@ def test_number_helpers_round_half_up_from_the_carried_values() -> None:
 
 
 def test_compare_rejects_things_that_are_not_arm_reports(
-        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]], seed_comparison: dict[str, Any]) -> None:
+        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]], reference_comparison: dict[str, Any]) -> None:
     control, candidate, _ = arms
     with pytest.raises(ComparisonError, match="is a comparison record"):
-        compare_reports(seed_comparison, candidate)
+        compare_reports(reference_comparison, candidate)
     with pytest.raises(ComparisonError, match="not a vllmqual arm report"):
         compare_reports(control, {**candidate, "schema": "https://pytest-vllmqual/schemas/report/99"})
 
@@ -431,15 +431,15 @@ def one_line_error(err: str) -> str:
 def test_cli_compare_writes_the_comparison_and_prints_the_table(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     out, page = tmp_path / "out" / "comparison.json", tmp_path / "page.html"
-    code = main(["compare", str(SEEDS / "control-8192.json"), str(SEEDS / "candidate-4096.json"),
-                 "--replay", str(SEEDS / "replay-8192.json"), "-o", str(out), "--html", str(page)])
+    code = main(["compare", str(REFERENCE_REPORTS / "control-8192.json"), str(REFERENCE_REPORTS / "candidate-4096.json"),
+                 "--replay", str(REFERENCE_REPORTS / "replay-8192.json"), "-o", str(out), "--html", str(page)])
     assert code == EXIT_OK
     printed = capsys.readouterr().out
-    assert table_of(printed) == SEED_TABLE
+    assert table_of(printed) == REFERENCE_TABLE
     assert f"wrote {out}" in printed and f"wrote {page}" in printed
     written = json.loads(out.read_text())
     assert comparison_errors(written) == []
-    assert written["control"]["report_sha256"] == sha256_file(SEEDS / "control-8192.json")
+    assert written["control"]["report_sha256"] == sha256_file(REFERENCE_REPORTS / "control-8192.json")
     assert written["control"]["hashed"] == "file"
     assert 'id="comparison-table"' in page.read_text()
     assert not list(out.parent.glob(".*.tmp"))
@@ -447,7 +447,7 @@ def test_cli_compare_writes_the_comparison_and_prints_the_table(tmp_path: Path,
 
 def test_cli_compare_targets_and_default_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("control-8192.json", "candidate-4096.json"):
-        (tmp_path / name).write_bytes((SEEDS / name).read_bytes())
+        (tmp_path / name).write_bytes((REFERENCE_REPORTS / name).read_bytes())
     code = main(["compare", str(tmp_path / "control-8192.json"), str(tmp_path / "candidate-4096.json"),
                  "--target-prompt", "100000"])
     assert code == EXIT_OK
@@ -468,9 +468,9 @@ def test_cli_compare_targets_and_default_output(tmp_path: Path, capsys: pytest.C
 ])
 def test_cli_compare_bad_inputs_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    setup: str, expected: str) -> None:
-    control = SEEDS / "control-8192.json"
+    control = REFERENCE_REPORTS / "control-8192.json"
     bad = tmp_path / "bad.json"
-    report = seed("candidate-4096.json")
+    report = reference_report("candidate-4096.json")
     if setup == "not-json":
         bad.write_text("{nope")
     elif setup == "not-object":
@@ -483,7 +483,7 @@ def test_cli_compare_bad_inputs_are_one_line_exit_2(tmp_path: Path, capsys: pyte
         del report["engine"]
         bad.write_text(json.dumps(report))
     elif setup == "comparison":
-        bad.write_text(json.dumps(compare_reports(seed("control-8192.json"), seed("candidate-4096.json"),
+        bad.write_text(json.dumps(compare_reports(reference_report("control-8192.json"), reference_report("candidate-4096.json"),
                                                   sanitizer=quiet())))
     elif setup == "same":
         bad.write_bytes(control.read_bytes())
@@ -495,10 +495,10 @@ def test_cli_compare_bad_inputs_are_one_line_exit_2(tmp_path: Path, capsys: pyte
 
 def test_cli_compare_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["compare", str(SEEDS / "control-8192.json")])
+        main(["compare", str(REFERENCE_REPORTS / "control-8192.json")])
     assert exit_info.value.code == EXIT_USAGE
     assert "vllmqual: error:" in capsys.readouterr().err
-    code = main(["compare", str(SEEDS / "control-8192.json"), str(SEEDS / "candidate-4096.json"),
+    code = main(["compare", str(REFERENCE_REPORTS / "control-8192.json"), str(REFERENCE_REPORTS / "candidate-4096.json"),
                  "--target-context", "0", "-o", "/dev/null/x.json"])
     assert code == EXIT_USAGE
     assert "--target-context must be a positive token count" in one_line_error(capsys.readouterr().err)
@@ -506,8 +506,8 @@ def test_cli_compare_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_a_startup_both_arms_made_is_not_denied_after_a_later_death(
         arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
-    """Issue 15: two arms that started at 131,072 with 536M-token pools, then died on a ladder rung
-    (run incomplete), still proved the 131K startup; only an arm that never became ready did not."""
+    """As on 2x H200 with vLLM 0.24.0: two arms that started at 131,072 with 536M-token pools,
+    then died on a ladder rung (run incomplete), still proved the 131K startup; only an arm that never became ready did not."""
     died = []
     for arm in copy.deepcopy(arms):
         arm["engine"]["kv_cache_tokens"] = 536_377_984
@@ -526,11 +526,11 @@ def test_a_startup_both_arms_made_is_not_denied_after_a_later_death(
 
 def test_cli_compare_exits_1_when_the_verdict_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A no-promotion comparison must not look like a pass to a script (`vllmqual compare && deploy`)."""
-    candidate = json.loads((SEEDS / "candidate-4096.json").read_text())
+    candidate = json.loads((REFERENCE_REPORTS / "candidate-4096.json").read_text())
     candidate["decision"]["verdict"] = "no-promotion"
     path = tmp_path / "candidate-4096.json"
     path.write_text(json.dumps(candidate))
-    code = main(["compare", str(SEEDS / "control-8192.json"), str(path), "-o", str(tmp_path / "c.json")])
+    code = main(["compare", str(REFERENCE_REPORTS / "control-8192.json"), str(path), "-o", str(tmp_path / "c.json")])
     assert code == EXIT_PROBLEMS
     assert json.loads((tmp_path / "c.json").read_text())["decision"]["verdict"] == "no-promotion"
     assert "verdict no-promotion" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The decision block: verdicts in the seeds' vocabulary, and lists generated from the evidence."""
+"""The decision block: verdicts in the reference campaign's vocabulary, and lists generated from the evidence."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_samples import seed_control_run, with_every_gate_passed
+from report_samples import reference_control_run, with_every_gate_passed
 
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.records import GateRecord, RunRecord
@@ -23,11 +23,11 @@ def build(run: RunRecord) -> dict[str, Any]:
 
 @pytest.fixture
 def run(tmp_path: Path) -> RunRecord:
-    return seed_control_run(tmp_path / "private")
+    return reference_control_run(tmp_path / "private")
 
 
-def test_seed_control_as_published_is_healthy_and_names_every_gate_it_lacks(run: RunRecord) -> None:
-    """The seeds publish no concurrency gate and no per-check quality records: not a candidate."""
+def test_reference_control_as_published_is_healthy_and_names_every_gate_it_lacks(run: RunRecord) -> None:
+    """The reference campaign published no concurrency gate and no per-check quality records: not a candidate."""
     decision = build(run)["decision"]
     assert decision["verdict"] == "healthy"
     missing = {row["gate"]: row for row in decision["gates"] if row["outcome"] == "absent"}
@@ -38,7 +38,7 @@ def test_seed_control_as_published_is_healthy_and_names_every_gate_it_lacks(run:
     assert "not every gate passed: quality_intelligence (absent)" in decision["reasons"][0]
 
 
-def test_seed_control_with_every_gate_is_a_candidate_and_never_more(run: RunRecord) -> None:
+def test_reference_control_with_every_gate_is_a_candidate_and_never_more(run: RunRecord) -> None:
     decision = build(with_every_gate_passed(run))["decision"]
     assert decision["verdict"] == "candidate"
     assert decision["summary"] == "candidate; no-promotion"
@@ -233,7 +233,7 @@ def test_decide_on_a_bare_report_never_crashes_and_never_promotes() -> None:
 
 @pytest.mark.parametrize(("n", "text"), [(300000, "300K"), (117500, "117.5K"), (131072, "131K"), (393216, "393K"),
                                          (119503, "119K"), (32768, "32K"), (512, "512")])
-def test_short_tokens_match_the_seeds_way_of_writing_sizes(n: int, text: str) -> None:
+def test_short_tokens_match_the_reference_campaigns_way_of_writing_sizes(n: int, text: str) -> None:
     assert short_tokens(n) == text
 
 

@@ -30,7 +30,7 @@ STARTED_OK = [
     "gpu_0.14.0_tp2.log",
     "gpu_0.20.0_tp2_color.log",
     "gpu_0.27.0_tp2.log",
-    "gpu_0.30.0_tp2_seed.log",
+    "gpu_0.30.0_tp2_reference.log",
 ]
 
 
@@ -245,8 +245,8 @@ def test_gpu_0_27_every_rank_reports_consumed_memory_and_peak_activation() -> No
     assert facts.vllm_version == "0.27.0"
 
 
-def test_gpu_0_30_one_line_kv_reproduces_the_seed_figures() -> None:
-    facts = facts_of("gpu_0.30.0_tp2_seed.log")
+def test_gpu_0_30_one_line_kv_reproduces_the_reference_figures() -> None:
+    facts = facts_of("gpu_0.30.0_tp2_reference.log")
     assert facts.device == "GPU"
     assert facts.kv_cache_tokens == 283_917
     assert facts.max_concurrency == 2.17
@@ -260,7 +260,7 @@ def test_gpu_0_30_one_line_kv_reproduces_the_seed_figures() -> None:
 
 
 def test_gpu_0_30_listen_address_and_port_are_not_kept() -> None:
-    facts = facts_of("gpu_0.30.0_tp2_seed.log")
+    facts = facts_of("gpu_0.30.0_tp2_reference.log")
     assert facts.non_default_args is not None
     assert "host" not in facts.non_default_args and "port" not in facts.non_default_args
     assert facts.non_default_args["api_key"] == REDACTED  # vLLM's own "***" normalised
@@ -286,8 +286,8 @@ def test_facts_serialise_to_strict_json(name: str) -> None:
 
 
 def test_a_restart_appended_to_the_same_log_reports_only_the_last_start() -> None:
-    facts = parse_engine_log(excerpt("gpu_0.10.2_tp2.log") + excerpt("gpu_0.30.0_tp2_seed.log"))
-    assert facts.to_dict() == facts_of("gpu_0.30.0_tp2_seed.log").to_dict()
+    facts = parse_engine_log(excerpt("gpu_0.10.2_tp2.log") + excerpt("gpu_0.30.0_tp2_reference.log"))
+    assert facts.to_dict() == facts_of("gpu_0.30.0_tp2_reference.log").to_dict()
     # Without the boot split, TP1 would keep the first start's "Available KV cache memory" (36.69).
     assert facts.ranks[1].kv_gib == 15.29
     assert facts.vllm_version == "0.30.0"
@@ -471,7 +471,7 @@ def test_cpu_0_32_non_default_args_with_a_config_object() -> None:
     json.dumps(facts.to_dict())  # JSON-safe for the report
 
 
-# --------------------------------------------------------------------------- prefixes (issue 13)
+# --------------------------------------------------------------------------- text before the process label
 
 PREFIXES = ["[node-a] ", "2026-11-30T01:52:52.123Z stdout F ", "gpu-node-17.corp.internal| ", "[rack 3][pod x] "]
 
@@ -484,7 +484,7 @@ def prefixed(text: str, prefix: str) -> str:
 
 @pytest.mark.parametrize("prefix", PREFIXES)
 @pytest.mark.parametrize("name", ["cpu_0.32.0_tp2.log", "cpu_0.32.0_tp1_color.log", "gpu_0.14.0_tp2.log",
-                                  "gpu_0.30.0_tp2_seed.log"])
+                                  "gpu_0.30.0_tp2_reference.log"])
 def test_text_before_the_process_label_changes_no_fact(name: str, prefix: str) -> None:
     """A prefix once hid the process label: ranks vanished and a TP=2 server read as TP=1."""
     plain = facts_of(name)

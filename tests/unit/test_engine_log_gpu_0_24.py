@@ -1,4 +1,4 @@
-"""The engine-log parser on real GPU logs: vLLM 0.24.0 at TP=2 on 2× H200 (issue 15).
+"""The engine-log parser on real GPU logs: vLLM 0.24.0 at TP=2 on 2× H200 (2026-11-30).
 
 Captured by ``scripts/gpu/run_gpu_campaign.sh`` and sanitized by
 ``scripts/gpu/sanitize_gpu_log.py`` (paths only). What these logs showed that the format

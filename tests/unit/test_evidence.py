@@ -1,6 +1,6 @@
 """Private artifacts, the allowlisted public report, its schema, the atomic writer, verify.
 
-The run data comes from report_samples.py: the seeds' control arm (TP=2, a retained HTTP 400,
+The run data comes from report_samples.py: the reference campaign's control arm (TP=2, a retained HTTP 400,
 an expected max_model_len+1 rejection), optionally with a canary of every private kind planted
 in every free-text field.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_samples import CANARIES, CANARY_API_KEY, CANARY_ENV, seed_control_run
+from report_samples import CANARIES, CANARY_API_KEY, CANARY_ENV, reference_control_run
 
 from pytest_vllmqual.errors import ArtifactError, ReportError
 from pytest_vllmqual.launch.base import TeardownResult
@@ -47,7 +47,7 @@ def private_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def report(private_dir: Path) -> dict[str, Any]:
-    run = seed_control_run(private_dir)
+    run = reference_control_run(private_dir)
     return with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
 
 
@@ -125,7 +125,7 @@ def test_engine_section_has_per_rank_and_min_rank_facts(report: dict[str, Any]) 
 
 
 def test_fields_outside_the_allowlist_never_reach_the_report(private_dir: Path) -> None:
-    run = seed_control_run(private_dir)
+    run = reference_control_run(private_dir)
     run.engine["ranks"][0]["gpu_uuid"] = "GPU-3f1c2b9a-7d44-4e1b-9c0a-5b6e7f801234"
     run.lifecycle["env"] = {"HF_TOKEN": "x"}
     run.identity["observed"]["container_name"] = "private-name"
@@ -150,7 +150,7 @@ def test_preflight_and_gates(report: dict[str, Any]) -> None:
 
 
 def test_preflight_counts_a_missing_or_failed_gate(private_dir: Path) -> None:
-    run = seed_control_run(private_dir)
+    run = reference_control_run(private_dir)
     run.gates = [g for g in run.gates if g.gate != "responses"]
     next(g for g in run.gates if g.gate == "json").outcome = "failed"
     report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
@@ -169,7 +169,7 @@ def test_ladder_keeps_actual_sizes_and_summarizes(report: dict[str, Any]) -> Non
 
 
 def test_missing_derived_metrics_follow_the_schema_formulas(private_dir: Path) -> None:
-    run = seed_control_run(private_dir)
+    run = reference_control_run(private_dir)
     rung = run.ladder[3]
     rung.prefill_tok_s = rung.decode_tok_s = rung.calibration_error = None
     rung.ttft_s, rung.e2e_s, rung.completion_tokens = 16.0, 18.0, 101
@@ -180,7 +180,7 @@ def test_missing_derived_metrics_follow_the_schema_formulas(private_dir: Path) -
 
 
 def test_teardown_argument_overrides_the_record(private_dir: Path) -> None:
-    run = seed_control_run(private_dir)
+    run = reference_control_run(private_dir)
     result = TeardownResult(launcher_kind="subprocess", stopped=True, seconds=1.25,
                             survivors=["123 python3 vllm"], shm_leftovers=["/dev/shm/x"])
     report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username=""), teardown=result))
@@ -190,7 +190,7 @@ def test_teardown_argument_overrides_the_record(private_dir: Path) -> None:
 
 
 def test_reclaimed_shm_files_read_as_names_and_sizes(private_dir: Path) -> None:
-    run = seed_control_run(private_dir)
+    run = reference_control_run(private_dir)
     reclaim = {"reclaimed": [{"name": "psm_3185d982", "bytes": 251658260}], "postcondition_clean": True,
                "summary": "reclaimed exactly one unmapped 251,658,260-byte file; clean postcondition"}
     result = TeardownResult(launcher_kind="subprocess", stopped=True, seconds=1.0, shm_reclaim=reclaim)
@@ -209,7 +209,7 @@ def test_artifacts_default_to_every_file_in_the_private_folder(report: dict[str,
 
 
 def test_startup_error_and_incomplete_run_are_reported(private_dir: Path) -> None:
-    run = seed_control_run(private_dir)
+    run = reference_control_run(private_dir)
     run.status, run.status_reasons = "incomplete", ["the server did not start (kv_insufficient)"]
     log_sha = "ab" * 32
     run.lifecycle.update(cold_start_s=None, startup_status="kv_insufficient", startup_error={
@@ -247,11 +247,11 @@ def test_schema_states_the_metric_formulas() -> None:
     assert "end of the stream" in rung["e2e_s"]["description"]
 
 
-# -- canaries (RELIABILITY 23, 24) ----------------------------------------------------------------
+# -- canaries: planted secrets and identifiers, the API key ----------------------------------------
 
 
 def test_canaries_of_every_kind_reach_neither_the_json_nor_the_html(private_dir: Path) -> None:
-    run = seed_control_run(private_dir, canaries=True)
+    run = reference_control_run(private_dir, canaries=True)
     run.gates[0].reason = f"GPU {CANARIES['gpu_uuid']} at {CANARIES['pci']} ({CANARIES['ipv6']})"
     run.status_reasons = [f"{CANARIES['hf_token']} {CANARIES['sk_key']} by {CANARIES['user']}",
                           "an unknown key hf_NotInTheEnvironment0123456"]
@@ -274,7 +274,7 @@ def test_canaries_of_every_kind_reach_neither_the_json_nor_the_html(private_dir:
 
 
 def test_resanitize_after_a_hook_scrubs_new_values_without_pseudonym_collisions(private_dir: Path) -> None:
-    run = seed_control_run(private_dir, canaries=True)
+    run = reference_control_run(private_dir, canaries=True)
     report = with_decision(build_public_report(run, sanitizer=canary_sanitizer()))
     before = dict(report["redactions"])
     assert "host-A" in json.dumps(report)
@@ -289,7 +289,7 @@ def test_resanitize_after_a_hook_scrubs_new_values_without_pseudonym_collisions(
     assert validation_errors(again) == []
 
 
-# -- atomic writing (RELIABILITY 21) --------------------------------------------------------------
+# -- atomic writing: an unwritable or full reports disk --------------------------------------------
 
 
 def test_write_report_atomic_writes_valid_json_and_no_temp_files(report: dict[str, Any], tmp_path: Path) -> None:

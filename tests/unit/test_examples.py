@@ -1,5 +1,5 @@
 """Committed example reports validate against the current schemas, so they cannot rot; the GPU
-evidence says what issue 15 needs it to say (hardware, runtime, the 393K ladder, the A/B)."""
+evidence of the real GPU runs says what they proved (hardware, runtime, the 393K ladder, the A/B)."""
 
 from __future__ import annotations
 

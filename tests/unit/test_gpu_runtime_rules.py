@@ -15,7 +15,7 @@ from pytest_vllmqual.vllm.engine_death import classify_engine_death
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The shape of the 0.24.0 GPU death seen on rung 0 of a 393K ladder (issue 15): a worker's
+# The shape of the 0.24.0 GPU death seen on rung 0 of a 393K ladder (2x H200, 2026-11-30): a worker's
 # inductor assert, the NCCL watchdog, then the API server's EngineDeadError. Host details and
 # paths planted to prove none of them reach the description.
 GPU_DEATH_LOG = """\
@@ -66,7 +66,7 @@ def test_rank_kv_rule_rank_zero_only_passes_and_names_reporters() -> None:
     assert "not logged by Worker_TP1" in check.summary()
 
 
-def test_rank_kv_rule_seed_per_rank_view() -> None:
+def test_rank_kv_rule_reference_per_rank_view() -> None:
     check = check_rank_kv([{"label": "Worker_TP0", "kv_gib": 15.31}, {"label": "Worker_TP1", "kv_gib": 15.27}])
     assert check.ok and check.min_kv_gib == 15.27
     assert check.spread_pct is not None and check.spread_pct < 0.3

@@ -1,4 +1,4 @@
-"""The HTML page: the seeds' tables carry every figure, plots mark each rung kind, all is escaped.
+"""The HTML page: the reference campaign's tables carry every figure, plots mark each rung kind, all is escaped.
 
 A real-browser check (Chromium screenshot and DOM) is tests/integration/test_html_chromium.py.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_samples import seed_candidate_run, seed_control_run
+from report_samples import reference_candidate_run, reference_control_run
 
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.decision import with_decision
@@ -34,10 +34,10 @@ def table_rows(page: str, table_id: str) -> list[list[str]]:
 
 @pytest.fixture
 def control(tmp_path: Path) -> dict[str, Any]:
-    return build(seed_control_run(tmp_path / "control"))
+    return build(reference_control_run(tmp_path / "control"))
 
 
-def test_gate_result_table_reads_like_the_seed(control: dict[str, Any]) -> None:
+def test_gate_result_table_reads_like_the_reference_campaign(control: dict[str, Any]) -> None:
     rows = dict((r[0], r[1]) for r in table_rows(render_html(control), "gate-results")[1:])
     assert rows["Cold managed start"] == "Passed health in 323.5 seconds"
     assert rows["Reasoning prompt contract"] == "Passed: Low/high/max fingerprints passed at 6/85/98 prompt tokens"
@@ -67,8 +67,8 @@ def test_gate_result_table_reads_like_the_seed(control: dict[str, Any]) -> None:
                    "Largest actual prompt": "119,503", "Largest-request TTFT": "17.364 s",
                    "Largest-request effective prefill": "7,344 tok/s", "Largest-request decode": "75.20 tok/s"}),
 ])
-def test_measurement_table_carries_every_seed_figure(tmp_path: Path, arm: str, expected: dict[str, str]) -> None:
-    run = seed_control_run(tmp_path) if arm == "control" else seed_candidate_run(tmp_path)
+def test_measurement_table_carries_every_reference_figure(tmp_path: Path, arm: str, expected: dict[str, str]) -> None:
+    run = reference_control_run(tmp_path) if arm == "control" else reference_candidate_run(tmp_path)
     rows = dict((r[0], r[1]) for r in table_rows(render_html(build(run)), "measurements")[1:])
     for measurement, value in expected.items():
         assert rows[measurement] == value, measurement
@@ -108,7 +108,7 @@ def test_memory_chart_stacks_weights_kv_activation_and_graph_per_rank(control: d
 
 
 def test_everything_is_escaped(tmp_path: Path) -> None:
-    run = seed_control_run(tmp_path)
+    run = reference_control_run(tmp_path)
     next(g for g in run.gates if g.gate == "quality").summary = '<script>alert("x")</script>'
     run.ladder[0].target_label = "<b>117.5K</b>"
     run.recipe_name = "r&d <recipe>"
@@ -125,7 +125,7 @@ def test_page_is_self_contained(control: dict[str, Any]) -> None:
         assert external not in page
 
 
-def test_comparison_hook_renders_a_seed_style_ab_table(control: dict[str, Any]) -> None:
+def test_comparison_hook_renders_a_reference_style_ab_table(control: dict[str, Any]) -> None:
     comparison = {"title": "Batch-token A/B", "arms": ["8,192 control", "4,096 candidate"], "verdict": "no-promotion",
                   "rows": [{"measurement": "Minimum-rank KV allocation", "values": ["15.27 GiB", "15.99 GiB"],
                             "change": "+0.72 GiB / +4.715%"},
@@ -141,7 +141,7 @@ def test_comparison_hook_renders_a_seed_style_ab_table(control: dict[str, Any]) 
 
 
 def test_a_minimal_report_renders_without_plots(tmp_path: Path) -> None:
-    run = seed_control_run(tmp_path)
+    run = reference_control_run(tmp_path)
     run.ladder, run.engine, run.gates = [], {}, []
     page = render_html(build(run))
     assert "No capacity ladder ran." in page and 'id="ladder-plot"' not in page
@@ -156,7 +156,7 @@ def test_nice_ticks(high: float, ticks: list[float]) -> None:
 
 
 def test_page_says_where_the_recipe_and_each_fact_came_from(control: dict[str, Any]) -> None:
-    """Issue 12: a discovered recipe, --vllmqual-set overrides and per-fact sources are on the page."""
+    """A discovered recipe, --vllmqual-set overrides and per-fact sources are on the page."""
     import copy
 
     discovered = copy.deepcopy(control)

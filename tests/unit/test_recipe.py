@@ -12,7 +12,7 @@ from pytest_vllmqual.recipe.loader import available_recipes, load_recipe, resolv
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "fixtures" / "recipes"
-SEED_IDENTITY = {
+REFERENCE_IDENTITY = {
     "checkpoint": "deepseek-ai/DeepSeek-V4-Flash-0731",
     "revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
     "image": "voipmonitor/vllm@sha256:fdde59fed7f9fc12f9fd5ef1b3b3ea8d5097bf10ebad54b348497102c3a83f82",
@@ -36,9 +36,9 @@ def test_shipped_recipes_are_the_five_named_ones() -> None:
 
 
 @pytest.mark.parametrize("name", ["131k-4096", "131k-control", "393k-fp8kv", "393k-offload"])
-def test_seed_recipes_carry_the_seed_identity(name: str) -> None:
+def test_reference_recipes_carry_the_reference_identity(name: str) -> None:
     recipe = resolve_recipe(name, RECIPES)
-    for key, value in SEED_IDENTITY.items():
+    for key, value in REFERENCE_IDENTITY.items():
         assert getattr(recipe.identity, key) == value
     assert recipe.pinned and recipe.launcher.kind == "docker"
     assert recipe.serve.tensor_parallel_size == 2 and recipe.serve.decode_context_parallel_size == 1
@@ -47,7 +47,7 @@ def test_seed_recipes_carry_the_seed_identity(name: str) -> None:
     assert recipe.gate("reasoning")["fingerprints"] == {"low": 6, "high": 85, "max": 98}
 
 
-def test_seed_arms_differ_only_in_batch_tokens_functionally() -> None:
+def test_reference_arms_differ_only_in_batch_tokens_functionally() -> None:
     control, candidate = resolve_recipe("131k-control", RECIPES), resolve_recipe("131k-4096", RECIPES)
     assert (control.serve.max_num_batched_tokens, candidate.serve.max_num_batched_tokens) == (8192, 4096)
     assert control.serve.max_model_len == candidate.serve.max_model_len == 131072
@@ -152,7 +152,7 @@ def test_pinned_recipe_needs_digest_and_revision(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match="by digest"):
         load_recipe(write_recipe(tmp_path, "tagonly", data))
     data["name"] = "shortrev"
-    data["identity"]["image"] = SEED_IDENTITY["image"]
+    data["identity"]["image"] = REFERENCE_IDENTITY["image"]
     data["identity"]["revision"] = "9e165c30"
     with pytest.raises(RecipeError, match="40-hex"):
         load_recipe(write_recipe(tmp_path, "shortrev", data))

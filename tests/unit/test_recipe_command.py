@@ -19,7 +19,7 @@ from pytest_vllmqual.recipe.loader import Recipe, load_recipe
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "fixtures" / "recipes").glob("*.yaml"))
 
-# The 393K arm as an operator would type it (seed identity; flags as in fixtures/recipes/393k-offload.yaml,
+# The 393K arm as an operator would type it (the reference campaign's identity; flags as in fixtures/recipes/393k-offload.yaml,
 # plus flags the recipe has no key for).
 SERVE_393K = (
     "vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --revision 9e165c30e2704aec5d9d593cce3eebd58bbef1cb "

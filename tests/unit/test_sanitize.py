@@ -243,7 +243,7 @@ def test_unknown_identifier_kind_is_a_programming_error() -> None:
         make().add_identifier("ip", "10.0.0.1")
 
 
-# -- what the scrubber learns (issue 13) ------------------------------------------------------------
+# -- what the scrubber learns: host, users, the recipe's env ---------------------------------------
 
 
 def test_recipe_env_values_and_their_identifier_parts_are_scrubbed_short_settings_kept() -> None:

@@ -172,7 +172,7 @@ def test_empty_and_missing_roots_are_clean(tmp_path: Path) -> None:
     assert (missing["scanned"], missing["postcondition_clean"]) == (0, True)
 
 
-def test_prove_reclaim_path_reports_like_the_seed(tmp_path: Path) -> None:
+def test_prove_reclaim_path_reports_like_the_reference_campaign(tmp_path: Path) -> None:
     result = shm.prove_reclaim_path(RUN_ID, root=tmp_path, settle_s=0.0)
     assert result["fixture_reclaimed"] is True
     assert result["summary"] == "reclaimed exactly one unmapped 4,096-byte fixture; clean postcondition"

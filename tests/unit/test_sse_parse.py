@@ -1,4 +1,5 @@
-"""The SSE line splitter and chunk parser, made cheaper in issue 15, against their previous code.
+"""The SSE line splitter and chunk parser, made cheaper when the streaming client was rebuilt
+(docs/PERFORMANCE.md, "The streaming client, rebuilt"), against their previous code.
 
 The previous implementations are kept below, verbatim, as the reference: the new ones must
 give the same lines for every way a body can be cut into reads, and the same StreamResult
@@ -27,7 +28,7 @@ from pytest_vllmqual.records import Attempt
 
 
 def reference_iter_lines(pieces: list[bytes], raw: bytearray) -> Iterator[str]:
-    """_iter_lines before issue 15."""
+    """_iter_lines before the streaming client was rebuilt."""
     buffer = b""
     for chunk in pieces:
         raw += chunk
@@ -40,7 +41,7 @@ def reference_iter_lines(pieces: list[bytes], raw: bytearray) -> Iterator[str]:
 
 
 def reference_consume_sse_line(line: str, result: StreamResult, started: float) -> None:
-    """_consume_sse_line before issue 15."""
+    """_consume_sse_line before the streaming client was rebuilt."""
     if not line.startswith("data:"):
         return
     payload = line[5:].strip()

@@ -1,4 +1,4 @@
-"""Gates for the full-disk case (RELIABILITY 21): a smoke passes, then the reports disk fills up.
+"""Gates for the full-disk case (reliability case 21): a smoke passes, then the reports disk fills up.
 
 ``FAULT_FILL_DIR`` is a small tmpfs holding the reports dir; the last test fills it, so the
 report written at the end of the session meets a real ENOSPC.

@@ -1,4 +1,4 @@
-"""Gates of the engine-death session (issue 15): the engine dies during a streamed request.
+"""Gates of the engine-death session: the engine dies during a streamed request.
 
 Fault server: a real vLLM dies this way only on a GPU kernel fault (measured with 0.24.0 on
 2x H200), which cannot be caused on demand; the server replays that death's log lines and its

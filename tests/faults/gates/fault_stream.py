@@ -1,4 +1,4 @@
-"""Gates of the fault-server session (RELIABILITY 10, 12, 24): broken streams, a transient
+"""Gates of the fault-server session (reliability cases 10, 12, 24): broken streams, a transient
 HTTP 500, then a server that logs its API key and dies.
 
 Each stream gate asserts the SSE contract the way a real gate does (no violations, usage

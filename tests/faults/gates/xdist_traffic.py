@@ -1,4 +1,4 @@
-"""Gates for ``pytest -n 2`` (RELIABILITY 22, issue 6 item 3): functional gates that may run in
+"""Gates for ``pytest -n 2`` (reliability case 22): functional gates that may run in
 parallel on both workers, and capacity gates that must run alone.
 
 Each gate records the wall-clock window of its traffic and the worker it ran on as

@@ -1,13 +1,13 @@
-"""Build the seeds' A/B arms as public reports, using only the figures the seeds publish.
+"""Build the reference campaign's A/B arms as public reports, using only the figures it published.
 
 Run from the project root to regenerate the committed fixtures:
 
-    .venv/bin/python tests/unit/data/seeds/build_seed_reports.py
+    .venv/bin/python tests/unit/data/reference_reports/build_reference_reports.py
 
-Sources (../shared/seeds): ``quality-first-control.txt`` (the 8,192 control: cold start,
-ladder, retained HTTP 400, quality, reasoning, KV, weights) and ``batch-token-ab.txt`` (the
-A/B table, the 4,096 candidate, and "a fresh bracketed replay reproduced the 8,192
-baseline"). See README.md next to this file for every figure's provenance, including the
+Sources: the reference campaign's two reports, its control qualification (the 8,192 control:
+cold start, ladder, retained HTTP 400, quality, reasoning, KV, weights) and its batch-token A/B
+(the A/B table, the 4,096 candidate, and the bracketed replay of the 8,192 control, which
+reproduced it). See README.md next to this file for every figure's provenance, including the
 one reconstruction: the timing values carry one extra digit, chosen so that both the
 published values *and* the published Change cells follow from them.
 """
@@ -35,18 +35,18 @@ RECIPES = ROOT / "fixtures" / "recipes"
 
 # -- the published figures (one place) ------------------------------------------------------------
 
-CONTROL = {  # 8,192 control: quality-first-control.txt and the A/B table's control column
+CONTROL = {  # 8,192 control: the control qualification and the A/B table's control column
     "min_rank_kv_gib": 15.27, "kv_cache_tokens": 283917, "max_concurrency": 2.17,
     "peak_activation_gib": 1.73, "weights_gib": 75.64,
     "largest_prompt": 119503, "ttft_s": 17.4448, "e2e_s": 17.886, "prefill_tok_s": 7537.2, "decode_tok_s": 73.857,
     "cold_start_s": 323.5,
 }
-CANDIDATE = {  # 4,096 candidate: batch-token-ab.txt
+CANDIDATE = {  # 4,096 candidate: the batch-token A/B
     "min_rank_kv_gib": 15.99, "kv_cache_tokens": 553243, "max_concurrency": 4.22,
     "peak_activation_gib": 1.14, "weights_gib": 75.51,
     "largest_prompt": 119503, "ttft_s": 17.3644, "prefill_tok_s": 7343.6, "decode_tok_s": 75.201,
 }
-PUBLISHED_ROUNDING = {  # field -> decimals the seeds print it with
+PUBLISHED_ROUNDING = {  # field -> decimals the reference campaign prints it with
     "min_rank_kv_gib": 2, "max_concurrency": 2, "peak_activation_gib": 2, "weights_gib": 2,
     "ttft_s": 3, "e2e_s": 3, "prefill_tok_s": 0, "decode_tok_s": 2, "cold_start_s": 1,
 }
@@ -123,7 +123,7 @@ HARDWARE = {"source": "nvml", "gpu_model": "NVIDIA RTX PRO 6000 Blackwell Max-Q"
 
 
 def control_run() -> RunRecord:
-    """The 8,192 control as quality-first-control.txt publishes it."""
+    """The 8,192 control as the reference campaign's control qualification publishes it."""
     recipe, sha = _recipe("131k-control")
     arm = "131k-control"
     f = CONTROL
@@ -158,7 +158,7 @@ def control_run() -> RunRecord:
                    calibration_error=88939 - 120000, status_code=200, ok=True, post_probe_smoke="passed",
                    health_after="ok"),
     ]
-    return RunRecord(run_id="seed-131k-control-8192", arm=arm, recipe_name="131k-control",
+    return RunRecord(run_id="r33-131k-control-8192", arm=arm, recipe_name="131k-control",
                      recipe_path="fixtures/recipes/131k-control.yaml", recipe_sha256=sha, recipe_content=recipe,
                      started_utc=f"{DATE}T08:00:00Z", finished_utc=f"{DATE}T09:00:00Z", mode="managed",
                      status="complete", reproduce="pytest --recipe=131k-control", identity=_identity(recipe),
@@ -190,12 +190,12 @@ def _ab_arm(name: str, figures: dict[str, Any], run_id: str, started: str, finis
 
 
 def candidate_run() -> RunRecord:
-    return _ab_arm("131k-4096", CANDIDATE, "seed-131k-4096", f"{DATE}T10:00:00Z", f"{DATE}T11:00:00Z")
+    return _ab_arm("131k-4096", CANDIDATE, "r33-131k-4096", f"{DATE}T10:00:00Z", f"{DATE}T11:00:00Z")
 
 
 def replay_run() -> RunRecord:
-    """"A fresh bracketed replay reproduced the 8,192 baseline": the control's figures, run after the candidate."""
-    return _ab_arm("131k-control", CONTROL, "seed-131k-control-8192-replay", f"{DATE}T12:00:00Z",
+    """The bracketed replay, which reproduced the 8,192 control: the control's figures, run after the candidate."""
+    return _ab_arm("131k-control", CONTROL, "r33-131k-control-8192-replay", f"{DATE}T12:00:00Z",
                    f"{DATE}T13:00:00Z")
 
 
