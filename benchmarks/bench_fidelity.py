@@ -323,7 +323,8 @@ def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
         "median_ttft_s": statistics.median(ttfts) if ttfts else None,
         "mean_ttft_s": statistics.fmean(ttfts) if ttfts else None,
         "median_decode_tok_s": _median([r.decode_tok_s for r in reqs]),
-        # Median over passes: one pass caught in a server stall (seen here, ~1 s) cannot move it.
+        # Median over passes: one pass caught in a server stall (docs/PERFORMANCE.md, section 1)
+        # cannot move it.
         "output_throughput_tok_s": statistics.median(p.output_throughput for p in mine) if mine else None,
         "pooled_output_throughput_tok_s": sum(p.output_tokens for p in mine) / duration if duration > 0 else None,
         "server_ttft_mean_s": server_sum / server_count if server_count else None,
@@ -627,10 +628,9 @@ class FidelityConfig:
     prompt_tokens: int = 1024
     max_tokens: int = 128
     ttft_max_tokens: int = 1
-    #: The TTFT workload's prompt. At 1,024 tokens the server answers in ~25 ms and the two
-    #: clients' own costs (0.5 ms apart on a null server) and their CPU taken from the 2-core
-    #: server (~2 ms more server-side TTFT beside vLLM bench) were 3 ms of it (measured ratio
-    #: 0.89). At 4,096 tokens prefill takes ~170 ms, so the figure is about the server.
+    #: The TTFT workload's prompt: long enough that prefill, not the two clients' own costs or
+    #: the CPU they take from a 2-core server, makes up the TTFT, so the figure is about the
+    #: server (docs/PERFORMANCE.md, section 1, has the figures at 1,024 and 4,096 tokens).
     ttft_prompt_tokens: int = 4096
     rate_concurrencies: tuple[int, ...] = (1, 4, 8)
     rate_prompt_tokens: int = 128

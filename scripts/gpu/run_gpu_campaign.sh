@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The seeds' campaign on the fixture model, on a GPU host (issue 15): the tiny-gpu suite, the 393K
+# The reference campaign's steps on the fixture model, on a GPU host: the tiny-gpu suite, the 393K
 # FP8-KV campaign, the bracketed 8,192 vs 4,096 A/B at 131,072, a classified startup failure and
 # the fidelity benchmark. Each step writes its reports and junit under OUT; nothing stops the next.
 #
 #   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]      STEP: suite 393k ab kvfail bench (default: all)
 #
-# Needs vLLM 0.24.0 importable by python3 (pip install vllm==0.24.0, or the offline bundle:
-# shared/gpu/README.md, then PYTHONPATH=/tmp/site) and the fixture model in
+# Needs vLLM 0.24.0 importable by python3 (pip install vllm==0.24.0, or offline a wheel bundle
+# installed into /tmp/site, then PYTHONPATH=/tmp/site) and the fixture model in
 # fixtures/model/build/tiny-chat (build it anywhere with fixtures/model/build_tiny_model.py).
 # VLLMQUAL_GPU_TP=1 rewrites the recipes to TP=1 for a one-GPU host (the reports then say TP=1).
 set -uo pipefail
@@ -14,7 +14,7 @@ out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench]}; shift
 steps=${*:-suite 393k ab kvfail bench}
 cd "$(dirname "$0")/../.."
 mkdir -p "$out"
-# The environment every start needs on these hosts (shared/gpu/README.md); the recipes carry it too.
+# The environment every start needed on the measured H200 hosts; the recipes carry it too.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
   VLLM_ALLREDUCE_USE_SYMM_MEM=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
   PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

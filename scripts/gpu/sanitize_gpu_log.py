@@ -1,4 +1,4 @@
-"""Make a real GPU server log fit to commit as a parser fixture (issue 15).
+"""Make a real GPU server log fit to commit as a parser fixture.
 
 The logs came from the runs of ``scripts/gpu/run_gpu_campaign.sh`` on a lent 2× H200 host. Only
 what says where files live on that host is rewritten; every line vLLM printed keeps its shape:
@@ -11,7 +11,7 @@ what says where files live on that host is rewritten; every line vLLM printed ke
   hand instead of committed.
 
     python scripts/gpu/sanitize_gpu_log.py RAW.log OUT.log --checkout /work/main --home /root \
-        --seen "vllm 0.24.0 on 2x NVIDIA H200, TP=2, 2026-11-30 (issue 15)"
+        --seen "vllm 0.24.0 on 2x NVIDIA H200, TP=2, 2026-11-30 (scripts/gpu/run_gpu_campaign.sh)"
 """
 
 from __future__ import annotations
