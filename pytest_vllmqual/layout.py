@@ -1,11 +1,12 @@
 """Where the gates, recipes and fixtures are: a checkout, or the installed package.
 
-The repository keeps the design card's layout (top-level ``suites/`` and ``fixtures/``); the
+The repository keeps ``suites/`` and ``fixtures/`` at its top level, as users were promised; the
 wheel maps both into the package at build time (``pytest_vllmqual/suites``, importable for
 ``--pyargs``, and ``pytest_vllmqual/data/fixtures``), so below the *data root* (the checkout,
 or ``pytest_vllmqual/data``) ``fixtures/`` looks the same in both cases. The data root is a
 folder of its own because processes start there (the fixture-model builder puts it on
-``sys.path``): the package folder on ``sys.path`` could shadow a standard-library module with one of ours. The only writable thing under ``fixtures/`` is the fixture model's build output;
+``sys.path``): the package folder on ``sys.path`` could shadow a standard-library module with
+one of ours. The only writable thing under ``fixtures/`` is the fixture model's build output;
 outside a checkout it goes to the user cache instead of site-packages.
 """
 

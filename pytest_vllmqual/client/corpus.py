@@ -139,7 +139,7 @@ def _sentence(rng: random.Random) -> str:
 
 @functools.lru_cache(maxsize=16)
 def sentence_pool(seed: int) -> tuple[str, ...]:
-    """The seed's pool of sentences, each with its trailing separator (space or paragraph break)."""
+    """The pool of sentences for one random seed, each with its trailing separator (space or paragraph break)."""
     rng = random.Random(f"vllmqual-corpus-pool-{seed}")
     pool = []
     for _ in range(_SENTENCE_POOL_SIZE):

@@ -31,8 +31,8 @@ def shared_ssl_context() -> ssl.SSLContext:
     """httpx's default verifying SSL context (certifi, or SSL_CERT_FILE/SSL_CERT_DIR), built once.
 
     httpx builds a new context and loads the whole CA bundle into it for every Client, even
-    for a plain-http server: 20-90 ms each on the 2-core machines, and a run makes one client
-    per gate (benchmarks/bench_client.py measures it).
+    for a plain-http server, and a run makes one client per gate; what that costs is measured
+    by benchmarks/bench_client.py (docs/PERFORMANCE.md).
     """
     return httpx.create_ssl_context()
 
@@ -42,8 +42,8 @@ def shared_ssl_context() -> ssl.SSLContext:
 # A live stream costs one socket read per chunk. Through httpx that read is httpcore's
 # settimeout (an ioctl) + poll + recv, h11's chunk parser and httpx's stream layers, and with
 # one thread per stream every chunk also wakes a thread that must win the GIL from the
-# others (vLLM emits the chunks of a batch at once): 124 µs of CPU per chunk at 4,330
-# chunks/s on a GPU host, three times vLLM bench's asyncio client (docs/PERFORMANCE.md).
+# others (vLLM emits the chunks of a batch at once): about three times the CPU per chunk of
+# vLLM bench's asyncio client (figures in docs/PERFORMANCE.md).
 # The streaming path therefore speaks HTTP/1.1 itself on a plain socket, and on Linux one
 # reader thread (``_StreamReactor``, epoll) reads every plain-http stream of the process:
 # a burst of chunks costs one epoll wait and one recv per chunk in one thread, while each
