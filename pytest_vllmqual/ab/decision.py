@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.report.decision import BOUNDARY
+from pytest_vllmqual.report.decision import BOUNDARY, max_model_len
 from pytest_vllmqual.report.number_format import short_tokens
 from pytest_vllmqual.report.query import gates_named, ok_rungs, recipe_value
 
@@ -74,10 +74,7 @@ def _largest_prompt(reports: Iterable[Mapping[str, Any]]) -> int | None:
 
 
 def _max_model_len(report: Mapping[str, Any]) -> int | None:
-    value = recipe_value(report, "serve", "max_model_len")
-    if not isinstance(value, int):
-        value = ((report.get("identity") or {}).get("expected") or {}).get("max_model_len")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return max_model_len(report.get("identity") or {}, (report.get("recipe") or {}).get("content") or {})
 
 
 def _concurrency_proven(reports: Iterable[Mapping[str, Any]]) -> int:

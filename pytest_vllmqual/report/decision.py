@@ -58,7 +58,8 @@ from .query import (
     recipe_value,
 )
 
-__all__ = ["BOUNDARY", "SINGLE_RUN_VERDICTS", "VERDICTS", "decide_run", "gate_coverage", "with_decision"]
+__all__ = ["BOUNDARY", "SINGLE_RUN_VERDICTS", "VERDICTS", "decide_run", "gate_coverage", "max_model_len",
+           "with_decision"]
 
 VERDICTS: dict[str, str] = {
     "no-promotion": "a gate failed, the run is incomplete, the identity differs, or teardown was not clean",
@@ -76,10 +77,24 @@ _FAILING_OUTCOMES = ("failed", "error")
 # -- rung and coverage readings --------------------------------------------------------------
 
 
+def max_model_len(identity: Mapping[str, Any], recipe_content: Mapping[str, Any]) -> int | None:
+    """The context the claims measure against: what the server reported it served
+    (``/v1/models``, the identity's observed value) when known, else what the recipe asked for.
+
+    A server can serve another length than the recipe asked (vLLM derives one when none is
+    given, a docker line can override it): a capacity claim is about the server that ran. When
+    the two differ, the identity check already names the mismatch.
+    """
+    for value in ((identity.get("observed") or {}).get("max_model_len"),
+                  (recipe_content.get("serve") or {}).get("max_model_len"),
+                  (identity.get("expected") or {}).get("max_model_len")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def _max_model_len(report: Mapping[str, Any]) -> int | None:
-    expected = (report.get("identity") or {}).get("expected") or {}
-    value = expected.get("max_model_len") or recipe_value(report, "serve", "max_model_len")
-    return value if isinstance(value, int) else None
+    return max_model_len(report.get("identity") or {}, (report.get("recipe") or {}).get("content") or {})
 
 
 def _label(gate: Mapping[str, Any]) -> str:

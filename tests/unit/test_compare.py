@@ -524,6 +524,25 @@ def test_a_startup_both_arms_made_is_not_denied_after_a_later_death(
     assert any(d.startswith("131K startup") for d in never["decision"]["does_not_prove"])
 
 
+def test_a_startup_is_measured_against_the_context_the_server_ran_not_the_recipe(
+        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+    """The recipes asked for 393,216 but /v1/models served 131,072: that is no 393K startup.
+    And arms whose server reported 393,216 did start it, whatever their recipe said."""
+    asked = []
+    for arm in copy.deepcopy(arms):
+        arm["engine"]["kv_cache_tokens"] = 536_377_984
+        arm["recipe"]["content"]["serve"]["max_model_len"] = 393_216
+        arm["identity"]["observed"]["max_model_len"] = 131_072
+        asked.append(arm)
+    result = compare_reports(*asked[:2], replay=asked[2], sanitizer=quiet())
+    assert any(d.startswith("393K startup") for d in result["decision"]["does_not_prove"])
+    for arm in asked:
+        arm["recipe"]["content"]["serve"]["max_model_len"] = 131_072
+        arm["identity"]["observed"]["max_model_len"] = 393_216
+    result = compare_reports(*asked[:2], replay=asked[2], sanitizer=quiet())
+    assert not any(d.startswith("393K startup") for d in result["decision"]["does_not_prove"])
+
+
 def test_cli_compare_exits_1_when_the_verdict_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A no-promotion comparison must not look like a pass to a script (`vllmqual compare && deploy`)."""
     candidate = json.loads((SEEDS / "candidate-4096.json").read_text())

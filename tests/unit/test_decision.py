@@ -76,6 +76,20 @@ def test_does_not_prove_without_a_prompt_floor_names_the_gap_to_max_model_len(ru
     assert not any("300K" in i for i in items)
 
 
+def test_the_configured_context_is_what_the_server_ran_before_what_the_recipe_asked(run: RunRecord) -> None:
+    """/v1/models reported 122,880 though the recipe (and so the identity's expected value) asked
+    for 131,072: the claims measure against what the server actually served."""
+    run.recipe_content = {**run.recipe_content, "gates": {}}
+    run.identity["observed"]["max_model_len"] = 122880
+    decision = build(run)["decision"]
+    assert "a request between 119,503 prompt tokens (the largest measured) and the configured 122,880" in \
+        decision["does_not_prove"]
+    run.identity["observed"]["max_model_len"] = 393216
+    caveats = build(run)["decision"]["caveats"]
+    assert ("the engine-reported KV pool (283,917 tokens) is below the configured 393,216-token context"
+            in caveats)
+
+
 def test_a_passed_concurrency_gate_moves_the_concurrency_boundary(run: RunRecord) -> None:
     run.gates.append(GateRecord(nodeid="suites/test_capacity.py::test_concurrency", gate="concurrency",
                                 title="Concurrency", outcome="passed", measurements={"requests": 4},
