@@ -221,6 +221,10 @@ class RungRecord:
     server_prompt_tokens: int | None = None
     prefix_cache_hits: int | None = None
     killed_server: bool = False
+    #: The structured smoke and health results a public report carries; set only on a rung
+    #: read back from a report, where they win over the words they were derived from.
+    post_probe_smoke_ok: bool | None = None
+    health_after_ok: bool | None = None
 
     @property
     def verdict(self) -> RungVerdict:

@@ -26,7 +26,7 @@ from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.gates.registry import REGISTRY
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.artifacts import sha256_file
-from pytest_vllmqual.report.decision import decide_run, with_decision
+from pytest_vllmqual.report.decision import decide, public_record, with_decision
 from pytest_vllmqual.report.html_page import render_html
 from pytest_vllmqual.report.public import build_public_report, validate_report
 from pytest_vllmqual.report.query import preflight_summary
@@ -88,7 +88,7 @@ def with_every_gate(report: dict[str, Any]) -> dict[str, Any]:
 def redecide(report: dict[str, Any]) -> dict[str, Any]:
     """Recompute the derived sections after a test changed a report."""
     report["preflight"] = preflight_summary(report)
-    report["decision"] = decide_run(report)
+    report["decision"] = decide(public_record(report)).to_dict()
     validate_report(report)
     return report
 
@@ -341,14 +341,14 @@ def test_a_clean_bracketed_candidate_is_a_priority_challenger(
     managed = with_every_gate(copy.deepcopy(candidate))
     managed["lifecycle"]["cold_start_s"] = 318.0
     redecide(managed)
-    assert managed["decision"]["verdict"] == "candidate"
+    assert managed["decision"]["verdict"] == "qualified"
     result = compare_reports(control, managed, replay=replay, sanitizer=quiet())
     assert result["verdict"] == "priority-challenger"
     assert result["decision"]["summary"] == "priority-challenger; no-promotion"
     cold = next(r for r in result["rows"] if r["key"] == "cold_start_s")
     assert (cold["values"], cold["change"], cold["label"]) == (["323.5 s", "318.0 s"], "-1.700%", BOUNDED)
     without_replay = compare_reports(control, managed, sanitizer=quiet())
-    assert without_replay["verdict"] == "candidate"
+    assert without_replay["verdict"] == "qualified"
     assert "no bracketed replay of the control ran" in without_replay["decision"]["reasons"][0]
 
 
