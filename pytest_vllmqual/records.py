@@ -50,9 +50,12 @@ class Verdict(_Word):
     #: Managed and every gate that ran passed, but the qualification evidence is incomplete.
     HEALTHY = "healthy"
     #: Every registered gate of every family passed, managed and verified: the most one run earns.
-    #: (Report schema 2 called this ``candidate``, the word that now only names an A/B's B arm.)
-    QUALIFIED = "qualified"
-    #: Awarded only by an A/B comparison: a qualified B arm that held up against its control.
+    #: The evidence can support a promotion (the opposite of ``no-promotion``); the run itself
+    #: promotes nothing. Report schema 2 called this ``candidate``, the word that now only names
+    #: the B arm of an A/B; ``qualified`` was not taken because a campaign's record already uses it
+    #: for the arm that met the campaign's requirements, whatever that arm's verdict.
+    PROMOTABLE = "promotable"
+    #: Awarded only by an A/B comparison: a promotable B arm that held up against its control.
     PRIORITY_CHALLENGER = "priority-challenger"
 
 

@@ -157,7 +157,7 @@ class ABEvidence:
 def _blockers(ev: ABEvidence, own: Verdict, regressions: list[str]) -> list[str]:
     """Why a B arm that is not no-promotion still is no priority-challenger (empty when it is one)."""
     blockers = []
-    if own is not Verdict.QUALIFIED:
+    if own is not Verdict.PROMOTABLE:
         first = (ev.candidate.get("decision") or {}).get("reasons") or []
         blockers.append(f"the candidate arm's own evidence is {own}" + (f" ({first[0]})" if first else ""))
     if arm_verdict(ev.control) is Verdict.NO_PROMOTION:
@@ -177,17 +177,17 @@ def _blockers(ev: ABEvidence, own: Verdict, regressions: list[str]) -> list[str]
 
 def _verdict(ev: ABEvidence, regressions: list[str]) -> tuple[Verdict, list[str]]:
     """Whether the B arm earns priority-challenger; otherwise its own verdict (healthy when a
-    qualified B arm regressed)."""
+    promotable B arm regressed)."""
     own = arm_verdict(ev.candidate)
     if own is Verdict.NO_PROMOTION:
         first = (ev.candidate.get("decision") or {}).get("reasons") or []
         return own, ["the candidate arm's own decision is no-promotion" + (f": {first[0]}" if first else "")]
     blockers = _blockers(ev, own, regressions)
     if blockers:
-        verdict = Verdict.HEALTHY if own is Verdict.QUALIFIED and regressions else own
+        verdict = Verdict.HEALTHY if own is Verdict.PROMOTABLE and regressions else own
         return verdict, ["not a priority-challenger: " + "; ".join(blockers)]
     return Verdict.PRIORITY_CHALLENGER, [
-        "a managed, verified, qualified candidate arm changed one functional variable, kept every gate of the "
+        "a managed, verified, promotable candidate arm changed one functional variable, kept every gate of the "
         "control, and a bracketed replay reproduced the baseline"]
 
 

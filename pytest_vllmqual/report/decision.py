@@ -23,13 +23,13 @@ has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verd
     is not verified, there is no completed capacity rung, no cold start was measured, or the
     engine's KV pool was not read. Every gate that did not pass is named, with its reason,
     under ``does_not_prove``.
-``qualified``
+``promotable``
     Every registered gate of every family passed, on a managed cold start with a verified
     identity, a completed capacity rung, engine facts read and a clean teardown. This is the
     most a single run can earn. (Report schema 2 called it ``candidate``; that word now only
     names the B arm of an A/B.)
 ``priority-challenger``
-    Only an A/B comparison (:mod:`pytest_vllmqual.ab.decision`) can award it: a qualified B arm
+    Only an A/B comparison (:mod:`pytest_vllmqual.ab.decision`) can award it: a promotable B arm
     that held up against the control arm under a bracketed replay. :func:`decide` never returns it.
 
 Whatever the verdict, a qualification run changes no route and promotes nothing; the
@@ -448,9 +448,9 @@ def _verdict(record: RunRecord, rows: Sequence[CoverageRow]) -> tuple[Verdict, l
     if missing:
         return Verdict.HEALTHY, ["every gate that ran passed, but the qualification is incomplete: "
                                  + "; ".join(missing)]
-    return Verdict.QUALIFIED, ["every registered gate of every family passed on a managed cold start, with a "
+    return Verdict.PROMOTABLE, ["every registered gate of every family passed on a managed cold start, with a "
                                "verified identity, a completed capacity ladder, engine facts and a clean "
-                               "teardown; a single run is at most qualified (priority-challenger needs an A/B "
+                               "teardown; a single run is at most promotable (priority-challenger needs an A/B "
                                "against the control arm)"]
 
 

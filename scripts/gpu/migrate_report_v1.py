@@ -14,7 +14,7 @@ are carried forward instead of repeated. From report/1 to report/2:
   says.
 
 From report/2 to report/3 only the verdict's word changed: the top single-run verdict
-``candidate`` is now ``qualified`` (``candidate`` only names the B arm of an A/B). A report/2
+``candidate`` is now ``promotable`` (``candidate`` only names the B arm of an A/B). A report/2
 record keeps its decision as it was judged and gets the new word; a report/1 record is decided
 again by the current rules, which use it already. A record of any other version is refused.
 
@@ -89,12 +89,12 @@ def migrate(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v2_to_v3_decision(decision: dict[str, Any]) -> dict[str, Any]:
-    """report/2's top verdict ``candidate`` in report/3's word, ``qualified``; nothing else moves."""
+    """report/2's top verdict ``candidate`` in report/3's word, ``promotable``; nothing else moves."""
     if decision.get("verdict") != "candidate":
         return decision
-    reasons = [r.replace("a single run is at most a candidate", "a single run is at most qualified")
+    reasons = [r.replace("a single run is at most a candidate", "a single run is at most promotable")
                for r in decision.get("reasons") or []]
-    return {**decision, "verdict": "qualified", "summary": "qualified; no-promotion", "reasons": reasons}
+    return {**decision, "verdict": "promotable", "summary": "promotable; no-promotion", "reasons": reasons}
 
 
 def _v1_to_v2(out: dict[str, Any]) -> dict[str, Any]:

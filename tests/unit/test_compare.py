@@ -341,14 +341,14 @@ def test_a_clean_bracketed_candidate_is_a_priority_challenger(
     managed = with_every_gate(copy.deepcopy(candidate))
     managed["lifecycle"]["cold_start_s"] = 318.0
     redecide(managed)
-    assert managed["decision"]["verdict"] == "qualified"
+    assert managed["decision"]["verdict"] == "promotable"
     result = compare_reports(control, managed, replay=replay, sanitizer=quiet())
     assert result["verdict"] == "priority-challenger"
     assert result["decision"]["summary"] == "priority-challenger; no-promotion"
     cold = next(r for r in result["rows"] if r["key"] == "cold_start_s")
     assert (cold["values"], cold["change"], cold["label"]) == (["323.5 s", "318.0 s"], "-1.700%", BOUNDED)
     without_replay = compare_reports(control, managed, sanitizer=quiet())
-    assert without_replay["verdict"] == "qualified"
+    assert without_replay["verdict"] == "promotable"
     assert "no bracketed replay of the control ran" in without_replay["decision"]["reasons"][0]
 
 

@@ -39,11 +39,11 @@ def test_seed_control_as_published_is_healthy_and_names_every_gate_it_lacks(run:
     assert "not every gate passed: quality_intelligence (absent)" in decision["reasons"][0]
 
 
-def test_seed_control_with_every_gate_is_qualified_and_never_more(run: RunRecord) -> None:
+def test_seed_control_with_every_gate_is_promotable_and_never_more(run: RunRecord) -> None:
     decision = build(with_every_gate_passed(run))["decision"]
-    assert decision["verdict"] == "qualified"
-    assert decision["summary"] == "qualified; no-promotion"
-    assert "at most qualified" in decision["reasons"][0]
+    assert decision["verdict"] == "promotable"
+    assert decision["summary"] == "promotable; no-promotion"
+    assert "at most promotable" in decision["reasons"][0]
     assert decision["boundary"].startswith("No route or promotion changed")
 
 
@@ -273,6 +273,6 @@ def test_arm_report_decides_on_the_typed_public_record_and_renders_it_once(run: 
     report = arm_report(with_every_gate_passed(run), sanitizer=quiet, tool_version="0.0-test")
     assert validation_errors(report) == []
     decision = decide(public_record(report))
-    assert decision.verdict is Verdict.QUALIFIED and report["decision"] == decision.to_dict()
+    assert decision.verdict is Verdict.PROMOTABLE and report["decision"] == decision.to_dict()
     assert report["decision"] == with_decision(report)["decision"]
     assert type(report["decision"]["verdict"]) is str

@@ -83,7 +83,7 @@ def _migrate_script() -> Any:
 
 
 def test_the_migration_carries_report_2_forward_renaming_its_candidate_verdict() -> None:
-    """report/2 called the top single-run verdict candidate; report/3 calls it qualified, nothing else moves."""
+    """report/2 called the top single-run verdict candidate; report/3 calls it promotable, nothing else moves."""
     migrate = _migrate_script().migrate
     old = load(GPU / "tiny-gpu.json")
     old["schema"], old["schema_version"] = "https://pytest-vllmqual/schemas/report/2", 2
@@ -92,8 +92,8 @@ def test_the_migration_carries_report_2_forward_renaming_its_candidate_verdict()
     new = migrate(old)
     validate_report(new)
     assert (new["schema_version"], new["decision"]["verdict"], new["decision"]["summary"]) == (
-        3, "qualified", "qualified; no-promotion")
-    assert new["decision"]["reasons"] == ["every registered gate passed; a single run is at most qualified (...)"]
+        3, "promotable", "promotable; no-promotion")
+    assert new["decision"]["reasons"] == ["every registered gate passed; a single run is at most promotable (...)"]
     assert {k: v for k, v in new.items() if k not in ("schema", "schema_version", "decision")} == {
         k: v for k, v in old.items() if k not in ("schema", "schema_version", "decision")}
     with pytest.raises(SystemExit, match="schema_version 3"):

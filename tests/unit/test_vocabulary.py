@@ -9,15 +9,15 @@ import pytest
 from pytest_vllmqual.records import GateOutcome, GateRecord, ServerStatus, Verdict, worst_outcome
 
 
-@pytest.mark.parametrize("word", [Verdict.QUALIFIED, GateOutcome.PASSED, ServerStatus.SERVER_DEAD])
+@pytest.mark.parametrize("word", [Verdict.PROMOTABLE, GateOutcome.PASSED, ServerStatus.SERVER_DEAD])
 def test_a_word_is_its_string_everywhere(word: Verdict | GateOutcome | ServerStatus) -> None:
     assert word == word.value
     assert str(word) == f"{word}" == word.value
     assert json.dumps({"w": word}) == json.dumps({"w": word.value})
 
 
-def test_the_top_single_run_verdict_is_qualified_and_candidate_is_no_verdict() -> None:
-    assert Verdict("qualified") is Verdict.QUALIFIED
+def test_the_top_single_run_verdict_is_promotable_and_candidate_is_no_verdict() -> None:
+    assert Verdict("promotable") is Verdict.PROMOTABLE
     with pytest.raises(ValueError):
         Verdict("candidate")
 
