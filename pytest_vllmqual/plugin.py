@@ -40,7 +40,7 @@ from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.layout import names_shipped_gates
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import GateRecord
+from pytest_vllmqual.records import GateOutcome, GateRecord
 from pytest_vllmqual.session.run import QualRun, gate_junit_properties, session_recipe
 from pytest_vllmqual.session.server import traffic_lock
 from pytest_vllmqual.session.settings import (
@@ -476,7 +476,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not final:
         _scrub_test_report(report, _session_sanitizer(item.config))  # a teardown error, captured output
         return
-    record.outcome = "error" if report.when == "setup" and report.outcome == "failed" else report.outcome
+    record.outcome = GateOutcome("error" if report.when == "setup" and report.outcome == "failed" else report.outcome)
     record.duration_s = round(report.duration, 4)
     if report.outcome != "passed":
         record.reason = _reason_text(report)

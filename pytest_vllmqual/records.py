@@ -6,16 +6,22 @@ into the sanitized public report. Records grow by adding optional fields; ``from
 ignores keys it does not know so old and new workers interoperate. A rung's verdict
 (``rung_verdict``) is derived here, once, for the ladder gate, the report builder, the
 decision, the campaign and the HTML page alike, from a ``RungRecord`` or a report's rung dict.
+
+The fixed words of a run are ``str`` enums here (:class:`Verdict`, :class:`GateOutcome`,
+:class:`ServerStatus`): each member *is* its string, so it compares equal to the word a report
+read back from disk holds, and JSON writes it as that word.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, TypeVar
 
-__all__ = ["HEALTH_OK", "Attempt", "GateRecord", "RunRecord", "RungRecord", "RungVerdict", "rung_verdict"]
+__all__ = ["HEALTH_OK", "Attempt", "GateOutcome", "GateRecord", "RunRecord", "RungRecord", "RungVerdict",
+           "ServerStatus", "Verdict", "rung_verdict", "worst_outcome"]
 
 _T = TypeVar("_T")
 
@@ -23,7 +29,87 @@ HEALTH_OK = ("healthy", "ok")
 """The exact values a rung's ``health_after`` takes when /health answered 200."""
 
 
-def _from_dict(cls: type[_T], data: dict[str, Any]) -> _T:
+class _Word(str, Enum):
+    """A fixed word: ``str()`` and f-strings give the word itself on every Python version."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Verdict(_Word):
+    """How far one run's (or one comparison's) evidence goes, lowest first."""
+
+    #: A gate failed or errored, the run is incomplete, the identity differs, teardown was not
+    #: clean, or no gate ran.
+    NO_PROMOTION = "no-promotion"
+    #: Every gate that ran passed on an endpoint this run neither started nor stopped.
+    DIRECT_ONLY = "direct-only"
+    #: Managed and every gate that ran passed, but the qualification evidence is incomplete.
+    HEALTHY = "healthy"
+    #: Every registered gate of every family passed, managed and verified: the most one run earns.
+    #: The evidence can support a promotion (the opposite of ``no-promotion``); the run itself
+    #: promotes nothing. Report schema 2 called this ``candidate``, the word that now only names
+    #: the B arm of an A/B; ``qualified`` was not taken because a campaign's record already uses it
+    #: for the arm that met the campaign's requirements, whatever that arm's verdict.
+    PROMOTABLE = "promotable"
+    #: Awarded only by an A/B comparison: a promotable B arm that held up against its control.
+    PRIORITY_CHALLENGER = "priority-challenger"
+
+
+class GateOutcome(_Word):
+    """What pytest made of one gate (one test); ``ABSENT`` only in coverage, for a gate that did not run."""
+
+    PENDING = "pending"
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    ABSENT = "absent"
+
+    @property
+    def failing(self) -> bool:
+        """A failed or errored gate: it blocks any verdict above no-promotion."""
+        return self in (GateOutcome.FAILED, GateOutcome.ERROR)
+
+
+_OUTCOME_RANK = (GateOutcome.ERROR, GateOutcome.FAILED, GateOutcome.PENDING, GateOutcome.SKIPPED)
+
+
+def worst_outcome(outcomes: Iterable[str]) -> GateOutcome:
+    """One outcome for a gate that ran more than once: error, failed, pending, skipped, then
+    passed; ``absent`` when it never ran."""
+    seen = [str(o) for o in outcomes]
+    if not seen:
+        return GateOutcome.ABSENT
+    for worst in _OUTCOME_RANK:
+        if worst in seen:
+            return worst
+    if all(o == GateOutcome.PASSED for o in seen):
+        return GateOutcome.PASSED
+    try:
+        return GateOutcome(seen[0])
+    except ValueError:
+        return GateOutcome.ERROR
+
+
+class ServerStatus(_Word):
+    """Whether the server a gate used is still usable: the guard's shared state."""
+
+    OK = "ok"
+    #: The process exited, /health is unreachable or not 200, or the engine core died.
+    SERVER_DEAD = "server_dead"
+    #: /health or a 1-token completion did not answer in time.
+    HUNG = "hung"
+
+    @property
+    def gone(self) -> bool:
+        return self is not ServerStatus.OK
+
+
+def _from_dict(cls: type[_T], data: Mapping[str, Any]) -> _T:
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -55,20 +141,27 @@ class Attempt:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+    def from_dict(cls, data: Mapping[str, Any]) -> Attempt:
         return _from_dict(cls, data)
 
 
 @dataclass
 class GateRecord:
-    """One gate (one test): outcome, measurements, and every attempt, failures retained."""
+    """One gate (one test): outcome, measurements, and every attempt, failures retained.
+
+    ``outcome`` is pytest's result of the test (:class:`GateOutcome`). ``status`` is the harness's
+    word for why the gate could not run against a usable server, and is None when it could: a
+    :class:`ServerStatus` (``server_dead``, ``hung``), a startup failure (``LaunchError.status``,
+    e.g. ``kv_insufficient``), ``not_run`` (stopped by fail-fast) or ``stopped``. A gate that
+    failed on its own evidence has an outcome of ``failed`` and no status.
+    """
 
     nodeid: str
     gate: str
     title: str = ""
     markers: list[str] = field(default_factory=list)
     arm: str | None = None
-    outcome: str = "pending"
+    outcome: GateOutcome = GateOutcome.PENDING
     reason: str | None = None
     status: str | None = None
     duration_s: float | None = None
@@ -81,16 +174,28 @@ class GateRecord:
     def retained_failures(self) -> list[Attempt]:
         return [a for a in self.attempts if not a.ok]
 
+    def __post_init__(self) -> None:
+        self.outcome = _outcome(self.outcome)
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["outcome"] = _outcome(self.outcome).value  # a plain string: xdist ships plain types only
         data["attempts"] = [a.to_dict() for a in self.attempts]
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GateRecord:
+    def from_dict(cls, data: Mapping[str, Any]) -> GateRecord:
         record = _from_dict(cls, {k: v for k, v in data.items() if k != "attempts"})
-        record.attempts = [Attempt.from_dict(a) for a in data.get("attempts", [])]
+        record.attempts = [Attempt.from_dict(a) for a in data.get("attempts") or []]
         return record
+
+
+def _outcome(value: str) -> GateOutcome:
+    """An outcome word as the enum; a word this version does not know reads as ``error``."""
+    try:
+        return GateOutcome(value)
+    except ValueError:
+        return GateOutcome.ERROR
 
 
 @dataclass
@@ -119,6 +224,10 @@ class RungRecord:
     server_prompt_tokens: int | None = None
     prefix_cache_hits: int | None = None
     killed_server: bool = False
+    #: The structured smoke and health results a public report carries; set only on a rung
+    #: read back from a report, where they win over the words they were derived from.
+    post_probe_smoke_ok: bool | None = None
+    health_after_ok: bool | None = None
 
     @property
     def verdict(self) -> RungVerdict:
@@ -128,7 +237,7 @@ class RungRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RungRecord:
+    def from_dict(cls, data: Mapping[str, Any]) -> RungRecord:
         return _from_dict(cls, data)
 
 

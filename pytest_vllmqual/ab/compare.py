@@ -2,7 +2,7 @@
 
 :func:`compare_reports` reads two public reports (control, candidate) and an optional replay
 of the control, and returns the comparison record (``schemas/comparison.schema.json``,
-``$id`` …/comparison/2); :func:`compare_files` does the same for report files, each
+``$id`` …/comparison/3); :func:`compare_files` does the same for report files, each
 referenced by its SHA-256. :func:`render_markdown` prints the record the way the seeds do.
 The record is assembled from the concerns' modules: the rows (:mod:`.compare_rows`), the
 controlled variables (:mod:`.compare_variables`), the retained findings
@@ -28,7 +28,7 @@ from pytest_vllmqual.report.decision import BOUNDARY
 from pytest_vllmqual.report.public import SCHEMA_ID as REPORT_SCHEMA_ID
 from pytest_vllmqual.report.public import TOOL_NAME, load_report, validate_report
 
-from .decision import Targets, arm_verdict, decide_comparison
+from .decision import ABEvidence, Targets, arm_verdict, decide_comparison
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
 from .rows import Tolerances, compare_rows
 from .variables import controlled_variables, fmt_setting
@@ -36,8 +36,8 @@ from .variables import controlled_variables, fmt_setting
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "compare_files", "compare_reports", "comparison_errors",
            "load_arm_report", "render_markdown", "report_digest", "validate_comparison", "write_comparison_atomic"]
 
-SCHEMA_ID = "https://pytest-vllmqual/schemas/comparison/2"
-SCHEMA_VERSION = 2
+SCHEMA_ID = "https://pytest-vllmqual/schemas/comparison/3"
+SCHEMA_VERSION = 3
 _ROLES = ("control", "candidate", "replay")
 
 
@@ -61,7 +61,7 @@ def _arm_ref(report: Mapping[str, Any], role: str, digest: str | None) -> dict[s
         "started_utc": run.get("started_utc"),
         "mode": run.get("mode"),
         "status": run.get("status"),
-        "verdict": arm_verdict(report),
+        "verdict": arm_verdict(report).value,
     }
 
 
@@ -125,7 +125,8 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
     else:
         findings.append(retained_finding("replay", "absent", "no replay of the control ran: the baseline may be a stale log."))
     findings.append(timing_noise(rows, tolerances.timing_noise_floor_pct))
-    decision = decide_comparison(control, candidate, replay, rows, variables, findings, replay_section, targets)
+    decision = decide_comparison(ABEvidence(control, candidate, replay, rows, variables, findings, replay_section,
+                                             targets))
     labels, changed_text = _arm_labels(control, candidate, variables)
     notes = [f"{r['measurement']}: {r['label']} ({r['change']} against the "
              f"{tolerances.timing_noise_floor_pct:g}% noise floor)" for r in rows if r["label"]]

@@ -1,11 +1,12 @@
-"""The A/B decision: whether a candidate arm earns ``priority-challenger`` against its control.
+"""The A/B decision: whether the candidate (B) arm earns ``priority-challenger`` against its control.
 
-:func:`decide_comparison` reads the comparison's rows, controlled variables and retained
-findings (built by the ``compare_*`` modules) and the arms' own decisions, and writes the
-comparison's decision block: a verdict, what the comparison proves, what it does not prove
-and the caveats, every sentence generated from what was measured. :class:`Targets` is the
-capacity the next qualification must show (what "does not prove" measures against).
-The single run's verdict is :func:`pytest_vllmqual.report.decision.decide_run`.
+:func:`decide_comparison` reads an :class:`ABEvidence`: the comparison's rows, controlled
+variables and retained findings (built by :mod:`.rows`, :mod:`.variables`, :mod:`.findings`)
+and the arms' own decisions; it writes the comparison's decision block: a verdict, what the
+comparison proves, what it does not prove and the caveats, every sentence generated from what
+was measured. :class:`Targets` is the capacity the next qualification must show (what "does
+not prove" measures against). The single run's verdict is
+:func:`pytest_vllmqual.report.decision.decide`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.report.decision import BOUNDARY
+from pytest_vllmqual.records import Verdict
+from pytest_vllmqual.report.decision import BOUNDARY, max_model_len, verdict_summary
 from pytest_vllmqual.report.number_format import short_tokens
 from pytest_vllmqual.report.query import gates_named, ok_rungs, recipe_value
 
-__all__ = ["Targets", "arm_verdict", "decide_comparison"]
+__all__ = ["ABEvidence", "Targets", "arm_verdict", "decide_comparison"]
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,12 @@ class Targets:
                    source="the arms' recipe thresholds" + ("" if prompts and contexts else " and the default"))
 
 
-def arm_verdict(report: Mapping[str, Any]) -> str:
-    """The arm report's own verdict (no-promotion when it has none)."""
-    return str((report.get("decision") or {}).get("verdict") or "no-promotion")
+def arm_verdict(report: Mapping[str, Any]) -> Verdict:
+    """The arm report's own verdict (no-promotion when it has none, or one this version does not know)."""
+    try:
+        return Verdict(str((report.get("decision") or {}).get("verdict") or Verdict.NO_PROMOTION))
+    except ValueError:
+        return Verdict.NO_PROMOTION
 
 
 def _became_ready(report: Mapping[str, Any]) -> bool:
@@ -74,10 +79,7 @@ def _largest_prompt(reports: Iterable[Mapping[str, Any]]) -> int | None:
 
 
 def _max_model_len(report: Mapping[str, Any]) -> int | None:
-    value = recipe_value(report, "serve", "max_model_len")
-    if not isinstance(value, int):
-        value = ((report.get("identity") or {}).get("expected") or {}).get("max_model_len")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return max_model_len(report.get("identity") or {}, (report.get("recipe") or {}).get("content") or {})
 
 
 def _concurrency_proven(reports: Iterable[Mapping[str, Any]]) -> int:
@@ -113,134 +115,191 @@ def _size_word(pct: float | None) -> str:
     return f"{pct:+.3f}% change"
 
 
-def decide_comparison(control: Mapping[str, Any], candidate: Mapping[str, Any], replay: Mapping[str, Any] | None,
-                      rows: list[dict[str, Any]], variables: Mapping[str, Any], findings: list[dict[str, Any]],
-                      replay_section: Mapping[str, Any] | None, targets: Targets) -> dict[str, Any]:
-    """The comparison's decision block: verdict, proves / does not prove, caveats (all generated)."""
-    by_id = {f["id"]: f for f in findings}
-    by_key = {r["key"]: r for r in rows}
-    cand_verdict, ctrl_verdict = arm_verdict(candidate), arm_verdict(control)
-    regressions = _regressions(rows)
-    reasons: list[str] = []
-    if cand_verdict == "no-promotion":
-        own = (candidate.get("decision") or {}).get("reasons") or []
-        verdict = "no-promotion"
-        reasons.append("the candidate arm's own decision is no-promotion" + (f": {own[0]}" if own else ""))
-    else:
-        blockers = []
-        if cand_verdict != "candidate":
-            own = (candidate.get("decision") or {}).get("reasons") or []
-            blockers.append(f"the candidate arm's own evidence is {cand_verdict}" + (f" ({own[0]})" if own else ""))
-        if ctrl_verdict == "no-promotion":
-            blockers.append("the control arm itself is no-promotion")
-        if variables["confounded"]:
-            blockers.append("the comparison is confounded: " + ", ".join(variables["functional"]))
-        if not variables["functional"]:
-            blockers.append("no functional variable changed: a repeat, not an A/B")
-        if replay is None:
-            blockers.append("no bracketed replay of the control ran")
-        elif replay_section is not None and not replay_section["reproduced"]:
-            blockers.append("the baseline is not reproducible")
-        if regressions:
-            blockers.append("the candidate regressed against the control: " + "; ".join(regressions))
-        if blockers:
-            verdict = "healthy" if cand_verdict == "candidate" and regressions else cand_verdict
-            reasons.append("not a priority-challenger: " + "; ".join(blockers))
-        else:
-            verdict = "priority-challenger"
-            reasons.append("a managed, verified candidate changed one functional variable, kept every gate of "
-                           "the control, and a bracketed replay reproduced the baseline")
-    summary = ("no-promotion" if verdict == "no-promotion" else
-               "healthy and direct-only; no-promotion" if verdict == "direct-only" else f"{verdict}; no-promotion")
+@dataclass(frozen=True)
+class ABEvidence:
+    """What the A/B decision reads: the arm reports and what the comparison built from them."""
 
+    control: Mapping[str, Any]
+    #: The B arm: the arm whose changed variable is on trial.
+    candidate: Mapping[str, Any]
+    replay: Mapping[str, Any] | None
+    rows: list[dict[str, Any]]
+    variables: Mapping[str, Any]
+    findings: list[dict[str, Any]]
+    replay_section: Mapping[str, Any] | None
+    targets: Targets
+
+    @property
+    def arms(self) -> list[Mapping[str, Any]]:
+        return [self.control, self.candidate, *([self.replay] if self.replay is not None else [])]
+
+    def finding(self, finding_id: str) -> dict[str, Any] | None:
+        return next((f for f in self.findings if f["id"] == finding_id), None)
+
+    def row(self, key: str) -> dict[str, Any] | None:
+        return next((r for r in self.rows if r["key"] == key), None)
+
+    @property
+    def kv_flagged(self) -> dict[str, Any] | None:
+        """The KV bytes-vs-tokens finding when it is flagged (its cause unresolved), else None."""
+        kv = self.finding("kv_bytes_vs_tokens")
+        return kv if kv and kv["status"] == "flagged" else None
+
+    @property
+    def started(self) -> list[Mapping[str, Any]]:
+        """The arms that proved the target startup: ready with the configured context and a large
+        enough reported pool (a death later in the run, on a ladder rung, does not undo it)."""
+        need = self.targets.context_tokens
+        return [r for r in self.arms if (_max_model_len(r) or 0) >= need
+                and ((r.get("engine") or {}).get("kv_cache_tokens") or 0) >= need and _became_ready(r)]
+
+
+def _blockers(ev: ABEvidence, own: Verdict, regressions: list[str]) -> list[str]:
+    """Why a B arm that is not no-promotion still is no priority-challenger (empty when it is one)."""
+    blockers = []
+    if own is not Verdict.PROMOTABLE:
+        first = (ev.candidate.get("decision") or {}).get("reasons") or []
+        blockers.append(f"the candidate arm's own evidence is {own}" + (f" ({first[0]})" if first else ""))
+    if arm_verdict(ev.control) is Verdict.NO_PROMOTION:
+        blockers.append("the control arm itself is no-promotion")
+    if ev.variables["confounded"]:
+        blockers.append("the comparison is confounded: " + ", ".join(ev.variables["functional"]))
+    if not ev.variables["functional"]:
+        blockers.append("no functional variable changed: a repeat, not an A/B")
+    if ev.replay is None:
+        blockers.append("no bracketed replay of the control ran")
+    elif ev.replay_section is not None and not ev.replay_section["reproduced"]:
+        blockers.append("the baseline is not reproducible")
+    if regressions:
+        blockers.append("the candidate regressed against the control: " + "; ".join(regressions))
+    return blockers
+
+
+def _verdict(ev: ABEvidence, regressions: list[str]) -> tuple[Verdict, list[str]]:
+    """Whether the B arm earns priority-challenger; otherwise its own verdict (healthy when a
+    promotable B arm regressed)."""
+    own = arm_verdict(ev.candidate)
+    if own is Verdict.NO_PROMOTION:
+        first = (ev.candidate.get("decision") or {}).get("reasons") or []
+        return own, ["the candidate arm's own decision is no-promotion" + (f": {first[0]}" if first else "")]
+    blockers = _blockers(ev, own, regressions)
+    if blockers:
+        verdict = Verdict.HEALTHY if own is Verdict.PROMOTABLE and regressions else own
+        return verdict, ["not a priority-challenger: " + "; ".join(blockers)]
+    return Verdict.PRIORITY_CHALLENGER, [
+        "a managed, verified, promotable candidate arm changed one functional variable, kept every gate of the "
+        "control, and a bracketed replay reproduced the baseline"]
+
+
+def _proves(ev: ABEvidence, regressions: list[str]) -> list[str]:
+    """What moved between the arms, what the B arm kept, and whether the control reproduced."""
     proves: list[str] = []
-    functional = variables["functional"]
-    kv = by_id.get("kv_bytes_vs_tokens")
-    kv_flagged = bool(kv and kv["status"] == "flagged")
+    functional = ev.variables["functional"]
     # A flagged KV mismatch keeps the token count (and the concurrency derived from it) out of
     # what the comparison proves: the engine reported it, but its cause is unresolved.
-    kinds = ("memory", "fixed") if kv_flagged else ("memory", "fixed", "derived", "capacity")
-    memory_rows = [r for r in rows if r["kind"] in kinds and r["change"] not in ("unchanged", "n/a")]
+    kinds = ("memory", "fixed") if ev.kv_flagged else ("memory", "fixed", "derived", "capacity")
+    memory_rows = [r for r in ev.rows if r["kind"] in kinds and r["change"] not in ("unchanged", "n/a")]
     moved = "; ".join(f"{r['measurement']} {r['values'][0]} → {r['values'][1]} ({r['change']})" for r in memory_rows)
     if len(functional) == 1 and memory_rows:
         proves.append(f"with only {functional[0]} changed functionally, the engine's own facts moved: {moved}")
     elif memory_rows:
         proves.append(f"the engine's own facts differ between the arms (not attributed to one variable): {moved}")
-    kept = [r for r in rows if r["rule"] == "status" and str(r["change"]).startswith("unchanged pass")]
+    kept = [r for r in ev.rows if r["rule"] == "status" and str(r["change"]).startswith("unchanged pass")]
     if kept and not regressions:
         proves.append("the candidate kept the control's bounded gates: "
                       + ", ".join(f"{r['measurement']} {r['values'][1]}" for r in kept))
-    replay_finding = by_id.get("replay")
-    if replay_finding and replay_finding["status"] == "reproduced":
+    replay = ev.finding("replay")
+    if replay and replay["status"] == "reproduced":
         proves.append("the control is reproducible under the current runtime: "
-                      + str(replay_finding["summary"]).split(":", 1)[0])
+                      + str(replay["summary"]).split(":", 1)[0])
+    return proves
 
-    does_not: list[str] = []
-    arms = [control, candidate, *([replay] if replay is not None else [])]
-    largest = _largest_prompt(arms)
+
+def _does_not_prove(ev: ABEvidence) -> list[str]:
+    """The capacity the targets ask for and no arm showed, and what the comparison cannot speak to."""
+    targets, does_not = ev.targets, []
+    largest = _largest_prompt(ev.arms)
     if largest is None or largest <= targets.prompt_tokens:
         does_not.append(f"a request above {short_tokens(targets.prompt_tokens)} prompt tokens"
                         + (f" (the largest measured in any arm was {largest:,})" if largest is not None
                            else " (no arm completed a capacity rung)"))
-    # A startup is proven by the arm having become ready with the configured context and a large
-    # enough reported pool; a death later in the run (a ladder rung) does not undo it.
-    started = [r for r in arms if (_max_model_len(r) or 0) >= targets.context_tokens
-               and ((r.get("engine") or {}).get("kv_cache_tokens") or 0) >= targets.context_tokens
-               and _became_ready(r)]
-    if not started:
+    if not ev.started:
         does_not.append(f"{short_tokens(targets.context_tokens)} startup (no arm was configured with "
                         f"max_model_len ≥ {targets.context_tokens:,} and a reported KV pool ≥ "
                         f"{targets.context_tokens:,} tokens)")
-    concurrency = _concurrency_proven([candidate])
+    concurrency = _concurrency_proven([ev.candidate])
     does_not.append("concurrency beyond one active request" if concurrency <= 1
                     else f"concurrency beyond {concurrency} active requests")
-    quality_both = [r for r in rows if r["key"].startswith("gate:quality")]
+    quality_both = [r for r in ev.rows if r["key"].startswith("gate:quality")]
     does_not.append("broad task-quality equivalence" + (
         ": bounded repeated checks are not a benchmark" if quality_both else
         ": the arms did not both run the repeated quality checks"))
-    if kv_flagged and kv:
+    kv = ev.kv_flagged
+    if kv:
         does_not.append(f"a causal explanation for the {_size_word(kv['figures'].get('kv_tokens_change_pct'))} "
                         "of reported KV tokens")
-    if replay is None:
+    replay = ev.finding("replay")
+    if ev.replay is None:
         does_not.append("that the control is reproducible: no bracketed replay ran")
-    elif replay_finding and replay_finding["status"] == "not_reproducible":
+    elif replay and replay["status"] == "not_reproducible":
         does_not.append("a reproducible baseline: the replay did not reproduce the control")
-    if (candidate.get("run") or {}).get("mode") == "direct-only":
+    if (ev.candidate.get("run") or {}).get("mode") == "direct-only":
         does_not.append("a cold start or a clean teardown of the candidate: it was used direct-only")
+    return does_not
 
+
+def _capacity_caveats(ev: ABEvidence) -> list[str]:
+    """A reported KV pool that looks like the target capacity but is not yet a result, and why."""
     caveats: list[str] = []
-    kv_row = by_key.get("kv_cache_tokens")
-    ctx_lens = [v for v in (_max_model_len(control), _max_model_len(candidate)) if v is not None]
-    if kv_row and not started and isinstance(kv_row["candidate"], int) and kv_row["candidate"] >= targets.context_tokens:
+    kv_row, kv, targets = ev.row("kv_cache_tokens"), ev.kv_flagged, ev.targets
+    ctx_lens = [v for v in (_max_model_len(ev.control), _max_model_len(ev.candidate)) if v is not None]
+    if (kv_row and not ev.started and isinstance(kv_row["candidate"], int)
+            and kv_row["candidate"] >= targets.context_tokens):
         text = (f"the reported KV pool of {kv_row['candidate']:,} tokens is not yet a "
                 f"{short_tokens(targets.context_tokens)} capacity result")
         clauses = []
-        if kv_flagged and kv:
+        if kv:
             pct = kv["figures"].get("kv_gib_change_pct")
             clauses.append(f"the KV byte allocation {'rose only' if (pct or 0) > 0 else 'moved'} "
                            f"{abs(pct or 0):.3f}%")
         if ctx_lens and max(ctx_lens) < targets.context_tokens:
             clauses.append(f"this A/B retained a {max(ctx_lens):,}-token configured context")
         caveats.append(text + (": " + ", and ".join(clauses) if clauses else ""))
-    if kv_flagged and kv:
+    if kv:
         caveats.append(f"the mismatch between {kv['figures'].get('kv_gib_change')} KV bytes and "
                        f"{kv['figures'].get('kv_tokens_change')} reported tokens is retained explicitly rather than "
                        "normalized away")
-    timing = by_id.get("timing_noise")
+    return caveats
+
+
+def _caveats(ev: ABEvidence) -> list[str]:
+    """What limits the comparison: capacity, timing noise, confounding, harness settings, the replay."""
+    caveats = _capacity_caveats(ev)
+    timing = ev.finding("timing_noise")
     if timing and timing["status"] in ("bounded", "above_noise_floor"):
         caveats.append("one request per target supports a capacity comparison, not a performance ranking; "
                        "small timing deltas are bounded observations")
-    if variables["confounded"]:
+    functional = ev.variables["functional"]
+    if ev.variables["confounded"]:
         caveats.append(f"confounded: {len(functional)} functional variables changed ({', '.join(functional)})")
-    if variables["harness"]:
-        caveats.append("the arms were measured with different harness settings: " + ", ".join(variables["harness"]))
-    prompt_row = by_key.get("largest_prompt_tokens")
+    if ev.variables["harness"]:
+        caveats.append("the arms were measured with different harness settings: " + ", ".join(ev.variables["harness"]))
+    prompt_row = ev.row("largest_prompt_tokens")
     if prompt_row and prompt_row["delta"]:
         caveats.append(f"the largest requests differ in size ({prompt_row['values'][0]} vs "
                        f"{prompt_row['values'][1]} tokens): the timing rows compare different prompts")
-    if replay_finding and replay_finding["status"] == "not_reproducible":
-        caveats.append(str(replay_finding["summary"]))
-    elif replay_section is not None and not replay_section.get("bracketed"):
+    replay = ev.finding("replay")
+    if replay and replay["status"] == "not_reproducible":
+        caveats.append(str(replay["summary"]))
+    elif ev.replay_section is not None and not ev.replay_section.get("bracketed"):
         caveats.append("the replay did not run after the candidate (not bracketed A, B, A)")
-    return {"verdict": verdict, "summary": summary, "scope": "A/B comparison", "reasons": reasons,
-            "proves": proves, "does_not_prove": does_not, "caveats": caveats, "boundary": BOUNDARY}
+    return caveats
+
+
+def decide_comparison(evidence: ABEvidence) -> dict[str, Any]:
+    """The comparison's decision block: verdict, proves / does not prove, caveats (all generated)."""
+    regressions = _regressions(evidence.rows)
+    verdict, reasons = _verdict(evidence, regressions)
+    return {"verdict": verdict.value, "summary": verdict_summary(verdict), "scope": "A/B comparison",
+            "reasons": reasons, "proves": _proves(evidence, regressions), "does_not_prove": _does_not_prove(evidence),
+            "caveats": _caveats(evidence), "boundary": BOUNDARY}

@@ -54,6 +54,7 @@ from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     title_of,
 )
+from pytest_vllmqual.records import GateOutcome, worst_outcome
 from pytest_vllmqual.report.number_format import (
     fixed,
     rounded,
@@ -182,11 +183,8 @@ def _rank_max(ranks: Iterable[Mapping[str, Any]], key: str) -> float | None:
 
 def _outcome(report: Mapping[str, Any], names: Iterable[str]) -> str:
     """The worst outcome over gates with any of ``names``; "absent" when none ran."""
-    outcomes = [gate_outcome(report, n) for n in names]
-    present = [o for o in outcomes if o != "absent"]
-    if not present:
-        return "absent"
-    return min(present, key=lambda o: _OUTCOME_ORDER.index(o) if o in _OUTCOME_ORDER else 0)
+    present = [o for o in (gate_outcome(report, n) for n in names) if o is not GateOutcome.ABSENT]
+    return worst_outcome(present).value
 
 
 def _gate_label(name: str) -> str:

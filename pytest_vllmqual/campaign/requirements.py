@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_vllmqual.gates.registry import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
-from pytest_vllmqual.records import rung_verdict
+from pytest_vllmqual.records import GateOutcome, rung_verdict
 from pytest_vllmqual.report.query import (
     first_line,
     gate_outcome,
@@ -28,7 +28,7 @@ __all__ = ["BUILTIN_REQUIREMENTS", "Requirement", "evaluate_requirement"]
 BUILTIN_REQUIREMENTS = ("gates", "startup", "kv_pool", "ladder", "preflight")
 
 _LADDER_GATES = (LADDER_GATE,)
-_FAILING = ("failed", "error")
+_FAILING = (GateOutcome.FAILED, GateOutcome.ERROR)
 
 
 @dataclass(frozen=True)

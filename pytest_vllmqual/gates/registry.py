@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_vllmqual.records import GateOutcome
+
 FAMILIES = ("preflight", "reasoning", "quality", "capacity", "engine", "lifecycle")
 """Every gate family, in the order a report lists them."""
 
@@ -155,7 +157,6 @@ KV_POOL_GATE = "kv_pool"
 IDENTITY_GATE = "identity"
 COLD_START_GATE = "cold_start"
 ENGINE_RANKS_GATE = "engine_ranks"
-CONCURRENCY_GATE = "concurrency"
 SECTION_GATES: tuple[str, ...] = (LADDER_GATE, KV_POOL_GATE)
 """Gates whose evidence has its own report section (the ladder, the engine facts)."""
 
@@ -194,14 +195,13 @@ def order_key(name: str) -> int:
 def proves(gate: Mapping[str, Any]) -> str | None:
     """What a passed gate record proves (None when it did not pass or is not registered)."""
     known = BY_NAME.get(str(gate.get("gate")))
-    if known is None or gate.get("outcome") != "passed":
+    if known is None or gate.get("outcome") != GateOutcome.PASSED:
         return None
     return known.proves(gate)
 
 __all__ = [
     "BY_NAME",
     "COLD_START_GATE",
-    "CONCURRENCY_GATE",
     "ENGINE_RANKS_GATE",
     "EXECUTION_ORDER",
     "FAMILIES",

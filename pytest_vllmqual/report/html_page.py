@@ -54,7 +54,7 @@ th,td{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-alig
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.fail td{background:#ffebe9}tr.skip td{background:#fff8c5}tr.rejected td{background:#fff1e5}
 .badge{display:inline-block;padding:.15rem .6rem;border-radius:1rem;font-weight:600;color:#fff;background:#57606a}
-.verdict-candidate .badge,.verdict-priority-challenger .badge{background:#1a7f37}
+.verdict-promotable .badge,.verdict-priority-challenger .badge{background:#1a7f37}
 .verdict-healthy .badge{background:#0969da}.verdict-direct-only .badge{background:#8250df}
 .verdict-no-promotion .badge{background:#cf222e}
 .decision{border:1px solid #d0d7de;border-radius:.5rem;padding:.2rem 1.2rem 1rem;background:#fbfcfd}

@@ -42,8 +42,8 @@ from .query import ok_rungs, preflight_summary
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "resanitize",
            "validate_report", "validation_errors", "verify_report", "write_report_atomic"]
 
-SCHEMA_ID = "https://pytest-vllmqual/schemas/report/2"
-SCHEMA_VERSION = 2
+SCHEMA_ID = "https://pytest-vllmqual/schemas/report/3"
+SCHEMA_VERSION = 3
 TOOL_NAME = "pytest-vllmqual"
 
 _MAX_TEXT = 2000

@@ -1,9 +1,8 @@
-"""Carry a report/1 record forward to the current report schema, adding nothing it did not measure.
+"""Carry a report/1 or report/2 record forward to the current report schema (report/3).
 
-The real GPU runs of 2026-11-30 (2× H200, vLLM 0.24.0) were made with the tree of commit 11c44f8,
-which wrote report/1; the same day the schema moved to report/2 (the gate registry,
-field-by-field identity, no server text in public outputs, a verdict capped at healthy when a
-gate did not pass). GPU time is scarce, so those runs are carried forward instead of repeated:
+It adds nothing the run did not measure. The real GPU runs (2× H200, vLLM 0.24.0) were made
+with the tree of commit 11c44f8, which wrote report/1; the schema then moved to report/2 and to report/3. GPU time is scarce, so those runs
+are carried forward instead of repeated. From report/1 to report/2:
 
 - gates get their family, title and "proves" from the registry (pytest_vllmqual/gates/registry.py), by name;
 - identity checks keep what report/1 compared and gain their status, source and pinned flag; the
@@ -13,6 +12,11 @@ gate did not pass). GPU time is scarce, so those runs are carried forward instea
 - the decision is computed again by the current rules (pytest_vllmqual.report.decision.with_decision);
 - no run deselected gates (the GPU sessions ran every gate), which is what ``deselected_gates``
   says.
+
+From report/2 to report/3 only the verdict's word changed: the top single-run verdict
+``candidate`` is now ``promotable`` (``candidate`` only names the B arm of an A/B). A report/2
+record keeps its decision as it was judged and gets the new word; a report/1 record is decided
+again by the current rules, which use it already. A record of any other version is refused.
 
     python scripts/gpu/migrate_report_v1.py IN.json OUT.json
 """
@@ -28,7 +32,7 @@ from typing import Any
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.report.decision import with_decision
-from pytest_vllmqual.report.public import validate_report
+from pytest_vllmqual.report.public import SCHEMA_ID, SCHEMA_VERSION, validate_report
 from pytest_vllmqual.report.query import preflight_summary
 
 MIGRATED = "report/1 did not compare this field (carried forward by scripts/gpu/migrate_report_v1.py)"
@@ -70,10 +74,30 @@ def migrate_identity(identity: dict[str, Any], launcher: str) -> dict[str, Any]:
 
 
 def migrate(report: dict[str, Any]) -> dict[str, Any]:
-    if report.get("schema_version") != 1:
-        raise SystemExit(f"not a report/1 record (schema_version {report.get('schema_version')!r})")
+    """The record at the current schema version; SystemExit for a version this script does not know."""
+    version = report.get("schema_version")
     out = json.loads(json.dumps(report))
-    out["schema"], out["schema_version"] = "https://pytest-vllmqual/schemas/report/2", 2
+    if version == 1:
+        out = with_decision(_v1_to_v2(out))
+    elif version == 2:
+        out["decision"] = _v2_to_v3_decision(out["decision"])
+    else:
+        raise SystemExit(f"not a report/1 or report/2 record (schema_version {version!r})")
+    out["schema"], out["schema_version"] = SCHEMA_ID, SCHEMA_VERSION
+    validate_report(out)
+    return out
+
+
+def _v2_to_v3_decision(decision: dict[str, Any]) -> dict[str, Any]:
+    """report/2's top verdict ``candidate`` in report/3's word, ``promotable``; nothing else moves."""
+    if decision.get("verdict") != "candidate":
+        return decision
+    reasons = [r.replace("a single run is at most a candidate", "a single run is at most promotable")
+               for r in decision.get("reasons") or []]
+    return {**decision, "verdict": "promotable", "summary": "promotable; no-promotion", "reasons": reasons}
+
+
+def _v1_to_v2(out: dict[str, Any]) -> dict[str, Any]:
     out["run"]["deselected_gates"] = []
     out["identity"] = migrate_identity(out["identity"], str(out["lifecycle"].get("launcher")))
     for gate in out["gates"]:
@@ -86,8 +110,6 @@ def migrate(report: dict[str, Any]) -> dict[str, Any]:
         rung.setdefault("health_after_ok", None if rung.get("health_after") is None
                         else rung["health_after"] == "healthy")
     out["preflight"] = preflight_summary(out)
-    out = with_decision(out)
-    validate_report(out)
     return out
 
 

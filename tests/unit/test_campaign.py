@@ -20,7 +20,7 @@ from pytest_vllmqual.campaign.plan import (
 )
 from pytest_vllmqual.campaign.requirements import evaluate_requirement
 from pytest_vllmqual.errors import CampaignError
-from pytest_vllmqual.report.decision import decide_run
+from pytest_vllmqual.report.decision import decide, public_record
 from pytest_vllmqual.report.public import validate_report
 from pytest_vllmqual.report.query import preflight_summary
 
@@ -55,7 +55,7 @@ def arm_report(name: str, *, kv_tokens: int | None, largest: int | None, smoke: 
             gate["outcome"] = "failed"
             gate["reason"] = f"ladder: largest actual prompt {largest or 0:,} does not exceed the recipe minimum"
     report["preflight"] = preflight_summary(report)
-    report["decision"] = decide_run(report)
+    report["decision"] = decide(public_record(report)).to_dict()
     validate_report(report)
     return report
 
@@ -73,7 +73,7 @@ def startup_failed(name: str) -> dict[str, Any]:
     report["preflight"] = preflight_summary(report)
     report["ladder_summary"] = {"rungs": 0, "completed": 0, "failed": 0, "rejected_as_expected": 0,
                                 "largest": None}
-    report["decision"] = decide_run(report)
+    report["decision"] = decide(public_record(report)).to_dict()
     validate_report(report)
     return report
 

@@ -26,7 +26,7 @@ from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.gates.registry import REGISTRY
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.artifacts import sha256_file
-from pytest_vllmqual.report.decision import decide_run, with_decision
+from pytest_vllmqual.report.decision import decide, public_record, with_decision
 from pytest_vllmqual.report.html_page import render_html
 from pytest_vllmqual.report.public import build_public_report, validate_report
 from pytest_vllmqual.report.query import preflight_summary
@@ -88,7 +88,7 @@ def with_every_gate(report: dict[str, Any]) -> dict[str, Any]:
 def redecide(report: dict[str, Any]) -> dict[str, Any]:
     """Recompute the derived sections after a test changed a report."""
     report["preflight"] = preflight_summary(report)
-    report["decision"] = decide_run(report)
+    report["decision"] = decide(public_record(report)).to_dict()
     validate_report(report)
     return report
 
@@ -341,14 +341,14 @@ def test_a_clean_bracketed_candidate_is_a_priority_challenger(
     managed = with_every_gate(copy.deepcopy(candidate))
     managed["lifecycle"]["cold_start_s"] = 318.0
     redecide(managed)
-    assert managed["decision"]["verdict"] == "candidate"
+    assert managed["decision"]["verdict"] == "promotable"
     result = compare_reports(control, managed, replay=replay, sanitizer=quiet())
     assert result["verdict"] == "priority-challenger"
     assert result["decision"]["summary"] == "priority-challenger; no-promotion"
     cold = next(r for r in result["rows"] if r["key"] == "cold_start_s")
     assert (cold["values"], cold["change"], cold["label"]) == (["323.5 s", "318.0 s"], "-1.700%", BOUNDED)
     without_replay = compare_reports(control, managed, sanitizer=quiet())
-    assert without_replay["verdict"] == "candidate"
+    assert without_replay["verdict"] == "promotable"
     assert "no bracketed replay of the control ran" in without_replay["decision"]["reasons"][0]
 
 
@@ -522,6 +522,25 @@ def test_a_startup_both_arms_made_is_not_denied_after_a_later_death(
         arm["lifecycle"]["startup_status"] = "startup_timeout"
     never = compare_reports(control, candidate, replay=replay, sanitizer=quiet())
     assert any(d.startswith("131K startup") for d in never["decision"]["does_not_prove"])
+
+
+def test_a_startup_is_measured_against_the_context_the_server_ran_not_the_recipe(
+        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+    """The recipes asked for 393,216 but /v1/models served 131,072: that is no 393K startup.
+    And arms whose server reported 393,216 did start it, whatever their recipe said."""
+    asked = []
+    for arm in copy.deepcopy(arms):
+        arm["engine"]["kv_cache_tokens"] = 536_377_984
+        arm["recipe"]["content"]["serve"]["max_model_len"] = 393_216
+        arm["identity"]["observed"]["max_model_len"] = 131_072
+        asked.append(arm)
+    result = compare_reports(*asked[:2], replay=asked[2], sanitizer=quiet())
+    assert any(d.startswith("393K startup") for d in result["decision"]["does_not_prove"])
+    for arm in asked:
+        arm["recipe"]["content"]["serve"]["max_model_len"] = 131_072
+        arm["identity"]["observed"]["max_model_len"] = 393_216
+    result = compare_reports(*asked[:2], replay=asked[2], sanitizer=quiet())
+    assert not any(d.startswith("393K startup") for d in result["decision"]["does_not_prove"])
 
 
 def test_cli_compare_exits_1_when_the_verdict_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

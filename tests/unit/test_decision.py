@@ -9,10 +9,11 @@ import pytest
 from report_samples import reference_control_run, with_every_gate_passed
 
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.records import GateRecord, RunRecord
-from pytest_vllmqual.report.decision import SINGLE_RUN_VERDICTS, decide_run, with_decision
+from pytest_vllmqual.records import GateRecord, RunRecord, Verdict
+from pytest_vllmqual.report.decision import decide, public_record, with_decision
 from pytest_vllmqual.report.number_format import short_tokens
 from pytest_vllmqual.report.public import build_public_report, validation_errors
+from pytest_vllmqual.report.writer import arm_report
 
 
 def build(run: RunRecord) -> dict[str, Any]:
@@ -38,11 +39,11 @@ def test_reference_control_as_published_is_healthy_and_names_every_gate_it_lacks
     assert "not every gate passed: quality_intelligence (absent)" in decision["reasons"][0]
 
 
-def test_reference_control_with_every_gate_is_a_candidate_and_never_more(run: RunRecord) -> None:
+def test_reference_control_with_every_gate_is_promotable_and_never_more(run: RunRecord) -> None:
     decision = build(with_every_gate_passed(run))["decision"]
-    assert decision["verdict"] == "candidate"
-    assert decision["summary"] == "candidate; no-promotion"
-    assert "at most a candidate" in decision["reasons"][0]
+    assert decision["verdict"] == "promotable"
+    assert decision["summary"] == "promotable; no-promotion"
+    assert "at most promotable" in decision["reasons"][0]
     assert decision["boundary"].startswith("No route or promotion changed")
 
 
@@ -74,6 +75,20 @@ def test_does_not_prove_without_a_prompt_floor_names_the_gap_to_max_model_len(ru
     items = build(run)["decision"]["does_not_prove"]
     assert "a request between 119,503 prompt tokens (the largest measured) and the configured 131,072" in items
     assert not any("300K" in i for i in items)
+
+
+def test_the_configured_context_is_what_the_server_ran_before_what_the_recipe_asked(run: RunRecord) -> None:
+    """/v1/models reported 122,880 though the recipe (and so the identity's expected value) asked
+    for 131,072: the claims measure against what the server actually served."""
+    run.recipe_content = {**run.recipe_content, "gates": {}}
+    run.identity["observed"]["max_model_len"] = 122880
+    decision = build(run)["decision"]
+    assert "a request between 119,503 prompt tokens (the largest measured) and the configured 122,880" in \
+        decision["does_not_prove"]
+    run.identity["observed"]["max_model_len"] = 393216
+    caveats = build(run)["decision"]["caveats"]
+    assert ("the engine-reported KV pool (283,917 tokens) is below the configured 393,216-token context"
+            in caveats)
 
 
 def test_a_passed_concurrency_gate_moves_the_concurrency_boundary(run: RunRecord) -> None:
@@ -226,9 +241,9 @@ def test_no_gates_means_no_promotion(run: RunRecord) -> None:
 
 
 def test_decide_on_a_bare_report_never_crashes_and_never_promotes() -> None:
-    decision = decide_run({})
+    decision = decide(public_record({})).to_dict()
     assert decision["verdict"] == "no-promotion"
-    assert decision["verdict"] in SINGLE_RUN_VERDICTS
+    assert decision["verdict"] in set(Verdict) - {Verdict.PRIORITY_CHALLENGER}
 
 
 @pytest.mark.parametrize(("n", "text"), [(300000, "300K"), (117500, "117.5K"), (131072, "131K"), (393216, "393K"),
@@ -243,10 +258,21 @@ def test_the_builder_does_not_judge_and_with_decision_adds_the_verdict_where_rep
     assert "decision" not in bare
     assert validation_errors(bare)  # a report without its decision is not a valid report
     report = with_decision(bare)
-    assert report["decision"] == decide_run(bare)
+    assert report["decision"] == decide(public_record(bare)).to_dict()
     keys = list(report)
     assert keys[keys.index("ladder_summary") + 1] == "decision"
     assert keys == [*list(bare)[: list(bare).index("ladder_summary") + 1], "decision",
                     *list(bare)[list(bare).index("ladder_summary") + 1:]]
     again = with_decision({**report, "decision": {"verdict": "stale"}})
     assert list(again) == keys and again["decision"] == report["decision"]
+
+
+def test_arm_report_decides_on_the_typed_public_record_and_renders_it_once(run: RunRecord) -> None:
+    """The run's entry point: the same decision as a report read back from disk gets, one rule."""
+    quiet = Sanitizer(environ={}, hostname="", username="")
+    report = arm_report(with_every_gate_passed(run), sanitizer=quiet, tool_version="0.0-test")
+    assert validation_errors(report) == []
+    decision = decide(public_record(report))
+    assert decision.verdict is Verdict.PROMOTABLE and report["decision"] == decision.to_dict()
+    assert report["decision"] == with_decision(report)["decision"]
+    assert type(report["decision"]["verdict"]) is str

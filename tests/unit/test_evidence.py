@@ -97,7 +97,7 @@ def test_private_folder_is_created_owner_only(tmp_path: Path) -> None:
 
 def test_report_validates_and_carries_every_section(report: dict[str, Any]) -> None:
     assert validation_errors(report) == []
-    assert report["schema"] == SCHEMA_ID and report["schema_version"] == 2
+    assert report["schema"] == SCHEMA_ID and report["schema_version"] == 3
     assert report["tool"]["name"] == "pytest-vllmqual"
     assert list(report) == ["schema", "schema_version", "tool", "run", "recipe", "identity", "hardware",
                             "lifecycle", "engine", "gates", "preflight", "ladder", "ladder_summary", "decision",

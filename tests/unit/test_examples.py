@@ -69,3 +69,32 @@ def test_gpu_ab_compares_8192_against_4096_from_real_arms() -> None:
     assert "serve.max_num_batched_tokens" in json.dumps(comparison["controlled_variables"])
     replay = next(f for f in comparison["findings"] if f["id"] == "replay")
     assert replay["status"] == "reproduced"
+
+
+def _migrate_script() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "migrate_report_v1.py"
+    spec = importlib.util.spec_from_file_location("migrate_report_v1", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_migration_carries_report_2_forward_renaming_its_candidate_verdict() -> None:
+    """report/2 called the top single-run verdict candidate; report/3 calls it promotable, nothing else moves."""
+    migrate = _migrate_script().migrate
+    old = load(GPU / "tiny-gpu.json")
+    old["schema"], old["schema_version"] = "https://pytest-vllmqual/schemas/report/2", 2
+    old["decision"] = {**old["decision"], "verdict": "candidate", "summary": "candidate; no-promotion",
+                       "reasons": ["every registered gate passed; a single run is at most a candidate (...)"]}
+    new = migrate(old)
+    validate_report(new)
+    assert (new["schema_version"], new["decision"]["verdict"], new["decision"]["summary"]) == (
+        3, "promotable", "promotable; no-promotion")
+    assert new["decision"]["reasons"] == ["every registered gate passed; a single run is at most promotable (...)"]
+    assert {k: v for k, v in new.items() if k not in ("schema", "schema_version", "decision")} == {
+        k: v for k, v in old.items() if k not in ("schema", "schema_version", "decision")}
+    with pytest.raises(SystemExit, match="schema_version 3"):
+        migrate(new)

@@ -1,0 +1,42 @@
+"""The fixed words of a run are str enums: each member is its word, in JSON, f-strings and comparisons."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_vllmqual.records import GateOutcome, GateRecord, ServerStatus, Verdict, worst_outcome
+
+
+@pytest.mark.parametrize("word", [Verdict.PROMOTABLE, GateOutcome.PASSED, ServerStatus.SERVER_DEAD])
+def test_a_word_is_its_string_everywhere(word: Verdict | GateOutcome | ServerStatus) -> None:
+    assert word == word.value
+    assert str(word) == f"{word}" == word.value
+    assert json.dumps({"w": word}) == json.dumps({"w": word.value})
+
+
+def test_the_top_single_run_verdict_is_promotable_and_candidate_is_no_verdict() -> None:
+    assert Verdict("promotable") is Verdict.PROMOTABLE
+    with pytest.raises(ValueError):
+        Verdict("candidate")
+
+
+def test_a_gate_record_ships_its_outcome_as_a_plain_string_and_reads_it_back_typed() -> None:
+    record = GateRecord(nodeid="t::x", gate="x", outcome=GateOutcome.FAILED, status=ServerStatus.HUNG.value)
+    data = record.to_dict()
+    assert type(data["outcome"]) is str and data["outcome"] == "failed"
+    again = GateRecord.from_dict(data)
+    assert again.outcome is GateOutcome.FAILED and again.outcome.failing
+    assert GateRecord.from_dict({"nodeid": "t::y", "gate": "y", "outcome": "passed"}).outcome is GateOutcome.PASSED
+
+
+def test_worst_outcome_of_a_gate_that_ran_more_than_once() -> None:
+    assert worst_outcome([]) is GateOutcome.ABSENT
+    assert worst_outcome(["passed", "skipped"]) is GateOutcome.SKIPPED
+    assert worst_outcome(["failed", "error", "passed"]) is GateOutcome.ERROR
+    assert worst_outcome(["passed", "passed"]) is GateOutcome.PASSED
+
+
+def test_only_ok_is_a_usable_server() -> None:
+    assert [s.gone for s in ServerStatus] == [False, True, True]
