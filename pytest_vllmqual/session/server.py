@@ -1,7 +1,7 @@
 """One arm's server, without pytest: its lifecycle, its liveness and the traffic lock.
 
 ``ServerManager`` owns the managed server of an arm (prepare → start → ready → facts → stop);
-only ``run.QualRun.start_server`` / ``stop_server`` drive it. ``ServerGuard`` decides whether a
+only ``controller.ControllerRun.start_server`` / ``stop_server`` drive it. ``ServerGuard`` decides whether a
 failed request means the server is gone, and shares that verdict with every gate (and every
 xdist worker, through a state file in the private run directory) so later gates end at once
 as ``server_dead`` or ``hung``. ``WorkerServer`` is an xdist worker's view of the controller's
@@ -290,8 +290,8 @@ class ServerManager:
     def ensure_ready(self) -> ServerHandle:
         """Start the server if needed and return its handle; a failed start is remembered.
 
-        Only ``QualRun.start_server`` calls this. On a failed start the caller stops what was
-        started (``QualRun.stop_server``) and then names the private log (``name_private_log``).
+        Only ``ControllerRun.start_server`` calls this. On a failed start the caller stops what was
+        started (``ControllerRun.stop_server``) and then names the private log (``name_private_log``).
         Engine facts are read once, here, after readiness (the server is idle then).
         """
         if self.startup_error is not None:
@@ -395,7 +395,7 @@ class ServerManager:
         return self.recipe.model_location()
 
     def stop(self) -> TeardownResult | None:
-        """Tear down (idempotent); only ``QualRun.stop_server`` calls it. External servers are
+        """Tear down (idempotent); only ``ControllerRun.stop_server`` calls it. External servers are
         left running."""
         if self.monitor is not None:
             self.monitor.stop()
