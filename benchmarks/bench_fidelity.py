@@ -692,7 +692,7 @@ def start_server(recipe: Recipe, private_dir: Path, progress: Progress) -> tuple
     try:
         manager.ensure_ready()
     except BaseException:
-        manager.stop()  # a failed start is the caller's to stop (the run does it in QualRun.start_server)
+        manager.stop()  # a failed start is the caller's to stop (the run does it in ControllerRun.start_server)
         raise
     finally:
         done_at = time.monotonic()

@@ -21,6 +21,9 @@ what to do about it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 __all__ = [
     "ArtifactError",
     "CalibrationError",
@@ -76,6 +79,20 @@ class LaunchError(VllmQualError):
         self.hint = hint
         self.details = details or {}
         # log_tail is raw server text: kept for the private folder, never part of str(self).
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything the error carries, as plain JSON data: what an xdist worker receives and
+        what the run record keeps (the log tail included: the public report drops it)."""
+        return {"status": self.status, "message": str(self.args[0]) if self.args else "",
+                "exit_code": self.exit_code, "log_tail": self.log_tail, "hint": self.hint,
+                "details": dict(self.details)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LaunchError:
+        """The error again, from ``to_dict``'s output (missing keys read as an unknown failure)."""
+        return cls(data.get("message", "the server did not start"), status=data.get("status", "unknown"),
+                   exit_code=data.get("exit_code"), log_tail=data.get("log_tail", ""),
+                   hint=data.get("hint", ""), details=dict(data.get("details") or {}))
 
     def __str__(self) -> str:
         """The harness's own account: message, exit code, last startup phase, the private log by

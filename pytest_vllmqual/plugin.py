@@ -40,7 +40,8 @@ from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.layout import names_shipped_gates
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import GateOutcome, GateRecord
+from pytest_vllmqual.records import GateOutcome, GateRecord, RunRecord
+from pytest_vllmqual.session.controller import ControllerRun
 from pytest_vllmqual.session.run import QualRun, gate_junit_properties, session_recipe
 from pytest_vllmqual.session.server import traffic_lock
 from pytest_vllmqual.session.settings import (
@@ -50,8 +51,9 @@ from pytest_vllmqual.session.settings import (
     plugin_activation_reason,
     resolve_settings,
 )
+from pytest_vllmqual.session.worker import WorkerRun
 
-__all__ = ["MARKERS", "RUN_KEY", "RunHooks", "XdistHooks", "gate", "progress", "qual_client", "recipe",
+__all__ = ["MARKERS", "RUN_KEY", "RunHooks", "gate", "progress", "qual_client", "recipe",
            "server_facts", "vllm_server", "vllmqual_arm", "vllmqual_client", "vllmqual_gate", "vllmqual_progress",
            "vllmqual_recipe", "vllmqual_server_facts"]
 
@@ -159,33 +161,41 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"the discovered recipe cannot be written under {settings.reports_dir}: {exc}. "
                                 "Fix: pass a writable --vllmqual-reports-dir.") from None
     config.stash[SETTINGS_KEY] = settings
-    worker_info = config.workerinput.get("vllmqual", {}) if _is_worker(config) else None  # type: ignore[attr-defined]
-    run = QualRun(settings, recipe, progress=_progress(config), invocation_args=list(config.invocation_params.args),
-                  worker_info=worker_info)
-    config.stash[RUN_KEY] = run
-    ab, campaign = config.getoption("vllmqual_ab"), config.getoption("vllmqual_campaign")
-    if config.getoption("vllmqual_bracket") and not ab:
-        raise pytest.UsageError("--bracket needs --ab CONTROL,CANDIDATE. Fix: add --ab=131k-control,131k-4096.")
-    if ab and campaign:
-        raise pytest.UsageError("--campaign and --ab both plan arms. Fix: use one of them.")
-    if (ab or campaign) and config.getoption("numprocesses", None) and not _is_worker(config):
-        flag = "--ab" if ab else "--campaign"
-        raise pytest.UsageError(f"{flag} runs its arms in order with one server at a time, which xdist "
-                                f"cannot do. Fix: drop -n for the {'A/B' if ab else 'campaign'} run.")
+    run = config.stash[RUN_KEY] = _new_run(config, settings, recipe)
+    if isinstance(run, ControllerRun):
+        config.pluginmanager.register(RunHooks(config, run), "vllmqual-run")
+        _install_sigterm_handler()
+
+
+def _new_run(config: pytest.Config, settings: Settings, recipe: Recipe) -> QualRun:
+    """The session's run, built in one place: on an xdist worker, its view of the server the
+    controller handed over; else the controller, its arms planned (``--ab``, ``--campaign``) and
+    the report hooks passed in."""
+    progress, args = _progress(config), list(config.invocation_params.args)
+    if _is_worker(config):
+        return WorkerRun(settings, recipe, progress=progress, invocation_args=args,
+                         handoff=config.workerinput.get("vllmqual", {}))  # type: ignore[attr-defined]
+    run = ControllerRun(settings, recipe, progress=progress, invocation_args=args, hooks=_ReportHookCalls(config))
     try:
-        run.plan_arms(ab=ab, bracket=bool(config.getoption("vllmqual_bracket")), campaign=campaign,
-                      rootdir=Path(str(config.rootpath)))
+        run.plan_arms(ab=config.getoption("vllmqual_ab"), bracket=bool(config.getoption("vllmqual_bracket")),
+                      campaign=config.getoption("vllmqual_campaign"), rootdir=Path(str(config.rootpath)),
+                      parallel=bool(config.getoption("numprocesses", None)))
     except VllmQualError as exc:
         raise pytest.UsageError(str(exc)) from None
-    hook = config.hook
-    run.generate = lambda record: hook.pytest_vllmqual_generate_report(config=config, record=record)
-    run.update = lambda report: hook.pytest_vllmqual_update_report(config=config, report=report)
-    run.on_arm_done = run.write_arm_report_or_say_why
-    config.pluginmanager.register(RunHooks(config, run), "vllmqual-run")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(), "vllmqual-xdist")
-    if not _is_worker(config):
-        _install_sigterm_handler()
+    return run
+
+
+@dataclasses.dataclass
+class _ReportHookCalls:
+    """The report hooks (``hookspecs``) as the controller calls them for each arm's report."""
+
+    config: pytest.Config
+
+    def generate(self, record: RunRecord) -> Any:
+        return self.config.hook.pytest_vllmqual_generate_report(config=self.config, record=record)
+
+    def update(self, report: dict[str, Any]) -> None:
+        self.config.hook.pytest_vllmqual_update_report(config=self.config, report=report)
 
 
 def _install_sigterm_handler() -> None:
@@ -249,18 +259,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             raise pytest.UsageError(str(exc)) from None
 
 
-# -- xdist: the controller owns the server --------------------------------------------------
-
-
-class XdistHooks:
-    """Registered only when xdist is present: the controller starts the server and hands it to
-    the workers through ``workerinput`` (the pytest-rerunfailures pattern)."""
-
-    @pytest.hookimpl
-    def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput["vllmqual"] = node.config.stash[RUN_KEY].handoff()
-
-
 # -- the server for a test ------------------------------------------------------------------
 
 
@@ -285,10 +283,9 @@ def vllmqual_arm(request: pytest.FixtureRequest) -> str:
     session recipe. A campaign arm that its campaign does not run is skipped with the reason."""
     run = _active_run(request.config)
     key = str(getattr(request, "param", None) or run.default_recipe.name)
-    if run.campaign is not None and run.worker_info is None:
-        reason = run.campaign_skip_reason(key)
-        if reason is not None:
-            pytest.skip(f"campaign: {reason}")
+    reason = run.campaign_skip_reason(key)
+    if reason is not None:
+        pytest.skip(f"campaign: {reason}")
     return key
 
 
@@ -535,17 +532,21 @@ def _reason_text(report: pytest.TestReport) -> str:
 
 
 class RunHooks:
-    """The hooks that need the session's run but get no ``config`` from pytest, registered as an
-    object that holds both (no module globals)."""
+    """The controller's hooks that need the session's run but get no ``config`` from pytest,
+    registered as an object that holds both (no module globals); an xdist worker has none."""
 
-    def __init__(self, config: pytest.Config, run: QualRun) -> None:
+    def __init__(self, config: pytest.Config, run: ControllerRun) -> None:
         self.config = config
         self.run = run
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Under xdist the controller starts the server and hands it to each worker through
+        ``workerinput`` (the pytest-rerunfailures pattern)."""
+        node.workerinput["vllmqual"] = self.run.handoff()
+
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         """Gates left out by -m/-k are recorded by name: the decision lists them as not proven."""
-        if _is_worker(self.config):
-            return
         option = self.config.option
         how = " ".join(f"{flag} {value!r}" for flag, value in (("-m", option.markexpr), ("-k", option.keyword))
                        if value)
@@ -555,7 +556,7 @@ class RunHooks:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "vllmqual_gate", None)
-        if data and not _is_worker(self.config):
+        if data:
             self.run.add_gate(data.get("arm") or self.run.default_recipe.name, data)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
@@ -563,8 +564,6 @@ class RunHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if _is_worker(self.config):
-            return
         outcome = self.run.finish_session(
             interrupted=bool(session.shouldstop or session.shouldfail) or exitstatus == pytest.ExitCode.INTERRUPTED,
             tests_failed=session.exitstatus == pytest.ExitCode.TESTS_FAILED)
@@ -590,9 +589,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if _is_worker(config) or RUN_KEY not in config.stash:
-        return
-    for title, lines in config.stash[RUN_KEY].summary_sections():
+    run = config.stash.get(RUN_KEY, None)
+    if not isinstance(run, ControllerRun):
+        return  # inert, or an xdist worker: the controller prints the summary
+    for title, lines in run.summary_sections():
         terminalreporter.write_sep("=", f"vllmqual: {title}")
         for line in lines:
             terminalreporter.write_line(line)

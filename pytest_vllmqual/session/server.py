@@ -1,7 +1,7 @@
 """One arm's server, without pytest: its lifecycle, its liveness and the traffic lock.
 
 ``ServerManager`` owns the managed server of an arm (prepare → start → ready → facts → stop);
-only ``run.QualRun.start_server`` / ``stop_server`` drive it. ``ServerGuard`` decides whether a
+only ``controller.ControllerRun.start_server`` / ``stop_server`` drive it. ``ServerGuard`` decides whether a
 failed request means the server is gone, and shares that verdict with every gate (and every
 xdist worker, through a state file in the private run directory) so later gates end at once
 as ``server_dead`` or ``hung``. ``WorkerServer`` is an xdist worker's view of the controller's
@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.probes import ServerProbe
 from pytest_vllmqual.client.qual_client import http_client
 from pytest_vllmqual.client.stream_transport import shared_ssl_context
@@ -85,10 +86,9 @@ class ServerGuard:
             death = classify_engine_death(log_text) if status in ("server_dead", "hung") else None
             if death is not None:
                 detail = f"{detail}; cause found in the log: {death.describe()}"
-            tmp = self.state_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"status": status, "detail": detail, "log_tail": tail, "at": utc_now(),
-                                       "death": death.to_dict() if death is not None else None}))
-            os.replace(tmp, self.state_file)
+            write_text_atomic(json.dumps({"status": status, "detail": detail, "log_tail": tail, "at": utc_now(),
+                                          "death": death.to_dict() if death is not None else None}),
+                              self.state_file, what="server state file")
 
     def gone_error(self) -> ServerGoneError | None:
         state = self.state()
@@ -290,8 +290,8 @@ class ServerManager:
     def ensure_ready(self) -> ServerHandle:
         """Start the server if needed and return its handle; a failed start is remembered.
 
-        Only ``QualRun.start_server`` calls this. On a failed start the caller stops what was
-        started (``QualRun.stop_server``) and then names the private log (``name_private_log``).
+        Only ``ControllerRun.start_server`` calls this. On a failed start the caller stops what was
+        started (``ControllerRun.stop_server``) and then names the private log (``name_private_log``).
         Engine facts are read once, here, after readiness (the server is idle then).
         """
         if self.startup_error is not None:
@@ -395,7 +395,7 @@ class ServerManager:
         return self.recipe.model_location()
 
     def stop(self) -> TeardownResult | None:
-        """Tear down (idempotent); only ``QualRun.stop_server`` calls it. External servers are
+        """Tear down (idempotent); only ``ControllerRun.stop_server`` calls it. External servers are
         left running."""
         if self.monitor is not None:
             self.monitor.stop()
@@ -412,10 +412,7 @@ class ServerManager:
         facts, or the startup error. The controller owns the server; workers never start one."""
         info: dict[str, Any] = {"arm": arm_key, "private_dir": str(self.private_dir)}
         if self.startup_error is not None:
-            exc = self.startup_error
-            info["startup_error"] = {"message": str(exc.args[0]) if exc.args else "", "status": exc.status,
-                                     "exit_code": exc.exit_code, "log_tail": exc.log_tail, "hint": exc.hint,
-                                     "details": exc.details}
+            info["startup_error"] = self.startup_error.to_dict()
         elif self.handle is not None:
             handle = self.handle
             info["handle"] = {"base_url": handle.base_url, "served_model_name": handle.served_model_name,
@@ -444,14 +441,12 @@ class WorkerServer:
 
     def ensure_ready(self) -> ServerHandle:
         if self.handle is None:
-            err = self.info.get("startup_error", {})
-            raise LaunchError(err.get("message", "the server did not start"), status=err.get("status", "unknown"),
-                              exit_code=err.get("exit_code"), log_tail=err.get("log_tail", ""),
-                              hint=err.get("hint", ""), details=err.get("details") or {})
+            raise LaunchError.from_dict(self.info.get("startup_error", {}))
         return self.handle
 
     def facts_dict(self) -> dict[str, Any]:
         facts: dict[str, Any] = self.info.get("facts", {})
         return facts
+
 
 __all__ = ["ServerFacts", "ServerGuard", "ServerManager", "WorkerServer", "traffic_lock", "utc_now", "utc_stamp"]

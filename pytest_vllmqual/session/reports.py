@@ -1,0 +1,164 @@
+"""An arm's run record and the files the session writes from it: one report per arm (with its
+HTML page), the A/B comparison, the campaign record. The controller decides when; this module
+turns arms into records and hands the finished dicts to ``report.writer``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_vllmqual import __version__
+from pytest_vllmqual.launch.base import ProgressFn
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.records import RungRecord, RunRecord
+
+from .arms import Arm
+from .server import ServerManager, utc_now
+
+if TYPE_CHECKING:
+    from pytest_vllmqual.report.writer import ReportHooks
+
+__all__ = ["SessionReports", "run_record"]
+
+
+def run_record(arm: Arm, *, mode: str, reproduce: str, deselected: Sequence[Mapping[str, str]]) -> RunRecord:
+    """Arm ``arm``'s typed run record: its recipe, gates, server facts and lifecycle, and whether
+    it is complete (with the reasons when it is not)."""
+    record = RunRecord(
+        run_id=arm.run_id,
+        arm=arm.key,
+        recipe_name=arm.recipe.name,
+        recipe_path=str(arm.recipe.path),
+        recipe_sha256=arm.recipe.sha256,
+        recipe_content=arm.recipe.raw,
+        started_utc=arm.started_utc,
+        finished_utc=utc_now(),
+        mode=mode,
+        reproduce=reproduce,
+        gates=list(arm.gates),
+        private_dir=str(arm.private_dir),
+        deselected_gates=[dict(d) for d in deselected if not any(g.gate == d["gate"] for g in arm.gates)],
+        recipe_origin="discovered" if arm.recipe.discovered else "file",
+        recipe_overrides=list(arm.recipe.overrides),
+        recipe_file_sha256=arm.recipe.file_sha256,
+    )
+    for gate in arm.gates:
+        for rung in gate.measurements.get("ladder", []) or []:
+            record.ladder.append(RungRecord.from_dict(rung))
+    reasons: list[str] = []
+    if arm.interrupted:
+        reasons.append("the session was interrupted before all gates ran")
+    if arm.manager is not None:
+        reasons.extend(_server_part(record, arm.manager, launcher_kind=arm.recipe.launcher.kind))
+    if any(g.status in ("server_dead", "hung") for g in arm.gates):
+        reasons.append("gates ended early because the server was gone")
+    record.status = "incomplete" if reasons else "complete"
+    record.status_reasons = sorted(set(reasons), key=reasons.index)
+    return record
+
+
+def _server_part(record: RunRecord, manager: ServerManager, *, launcher_kind: str) -> list[str]:
+    """Fill in what the arm's server manager knows (facts, lifecycle); the reasons it makes the
+    record incomplete."""
+    record.engine = manager.facts.engine
+    record.endpoints = manager.facts.endpoints
+    record.identity = manager.facts.identity
+    error = manager.startup_error
+    record.lifecycle = {
+        "launcher": manager.launcher.kind if manager.launcher else launcher_kind,
+        "cold_start_s": manager.facts.cold_start_s,
+        "startup_status": manager.startup_status,
+        "startup_error": None if error is None else error.to_dict(),
+        "teardown": manager.teardown.to_dict() if manager.teardown else None,
+        "gpu_preflight": manager.gpu_preflight,
+    }
+    reasons: list[str] = []
+    if error is not None:
+        reasons.append(f"the server did not start ({error.status})")
+    if manager.guard is not None:
+        state = manager.guard.state()
+        if state.get("status", "ok") != "ok":
+            reasons.append(f"the server became {state['status']} during the run: {state.get('detail', '')}")
+            record.lifecycle["server_state"] = state
+    return reasons
+
+
+def _arm_sanitizer(arm: Arm) -> Sanitizer:
+    """A sanitizer that knows the arm server's API key and container id."""
+    handle = arm.manager.handle if arm.manager is not None else None
+    sanitizer = Sanitizer(known_secrets=[handle.api_key] if handle is not None and handle.api_key else [])
+    if handle is not None:
+        sanitizer.add_identifier("container_id", handle.container_id)
+    return sanitizer
+
+
+class SessionReports:
+    """Writes the session's files under the reports directory, named with the session's stamp,
+    and says each one on the terminal."""
+
+    def __init__(self, reports_dir: Path, *, stamp: str, progress: ProgressFn,
+                 hooks: ReportHooks | None = None) -> None:
+        self.reports_dir = reports_dir
+        self.stamp = stamp
+        self.progress = progress
+        self.hooks = hooks
+        self.comparison: dict[str, Any] | None = None
+        self.comparison_path: Path | None = None
+        self.campaign_path: Path | None = None
+
+    def write_arm(self, arm: Arm, record: RunRecord, *, name: str) -> Path:
+        """Build (through the hooks), sanitize, validate and atomically write one arm's report as
+        ``NAME-STAMP.json``, then its HTML page; the arm keeps both the path and the report."""
+        from pytest_vllmqual.launch.gpu import hardware_summary
+        from pytest_vllmqual.report.writer import hooked_arm_report, write_arm_report
+
+        record.hardware = hardware_summary(arm.recipe.gpu_indexes())
+        report = hooked_arm_report(record, sanitizer=_arm_sanitizer(arm), tool_version=__version__, hooks=self.hooks)
+        path = write_arm_report(report, self.reports_dir / f"{name}-{self.stamp}.json")
+        arm.report_path = path
+        arm.report = report
+        self.progress(f"report written: {path}")
+        self.write_html(report, path.with_suffix(".html"))
+        return path
+
+    def write_html(self, report: dict[str, Any], path: Path, comparison: dict[str, Any] | None = None) -> None:
+        from pytest_vllmqual.report.writer import write_html
+
+        write_html(report, path, comparison=comparison)
+        self.progress(f"HTML report written: {path}")
+
+    def write_comparison(self, control: Arm, candidate: Arm, replay: Arm | None) -> Path | None:
+        """Compare control and candidate (and the replay) into comparison.json and its page; None
+        while either report is missing."""
+        from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
+
+        if control.report is None or candidate.report is None:
+            return None
+        self.comparison = compare_reports(control.report, candidate.report,
+                                          replay=replay.report if replay is not None else None)
+        path = self.reports_dir / f"comparison-{self.stamp}.json"
+        write_comparison_atomic(self.comparison, path)
+        self.comparison_path = path
+        self.progress(f"comparison written: {path}")
+        self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
+        return path
+
+    def write_campaign_record(self, record: dict[str, Any]) -> Path:
+        """The campaign record, beside the arm reports."""
+        from pytest_vllmqual.report.writer import write_campaign_record
+
+        path = write_campaign_record(record, self.reports_dir / f"campaign-{self.stamp}.json")
+        self.campaign_path = path
+        self.progress(f"campaign record written: {path} ({record['outcome']})")
+        return path
+
+    def summary_sections(self, arms: Sequence[Arm]) -> list[tuple[str, list[str]]]:
+        """The terminal summary: each arm with a report, then the A/B comparison."""
+        from pytest_vllmqual.ab.compare import render_markdown
+        from pytest_vllmqual.report.writer import summary_sections
+
+        titled = [(arm.recipe.name if arm.key == arm.recipe.name else f"{arm.key} ({arm.role})", arm.report,
+                   arm.report_path) for arm in arms if arm.report is not None]
+        comparison = None if self.comparison is None else (render_markdown(self.comparison), self.comparison_path)
+        return summary_sections(titled, comparison=comparison)

@@ -1,0 +1,37 @@
+"""A LaunchError crosses process boundaries (to xdist workers) and lands in the run record as a
+plain dict: ``to_dict`` and ``from_dict`` are the one way it is written and read back."""
+
+from __future__ import annotations
+
+import json
+
+from pytest_vllmqual.errors import LaunchError
+
+
+def test_launch_error_round_trips_through_a_plain_dict() -> None:
+    error = LaunchError("the KV cache does not fit", status="kv_insufficient", exit_code=1,
+                        log_tail="ValueError: ... KV cache", hint="lower max_model_len",
+                        details={"last_phase": "profiling", "private_log": {"name": "server.log", "sha256": "ab" * 32}})
+    data = error.to_dict()
+    assert json.loads(json.dumps(data)) == data, "the dict must survive JSON (workerinput, reports)"
+    assert data == {"status": "kv_insufficient", "message": "the KV cache does not fit", "exit_code": 1,
+                    "log_tail": "ValueError: ... KV cache", "hint": "lower max_model_len",
+                    "details": {"last_phase": "profiling", "private_log": {"name": "server.log", "sha256": "ab" * 32}}}
+    again = LaunchError.from_dict(data)
+    assert isinstance(again, LaunchError)
+    assert (again.status, again.exit_code, again.log_tail, again.hint, again.details) == (
+        "kv_insufficient", 1, "ValueError: ... KV cache", "lower max_model_len", error.details)
+    assert str(again) == str(error)
+    assert again.to_dict() == data
+
+
+def test_launch_error_from_an_empty_dict_says_the_server_did_not_start() -> None:
+    error = LaunchError.from_dict({})
+    assert (error.status, error.exit_code, error.log_tail, error.hint, error.details) == ("unknown", None, "", "", {})
+    assert str(error) == "the server did not start"
+
+
+def test_to_dict_does_not_share_the_details_of_the_error() -> None:
+    error = LaunchError("boom", status="exited")
+    error.to_dict()["details"]["x"] = 1
+    assert error.details == {}

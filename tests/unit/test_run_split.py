@@ -1,0 +1,197 @@
+"""The session's run in its two kinds: the controller (plans arms, owns servers, writes reports)
+and the xdist worker (uses the server the controller handed over). No server is started here:
+a gate record is added by hand, and a startup failure is set on the server manager."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vllmqual.errors import LaunchError, VllmQualError
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe
+from pytest_vllmqual.records import RunRecord
+from pytest_vllmqual.session.campaign_arms import CampaignArms
+from pytest_vllmqual.session.controller import ControllerRun
+from pytest_vllmqual.session.invocation import reproduce_line
+from pytest_vllmqual.session.server import STATE_FILE, ServerGuard, ServerManager, WorkerServer
+from pytest_vllmqual.session.settings import Settings, resolve_settings
+from pytest_vllmqual.session.worker import WorkerRun
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "fixtures" / "recipes"
+
+
+def settings_for(reports: Path) -> Settings:
+    return resolve_settings(rootdir=ROOT, env={}, cli_recipe="tiny-cpu", ini_recipe=None, cli_reports=str(reports),
+                            ini_reports=None, cli_endpoint=None, cli_recipes_dir=str(RECIPES), ini_recipes_dir=None)
+
+
+def tiny() -> Recipe:
+    return resolve_recipe("tiny-cpu", RECIPES)
+
+
+class Hooks:
+    """The report hooks, as a conftest would implement them."""
+
+    def __init__(self, *, breaks: bool = False) -> None:
+        self.generated: list[RunRecord] = []
+        self.breaks = breaks
+
+    def generate(self, record: RunRecord) -> dict[str, Any] | None:
+        self.generated.append(record)
+        return None
+
+    def update(self, report: dict[str, Any]) -> None:
+        report["extensions"]["ticket"] = "QUAL-123"
+        if self.breaks:
+            report["not_a_section"] = 1
+
+
+def passed_gate(arm: str) -> dict[str, Any]:
+    return {"nodeid": "test_x.py::test_measured", "gate": "measured", "arm": arm, "outcome": "passed",
+            "measurements": {"answer": 42}}
+
+
+def test_the_controller_calls_the_hooks_it_was_built_with(tmp_path: Path) -> None:
+    lines: list[str] = []
+    hooks = Hooks()
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lines.append, invocation_args=[], hooks=hooks)
+    run.add_gate("tiny-cpu", passed_gate("tiny-cpu"))
+    assert run.finish_session(interrupted=False, tests_failed=False) is None
+    (path,) = tmp_path.glob("tiny-cpu-*.json")
+    report = json.loads(path.read_text())
+    assert report["extensions"]["ticket"] == "QUAL-123"
+    assert [r.arm for r in hooks.generated] == ["tiny-cpu"]
+    assert path.with_suffix(".html").is_file()
+    assert lines == [f"report written: {path}", f"HTML report written: {path.with_suffix('.html')}"]
+    (title, summary), = run.summary_sections()
+    assert title == "tiny-cpu" and any(str(path) in line for line in summary)
+
+
+def test_a_report_a_hook_broke_is_not_written_and_the_session_says_why(tmp_path: Path) -> None:
+    lines: list[str] = []
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lines.append, invocation_args=[],
+                        hooks=Hooks(breaks=True))
+    run.add_gate("tiny-cpu", passed_gate("tiny-cpu"))
+    run.finish_arm("tiny-cpu")
+    assert any(line.startswith("REPORT NOT WRITTEN for tiny-cpu:") and "not_a_section" in line for line in lines)
+    assert not list(tmp_path.glob("tiny-cpu-*.json"))
+    assert run.finish_session(interrupted=False, tests_failed=False) == "report_not_written"
+
+
+def test_an_arm_that_never_started_gets_no_report(tmp_path: Path) -> None:
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[])
+    run.arm("tiny-cpu")
+    assert run.write_reports() == []
+    assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"bracket": True}, "--bracket needs --ab"),
+    ({"ab": "tiny-cpu,tiny-cpu-4096", "campaign": "tiny-cpu,tiny-cpu-4096"}, "--campaign and --ab both plan arms"),
+    ({"ab": "tiny-cpu,tiny-cpu-4096", "parallel": True}, "--ab runs its arms in order"),
+    ({"campaign": "tiny-cpu,tiny-cpu-4096", "parallel": True}, "--campaign runs its arms in order"),
+    ({"ab": "tiny-cpu"}, "--ab takes exactly two recipes"),
+])
+def test_the_controller_refuses_arm_options_that_do_not_fit(tmp_path: Path, options: dict[str, Any],
+                                                            message: str) -> None:
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[])
+    kwargs: dict[str, Any] = {"ab": None, "bracket": False, "campaign": None, "rootdir": tmp_path, **options}
+    with pytest.raises(VllmQualError, match=message):
+        run.plan_arms(**kwargs)
+
+
+def test_an_ab_plan_orders_the_arms_and_their_tests(tmp_path: Path) -> None:
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[])
+    run.plan_arms(ab="tiny-cpu,tiny-cpu-4096", bracket=True, campaign=None, rootdir=tmp_path)
+    assert [(s.key, s.role) for s in run.plan] == [("A-tiny-cpu", "control"), ("B-tiny-cpu-4096", "candidate"),
+                                                  ("A2-tiny-cpu", "replay")]
+    assert run.arm("B-tiny-cpu-4096").recipe.name == "tiny-cpu-4096"
+    key = run.test_order(["B-tiny-cpu-4096", "A-tiny-cpu"])
+    assert sorted(["A2-tiny-cpu", "B-tiny-cpu-4096", "A-tiny-cpu"], key=lambda arm: key(arm, None)) == [
+        "A-tiny-cpu", "B-tiny-cpu-4096", "A2-tiny-cpu"]
+
+
+def test_a_campaign_runs_its_first_arm_and_keeps_the_reason_it_skips_another(tmp_path: Path) -> None:
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[])
+    run.plan_arms(ab=None, bracket=False, campaign="tiny-cpu,tiny-cpu-4096", rootdir=tmp_path)
+    assert isinstance(run.campaign, CampaignArms)
+    assert [s.role for s in run.plan] == ["campaign", "campaign"]
+    first, second = (spec.key for spec in run.plan)
+    assert run.campaign_skip_reason(first) is None
+    reason = run.campaign_skip_reason(second)
+    assert reason and run.campaign.skips == {second: reason}
+    assert run.campaign_skip_reason(second) == reason
+
+
+def test_the_reproduce_line_pins_the_recipe() -> None:
+    assert reproduce_line(["-q", "--recipe=y", "-m", "engine"], "tiny-cpu", discovered=False) == \
+        "pytest --recipe=tiny-cpu -q -m engine"
+    assert reproduce_line(["--vllmqual-endpoint", "http://h"], "found", discovered=True) == \
+        "pytest --vllmqual-endpoint http://h"
+
+
+def failed_manager(tmp_path: Path) -> ServerManager:
+    manager = ServerManager(tiny(), run_id="r1", private_dir=tmp_path / "private", progress=lambda line: None)
+    manager.startup_error = LaunchError("the KV cache does not fit", status="kv_insufficient", exit_code=1,
+                                        hint="lower max_model_len", details={"last_phase": "profiling"})
+    manager.startup_status = "kv_insufficient"
+    return manager
+
+
+def test_a_worker_fails_with_the_startup_error_the_controller_handed_over(tmp_path: Path) -> None:
+    manager = failed_manager(tmp_path)
+    handoff = manager.handoff("tiny-cpu")
+    run = WorkerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[],
+                    handoff=json.loads(json.dumps(handoff)))
+    with pytest.raises(LaunchError) as caught:
+        run.start_server("tiny-cpu")
+    assert caught.value.to_dict() == manager.startup_error.to_dict()  # type: ignore[union-attr]
+    assert run.guard("tiny-cpu") is None and run.api_keys() == []
+    assert run.private_dir("tiny-cpu") == tmp_path / "private"
+    assert run.campaign_skip_reason("tiny-cpu") is None
+    with pytest.raises(LaunchError, match="only the session recipe") as other:
+        run.start_server("tiny-cpu-4096")
+    assert other.value.status == "not_run"
+
+
+def test_a_worker_uses_the_server_the_controller_handed_over(tmp_path: Path) -> None:
+    info = {"arm": "tiny-cpu", "private_dir": str(tmp_path), "run_id": "r1",
+            "handle": {"base_url": "http://127.0.0.1:1", "served_model_name": "tiny", "launcher_kind": "subprocess",
+                       "api_key": "sk-secret", "direct_only": False, "cold_start_s": 3.0},
+            "facts": {"engine": {"a": 1}, "endpoints": {}, "identity": {}, "cold_start_s": 3.0}}
+    run = WorkerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[], handoff=info)
+    handle = run.start_server("tiny-cpu")
+    assert (handle.base_url, handle.api_key) == ("http://127.0.0.1:1", "sk-secret")
+    assert run.server_facts("tiny-cpu")["engine"] == {"a": 1}
+    assert isinstance(run.guard("tiny-cpu"), ServerGuard)
+    assert "sk-secret" not in run.public_text_sanitizer(Sanitizer()).scrub("key sk-secret")
+    run.finish_arm("tiny-cpu")  # nothing to do on a worker
+    assert run.arms["tiny-cpu"].report_path is None
+
+
+def test_the_run_record_keeps_the_startup_error_as_plain_data(tmp_path: Path) -> None:
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[])
+    arm = run.arm("tiny-cpu")
+    arm.manager = failed_manager(tmp_path)
+    from pytest_vllmqual.session.reports import run_record
+
+    record = run_record(arm, mode="managed", reproduce="pytest --recipe=tiny-cpu", deselected=[])
+    assert record.lifecycle["startup_error"] == arm.manager.startup_error.to_dict()  # type: ignore[union-attr]
+    assert record.status == "incomplete"
+    assert record.status_reasons == ["the server did not start (kv_insufficient)"]
+
+
+def test_a_guard_verdict_is_written_whole_and_read_by_every_process(tmp_path: Path) -> None:
+    info = WorkerServer({"private_dir": str(tmp_path), "handle": {
+        "base_url": "http://127.0.0.1:1", "served_model_name": "tiny", "launcher_kind": "subprocess"}}, tiny())
+    assert info.guard is not None
+    info.guard.mark("server_dead", "the server process exited with status 1")
+    assert json.loads((tmp_path / STATE_FILE).read_text())["status"] == "server_dead"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STATE_FILE], "no temp file is left behind"
+    gone = ServerGuard(info.guard.handle, tmp_path / STATE_FILE).gone_error()
+    assert gone is not None and gone.status == "server_dead"
