@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -48,7 +47,7 @@ from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclai
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.loader import Recipe
 
-from .reaper import container_pids, kill_frozen
+from .reaper import container_pids, kill_frozen, reaper_command
 from .spec import (
     CONTAINER_HOST,
     CONTAINER_PORT,
@@ -440,9 +439,8 @@ class DockerLauncher(Launcher):
         if base_url.startswith("http://"):  # a tcp engine given to this launcher: the reaper uses it too
             env["DOCKER_HOST"] = "tcp://" + base_url.removeprefix("http://")
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "pytest_vllmqual.launch.docker.reaper", owner[OWNER_PID_LABEL],
-             owner[OWNER_START_LABEL], self.run_id, repr(self._started_wall or time.time()),
-             "1" if self.recipe.launcher.docker.ipc_host else "0"],
+            reaper_command(owner[OWNER_PID_LABEL], owner[OWNER_START_LABEL], self.run_id,
+                           self._started_wall or time.time(), ipc_host=self.recipe.launcher.docker.ipc_host),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, env=env,
         )
