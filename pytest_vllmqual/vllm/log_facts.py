@@ -26,8 +26,15 @@ from pytest_vllmqual.privacy.sanitize import redact_args
 from .server_log import NUMBER, LogLine, split_lines
 from .startup_failure import last_startup_phase
 
-__all__ = ["MODEL_DIR_PLACEHOLDER", "NON_DEFAULT_ARGS_RE", "EngineFacts", "RankFacts", "parse_engine_log",
-           "parse_python_literal"]
+__all__ = ["MODEL_DIR_PLACEHOLDER", "NON_DEFAULT_ARGS_RE", "NOT_OBSERVABLE", "NOT_REPORTED", "SOURCE_ENDPOINT",
+           "SOURCE_LOG", "SOURCE_METRICS", "EngineFacts", "RankFacts", "parse_engine_log", "parse_python_literal"]
+
+#: Where an engine fact came from (``EngineFacts.sources``; ``fact_sources`` fills them).
+SOURCE_LOG = "log"
+SOURCE_METRICS = "metrics"
+SOURCE_ENDPOINT = "endpoint"
+NOT_OBSERVABLE = "not observable from the endpoint"
+NOT_REPORTED = "not reported"
 
 _GIB_BYTES = 1 << 30
 
@@ -171,10 +178,33 @@ class RankFacts:
         out["kv_gib"] = self.kv_gib
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankFacts:
+        """A rank back from its ``to_dict`` form; a value of the wrong type reads as absent."""
+        return cls(label=str(data.get("label")), tp_rank=_as_int(data.get("tp_rank")),
+                   **{name: _as_float(data.get(name)) for name in _RANK_FIGURES})
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _as_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_RANK_FIGURES = tuple(name for name in RankFacts.__dataclass_fields__ if name not in ("label", "tp_rank"))
+
 
 @dataclass
 class EngineFacts:
-    """Engine facts parsed from one server log. ``None`` means the log did not say."""
+    """The engine facts of one server: parsed from its log (``parse_engine_log``), completed from
+    its endpoints with the source of each fact (``fact_sources.with_sources``), and read back by
+    the gates from the run's server facts (``from_dict``). ``None`` means nothing said."""
 
     device: str | None = None
     kv_pool: str | None = None
@@ -188,6 +218,22 @@ class EngineFacts:
     redacted_arg_keys: list[str] = field(default_factory=list)
     vllm_version: str | None = None
     last_phase: str | None = None
+    kv_cache_memory_gib: float | None = None
+    """Only ``/metrics`` gives it (``vllm:cache_config_info``)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Fact name -> log / metrics / endpoint / not observable from the endpoint."""
+
+    def source(self, name: str, default: str = SOURCE_LOG) -> str:
+        return str(self.sources.get(name, default))
+
+    @property
+    def ranks_observable(self) -> bool:
+        """Per-rank facts need the server log: a direct-only run does not have one."""
+        return self.source("ranks", "") != NOT_OBSERVABLE
+
+    def get(self, name: str) -> Any:
+        """A fact by its name in the public dict (it goes to a gate's measurements as is)."""
+        return self.to_dict().get(name)
 
     @property
     def min_rank_kv_gib(self) -> float | None:
@@ -219,7 +265,30 @@ class EngineFacts:
             "redacted_arg_keys": list(self.redacted_arg_keys),
             "vllm_version": self.vllm_version,
             "last_phase": self.last_phase,
+            **({"kv_cache_memory_gib": self.kv_cache_memory_gib} if self.kv_cache_memory_gib is not None else {}),
+            **({"sources": dict(self.sources)} if self.sources else {}),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineFacts:
+        """The facts back from their ``to_dict`` form (as the run's server facts carry them); a
+        value of the wrong type reads as absent."""
+        args = data.get("non_default_args")
+        sources = data.get("sources")
+        return cls(
+            device=_as_str(data.get("device")), kv_pool=_as_str(data.get("kv_pool")),
+            kv_cache_tokens=_as_int(data.get("kv_cache_tokens")),
+            max_concurrency=_as_float(data.get("max_concurrency")),
+            concurrency_at_tokens=_as_int(data.get("concurrency_at_tokens")),
+            ranks=[RankFacts.from_dict(rank) for rank in data.get("ranks") or [] if isinstance(rank, Mapping)],
+            init_engine_seconds=_as_float(data.get("init_engine_seconds")),
+            compilation_seconds=_as_float(data.get("compilation_seconds")),
+            non_default_args=dict(args) if isinstance(args, Mapping) else None,
+            redacted_arg_keys=[str(key) for key in data.get("redacted_arg_keys") or []],
+            vllm_version=_as_str(data.get("vllm_version")), last_phase=_as_str(data.get("last_phase")),
+            kv_cache_memory_gib=_as_float(data.get("kv_cache_memory_gib")),
+            sources={str(k): str(v) for k, v in sources.items()} if isinstance(sources, Mapping) else {},
+        )
 
 
 def _int(text: str) -> int:
