@@ -332,12 +332,12 @@ class QualRun:
     def test_order(self, arm_keys: list[str]) -> Callable[[str, str | None], tuple[int, int]]:
         """The sort key of a test (arm key, gate name or None): arms in plan order, each arm's
         tests together so its server starts once, cheapest gates first within an arm."""
-        from .gate_order import stage_rank
+        from .gate_order import run_rank
 
         order: dict[str, int] = {spec.key: i for i, spec in enumerate(self.plan)}
         for key in [self.default_recipe.name, *arm_keys]:
             order.setdefault(key, len(order))
-        return lambda arm, gate: (order[arm], stage_rank(gate))
+        return lambda arm, gate: (order[arm], run_rank(gate))
 
     def header_lines(self, recipe_source: str) -> list[str]:
         """What the terminal header says: the recipe, its identity and how to reproduce the run."""

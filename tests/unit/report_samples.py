@@ -131,7 +131,7 @@ def seed_run(private_dir: Path, *, arm: str = "control", canaries: bool = False)
         attempts = [_attempt(store, name, 1, name)]
         measurements: dict[str, Any] = {"passed": 20, "total": 20} if name == "tools" else {}
         gates.append(GateRecord(nodeid=f"suites/test_preflight.py::test_{name}", gate=name, title=title,
-                                markers=["preflight"], arm=arm, outcome="passed", duration_s=1.2, summary=summary,
+                                markers=["functional"], arm=arm, outcome="passed", duration_s=1.2, summary=summary,
                                 measurements=measurements, attempts=attempts))
     gates.append(GateRecord(nodeid="suites/test_engine.py::test_cold_start", gate="cold_start",
                             title="Cold managed start", markers=["lifecycle"], arm=arm, outcome="passed",
