@@ -15,9 +15,10 @@ the log does not state stays ``None``: nothing is inferred or defaulted.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -306,9 +307,7 @@ def parse_engine_log(text: str) -> EngineFacts:
     labels = _canonical_labels(lines)
     facts = EngineFacts()
     ranks: dict[str, RankFacts] = {}
-    cpu_evidence = False
-    gpu_evidence = False
-    pools: list[str] = []
+    device = _DeviceEvidence()
 
     def rank_for(line: LogLine) -> RankFacts:
         label = labels.get(line.pid, line.label) if line.pid is not None else line.label
@@ -318,100 +317,139 @@ def parse_engine_log(text: str) -> EngineFacts:
         return ranks[key]
 
     for line in lines:
-        msg = line.message
         if line.pid is not None:
             label = labels.get(line.pid, line.label or "")
             if _WORKER_LABEL_RE.match(label) or "TP" in _rank_parts(label):
                 rank_for(line)  # a worker that logged nothing measurable still counts as a rank
-        if line.source:
-            if line.source.rsplit("/", 1)[-1].split(":")[0] in _CPU_SOURCES:
-                cpu_evidence = True
-            elif line.source.rsplit("/", 1)[-1].split(":")[0] in _GPU_SOURCES:
-                gpu_evidence = True
-        if not msg:
+        device.read_source(line.source)
+        if not line.message:
             continue
+        _read_engine_line(line.message, facts, device)
+        _read_rank_line(line.message, functools.partial(rank_for, line), device)
 
-        if m := _KV_SIZE_RE.search(msg):
-            pools.append(m.group("pool"))
-            facts.kv_cache_tokens = _int(m.group("tokens"))
-        if m := _CONCURRENCY_RE.search(msg):
-            facts.concurrency_at_tokens = _int(m.group("length"))
-            facts.max_concurrency = float(m.group("x"))
-        if m := _MODEL_LOADING_RE.search(msg):
-            rank = rank_for(line)
-            rank.weights_gib = float(m.group("gib"))
-            rank.load_seconds = float(m.group("s"))
-        if m := _LOADING_WEIGHTS_RE.search(msg):
-            rank_for(line).weights_read_seconds = float(m.group("s"))
-        if m := _AVAILABLE_KV_RE.search(msg):
-            rank_for(line).available_kv_gib = float(m.group("gib"))
-            gpu_evidence = True
-        if m := _CPU_KV_RE.search(msg):
-            rank = rank_for(line)
-            rank.available_kv_gib = float(m.group("kv"))
-            rank.cpu_node_memory_gib = float(m.group("total"))
-            cpu_evidence = True
-        if m := _GRAPH_RE.search(msg):
-            rank = rank_for(line)
-            rank.graph_capture_seconds = float(m.group("s"))
-            rank.cuda_graph_gib = float(m.group("gib"))
-            gpu_evidence = True
-        if m := _FREE_ON_START_RE.search(msg):
-            rank = rank_for(line)
-            rank.device_free_gib = float(m.group("free"))
-            rank.device_total_gib = float(m.group("total"))
-            gpu_evidence = True
-        if m := _USAGE_SPLIT_RE.search(msg):
-            rank = rank_for(line)
-            if rank.weights_gib is None:
-                rank.weights_gib = float(m.group("weights"))
-            rank.peak_activation_gib = float(m.group("peak"))
-            rank.non_torch_gib = float(m.group("non_torch"))
-            rank.cuda_graph_gib = float(m.group("graph"))
-        if m := _USAGE_CONSUMED_RE.search(msg):
-            rank = rank_for(line)
-            rank.consumed_gib = float(m.group("consumed"))
-            rank.peak_activation_gib = float(m.group("peak"))
-            rank.cuda_graph_gib = float(m.group("graph"))
-        if m := _KV_IN_USE_RE.search(msg):
-            value = float(m.group("value"))
-            rank_for(line).kv_in_use_gib = round(value / _GIB_BYTES, 2) if m.group("unit") == "bytes" else value
-        if m := _PROFILE_DEBUG_RE.search(msg):
-            rank = rank_for(line)
-            if rank.peak_activation_gib is None:
-                rank.peak_activation_gib = float(m.group("peak"))
-            if rank.non_torch_gib is None:
-                rank.non_torch_gib = float(m.group("non_torch"))
-            if rank.weights_gib is None:
-                rank.weights_gib = float(m.group("weights"))
-        if m := _INIT_ENGINE_RE.search(msg):
-            facts.init_engine_seconds = float(m.group("s"))
-            facts.compilation_seconds = float(m.group("c")) if m.group("c") else None
-        if m := NON_DEFAULT_ARGS_RE.search(msg):
-            parsed = parse_python_literal(m.group("args"))
-            if isinstance(parsed, dict):
-                for key in _LAUNCHER_ONLY_ARGS:
-                    parsed.pop(key, None)
-                for key in _LOCAL_DIR_ARGS:
-                    if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
-                        parsed[key] = MODEL_DIR_PLACEHOLDER
-                facts.non_default_args, redacted = redact_args(parsed)
-                facts.redacted_arg_keys = sorted(set(redacted))
-        if facts.vllm_version is None:
-            for version_re in _VERSION_RES:
-                if m := version_re.search(msg):
-                    facts.vllm_version = m.group("v")
-                    break
-
-    if pools:
-        facts.kv_pool = pools[-1]
-    facts.device = _device(pools, cpu_evidence, gpu_evidence)
+    if device.pools:
+        facts.kv_pool = device.pools[-1]
+    facts.device = _device(device.pools, device.cpu, device.gpu)
     facts.ranks = sorted(
         (rank for rank in ranks.values() if rank.has_facts() or _is_rank_label(rank.label)),
         key=_rank_sort_key,
     )
     facts.last_phase = last_startup_phase(text)
     return facts
+
+
+@dataclass
+class _DeviceEvidence:
+    """What the lines say about the device: the KV pools named, and CPU or GPU markers."""
+
+    pools: list[str] = field(default_factory=list)
+    cpu: bool = False
+    gpu: bool = False
+
+    def read_source(self, source: str | None) -> None:
+        """The source file a line names (``cpu_worker.py:…``) marks the backend."""
+        if not source:
+            return
+        name = source.rsplit("/", 1)[-1].split(":")[0]
+        if name in _CPU_SOURCES:
+            self.cpu = True
+        elif name in _GPU_SOURCES:
+            self.gpu = True
+
+
+def _read_engine_line(msg: str, facts: EngineFacts, device: _DeviceEvidence) -> None:
+    """The engine-wide facts one line states: KV pool, concurrency, init time, args, version."""
+    if m := _KV_SIZE_RE.search(msg):
+        device.pools.append(m.group("pool"))
+        facts.kv_cache_tokens = _int(m.group("tokens"))
+    if m := _CONCURRENCY_RE.search(msg):
+        facts.concurrency_at_tokens = _int(m.group("length"))
+        facts.max_concurrency = float(m.group("x"))
+    if m := _INIT_ENGINE_RE.search(msg):
+        facts.init_engine_seconds = float(m.group("s"))
+        facts.compilation_seconds = float(m.group("c")) if m.group("c") else None
+    if m := NON_DEFAULT_ARGS_RE.search(msg):
+        parsed = parse_python_literal(m.group("args"))
+        if isinstance(parsed, dict):
+            facts.non_default_args, redacted = redact_args(_public_args(parsed))
+            facts.redacted_arg_keys = sorted(set(redacted))
+    if facts.vllm_version is None:
+        for version_re in _VERSION_RES:
+            if m := version_re.search(msg):
+                facts.vllm_version = m.group("v")
+                break
+
+
+def _public_args(parsed: dict[str, Any]) -> dict[str, Any]:
+    """The args without the launcher's own (host, port), local directories as a placeholder."""
+    for key in _LAUNCHER_ONLY_ARGS:
+        parsed.pop(key, None)
+    for key in _LOCAL_DIR_ARGS:
+        if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
+            parsed[key] = MODEL_DIR_PLACEHOLDER
+    return parsed
+
+
+def _read_rank_line(msg: str, rank: Callable[[], RankFacts], device: _DeviceEvidence) -> None:
+    """The memory and timing figures one line states for the rank that logged it."""
+    _read_rank_loading(msg, rank, device)
+    _read_rank_usage(msg, rank)
+
+
+def _read_rank_loading(msg: str, rank: Callable[[], RankFacts], device: _DeviceEvidence) -> None:
+    """Weights, KV memory, CUDA graphs and free memory at start: the lines of a rank's startup."""
+    if m := _MODEL_LOADING_RE.search(msg):
+        facts = rank()
+        facts.weights_gib = float(m.group("gib"))
+        facts.load_seconds = float(m.group("s"))
+    if m := _LOADING_WEIGHTS_RE.search(msg):
+        rank().weights_read_seconds = float(m.group("s"))
+    if m := _AVAILABLE_KV_RE.search(msg):
+        rank().available_kv_gib = float(m.group("gib"))
+        device.gpu = True
+    if m := _CPU_KV_RE.search(msg):
+        facts = rank()
+        facts.available_kv_gib = float(m.group("kv"))
+        facts.cpu_node_memory_gib = float(m.group("total"))
+        device.cpu = True
+    if m := _GRAPH_RE.search(msg):
+        facts = rank()
+        facts.graph_capture_seconds = float(m.group("s"))
+        facts.cuda_graph_gib = float(m.group("gib"))
+        device.gpu = True
+    if m := _FREE_ON_START_RE.search(msg):
+        facts = rank()
+        facts.device_free_gib = float(m.group("free"))
+        facts.device_total_gib = float(m.group("total"))
+        device.gpu = True
+
+
+def _read_rank_usage(msg: str, rank: Callable[[], RankFacts]) -> None:
+    """The memory summaries (actual usage, KV in use, the profiler's debug line); a figure an
+    earlier line gave is kept where the summary only repeats it."""
+    if m := _USAGE_SPLIT_RE.search(msg):
+        facts = rank()
+        if facts.weights_gib is None:
+            facts.weights_gib = float(m.group("weights"))
+        facts.peak_activation_gib = float(m.group("peak"))
+        facts.non_torch_gib = float(m.group("non_torch"))
+        facts.cuda_graph_gib = float(m.group("graph"))
+    if m := _USAGE_CONSUMED_RE.search(msg):
+        facts = rank()
+        facts.consumed_gib = float(m.group("consumed"))
+        facts.peak_activation_gib = float(m.group("peak"))
+        facts.cuda_graph_gib = float(m.group("graph"))
+    if m := _KV_IN_USE_RE.search(msg):
+        value = float(m.group("value"))
+        rank().kv_in_use_gib = round(value / _GIB_BYTES, 2) if m.group("unit") == "bytes" else value
+    if m := _PROFILE_DEBUG_RE.search(msg):
+        facts = rank()
+        if facts.peak_activation_gib is None:
+            facts.peak_activation_gib = float(m.group("peak"))
+        if facts.non_torch_gib is None:
+            facts.non_torch_gib = float(m.group("non_torch"))
+        if facts.weights_gib is None:
+            facts.weights_gib = float(m.group("weights"))
 
 
 _BOOT_MARK = "non-default args: {"
