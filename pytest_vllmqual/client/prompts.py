@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -348,45 +348,32 @@ class ExactPromptBuilder:
         shape = shape if shape is not None else ChatShape()
         nonce = nonce if nonce is not None else new_nonce()
         counter = _CallCounter(self.counter)
-
         head, tail = _user_frame(shape, nonce)
 
         def compose(body: str) -> list[Message]:
             return shape.messages(head + body + tail)
 
-        def finish(messages: list[Message], measured: int, overhead: int) -> ExactPrompt:
-            return ExactPrompt(
-                messages=messages,
-                target=target,
-                measured_tokens=measured,
-                nonce=nonce,
-                seed=self.seed,
-                iterations=counter.calls,
-                build_seconds=time.process_time() - cpu_start,
-                build_wall_seconds=time.perf_counter() - wall_start,
-                overhead_tokens=overhead,
-                shape=shape,
-            )
+        messages = compose("")
+        overhead = measured = counter.count_chat(messages, shape)
+        _check_reachable(target, overhead, counter.max_model_len, allow_over_max_model_len)
+        if target != overhead:
+            messages, measured = self._pad_to_target(counter, shape, compose, tail, target, overhead)
+        return ExactPrompt(
+            messages=messages,
+            target=target,
+            measured_tokens=measured,
+            nonce=nonce,
+            seed=self.seed,
+            iterations=counter.calls,
+            build_seconds=time.process_time() - cpu_start,
+            build_wall_seconds=time.perf_counter() - wall_start,
+            overhead_tokens=overhead,
+            shape=shape,
+        )
 
-        bare = compose("")
-        overhead = counter.count_chat(bare, shape)
-        limit = counter.max_model_len
-        if limit is not None and target > limit and not allow_over_max_model_len:
-            raise CalibrationError(
-                f"target {target} tokens is above the model's max_model_len {limit}; the server "
-                "would reject it with HTTP 400. Pass allow_over_max_model_len=True to build an "
-                "over-length prompt on purpose."
-            )
-        if target < overhead:
-            raise CalibrationError(
-                f"target {target} tokens is below the chat overhead: the chat template, system "
-                f"prompt, tools, reasoning effort, nonce header and question already take "
-                f"{overhead} tokens. The smallest reachable target for this chat shape is "
-                f"{overhead}."
-            )
-        if target == overhead:
-            return finish(bare, overhead, overhead)
-
+    def _pad_to_target(self, counter: _CallCounter, shape: ChatShape, compose: Callable[[str], list[Message]],
+                       tail: str, target: int, overhead: int) -> tuple[list[Message], int]:
+        """Filler, then pad words corrected by each chat-form count until the count is ``target``."""
         pads = self._discover_pad_words(counter)
         need = target - overhead
         prefix, prefix_tokens = self._filler_prefix(counter, need - self.reserve_pad_tokens)
@@ -405,7 +392,7 @@ class ExactPromptBuilder:
             messages = compose(prefix + padding)
             measured = counter.count_chat(messages, shape)
             if measured == target:
-                return finish(messages, measured, overhead)
+                return messages, measured
             residue = target - measured
             if cost > 1 and residue % cost:
                 use_fixer = not use_fixer
@@ -427,6 +414,23 @@ class ExactPromptBuilder:
             f"no convergence after {self.max_corrections} chat-form counts "
             f"({counter.calls} counter calls): the last count was {measured} tokens for target "
             f"{target} (off by {measured - target})."
+        )
+
+
+def _check_reachable(target: int, overhead: int, limit: int | None, allow_over_max_model_len: bool) -> None:
+    """A target above the model's limit (unless asked for) or below the chat overhead cannot be built."""
+    if limit is not None and target > limit and not allow_over_max_model_len:
+        raise CalibrationError(
+            f"target {target} tokens is above the model's max_model_len {limit}; the server "
+            "would reject it with HTTP 400. Pass allow_over_max_model_len=True to build an "
+            "over-length prompt on purpose."
+        )
+    if target < overhead:
+        raise CalibrationError(
+            f"target {target} tokens is below the chat overhead: the chat template, system "
+            f"prompt, tools, reasoning effort, nonce header and question already take "
+            f"{overhead} tokens. The smallest reachable target for this chat shape is "
+            f"{overhead}."
         )
 
 

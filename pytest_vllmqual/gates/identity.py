@@ -244,26 +244,42 @@ def check_identity(
     served = recipe.identity.served_model_name
     entry = next((m for m in models or [] if m.get("id") == served), None)
     args = logged_model_args(log_text) if log_text else {}
-
-    # checkpoint: what the launcher asked vLLM to load, against what the log and /v1/models say it loaded
+    # the checkpoint: what the launcher asked vLLM to load, against what the log and /v1/models say it loaded
     expected_location = expected_model_arg or recipe.model_location()
     observations = [(str(args["model"]), "log non-default args 'model'")] if isinstance(args.get("model"), str) else []
     if entry and isinstance(entry.get("root"), str):
         observations.append((str(entry["root"]), "/v1/models root"))
-    if observations:
-        bad = [(value, where) for value, where in observations if not _same_location(value, expected_location)]
-        shown_value, _ = bad[0] if bad else observations[0]
-        result.checks.append(IdentityCheck(
-            "checkpoint", recipe.identity.checkpoint
-            + (f" ({_show_location(expected_location, recipe, True)})" if _is_local(expected_location) else ""),
-            _show_location(shown_value, recipe, not bad), not bad,
-            source=" and ".join(where for _, where in observations)))
-    else:
-        result.checks.append(IdentityCheck("checkpoint", recipe.identity.checkpoint, None, None,
-                                           "neither the log's model argument nor /v1/models root was available",
-                                           source="log, /v1/models"))
+    result.checks.extend([
+        _checkpoint_check(recipe, expected_location, observations),
+        _revision_check(recipe, args, observations),
+        _image_digest_check(recipe, launcher_kind, image_digest),
+        _runtime_version_check(recipe, version, log_version),
+        _tensor_parallel_check(recipe, tp_size_seen),
+        _max_model_len_check(recipe, entry),
+        _served_model_check(served, entry, models),
+    ])
+    if _is_local(expected_location) and Path(expected_location).is_dir():
+        result.model_files = model_files_sha256(Path(expected_location))
+    return result
 
-    # revision
+
+def _checkpoint_check(recipe: Recipe, expected_location: str, observations: list[tuple[str, str]]) -> IdentityCheck:
+    """Every observed location must be the one the launcher asked for."""
+    if not observations:
+        return IdentityCheck("checkpoint", recipe.identity.checkpoint, None, None,
+                             "neither the log's model argument nor /v1/models root was available",
+                             source="log, /v1/models")
+    bad = [(value, where) for value, where in observations if not _same_location(value, expected_location)]
+    shown_value, _ = bad[0] if bad else observations[0]
+    return IdentityCheck(
+        "checkpoint", recipe.identity.checkpoint
+        + (f" ({_show_location(expected_location, recipe, True)})" if _is_local(expected_location) else ""),
+        _show_location(shown_value, recipe, not bad), not bad,
+        source=" and ".join(where for _, where in observations))
+
+
+def _revision_check(recipe: Recipe, args: dict[str, Any], observations: list[tuple[str, str]]) -> IdentityCheck:
+    """The revision argument, else a snapshot path among the observed locations."""
     pinned_rev = recipe.identity.revision
     observed_rev: str | None = None
     rev_source = ""
@@ -275,63 +291,65 @@ def check_identity(
                 observed_rev, rev_source = _revision_of(value), f"snapshot path in the {where}"
                 break
     if not pinned_rev:
-        result.checks.append(IdentityCheck("revision", None, observed_rev, None, "the recipe pins no revision",
-                                           source=rev_source or "n/a", pinned=False))
-    else:
-        result.checks.append(IdentityCheck(
-            "revision", pinned_rev, observed_rev, None if observed_rev is None else observed_rev == pinned_rev,
-            "" if observed_rev else "neither a revision argument nor a snapshot path was seen",
-            source=rev_source or "log, /v1/models"))
+        return IdentityCheck("revision", None, observed_rev, None, "the recipe pins no revision",
+                             source=rev_source or "n/a", pinned=False)
+    return IdentityCheck(
+        "revision", pinned_rev, observed_rev, None if observed_rev is None else observed_rev == pinned_rev,
+        "" if observed_rev else "neither a revision argument nor a snapshot path was seen",
+        source=rev_source or "log, /v1/models")
 
-    # image digest
-    if launcher_kind == "docker":
-        expected_digest = (recipe.identity.image or "").partition("@")[2] or None
-        matched = image_digest_matches(recipe.identity.image, image_digest)
-        shown = image_digest if isinstance(image_digest, str) or image_digest is None else list(image_digest)
-        result.checks.append(IdentityCheck(
-            "image_digest", expected_digest, shown, matched,
-            "" if matched is not None else ("the recipe pins no image digest" if expected_digest is None
-                                            else "the launcher reported no image digest"),
-            source="container image RepoDigests (docker launcher)", pinned=expected_digest is not None))
-    else:
-        result.checks.append(IdentityCheck(
+
+def _image_digest_check(recipe: Recipe, launcher_kind: str, image_digest: str | list[str] | None) -> IdentityCheck:
+    """Only a container launcher runs an image: its digest against the recipe's pin."""
+    if launcher_kind != "docker":
+        return IdentityCheck(
             "image_digest", None, None, None, f"not applicable: the {launcher_kind} launcher runs no container",
-            source="n/a", pinned=False))
+            source="n/a", pinned=False)
+    expected_digest = (recipe.identity.image or "").partition("@")[2] or None
+    matched = image_digest_matches(recipe.identity.image, image_digest)
+    shown = image_digest if isinstance(image_digest, str) or image_digest is None else list(image_digest)
+    return IdentityCheck(
+        "image_digest", expected_digest, shown, matched,
+        "" if matched is not None else ("the recipe pins no image digest" if expected_digest is None
+                                        else "the launcher reported no image digest"),
+        source="container image RepoDigests (docker launcher)", pinned=expected_digest is not None)
 
-    # runtime version
+
+def _runtime_version_check(recipe: Recipe, version: str | None, log_version: str | None) -> IdentityCheck:
+    """/version, else the log's version line."""
     observed_version, version_source = (version, "/version") if version is not None else (log_version, "log version line")
-    result.checks.append(IdentityCheck(
+    return IdentityCheck(
         "runtime_version", recipe.identity.runtime_version, observed_version,
         None if observed_version is None else observed_version == recipe.identity.runtime_version,
         "" if observed_version is not None else "/version did not answer and the log has no version line",
-        source=version_source))
+        source=version_source)
 
-    # TP size from the rank count
+
+def _tensor_parallel_check(recipe: Recipe, tp_size_seen: int | None) -> IdentityCheck:
+    """TP size from the rank count in the log."""
     expected_tp = recipe.serve.tensor_parallel_size
     if tp_size_seen is None:
-        result.checks.append(IdentityCheck("tensor_parallel_size", expected_tp, None, None,
-                                           "no per-rank log lines available (external endpoint or empty log)",
-                                           source="rank count in the log"))
-    else:
-        # A TP=1 server logs its single worker under EngineCore, which counts as one rank.
-        result.checks.append(IdentityCheck("tensor_parallel_size", expected_tp, tp_size_seen,
-                                           tp_size_seen == expected_tp, source="rank count in the log"))
+        return IdentityCheck("tensor_parallel_size", expected_tp, None, None,
+                             "no per-rank log lines available (external endpoint or empty log)",
+                             source="rank count in the log")
+    # A TP=1 server logs its single worker under EngineCore, which counts as one rank.
+    return IdentityCheck("tensor_parallel_size", expected_tp, tp_size_seen,
+                         tp_size_seen == expected_tp, source="rank count in the log")
 
-    # max_model_len and the served name
+
+def _max_model_len_check(recipe: Recipe, entry: dict[str, Any] | None) -> IdentityCheck:
     observed_len = entry.get("max_model_len") if entry else None
-    result.checks.append(IdentityCheck(
+    return IdentityCheck(
         "max_model_len", recipe.serve.max_model_len, observed_len,
         None if observed_len is None else observed_len == recipe.serve.max_model_len,
         "" if observed_len is not None else "/v1/models gave no max_model_len for the served name",
-        source="/v1/models max_model_len"))
+        source="/v1/models max_model_len")
+
+
+def _served_model_check(served: str, entry: dict[str, Any] | None,
+                        models: list[dict[str, Any]] | None) -> IdentityCheck:
     listed = [m.get("id") for m in models or []]
-    result.checks.append(IdentityCheck("served_model", served, served if entry else listed,
-                                       None if models is None else entry is not None,
-                                       "" if models is not None else "/v1/models did not answer",
-                                       source="/v1/models id"))
-
-    if _is_local(expected_location) and Path(expected_location).is_dir():
-        result.model_files = model_files_sha256(Path(expected_location))
-    return result
-
-
+    return IdentityCheck("served_model", served, served if entry else listed,
+                         None if models is None else entry is not None,
+                         "" if models is not None else "/v1/models did not answer",
+                         source="/v1/models id")

@@ -2,6 +2,10 @@
 run's private folder, named by SHA-256 in public outputs), measurements, thresholds and a
 summary. The ``gate`` fixture hands one ``GateRecorder`` to each gate; the plugin turns the
 filled ``GateRecord`` into the report's gate entry and the junit properties.
+
+The recorder is the one writer of gate artifacts, and names them: ``gates/<gate>/<n>-<label>``
+with every character outside ``A-Za-z0-9_.-`` (and a leading dot) folded to ``_``, so any gate
+name or label gives a relative name inside the gate's folder. ``report.artifacts`` lists and verifies them.
 """
 
 from __future__ import annotations
@@ -11,9 +15,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.errors import ArtifactError
 from pytest_vllmqual.records import Attempt, GateRecord
 
-__all__ = ["GateRecorder"]
+__all__ = ["GateRecorder", "artifact_part"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def artifact_part(text: str, limit: int | None = None) -> str:
+    """One safe path part of an artifact name: never empty, never ``..``, never hidden (a
+    leading dot would hide it from the artifact list)."""
+    part = _UNSAFE.sub("_", text)[:limit]
+    visible = part.lstrip(".")
+    return "_" * (len(part) - len(visible)) + visible or "_"
 
 
 class GateRecorder:
@@ -29,13 +44,15 @@ class GateRecorder:
         with self._lock:
             number = len(self.record.attempts) + 1
             self.record.attempts.append(attempt)
-        safe_gate = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.record.gate)
-        safe_label = re.sub(r"[^A-Za-z0-9_.-]+", "_", attempt.label)[:60]
-        base = f"gates/{self.prefix}{safe_gate}/{number:03d}-{safe_label}"
-        directory = self.private_dir / "gates" / f"{self.prefix}{safe_gate}"
-        directory.mkdir(parents=True, exist_ok=True)
-        (self.private_dir / f"{base}.request.json").write_bytes(request)
-        (self.private_dir / f"{base}.response.txt").write_bytes(response)
+        folder = f"gates/{artifact_part(self.prefix + self.record.gate)}"
+        base = f"{folder}/{number:03d}-{artifact_part(attempt.label, 60)}"
+        try:
+            (self.private_dir / folder).mkdir(parents=True, exist_ok=True)
+            (self.private_dir / f"{base}.request.json").write_bytes(request)
+            (self.private_dir / f"{base}.response.txt").write_bytes(response)
+        except OSError as exc:
+            raise ArtifactError(f"cannot write the artifacts {self.private_dir / base}.*: "
+                                f"{exc.strerror or exc}") from None
         attempt.request_artifact = f"{base}.request.json"
         attempt.response_artifact = f"{base}.response.txt"
 

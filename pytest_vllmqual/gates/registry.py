@@ -7,8 +7,9 @@ and what a pass proves, in words that depend on how the check ran (a long-contex
 ``smoke_after_filler`` mode proves an answer after filler, not recall). The decision, the A/B
 comparison, the campaign, the HTML page and the junit properties all read this table.
 
-``EXECUTION_ORDER`` is the order gates should run in: smoke, identity, the rest of the
-functional preflight, reasoning, quality, engine (and lifecycle), capacity.
+The table lists the gates in the order they run (``EXECUTION_ORDER``; ``session.gate_order``
+derives the run order from it): smoke, identity, the rest of the functional family, reasoning,
+quality, engine, lifecycle, capacity. A family is named by the marker a user puts on a gate.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 from pytest_vllmqual.records import GateOutcome
 
-FAMILIES = ("preflight", "reasoning", "quality", "capacity", "engine", "lifecycle")
-"""Every gate family, in the order a report lists them."""
+FAMILIES = ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle")
+"""Every gate family, in the order a report lists them; each is also the marker of its gates."""
 
 ProvesFn = Callable[[Mapping[str, Any]], str]
 """What a passed gate proves, from its public record (measurements, summary)."""
@@ -114,19 +115,19 @@ def _fixed(text: str) -> ProvesFn:
 
 
 REGISTRY: tuple[GateSpec, ...] = (
-    GateSpec("smoke", "preflight", "Smoke",
+    GateSpec("smoke", "functional", "Smoke",
              _fixed("a short chat completion finished with content, usage and finish_reason stop"), "smoke"),
     GateSpec("identity", "engine", "Identity", _identity),
-    GateSpec("json", "preflight", "JSON structured output",
+    GateSpec("json", "functional", "JSON structured output",
              _fixed("a json_schema response_format answer parsed and validated against its schema"), "JSON"),
-    GateSpec("tools", "preflight", "Typed tool calls", _tools, "typed tool calls"),
-    GateSpec("streaming_tool", "preflight", "Streaming tool call",
+    GateSpec("tools", "functional", "Typed tool calls", _tools, "typed tool calls"),
+    GateSpec("streaming_tool", "functional", "Streaming tool call",
              _fixed("a streamed tool call reassembled into one valid typed call"), "streaming tool"),
-    GateSpec("tool_continuation", "preflight", "Tool-result continuation",
+    GateSpec("tool_continuation", "functional", "Tool-result continuation",
              _fixed("the model answered from a tool result it was given"), "tool-result continuation"),
-    GateSpec("responses", "preflight", "Responses API",
+    GateSpec("responses", "functional", "Responses API",
              _fixed("the Responses API answered the smoke prompt"), "Responses API"),
-    GateSpec("openai_sdk", "preflight", "The official openai SDK",
+    GateSpec("openai_sdk", "functional", "The official openai SDK",
              _fixed("chat, a streamed tool call and the Responses API parsed through the official openai SDK")),
     GateSpec("reasoning_fingerprints", "reasoning", "Reasoning prompt contract",
              _fixed("each reasoning effort's prompt-token count equals its pinned fingerprint")),
@@ -146,11 +147,11 @@ REGISTRY: tuple[GateSpec, ...] = (
 
 BY_NAME: dict[str, GateSpec] = {spec.name: spec for spec in REGISTRY}
 EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
-"""smoke, identity, functional preflight, reasoning, quality, engine/lifecycle, capacity."""
+"""smoke, identity, functional, reasoning, quality, engine, lifecycle, capacity: the order gates run in."""
 
-PREFLIGHT_GATES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.family == "preflight" and s.preflight_label)
+PREFLIGHT_GATES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.family == "functional" and s.preflight_label)
 """The six gates of the seeds' functional preflight, in their order."""
-PREFLIGHT_LABELS: dict[str, str] = {s.name: s.preflight_label or s.title for s in REGISTRY if s.family == "preflight"}
+PREFLIGHT_LABELS: dict[str, str] = {s.name: s.preflight_label or s.title for s in REGISTRY if s.family == "functional"}
 
 LADDER_GATE = "ladder"
 KV_POOL_GATE = "kv_pool"
@@ -172,8 +173,6 @@ def family_of(name: str, markers: list[str] | tuple[str, ...] = ()) -> str | Non
     if known is not None:
         return known.family
     for marker in markers:
-        if marker == "functional":
-            return "preflight"
         if marker in FAMILIES:
             return marker
     return None
@@ -182,14 +181,6 @@ def family_of(name: str, markers: list[str] | tuple[str, ...] = ()) -> str | Non
 def title_of(name: str, fallback: str = "") -> str:
     known = BY_NAME.get(name)
     return known.title if known is not None else (fallback or name)
-
-
-def order_key(name: str) -> int:
-    """Position in EXECUTION_ORDER; gates the registry does not know come last."""
-    try:
-        return EXECUTION_ORDER.index(name)
-    except ValueError:
-        return len(EXECUTION_ORDER)
 
 
 def proves(gate: Mapping[str, Any]) -> str | None:
@@ -214,7 +205,6 @@ __all__ = [
     "SECTION_GATES",
     "GateSpec",
     "family_of",
-    "order_key",
     "proves",
     "spec",
     "title_of",

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO
 
 from pytest_vllmqual.errors import LaunchError
+from pytest_vllmqual.launch.cleanup.owner import process_start
 from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, kill_run, processes_of_run
+from pytest_vllmqual.launch.cleanup.reaper import reaper_command
 from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.loader import Recipe
@@ -69,7 +70,7 @@ class SubprocessLauncher(Launcher):
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key
         self.artifacts_dir.mkdir(parents=True, exist_ok=True)
-        self._started_epoch = time.time()
+        self._started_epoch = started_epoch = time.time()
         self._log_file = open(self.log_path, "ab")
         try:
             self._proc = subprocess.Popen(
@@ -91,8 +92,8 @@ class SubprocessLauncher(Launcher):
                 "this interpreter), and make sure vllm is installed in this environment.",
             ) from None
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "pytest_vllmqual.launch.cleanup.reaper", str(os.getpid()), self.run_id,
-             str(self._proc.pid), repr(self._started_epoch)],
+            reaper_command(os.getpid(), process_start(os.getpid()) or "unknown", self.run_id, self._proc.pid,
+                           started_epoch),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

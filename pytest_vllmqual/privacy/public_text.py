@@ -187,7 +187,8 @@ STARTUP_PHASES: dict[str, str] = {
     "api_process_started": "API process started",
     "none": "no startup phase logged",
 }
-"""Every startup phase, in the harness's words; ``launch.startup_failure`` maps log lines to them."""
+"""Every startup phase, in the harness's words: the one list of phases. ``vllm.startup_failure``
+has one log pattern for each (but ``none``) and takes its words from here."""
 
 PUBLIC_DETAIL_KEYS = ("max_seq_len", "needed_gib", "available_gib", "estimated_max_len", "free_gib", "total_gib",
                       "requested_gib", "gpu_memory_utilization", "last_phase", "kind")
@@ -238,4 +239,3 @@ def public_failure(attempt: Any) -> str:
         said = f"HTTP {status}: {said}"
     return said or (f"HTTP {status}" if status else "no response")
 
-__all__ = ["STARTUP_CAUSES", "WITHHELD", "Template", "public_attempt_error", "public_failure", "public_rung_error", "public_startup_details", "quote_server_message", "startup_cause"]

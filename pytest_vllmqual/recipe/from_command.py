@@ -238,9 +238,7 @@ def _from_docker(tokens: list[str], raw: dict[str, Any], env: dict[str, str], no
                  runtime_version: str | None) -> Conversion:
     if len(tokens) < 2 or tokens[1] not in ("run", "create"):
         raise RecipeError("a docker command must be `docker run ... IMAGE ...`. Fix: pass the run line.")
-    docker: dict[str, Any] = {"ipc_host": False}
-    mounts: dict[str, str] = {}  # container path -> host path (a local model is mounted, then named by it)
-    launcher: dict[str, Any] = {"kind": "docker"}
+    options = _DockerOptions()
     i = 2
     image: str | None = None
     while i < len(tokens):
@@ -249,58 +247,89 @@ def _from_docker(tokens: list[str], raw: dict[str, Any], env: dict[str, str], no
             image = token
             i += 1
             break
-        option, sep, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        if option in DOCKER_VALUE_OPTIONS:
-            if sep:
-                value = inline
-                i += 1
-            elif i + 1 < len(tokens):
-                value = tokens[i + 1]
-                i += 2
-            else:
-                raise RecipeError(f"docker option {option} needs a value. Fix: complete the command.", key=option)
-        else:
-            value = ""
-            i += 1
+        option, value, i = _option_value(tokens, i)
+        options.read(option, token, value, env, notes)
+    if image is None:
+        raise RecipeError("the docker command names no image. Fix: add IMAGE@sha256:<digest> before the vllm flags.")
+    runtime_version = _identity_from_image(raw, image, runtime_version, notes)
+    serve_tokens = tokens[i:]
+    if serve_tokens[:2] == ["vllm", "serve"]:
+        serve_tokens = serve_tokens[2:]
+    model = _serve_args(serve_tokens, raw, notes)
+    _identity_from_mounts(raw, model, options.mounts, notes)
+    # --host/--port after the image are the container's own address; the recipe's are the published ones (-p).
+    raw["launcher"] = {**options.launcher, "docker": options.docker}
+    if env:
+        raw["launcher"]["env"] = env
+    return _finish(raw, notes, runtime_version)
+
+
+def _option_value(tokens: list[str], i: int) -> tuple[str, str, int]:
+    """The docker option at ``tokens[i]``, its value ("" for a flag) and the index after them."""
+    token = tokens[i]
+    option, sep, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+    if option not in DOCKER_VALUE_OPTIONS:
+        return option, "", i + 1
+    if sep:
+        return option, inline, i + 1
+    if i + 1 < len(tokens):
+        return option, tokens[i + 1], i + 2
+    raise RecipeError(f"docker option {option} needs a value. Fix: complete the command.", key=option)
+
+
+@dataclass
+class _DockerOptions:
+    """What the docker options before the image say about the recipe's launcher."""
+
+    docker: dict[str, Any] = field(default_factory=lambda: {"ipc_host": False})
+    mounts: dict[str, str] = field(default_factory=dict)
+    """Container path -> host path (a local model is mounted, then named by it)."""
+    launcher: dict[str, Any] = field(default_factory=lambda: {"kind": "docker"})
+
+    def read(self, option: str, token: str, value: str, env: dict[str, str], notes: list[str]) -> None:
         if option in ("-e", "--env"):
             _env_assignment(value, env, notes)
         elif option == "--gpus":
-            spec = value.strip("\"'")
-            if spec.startswith("device="):
-                docker["gpus"] = [g for g in spec.removeprefix("device=").split(",") if g]
-            elif spec.isdigit():
-                docker["gpus"] = int(spec)
-            else:
-                notes.append(f"--gpus {spec}: the recipe asks for tensor_parallel_size GPUs instead")
+            self._gpus(value.strip("\"'"), notes)
         elif option == "--ipc":
-            docker["ipc_host"] = value == "host"
+            self.docker["ipc_host"] = value == "host"
         elif option == "--shm-size":
-            docker["shm_size"] = value
+            self.docker["shm_size"] = value
         elif option in ("-v", "--volume"):
             host_path, _, mount_spec = value.partition(":")
             target = mount_spec.split(":", 1)[0]
             if target == "/root/.cache/huggingface":
-                docker["model_cache"] = host_path
+                self.docker["model_cache"] = host_path
             else:
-                mounts[target] = host_path
+                self.mounts[target] = host_path
         elif option in ("-p", "--publish"):
             parts = value.split(":")
             if len(parts) == 3:
-                launcher["host"], launcher["port"] = parts[0], int(parts[1])
+                self.launcher["host"], self.launcher["port"] = parts[0], int(parts[1])
             elif len(parts) == 2:
-                launcher["port"] = int(parts[0])
+                self.launcher["port"] = int(parts[0])
         elif option == "--name":
-            docker["container_name"] = value
+            self.docker["container_name"] = value
         elif option == "--stop-timeout":
-            docker["stop_timeout_s"] = int(value)
+            self.docker["stop_timeout_s"] = int(value)
         elif option in IGNORED_DOCKER_OPTIONS:
             pass
         elif option == "--env-file":
             notes.append(f"--env-file {value} ignored: put the non-secret variables into launcher.env")
         else:
             notes.append(f"docker option {token} ignored (no recipe key)")
-    if image is None:
-        raise RecipeError("the docker command names no image. Fix: add IMAGE@sha256:<digest> before the vllm flags.")
+
+    def _gpus(self, spec: str, notes: list[str]) -> None:
+        if spec.startswith("device="):
+            self.docker["gpus"] = [g for g in spec.removeprefix("device=").split(",") if g]
+        elif spec.isdigit():
+            self.docker["gpus"] = int(spec)
+        else:
+            notes.append(f"--gpus {spec}: the recipe asks for tensor_parallel_size GPUs instead")
+
+
+def _identity_from_image(raw: dict[str, Any], image: str, runtime_version: str | None, notes: list[str]) -> str | None:
+    """The image pins the identity; its tag gives the runtime version when none was given."""
     raw["identity"]["image"] = image
     if runtime_version is None:
         tag = re.search(r":v?(\d+\.\d+\.\d+[^@]*)(?:@|$)", image)
@@ -308,10 +337,11 @@ def _from_docker(tokens: list[str], raw: dict[str, Any], env: dict[str, str], no
             runtime_version = tag.group(1)
             raw["identity"]["runtime_version"] = runtime_version
             notes.append(f"identity.runtime_version {runtime_version} read from the image tag")
-    serve_tokens = tokens[i:]
-    if serve_tokens[:2] == ["vllm", "serve"]:
-        serve_tokens = serve_tokens[2:]
-    model = _serve_args(serve_tokens, raw, notes)
+    return runtime_version
+
+
+def _identity_from_mounts(raw: dict[str, Any], model: str | None, mounts: dict[str, str], notes: list[str]) -> None:
+    """A model served from a mounted folder is named by its host path; other mounts are dropped."""
     if model is not None and model in mounts:
         raw["identity"]["model_path"] = mounts[model]
         raw["identity"].setdefault("checkpoint", Path(mounts[model]).name or model)
@@ -323,11 +353,6 @@ def _from_docker(tokens: list[str], raw: dict[str, Any], env: dict[str, str], no
     if raw["identity"].get("model_path") and model not in mounts:
         notes.append("a model path inside the container is not a host path: set identity.model_path to the host "
                      "directory to mount, or use the checkpoint id")
-    # --host/--port after the image are the container's own address; the recipe's are the published ones (-p).
-    raw["launcher"] = {**launcher, "docker": docker}
-    if env:
-        raw["launcher"]["env"] = env
-    return _finish(raw, notes, runtime_version)
 
 
 __all__ = ["Conversion", "recipe_from_command"]

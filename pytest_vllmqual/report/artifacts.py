@@ -1,8 +1,9 @@
 """The run's private artifacts: raw evidence that never leaves the operator's disk.
 
-Raw artifacts (request and response bodies, server logs) stay in the run's private folder;
-:class:`ArtifactStore` writes them and hashes each file after it is closed. The public
-report lists them only as ``{name, size, sha256}``; :func:`verify_artifacts` re-checks a
+Raw artifacts (request and response bodies, server logs) stay in the run's private folder,
+written there by their owners (a gate's attempts by ``gates.recorder.GateRecorder``, the
+server log by its launcher); :class:`ArtifactStore` lists and hashes them once they are
+closed. The public report lists them only as ``{name, size, sha256}``; :func:`verify_artifacts` re-checks a
 report's list against the folder (missing, changed, unlisted files, and every attempt's
 request/response hash).
 """
@@ -10,20 +11,15 @@ request/response hash).
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from pytest_vllmqual.errors import ArtifactError
 
 __all__ = ["BOOKKEEPING_SUFFIXES", "ArtifactStore", "sha256_file", "verify_artifacts"]
 
 BOOKKEEPING_SUFFIXES = (".lock", ".tmp")
 """Files in the private folder that are tool bookkeeping, not evidence (and hidden files)."""
 
-_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9._@+=-]+(?:/[A-Za-z0-9._@+=-]+)*$")
 _CHUNK = 1 << 20
 
 
@@ -43,52 +39,12 @@ def _is_bookkeeping(relative: str) -> bool:
 class ArtifactStore:
     """The run's private folder: raw evidence that never leaves the operator's disk.
 
-    Anything written into the folder (by this class, or by a launcher writing its log there
-    through :meth:`path_for`) is an artifact. :meth:`entries` hashes every file at call time,
-    so call it after the writers have closed their files (after teardown).
+    Any file its writers left in the folder is an artifact. :meth:`entries` hashes every file
+    at call time, so call it after the writers have closed their files (after teardown).
     """
 
     def __init__(self, private_dir: Path) -> None:
         self.private_dir = Path(private_dir)
-
-    def _target(self, name: str) -> Path:
-        if not _ARTIFACT_NAME.match(name) or any(part in (".", "..") for part in name.split("/")):
-            raise ArtifactError(
-                f"artifact name {name!r} is not a safe relative name (letters, digits, ._@+=- and '/'). "
-                "Fix: name artifacts like 'gates/smoke/001-smoke.request.json'.")
-        return self.private_dir / name
-
-    def path_for(self, name: str) -> Path:
-        """The path a writer should use for artifact ``name`` (parent folders created, mode 0700)."""
-        target = self._target(name)
-        try:
-            self.private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise ArtifactError(f"cannot create the private artifact folder {target.parent}: "
-                                f"{exc.strerror or exc}") from None
-        return target
-
-    def write_bytes(self, name: str, data: bytes) -> dict[str, Any]:
-        """Write one artifact, close it, then hash the file on disk."""
-        target = self.path_for(name)
-        try:
-            with open(target, "wb") as handle:
-                handle.write(data)
-        except OSError as exc:
-            raise ArtifactError(f"cannot write artifact {target}: {exc.strerror or exc}") from None
-        return self.entry(name)
-
-    def write_text(self, name: str, text: str) -> dict[str, Any]:
-        return self.write_bytes(name, text.encode("utf-8"))
-
-    def write_json(self, name: str, obj: Any) -> dict[str, Any]:
-        return self.write_bytes(name, json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
-
-    def entry(self, name: str) -> dict[str, Any]:
-        """{name, size, sha256} of one artifact, from the closed file on disk."""
-        target = self._target(name)
-        return {"name": name, "size": target.stat().st_size, "sha256": sha256_file(target)}
 
     def entries(self) -> list[dict[str, Any]]:
         """Every artifact in the private folder, sorted by name; names are relative, '/'-separated."""

@@ -233,7 +233,7 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
                   for g in preflight["gates"] if g["outcome"] != GateOutcome.PASSED]
         missing.append(f"the functional preflight is {preflight['summary']}; not passed: {', '.join(absent)}")
     others = [f"{row.gate} ({row.outcome})" for row in rows
-              if row.outcome is not GateOutcome.PASSED and row.family != "preflight"]
+              if row.outcome is not GateOutcome.PASSED and row.family != "functional"]
     if others:
         missing.append("not every gate passed: " + ", ".join(others))
     identity = record.identity

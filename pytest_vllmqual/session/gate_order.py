@@ -1,39 +1,39 @@
 """Cheapest gates first, and which failures end the rest of an arm (fail fast).
 
-One table, keyed by gate name and derived from the gate registry: the stage each shipped gate
-runs in. Gates not in the table
-(users' own, the fault kit's) and tests that are not gates stay in the functional stage, in
-collection order: their authors chose that order (a fault scenario kills the server between
-two of them), so it is kept. A failed smoke or identity gate
+One order, derived from the gate registry, which lists the gates in the order they run: smoke,
+then identity (each ends the arm's remaining gates when it fails), then each family in the
+order it first appears there (functional, reasoning, quality, engine, lifecycle, capacity).
+Gates the registry does not know (users' own, the fault kit's) and tests that are not gates run
+with the functional family, in collection order: their authors chose that order (a fault
+scenario kills the server between two of them), so it is kept. A failed smoke or identity gate
 ends the arm's remaining gates as "not run: …" unless ``--vllmqual-no-fail-fast``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from pytest_vllmqual.gates.registry import REGISTRY
-
-STAGES = ("smoke", "identity", "functional", "reasoning", "quality", "engine", "capacity")
-
-#: The stage of each shipped gate, from the gate registry (pytest_vllmqual.gates.registry): smoke and
-#: identity first, then the registry's families in STAGES order.
-_FAMILY_STAGE = {"preflight": "functional", "reasoning": "reasoning", "quality": "quality",
-                 "engine": "engine", "lifecycle": "engine", "capacity": "capacity"}
-GATE_STAGE: dict[str, str] = {
-    spec.name: spec.name if spec.name in ("smoke", "identity") else _FAMILY_STAGE[spec.family]
-    for spec in REGISTRY
-}
+from pytest_vllmqual.atomic_io import write_json_atomic
+from pytest_vllmqual.gates.registry import REGISTRY, GateSpec
 
 FAIL_FAST = {"smoke": "not run: smoke failed", "identity": "not run: identity mismatch"}
 STOP_FILE = "fail_fast.json"
+_UNKNOWN_GROUP = "functional"
 
 
-def stage_rank(gate: str | None) -> int:
-    """Position of a gate's stage in ``STAGES`` (lower runs first)."""
-    return STAGES.index(GATE_STAGE.get(gate or "", "functional"))
+def _group(spec: GateSpec) -> str:
+    """What a gate runs with: the fail-fast gates alone, every other gate with its family."""
+    return spec.name if spec.name in FAIL_FAST else spec.family
+
+
+_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(_group(spec) for spec in REGISTRY))
+_RANK: dict[str, int] = {spec.name: _GROUPS.index(_group(spec)) for spec in REGISTRY}
+
+
+def run_rank(gate: str | None) -> int:
+    """Where a gate runs (lower first; equal ranks keep their collection order)."""
+    return _RANK.get(gate or "", _GROUPS.index(_UNKNOWN_GROUP))
 
 
 def record_stop(private_dir: Path, gate: str) -> None:
@@ -42,10 +42,7 @@ def record_stop(private_dir: Path, gate: str) -> None:
     path = private_dir / STOP_FILE
     if reason is None or path.exists():
         return
-    private_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"gate": gate, "reason": reason}))
-    os.replace(tmp, path)
+    write_json_atomic({"gate": gate, "reason": reason}, path, what="fail-fast mark")
 
 
 def stop_reason(private_dir: Path) -> str | None:
@@ -57,4 +54,4 @@ def stop_reason(private_dir: Path) -> str | None:
     reason = data.get("reason") if isinstance(data, dict) else None
     return str(reason) if reason else None
 
-__all__ = ["record_stop", "stage_rank", "stop_reason"]
+__all__ = ["FAIL_FAST", "record_stop", "run_rank", "stop_reason"]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_vllmqual.recipe.loader import Recipe
 
-from .gate_order import stage_rank
+from .gate_order import run_rank
 
 __all__ = ["SortKeyFn", "header_lines", "order_of_tests", "reproduce_line"]
 
@@ -60,4 +60,4 @@ def order_of_tests(plan_keys: Sequence[str], default_key: str, arm_keys: Sequenc
     order: dict[str, int] = {key: i for i, key in enumerate(plan_keys)}
     for key in [default_key, *arm_keys]:
         order.setdefault(key, len(order))
-    return lambda arm, gate: (order[arm], stage_rank(gate))
+    return lambda arm, gate: (order[arm], run_rank(gate))

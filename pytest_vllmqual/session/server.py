@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import subprocess
 import threading
 import time
@@ -40,7 +39,7 @@ from pytest_vllmqual.launch.local_process import SubprocessLauncher
 from pytest_vllmqual.launch.readiness import wait_until_ready
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.vllm.endpoints import fetch_engine_endpoints
-from pytest_vllmqual.vllm.engine_death import classify_engine_death
+from pytest_vllmqual.vllm.engine_death import ENGINE_DEAD, classify_engine_death
 from pytest_vllmqual.vllm.log_facts import parse_engine_log
 from pytest_vllmqual.vllm.server_log import log_tail
 
@@ -110,7 +109,7 @@ class ServerGuard:
             return self.gone_error()
         if error is None:
             if status_code is not None and status_code >= 500 and (
-                    re.search(r"EngineDead|EngineCore encountered", text)
+                    ENGINE_DEAD.search(text)
                     or (self.launcher is not None and self._engine_died())):
                 self.mark("server_dead", "the engine core died (EngineDeadError)")
                 return self.gone_error()

@@ -15,12 +15,16 @@ from dataclasses import dataclass
 
 from .server_log import strip_ansi
 
-__all__ = ["EngineDeath", "classify_engine_death"]
+__all__ = ["ENGINE_DEAD", "EngineDeath", "classify_engine_death"]
 
 
 def _bound(match: re.Match[str]) -> str:
     return f"a device-side assert in a GPU kernel (index out of bounds: bound {int(match.group('bound')):,})"
 
+
+ENGINE_DEAD = re.compile(r"EngineDead(?:Error)?|EngineCore encountered(?: a fatal error| an issue)?")
+"""The engine core is dead: the API server's ``EngineDeadError``, in its log or in the body of a
+500 it answers with."""
 
 #: (kind, pattern, words) in no particular order: the log decides the order of the steps.
 _STEPS: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
@@ -37,7 +41,7 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], str]], ...] 
     ("worker_died", re.compile(r"Worker proc \S+ died unexpectedly|WorkerProc hit an exception"
                                r"|[Ww]orker process(?:es)? (?:died|exited)"),
      lambda m: "a worker process died"),
-    ("engine_dead", re.compile(r"EngineDeadError|EngineCore encountered (?:a fatal error|an issue)"),
+    ("engine_dead", ENGINE_DEAD,
      lambda m: "the engine core died (EngineDeadError)"),
 )
 

@@ -6,20 +6,15 @@ server that is only reachable over HTTP has no log, but ``/metrics`` still carri
 ``kv_cache_memory_bytes``, ``num_gpu_blocks``, ``block_size``) and ``/version`` the runtime.
 This module fills the facts the log did not give from those, and records for every fact where
 it came from: ``log``, ``metrics`` or ``endpoint`` — or that it is not observable from the
-endpoint (per-rank memory), which is a limit of direct-only mode, not a failure.
+endpoint (per-rank memory), which is a limit of direct-only mode, not a failure. The gates read
+the result as ``log_facts.EngineFacts.from_dict``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-SOURCE_LOG = "log"
-SOURCE_METRICS = "metrics"
-SOURCE_ENDPOINT = "endpoint"
-NOT_OBSERVABLE = "not observable from the endpoint"
-NOT_REPORTED = "not reported"
+from .log_facts import NOT_OBSERVABLE, NOT_REPORTED, SOURCE_ENDPOINT, SOURCE_LOG, SOURCE_METRICS
 
 # Facts only a server log carries (per-rank memory and timings).
 LOG_ONLY = ("ranks", "min_rank_kv_gib", "tp_size_seen", "init_engine_seconds", "compilation_seconds",
@@ -91,47 +86,4 @@ def with_sources(engine: dict[str, Any], endpoints: dict[str, Any], *, has_log: 
     out["sources"] = sources
     return out
 
-__all__ = ["NOT_OBSERVABLE", "EngineFacts", "facts_from_metrics", "with_sources"]
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """The engine facts a gate reads (``server_facts["engine"]``), typed, each with its source."""
-
-    facts: Mapping[str, Any]
-
-    def source(self, name: str, default: str = SOURCE_LOG) -> str:
-        return str((self.facts.get("sources") or {}).get(name, default))
-
-    @property
-    def ranks_observable(self) -> bool:
-        """Per-rank facts need the server log: a direct-only run does not have one."""
-        return self.source("ranks", "") != NOT_OBSERVABLE
-
-    @property
-    def ranks(self) -> list[dict[str, Any]]:
-        return [dict(rank) for rank in self.facts.get("ranks") or [] if isinstance(rank, Mapping)]
-
-    @property
-    def kv_cache_tokens(self) -> int | None:
-        return _int(self.facts.get("kv_cache_tokens"))
-
-    @property
-    def max_concurrency(self) -> float | None:
-        return _float(self.facts.get("max_concurrency"))
-
-    @property
-    def concurrency_at_tokens(self) -> int | None:
-        return _int(self.facts.get("concurrency_at_tokens"))
-
-    def get(self, name: str) -> Any:
-        """A fact this class has no property for (it goes to the gate's measurements as is)."""
-        return self.facts.get(name)
+__all__ = ["facts_from_metrics", "with_sources"]

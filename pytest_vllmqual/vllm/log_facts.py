@@ -15,9 +15,10 @@ the log does not state stays ``None``: nothing is inferred or defaulted.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +27,15 @@ from pytest_vllmqual.privacy.sanitize import redact_args
 from .server_log import NUMBER, LogLine, split_lines
 from .startup_failure import last_startup_phase
 
-__all__ = ["MODEL_DIR_PLACEHOLDER", "NON_DEFAULT_ARGS_RE", "EngineFacts", "RankFacts", "parse_engine_log",
-           "parse_python_literal"]
+__all__ = ["MODEL_DIR_PLACEHOLDER", "NON_DEFAULT_ARGS_RE", "NOT_OBSERVABLE", "NOT_REPORTED", "SOURCE_ENDPOINT",
+           "SOURCE_LOG", "SOURCE_METRICS", "EngineFacts", "RankFacts", "parse_engine_log", "parse_python_literal"]
+
+#: Where an engine fact came from (``EngineFacts.sources``; ``fact_sources`` fills them).
+SOURCE_LOG = "log"
+SOURCE_METRICS = "metrics"
+SOURCE_ENDPOINT = "endpoint"
+NOT_OBSERVABLE = "not observable from the endpoint"
+NOT_REPORTED = "not reported"
 
 _GIB_BYTES = 1 << 30
 
@@ -171,10 +179,33 @@ class RankFacts:
         out["kv_gib"] = self.kv_gib
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankFacts:
+        """A rank back from its ``to_dict`` form; a value of the wrong type reads as absent."""
+        return cls(label=str(data.get("label")), tp_rank=_as_int(data.get("tp_rank")),
+                   **{name: _as_float(data.get(name)) for name in _RANK_FIGURES})
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _as_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_RANK_FIGURES = tuple(name for name in RankFacts.__dataclass_fields__ if name not in ("label", "tp_rank"))
+
 
 @dataclass
 class EngineFacts:
-    """Engine facts parsed from one server log. ``None`` means the log did not say."""
+    """The engine facts of one server: parsed from its log (``parse_engine_log``), completed from
+    its endpoints with the source of each fact (``fact_sources.with_sources``), and read back by
+    the gates from the run's server facts (``from_dict``). ``None`` means nothing said."""
 
     device: str | None = None
     kv_pool: str | None = None
@@ -188,6 +219,22 @@ class EngineFacts:
     redacted_arg_keys: list[str] = field(default_factory=list)
     vllm_version: str | None = None
     last_phase: str | None = None
+    kv_cache_memory_gib: float | None = None
+    """Only ``/metrics`` gives it (``vllm:cache_config_info``)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Fact name -> log / metrics / endpoint / not observable from the endpoint."""
+
+    def source(self, name: str, default: str = SOURCE_LOG) -> str:
+        return str(self.sources.get(name, default))
+
+    @property
+    def ranks_observable(self) -> bool:
+        """Per-rank facts need the server log: a direct-only run does not have one."""
+        return self.source("ranks", "") != NOT_OBSERVABLE
+
+    def get(self, name: str) -> Any:
+        """A fact by its name in the public dict (it goes to a gate's measurements as is)."""
+        return self.to_dict().get(name)
 
     @property
     def min_rank_kv_gib(self) -> float | None:
@@ -219,7 +266,30 @@ class EngineFacts:
             "redacted_arg_keys": list(self.redacted_arg_keys),
             "vllm_version": self.vllm_version,
             "last_phase": self.last_phase,
+            **({"kv_cache_memory_gib": self.kv_cache_memory_gib} if self.kv_cache_memory_gib is not None else {}),
+            **({"sources": dict(self.sources)} if self.sources else {}),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineFacts:
+        """The facts back from their ``to_dict`` form (as the run's server facts carry them); a
+        value of the wrong type reads as absent."""
+        args = data.get("non_default_args")
+        sources = data.get("sources")
+        return cls(
+            device=_as_str(data.get("device")), kv_pool=_as_str(data.get("kv_pool")),
+            kv_cache_tokens=_as_int(data.get("kv_cache_tokens")),
+            max_concurrency=_as_float(data.get("max_concurrency")),
+            concurrency_at_tokens=_as_int(data.get("concurrency_at_tokens")),
+            ranks=[RankFacts.from_dict(rank) for rank in data.get("ranks") or [] if isinstance(rank, Mapping)],
+            init_engine_seconds=_as_float(data.get("init_engine_seconds")),
+            compilation_seconds=_as_float(data.get("compilation_seconds")),
+            non_default_args=dict(args) if isinstance(args, Mapping) else None,
+            redacted_arg_keys=[str(key) for key in data.get("redacted_arg_keys") or []],
+            vllm_version=_as_str(data.get("vllm_version")), last_phase=_as_str(data.get("last_phase")),
+            kv_cache_memory_gib=_as_float(data.get("kv_cache_memory_gib")),
+            sources={str(k): str(v) for k, v in sources.items()} if isinstance(sources, Mapping) else {},
+        )
 
 
 def _int(text: str) -> int:
@@ -237,9 +307,7 @@ def parse_engine_log(text: str) -> EngineFacts:
     labels = _canonical_labels(lines)
     facts = EngineFacts()
     ranks: dict[str, RankFacts] = {}
-    cpu_evidence = False
-    gpu_evidence = False
-    pools: list[str] = []
+    device = _DeviceEvidence()
 
     def rank_for(line: LogLine) -> RankFacts:
         label = labels.get(line.pid, line.label) if line.pid is not None else line.label
@@ -249,100 +317,139 @@ def parse_engine_log(text: str) -> EngineFacts:
         return ranks[key]
 
     for line in lines:
-        msg = line.message
         if line.pid is not None:
             label = labels.get(line.pid, line.label or "")
             if _WORKER_LABEL_RE.match(label) or "TP" in _rank_parts(label):
                 rank_for(line)  # a worker that logged nothing measurable still counts as a rank
-        if line.source:
-            if line.source.rsplit("/", 1)[-1].split(":")[0] in _CPU_SOURCES:
-                cpu_evidence = True
-            elif line.source.rsplit("/", 1)[-1].split(":")[0] in _GPU_SOURCES:
-                gpu_evidence = True
-        if not msg:
+        device.read_source(line.source)
+        if not line.message:
             continue
+        _read_engine_line(line.message, facts, device)
+        _read_rank_line(line.message, functools.partial(rank_for, line), device)
 
-        if m := _KV_SIZE_RE.search(msg):
-            pools.append(m.group("pool"))
-            facts.kv_cache_tokens = _int(m.group("tokens"))
-        if m := _CONCURRENCY_RE.search(msg):
-            facts.concurrency_at_tokens = _int(m.group("length"))
-            facts.max_concurrency = float(m.group("x"))
-        if m := _MODEL_LOADING_RE.search(msg):
-            rank = rank_for(line)
-            rank.weights_gib = float(m.group("gib"))
-            rank.load_seconds = float(m.group("s"))
-        if m := _LOADING_WEIGHTS_RE.search(msg):
-            rank_for(line).weights_read_seconds = float(m.group("s"))
-        if m := _AVAILABLE_KV_RE.search(msg):
-            rank_for(line).available_kv_gib = float(m.group("gib"))
-            gpu_evidence = True
-        if m := _CPU_KV_RE.search(msg):
-            rank = rank_for(line)
-            rank.available_kv_gib = float(m.group("kv"))
-            rank.cpu_node_memory_gib = float(m.group("total"))
-            cpu_evidence = True
-        if m := _GRAPH_RE.search(msg):
-            rank = rank_for(line)
-            rank.graph_capture_seconds = float(m.group("s"))
-            rank.cuda_graph_gib = float(m.group("gib"))
-            gpu_evidence = True
-        if m := _FREE_ON_START_RE.search(msg):
-            rank = rank_for(line)
-            rank.device_free_gib = float(m.group("free"))
-            rank.device_total_gib = float(m.group("total"))
-            gpu_evidence = True
-        if m := _USAGE_SPLIT_RE.search(msg):
-            rank = rank_for(line)
-            if rank.weights_gib is None:
-                rank.weights_gib = float(m.group("weights"))
-            rank.peak_activation_gib = float(m.group("peak"))
-            rank.non_torch_gib = float(m.group("non_torch"))
-            rank.cuda_graph_gib = float(m.group("graph"))
-        if m := _USAGE_CONSUMED_RE.search(msg):
-            rank = rank_for(line)
-            rank.consumed_gib = float(m.group("consumed"))
-            rank.peak_activation_gib = float(m.group("peak"))
-            rank.cuda_graph_gib = float(m.group("graph"))
-        if m := _KV_IN_USE_RE.search(msg):
-            value = float(m.group("value"))
-            rank_for(line).kv_in_use_gib = round(value / _GIB_BYTES, 2) if m.group("unit") == "bytes" else value
-        if m := _PROFILE_DEBUG_RE.search(msg):
-            rank = rank_for(line)
-            if rank.peak_activation_gib is None:
-                rank.peak_activation_gib = float(m.group("peak"))
-            if rank.non_torch_gib is None:
-                rank.non_torch_gib = float(m.group("non_torch"))
-            if rank.weights_gib is None:
-                rank.weights_gib = float(m.group("weights"))
-        if m := _INIT_ENGINE_RE.search(msg):
-            facts.init_engine_seconds = float(m.group("s"))
-            facts.compilation_seconds = float(m.group("c")) if m.group("c") else None
-        if m := NON_DEFAULT_ARGS_RE.search(msg):
-            parsed = parse_python_literal(m.group("args"))
-            if isinstance(parsed, dict):
-                for key in _LAUNCHER_ONLY_ARGS:
-                    parsed.pop(key, None)
-                for key in _LOCAL_DIR_ARGS:
-                    if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
-                        parsed[key] = MODEL_DIR_PLACEHOLDER
-                facts.non_default_args, redacted = redact_args(parsed)
-                facts.redacted_arg_keys = sorted(set(redacted))
-        if facts.vllm_version is None:
-            for version_re in _VERSION_RES:
-                if m := version_re.search(msg):
-                    facts.vllm_version = m.group("v")
-                    break
-
-    if pools:
-        facts.kv_pool = pools[-1]
-    facts.device = _device(pools, cpu_evidence, gpu_evidence)
+    if device.pools:
+        facts.kv_pool = device.pools[-1]
+    facts.device = _device(device.pools, device.cpu, device.gpu)
     facts.ranks = sorted(
         (rank for rank in ranks.values() if rank.has_facts() or _is_rank_label(rank.label)),
         key=_rank_sort_key,
     )
     facts.last_phase = last_startup_phase(text)
     return facts
+
+
+@dataclass
+class _DeviceEvidence:
+    """What the lines say about the device: the KV pools named, and CPU or GPU markers."""
+
+    pools: list[str] = field(default_factory=list)
+    cpu: bool = False
+    gpu: bool = False
+
+    def read_source(self, source: str | None) -> None:
+        """The source file a line names (``cpu_worker.py:…``) marks the backend."""
+        if not source:
+            return
+        name = source.rsplit("/", 1)[-1].split(":")[0]
+        if name in _CPU_SOURCES:
+            self.cpu = True
+        elif name in _GPU_SOURCES:
+            self.gpu = True
+
+
+def _read_engine_line(msg: str, facts: EngineFacts, device: _DeviceEvidence) -> None:
+    """The engine-wide facts one line states: KV pool, concurrency, init time, args, version."""
+    if m := _KV_SIZE_RE.search(msg):
+        device.pools.append(m.group("pool"))
+        facts.kv_cache_tokens = _int(m.group("tokens"))
+    if m := _CONCURRENCY_RE.search(msg):
+        facts.concurrency_at_tokens = _int(m.group("length"))
+        facts.max_concurrency = float(m.group("x"))
+    if m := _INIT_ENGINE_RE.search(msg):
+        facts.init_engine_seconds = float(m.group("s"))
+        facts.compilation_seconds = float(m.group("c")) if m.group("c") else None
+    if m := NON_DEFAULT_ARGS_RE.search(msg):
+        parsed = parse_python_literal(m.group("args"))
+        if isinstance(parsed, dict):
+            facts.non_default_args, redacted = redact_args(_public_args(parsed))
+            facts.redacted_arg_keys = sorted(set(redacted))
+    if facts.vllm_version is None:
+        for version_re in _VERSION_RES:
+            if m := version_re.search(msg):
+                facts.vllm_version = m.group("v")
+                break
+
+
+def _public_args(parsed: dict[str, Any]) -> dict[str, Any]:
+    """The args without the launcher's own (host, port), local directories as a placeholder."""
+    for key in _LAUNCHER_ONLY_ARGS:
+        parsed.pop(key, None)
+    for key in _LOCAL_DIR_ARGS:
+        if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
+            parsed[key] = MODEL_DIR_PLACEHOLDER
+    return parsed
+
+
+def _read_rank_line(msg: str, rank: Callable[[], RankFacts], device: _DeviceEvidence) -> None:
+    """The memory and timing figures one line states for the rank that logged it."""
+    _read_rank_loading(msg, rank, device)
+    _read_rank_usage(msg, rank)
+
+
+def _read_rank_loading(msg: str, rank: Callable[[], RankFacts], device: _DeviceEvidence) -> None:
+    """Weights, KV memory, CUDA graphs and free memory at start: the lines of a rank's startup."""
+    if m := _MODEL_LOADING_RE.search(msg):
+        facts = rank()
+        facts.weights_gib = float(m.group("gib"))
+        facts.load_seconds = float(m.group("s"))
+    if m := _LOADING_WEIGHTS_RE.search(msg):
+        rank().weights_read_seconds = float(m.group("s"))
+    if m := _AVAILABLE_KV_RE.search(msg):
+        rank().available_kv_gib = float(m.group("gib"))
+        device.gpu = True
+    if m := _CPU_KV_RE.search(msg):
+        facts = rank()
+        facts.available_kv_gib = float(m.group("kv"))
+        facts.cpu_node_memory_gib = float(m.group("total"))
+        device.cpu = True
+    if m := _GRAPH_RE.search(msg):
+        facts = rank()
+        facts.graph_capture_seconds = float(m.group("s"))
+        facts.cuda_graph_gib = float(m.group("gib"))
+        device.gpu = True
+    if m := _FREE_ON_START_RE.search(msg):
+        facts = rank()
+        facts.device_free_gib = float(m.group("free"))
+        facts.device_total_gib = float(m.group("total"))
+        device.gpu = True
+
+
+def _read_rank_usage(msg: str, rank: Callable[[], RankFacts]) -> None:
+    """The memory summaries (actual usage, KV in use, the profiler's debug line); a figure an
+    earlier line gave is kept where the summary only repeats it."""
+    if m := _USAGE_SPLIT_RE.search(msg):
+        facts = rank()
+        if facts.weights_gib is None:
+            facts.weights_gib = float(m.group("weights"))
+        facts.peak_activation_gib = float(m.group("peak"))
+        facts.non_torch_gib = float(m.group("non_torch"))
+        facts.cuda_graph_gib = float(m.group("graph"))
+    if m := _USAGE_CONSUMED_RE.search(msg):
+        facts = rank()
+        facts.consumed_gib = float(m.group("consumed"))
+        facts.peak_activation_gib = float(m.group("peak"))
+        facts.cuda_graph_gib = float(m.group("graph"))
+    if m := _KV_IN_USE_RE.search(msg):
+        value = float(m.group("value"))
+        rank().kv_in_use_gib = round(value / _GIB_BYTES, 2) if m.group("unit") == "bytes" else value
+    if m := _PROFILE_DEBUG_RE.search(msg):
+        facts = rank()
+        if facts.peak_activation_gib is None:
+            facts.peak_activation_gib = float(m.group("peak"))
+        if facts.non_torch_gib is None:
+            facts.non_torch_gib = float(m.group("non_torch"))
+        if facts.weights_gib is None:
+            facts.weights_gib = float(m.group("weights"))
 
 
 _BOOT_MARK = "non-default args: {"

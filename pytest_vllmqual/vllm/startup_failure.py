@@ -22,11 +22,12 @@ from pytest_vllmqual.privacy.public_text import STARTUP_PHASES
 
 from .server_log import NUMBER, split_line, strip_ansi
 
-__all__ = ["FailureKind", "StartupFailure", "classify_startup_failure", "last_startup_phase"]
+__all__ = ["PHASE_KEYS", "FailureKind", "StartupFailure", "classify_startup_failure", "last_startup_phase"]
 
-# Checked per line; the phase of the last matching line is the one reached. Keys name the
-# harness's words in server_text.STARTUP_PHASES.
-_PHASES: tuple[tuple[re.Pattern[str], str], ...] = (
+#: Checked per line, in this order; the phase of the last matching line is the one reached. The
+#: phases and their words are ``privacy.public_text.STARTUP_PHASES``'s: each key here is one of
+#: them (a key without words fails at import), and every phase there but ``none`` has a row.
+_PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"Application startup complete"), "ready"),
     (re.compile(r"Starting vLLM (?:API )?server|Route: /|Started server process|Waiting for application startup"),
      "api_starting"),
@@ -49,15 +50,20 @@ _PHASES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"non-default args:|vLLM (?:API )?server version|▀▄▀ █\s+version"), "api_process_started"),
 )
 
+PHASE_KEYS: tuple[str, ...] = tuple(key for _, key in _PHASE_PATTERNS)
+"""The phases the log patterns recognise, by their key in ``STARTUP_PHASES``."""
+_PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (pattern, STARTUP_PHASES[key]) for pattern, key in _PHASE_PATTERNS)
+
 
 def last_startup_phase(text: str) -> str | None:
     """The phase of the latest recognised startup line, as a short label for progress/timeouts."""
     for raw in reversed(strip_ansi(text).replace("\r", "\n").split("\n")):
         if not raw.strip():
             continue
-        for pattern, key in _PHASES:
+        for pattern, words in _PHASES:
             if pattern.search(raw):
-                return STARTUP_PHASES[key]
+                return words
     return None
 
 

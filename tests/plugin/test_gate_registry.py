@@ -60,7 +60,7 @@ def test_renaming_a_test_function_changes_nothing_in_a_report(pytester: pytest.P
     renamed, renamed_html, renamed_junit = run_session(pytester, "test_renamed_for_no_reason")
     assert gate_view(original) == gate_view(renamed)
     continuation = next(g for g in renamed["gates"] if g["gate"] == "tool_continuation")
-    assert continuation["family"] == "preflight" and continuation["title"] == "Tool-result continuation"
+    assert continuation["family"] == "functional" and continuation["title"] == "Tool-result continuation"
     assert continuation["proves"] == "the model answered from a tool result it was given"
     assert original["decision"]["gates"] == renamed["decision"]["gates"]
     assert original["decision"]["proves"] == renamed["decision"]["proves"]
@@ -73,7 +73,7 @@ def test_renaming_a_test_function_changes_nothing_in_a_report(pytester: pytest.P
 
     assert gate_rows(original_html) == gate_rows(renamed_html) and gate_rows(renamed_html)
     for junit in (original_junit, renamed_junit):
-        assert '<property name="vllmqual.tool_continuation.family" value="preflight"' in junit
+        assert '<property name="vllmqual.tool_continuation.family" value="functional"' in junit
         assert '<property name="vllmqual.tool_continuation.title" value="Tool-result continuation"' in junit
 
 

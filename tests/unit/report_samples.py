@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord
-from pytest_vllmqual.report.artifacts import ArtifactStore
 
 CANARY_API_KEY = "vq-Canary0123456789abcdefghijklmnopq"
 CANARIES = {
@@ -69,17 +68,28 @@ PREFLIGHT = [
 ]
 
 
+class PrivateFolder:
+    """Writes sample artifacts into a run's private folder, as the recorder and the launcher do."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def write(self, name: str, data: bytes) -> None:
+        (self.root / name).parent.mkdir(parents=True, exist_ok=True)
+        (self.root / name).write_bytes(data)
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _attempt(store: ArtifactStore, gate: str, n: int, label: str, *, ok: bool = True, status: int = 200,
+def _attempt(store: PrivateFolder, gate: str, n: int, label: str, *, ok: bool = True, status: int = 200,
              error: str | None = None, expected_rejection: bool = False, prompt_tokens: int = 120) -> Attempt:
     request = f'{{"gate": "{gate}", "label": "{label}"}}'.encode()
     response = (f'{{"error": "{error}"}}' if error else '{"choices": []}').encode()
     base = f"gates/{gate}/{n:03d}-{label}"
-    store.write_bytes(f"{base}.request.json", request)
-    store.write_bytes(f"{base}.response.txt", response)
+    store.write(f"{base}.request.json", request)
+    store.write(f"{base}.response.txt", response)
     return Attempt(kind="chat", label=label, ok=ok, status_code=status, latency_s=0.8,
                    usage={"prompt_tokens": prompt_tokens, "completion_tokens": 12, "total_tokens": prompt_tokens + 12},
                    request_sha256=_sha(request), response_sha256=_sha(response),
@@ -119,19 +129,19 @@ def _rungs(arm: str) -> list[RungRecord]:
 
 def reference_run(private_dir: Path, *, arm: str = "control", canaries: bool = False) -> RunRecord:
     """A complete managed TP=2 run in the reference campaign's shape, its artifacts written under ``private_dir``."""
-    store = ArtifactStore(private_dir)
+    store = PrivateFolder(private_dir)
     c = CANARIES
     log = "(Worker_TP0 pid=11) INFO Model loading took 75.64 GiB memory and 41.2 seconds\n"
     if canaries:
         log += (f"host {c['hostname']} ({c['ip']}) {c['gpu_uuid']} {c['pci']} container {c['container']} "
                 f"key {c['hf_token']} {c['sk_key']} {CANARY_API_KEY} path {c['home']}\n")
-    store.write_text("server.log", log)
+    store.write("server.log", log.encode())
     gates: list[GateRecord] = []
     for name, title, summary in PREFLIGHT:
         attempts = [_attempt(store, name, 1, name)]
         measurements: dict[str, Any] = {"passed": 20, "total": 20} if name == "tools" else {}
         gates.append(GateRecord(nodeid=f"suites/test_preflight.py::test_{name}", gate=name, title=title,
-                                markers=["preflight"], arm=arm, outcome="passed", duration_s=1.2, summary=summary,
+                                markers=["functional"], arm=arm, outcome="passed", duration_s=1.2, summary=summary,
                                 measurements=measurements, attempts=attempts))
     gates.append(GateRecord(nodeid="suites/test_engine.py::test_cold_start", gate="cold_start",
                             title="Cold managed start", markers=["lifecycle"], arm=arm, outcome="passed",

@@ -214,7 +214,7 @@ def test_incomplete_evidence_is_healthy_not_candidate(run: RunRecord) -> None:
     reason = decision["reasons"][0]
     assert "the functional preflight is 5/6; not passed: tool-result continuation (absent)" in reason
     assert "no capacity rung completed" in reason and "the engine's KV pool was not read" in reason
-    assert ("Tool-result continuation (gate tool_continuation, preflight): not run: did not run in this session "
+    assert ("Tool-result continuation (gate tool_continuation, functional): not run: did not run in this session "
             "(deselected with -m/-k, or not collected)") in decision["does_not_prove"]
     assert any(i.startswith("any request near the configured context: no capacity rung completed")
                for i in decision["does_not_prove"])

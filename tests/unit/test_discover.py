@@ -13,7 +13,8 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.recipe.discover import discovered_recipe_raw
 from pytest_vllmqual.recipe.loader import effective_yaml, load_recipe, with_overrides
 from pytest_vllmqual.vllm.endpoints import EndpointFacts, parse_metrics
-from pytest_vllmqual.vllm.fact_sources import NOT_OBSERVABLE, with_sources
+from pytest_vllmqual.vllm.fact_sources import with_sources
+from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data" / "engine_logs"

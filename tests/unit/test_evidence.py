@@ -19,9 +19,11 @@ import pytest
 from report_samples import CANARIES, CANARY_API_KEY, CANARY_ENV, reference_control_run
 
 from pytest_vllmqual.errors import ArtifactError, ReportError
+from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import TeardownResult
 from pytest_vllmqual.layout import REPORT_SCHEMA, load_schema
 from pytest_vllmqual.privacy.sanitize import KINDS, Sanitizer
+from pytest_vllmqual.records import Attempt, GateRecord
 from pytest_vllmqual.report.artifacts import ArtifactStore
 from pytest_vllmqual.report.decision import with_decision
 from pytest_vllmqual.report.html_page import render_html
@@ -56,40 +58,49 @@ def report(private_dir: Path) -> dict[str, Any]:
 
 def test_artifact_entries_hash_the_closed_files_with_relative_names(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path / "p")
-    entry = store.write_bytes("gates/smoke/001-smoke.request.json", b'{"a": 1}')
-    assert entry == {"name": "gates/smoke/001-smoke.request.json", "size": 8,
-                     "sha256": hashlib.sha256(b'{"a": 1}').hexdigest()}
-    log = store.path_for("server.log")
-    with open(log, "ab") as handle:  # a launcher appends its log, then closes it
+    recorder = GateRecorder(GateRecord(nodeid="t::smoke", gate="smoke"), tmp_path / "p")
+    recorder.record_attempt(Attempt(kind="chat", label="smoke", ok=True), b'{"a": 1}', b"ok")
+    with open(tmp_path / "p" / "server.log", "ab") as handle:  # a launcher appends its log, then closes it
         handle.write(b"line 1\n")
         handle.write(b"line 2\n")
-    store.write_json("meta.json", {"k": "v"})
-    names = [e["name"] for e in store.entries()]
-    assert names == ["gates/smoke/001-smoke.request.json", "meta.json", "server.log"]
-    server = next(e for e in store.entries() if e["name"] == "server.log")
-    assert server["sha256"] == hashlib.sha256(b"line 1\nline 2\n").hexdigest() and server["size"] == 14
-    assert all(not e["name"].startswith("/") for e in store.entries())
+    entries = {e["name"]: e for e in store.entries()}
+    assert list(entries) == ["gates/smoke/001-smoke.request.json", "gates/smoke/001-smoke.response.txt", "server.log"]
+    assert entries["gates/smoke/001-smoke.request.json"] == {
+        "name": "gates/smoke/001-smoke.request.json", "size": 8, "sha256": hashlib.sha256(b'{"a": 1}').hexdigest()}
+    assert entries["server.log"]["sha256"] == hashlib.sha256(b"line 1\nline 2\n").hexdigest()
+    assert entries["server.log"]["size"] == 14
 
 
 def test_bookkeeping_files_are_not_artifacts(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
-    store.write_text("server.log", "x")
+    (tmp_path / "server.log").write_text("x")
     (tmp_path / "traffic.lock").write_text("")
     (tmp_path / ".report.json.abc.tmp").write_text("partial")
     (tmp_path / ".hidden").write_text("h")
     assert [e["name"] for e in store.entries()] == ["server.log"]
 
 
-@pytest.mark.parametrize("name", ["/etc/passwd", "../outside.txt", "gates/../../x", "a//b", "sp ace.txt", ""])
-def test_unsafe_artifact_names_are_refused(tmp_path: Path, name: str) -> None:
-    with pytest.raises(ArtifactError, match="not a safe relative name"):
-        ArtifactStore(tmp_path).write_bytes(name, b"x")
+@pytest.mark.parametrize(("gate", "label"), [("/etc/passwd", "x"), ("..", "../outside"), (".hidden", ".."),
+                                             ("a//b", "sp ace"), ("", "")])
+def test_any_gate_name_or_label_gives_a_listed_artifact_inside_the_gate_folder(tmp_path: Path, gate: str,
+                                                                               label: str) -> None:
+    """The recorder names every artifact: whatever the gate or the attempt is called, its files
+    land inside ``gates/`` under one folder, and the store lists them under those names."""
+    attempt = Attempt(kind="chat", label=label, ok=True)
+    GateRecorder(GateRecord(nodeid="t::x", gate=gate), tmp_path).record_attempt(attempt, b"req", b"resp")
+    names = [e["name"] for e in ArtifactStore(tmp_path).entries()]
+    assert names == [attempt.request_artifact, attempt.response_artifact]
+    for name in names:
+        parts = name.split("/")
+        assert len(parts) == 3 and parts[0] == "gates" and all(p and not p.startswith(".") for p in parts)
+        assert (tmp_path / name).resolve().is_relative_to((tmp_path / "gates").resolve())
 
 
-def test_private_folder_is_created_owner_only(tmp_path: Path) -> None:
-    store = ArtifactStore(tmp_path / "new" / "private")
-    store.write_text("server.log", "x")
-    assert (tmp_path / "new" / "private").stat().st_mode & 0o077 == 0
+def test_an_unwritable_private_folder_is_an_artifact_error(tmp_path: Path) -> None:
+    (tmp_path / "private").write_text("a file where the private folder should be")
+    recorder = GateRecorder(GateRecord(nodeid="t::smoke", gate="smoke"), tmp_path / "private")
+    with pytest.raises(ArtifactError, match="cannot write the artifacts"):
+        recorder.record_attempt(Attempt(kind="chat", label="smoke", ok=True), b"req", b"resp")
 
 
 # -- the public report ----------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     REGISTRY,
     family_of,
-    order_key,
     proves,
     title_of,
 )
@@ -47,17 +46,28 @@ def test_every_suite_gate_carries_a_registered_gate_marker_and_every_registered_
     assert len(markers) == len(BY_NAME)
 
 
-def test_execution_order_is_smoke_identity_preflight_reasoning_quality_engine_capacity() -> None:
+def test_execution_order_is_smoke_identity_functional_reasoning_quality_engine_capacity() -> None:
     assert EXECUTION_ORDER[:2] == ("smoke", "identity")
     families = [BY_NAME[name].family for name in EXECUTION_ORDER[2:]]
-    order = ["preflight", "reasoning", "quality", "engine", "lifecycle", "capacity"]
+    order = ["functional", "reasoning", "quality", "engine", "lifecycle", "capacity"]
     assert families == sorted(families, key=order.index)
-    assert order_key("ladder") > order_key("kv_pool") > order_key("quality_tools") > order_key("json")
-    assert order_key("a_users_own_gate") == len(EXECUTION_ORDER)
+
+
+def test_the_run_order_is_the_registry_order() -> None:
+    """One order: the gates sorted by their run rank (stably, from any collection order) are
+    the registry's; a gate the registry does not know runs with the functional family."""
+    from pytest_vllmqual.session.gate_order import run_rank
+
+    assert sorted(reversed(EXECUTION_ORDER), key=run_rank) != list(EXECUTION_ORDER)  # within a family, collection order stays
+    assert [BY_NAME[name].family for name in sorted(reversed(EXECUTION_ORDER), key=run_rank)][2:] == \
+        [BY_NAME[name].family for name in EXECUTION_ORDER][2:]
+    assert run_rank("smoke") < run_rank("identity") < run_rank("json") < run_rank("quality_tools")
+    assert run_rank("quality_tools") < run_rank("kv_pool") < run_rank("ladder")
+    assert run_rank("a_users_own_gate") == run_rank(None) == run_rank("json")
 
 
 def test_a_users_gate_takes_its_family_from_its_markers_and_its_title_from_its_docstring() -> None:
-    assert family_of("my_gate", ["functional"]) == "preflight"
+    assert family_of("my_gate", ["functional"]) == "functional"
     assert family_of("my_gate", ["capacity"]) == "capacity"
     assert family_of("my_gate", []) is None
     assert title_of("my_gate", "My docstring") == "My docstring"

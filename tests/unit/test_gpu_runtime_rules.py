@@ -122,3 +122,14 @@ def test_rung_that_killed_the_server_keeps_its_harness_words_in_public() -> None
     words = "server_dead: the server did not survive this rung (its stream carried the engine's error event)"
     assert public_rung_error(words, 200) == words
     assert public_rung_error("server_dead: node-7.corp says boom", 200) == "server_dead: the server was found dead"
+
+
+def test_one_engine_dead_pattern_reads_the_log_and_a_500_body() -> None:
+    """The guard's check of a 500's body and the log's death step use the same pattern."""
+    from pytest_vllmqual.vllm.engine_death import ENGINE_DEAD
+
+    assert ENGINE_DEAD.search('{"error": {"type": "EngineDeadError", "message": "..."}}')
+    assert ENGINE_DEAD.search("EngineCore encountered an issue. See stack trace above.")
+    assert not ENGINE_DEAD.search('{"error": {"type": "BadRequestError"}}')
+    death = classify_engine_death("ERROR vllm.v1.engine.exceptions.EngineDeadError: the engine died\n")
+    assert death is not None and death.kinds == ("engine_dead",)

@@ -157,12 +157,31 @@ def test_the_gate_reads_back_the_same_result_from_the_facts_dict() -> None:
 def test_engine_facts_typed_view_of_a_direct_only_run() -> None:
     """What the engine gates read: typed facts with their sources; per-rank facts are not
     observable without the server log, and wrong-typed values read as absent."""
-    from pytest_vllmqual.vllm.fact_sources import NOT_OBSERVABLE, EngineFacts, with_sources
+    from pytest_vllmqual.vllm.fact_sources import with_sources
+    from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts, RankFacts
 
     metrics = {"cache_config_info": {"kv_cache_size_tokens": "2097152", "kv_cache_max_concurrency": "64.0"}}
-    facts = EngineFacts(with_sources({}, {"metrics": metrics, "models": [{"max_model_len": 32768}]}, has_log=False))
+    facts = EngineFacts.from_dict(
+        with_sources({}, {"metrics": metrics, "models": [{"max_model_len": 32768}]}, has_log=False))
     assert facts.kv_cache_tokens == 2_097_152 and facts.max_concurrency == 64.0
     assert facts.concurrency_at_tokens == 32768 and facts.source("kv_cache_tokens") == "metrics"
     assert facts.ranks_observable is False and facts.source("ranks") == NOT_OBSERVABLE and facts.ranks == []
-    logged = EngineFacts({"kv_cache_tokens": True, "ranks": [{"label": "TP0", "kv_gib": 1.0}], "sources": {}})
-    assert logged.kv_cache_tokens is None and logged.ranks_observable and logged.ranks == [{"label": "TP0", "kv_gib": 1.0}]
+    logged = EngineFacts.from_dict({"kv_cache_tokens": True, "ranks": [{"label": "TP0", "available_kv_gib": 1.0}],
+                                    "sources": {}})
+    assert logged.kv_cache_tokens is None and logged.ranks_observable
+    assert logged.ranks == [RankFacts(label="TP0", available_kv_gib=1.0)] and logged.ranks[0].kv_gib == 1.0
+
+
+def test_engine_facts_are_one_type_from_the_log_to_the_gate() -> None:
+    """What the server manager writes (the parsed log, completed with its sources) reads back as
+    the same facts in a gate."""
+    from pytest_vllmqual.vllm.fact_sources import with_sources
+    from pytest_vllmqual.vllm.log_facts import EngineFacts, parse_engine_log
+
+    log = ("(EngineCore_DP0 pid=7) INFO 01-01 00:00:00 [kv_cache_utils.py:1] GPU KV cache size: 283,917 tokens\n"
+           "(Worker_TP0 pid=8) INFO 01-01 00:00:00 [gpu_worker.py:1] Available KV cache memory: 15.27 GiB\n")
+    public = with_sources(parse_engine_log(log).to_dict(), {"version": "0.32.0"}, has_log=True)
+    back = EngineFacts.from_dict(public)
+    assert back.to_dict() == public
+    assert back.kv_cache_tokens == 283_917 and back.get("min_rank_kv_gib") == 15.27
+    assert back.source("vllm_version") == "endpoint" and back.vllm_version == "0.32.0"

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pytest_vllmqual"
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 MAX_LINES = 600
+MAX_FUNCTION_LINES = 80
 PYTEST_GLUE = ("plugin", "hookspecs")
 
 
@@ -128,6 +129,39 @@ def test_no_module_is_over_the_size_limit() -> None:
     sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items()}
     over = {m: n for m, n in sizes.items() if n > MAX_LINES}
     assert not over, f"modules over {MAX_LINES} lines: {over}"
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every function or method in ``path`` over ``limit`` lines."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{scope}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                    if lines > limit:
+                        found.append((name, lines))
+                visit(child, name + ".")
+            else:
+                visit(child, scope)
+
+    visit(ast.parse(path.read_text()), "")
+    return found
+
+
+def test_no_function_is_over_the_length_limit() -> None:
+    over = {f"{m}.{name}": n for m, p in MODULES.items() for name, n in long_functions(p)}
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines: {over}"
+
+
+def test_the_length_checker_sees_a_long_method(tmp_path: Path) -> None:
+    """The checker itself: a method is measured from its ``def`` to its last line."""
+    source = tmp_path / "long.py"
+    body = "".join(f"        x{i} = {i}\n" for i in range(80))
+    source.write_text(f"class A:\n    def short(self):\n        pass\n\n    async def long(self):\n{body}")
+    assert long_functions(source) == [("A.long", 81)]
 
 
 def test_no_module_is_named_after_the_standard_library() -> None:

@@ -86,3 +86,17 @@ def test_a_quoted_template_keeps_its_own_words_and_the_failure_line_adds_the_sta
     assert public_failure(attempt).startswith("HTTP 400: This model's maximum context length is 32768 tokens.")
     assert "Please reduce" not in public_failure(attempt)
     assert "Please reduce" not in repr(attempt) and "32768" not in repr(attempt)
+
+
+def test_startup_phases_and_causes_cannot_drift_from_their_words() -> None:
+    """The phase and cause words are the public text's; the log patterns cover exactly those
+    phases (``none`` aside: no line names it), and every failure kind has its words."""
+    from typing import get_args
+
+    from pytest_vllmqual.privacy.public_text import STARTUP_CAUSES, STARTUP_PHASES
+    from pytest_vllmqual.vllm.startup_failure import PHASE_KEYS, FailureKind, last_startup_phase
+
+    assert len(PHASE_KEYS) == len(set(PHASE_KEYS))
+    assert set(PHASE_KEYS) == set(STARTUP_PHASES) - {"none"}
+    assert set(get_args(FailureKind)) <= set(STARTUP_CAUSES)
+    assert last_startup_phase("INFO Application startup complete.\n") == STARTUP_PHASES["ready"]

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_vllmqual.launch.cleanup.owner import process_start
 from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, freeze_run, kill_run, processes_of_run, read_proc
+from pytest_vllmqual.launch.cleanup.reaper import reaper_command
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, shm_names_held_by
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 
@@ -74,6 +76,14 @@ def wait_until(predicate: object, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def wait_for_start(pid: int) -> str | None:
+    """The start time of a process just spawned (/proc shows it a moment after the fork)."""
+    deadline = time.monotonic() + 5
+    while process_start(pid) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return process_start(pid)
 
 
 def test_ledger_keeps_the_names_of_a_holder_that_died(tmp_path: Path, run_id: str) -> None:
@@ -131,8 +141,7 @@ def test_reaper_reclaims_a_segment_whose_holder_died_before_the_owner(run_id: st
     holder = subprocess.Popen([sys.executable, "-c", SERVER, str(SHM_ROOT), name, "", "0"], stdout=subprocess.PIPE,
                               env={**os.environ, RUN_ENV: run_id})
     reaper = subprocess.Popen(
-        [sys.executable, "-m", "pytest_vllmqual.launch.cleanup.reaper", str(owner.pid), run_id, str(leader.pid),
-         repr(time.time())],
+        reaper_command(owner.pid, str(wait_for_start(owner.pid)), run_id, leader.pid, time.time()),
         env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"

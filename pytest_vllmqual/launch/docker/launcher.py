@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -48,7 +47,7 @@ from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclai
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.loader import Recipe
 
-from .reaper import container_pids, kill_frozen
+from .reaper import container_pids, kill_frozen, reaper_command
 from .spec import (
     CONTAINER_HOST,
     CONTAINER_PORT,
@@ -350,12 +349,37 @@ class DockerLauncher(Launcher):
         host = self.recipe.launcher.host
         port = self.recipe.launcher.port or free_port(host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         device_requests = self._device_requests(progress)
+        image_id, image_digest = self._prepare_engine(reference, progress)
+        self._gpu_baseline = gpu.compute_process_pids(gpu_indexes(options.gpus)) if options.gpus != 0 else None
+        name, container_id = self._create_container(
+            reference if (self.recipe.pinned or _DIGEST_REF.match(reference)) else image_id,
+            command, host, port, device_requests, stop_timeout)
+        container = self._start_container(container_id, host, port)
+        self._start_log_stream(container)
+        if options.ipc_host:  # the run's shm is in this host's /dev/shm: note every name it holds
+            self._shm_ledger = ShmLedger(lambda: container_pids(self.client, container),
+                                         root=self.shm_root, interval_s=DOCKER_LEDGER_INTERVAL_S).start()
+        progress(f"container {name} ({container_id[:12]}) started for recipe {self.recipe.name} from "
+                 f"{reference}, published on {host}:{port}; its log streams to {self.log_path} "
+                 f"(also `docker logs {name}`)")
+        return ServerHandle(
+            base_url=f"http://{url_host(host)}:{port}",
+            served_model_name=self.recipe.identity.served_model_name,
+            launcher_kind=self.kind,
+            api_key=self.api_key,
+            log_path=self.log_path,
+            container_id=container_id,
+            image_id=image_id,
+            image_digest=image_digest,
+        )
 
-        client = self.client
+    def _prepare_engine(self, reference: str, progress: ProgressFn) -> tuple[str, str | None]:
+        """Before the create: the engine answers, the leftovers of dead runs are gone, and the
+        image is there; (image id, image digest). An engine error here is a ``docker_error``."""
         self._ping()
         try:
             self.reaped_leftovers = self.reap_leftovers(progress)
-            image_id, image_digest = self._inspect_image(reference, progress)
+            return self._inspect_image(reference, progress)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise LaunchError(
                 f"recipe {self.recipe.name}: the Docker engine failed before the container was created: "
@@ -363,8 +387,13 @@ class DockerLauncher(Launcher):
                 status="docker_error",
                 hint="check that the engine runs and answers (`docker info`), or DOCKER_HOST.",
             ) from None
-        self._gpu_baseline = gpu.compute_process_pids(gpu_indexes(options.gpus)) if options.gpus != 0 else None
-        api = client.api
+
+    def _create_container(self, image: str, command: list[str], host: str, port: int,
+                          device_requests: list[Any], stop_timeout: int | None) -> tuple[str, str]:
+        """Create the labelled container (its reaper started first); its name and id. A name
+        another container holds is explained (409)."""
+        options = self.recipe.launcher.docker
+        api = self.client.api
         host_config = api.create_host_config(
             port_bindings={f"{CONTAINER_PORT}/tcp": (host, port)},
             binds=self._binds() or None,
@@ -378,7 +407,7 @@ class DockerLauncher(Launcher):
         name = self.container_name()
         try:
             created = api.create_container(
-                image=reference if (self.recipe.pinned or _DIGEST_REF.match(reference)) else image_id,
+                image=image,
                 command=command,
                 name=name,
                 environment=self.container_environment(),
@@ -399,9 +428,14 @@ class DockerLauncher(Launcher):
             ) from None
         self.container_id = str(created["Id"])
         self.host_port = port
+        return name, self.container_id
+
+    def _start_container(self, container_id: str, host: str, port: int) -> Container:
+        """Start the created container; a failed start removes it (a taken port is ``port_in_use``)."""
         try:
-            self.container = client.containers.get(self.container_id)
+            self.container = self.client.containers.get(container_id)
             self.container.start()
+            return self.container
         except docker.errors.APIError as exc:
             explanation = str(exc.explanation or exc)
             self._remove_quietly()
@@ -412,27 +446,9 @@ class DockerLauncher(Launcher):
                 hint=f"{host}:{port} is taken; free it or change launcher.port." if taken
                 else "GPU requests need the NVIDIA container toolkit (`docker info` lists the nvidia runtime).",
             ) from None
-        self._start_log_stream(self.container)
-        if options.ipc_host:  # the run's shm is in this host's /dev/shm: note every name it holds
-            started_container = self.container
-            self._shm_ledger = ShmLedger(lambda: container_pids(self.client, started_container),
-                                         root=self.shm_root, interval_s=DOCKER_LEDGER_INTERVAL_S).start()
-        progress(f"container {name} ({self.container_id[:12]}) started for recipe {self.recipe.name} from "
-                 f"{reference}, published on {host}:{port}; its log streams to {self.log_path} "
-                 f"(also `docker logs {name}`)")
-        return ServerHandle(
-            base_url=f"http://{url_host(host)}:{port}",
-            served_model_name=self.recipe.identity.served_model_name,
-            launcher_kind=self.kind,
-            api_key=self.api_key,
-            log_path=self.log_path,
-            container_id=self.container_id,
-            image_id=image_id,
-            image_digest=image_digest,
-        )
 
     def _start_reaper(self) -> None:
-        """The docker reaper (``launch.docker_reaper``), in its own session so a kill of pytest's group misses it."""
+        """The docker reaper (``launch.docker.reaper``), in its own session so a kill of pytest's group misses it."""
         owner = self.labels()
         package_parent = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": package_parent + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -440,9 +456,8 @@ class DockerLauncher(Launcher):
         if base_url.startswith("http://"):  # a tcp engine given to this launcher: the reaper uses it too
             env["DOCKER_HOST"] = "tcp://" + base_url.removeprefix("http://")
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "pytest_vllmqual.launch.docker.reaper", owner[OWNER_PID_LABEL],
-             owner[OWNER_START_LABEL], self.run_id, repr(self._started_wall or time.time()),
-             "1" if self.recipe.launcher.docker.ipc_host else "0"],
+            reaper_command(owner[OWNER_PID_LABEL], owner[OWNER_START_LABEL], self.run_id,
+                           self._started_wall or time.time(), ipc_host=self.recipe.launcher.docker.ipc_host),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, env=env,
         )

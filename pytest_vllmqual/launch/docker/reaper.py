@@ -27,6 +27,7 @@ from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, shm_na
 from pytest_vllmqual.launch.docker.spec import RUN_LABEL
 
 _RETRY_FOR_S = 20.0
+_MODULE = "pytest_vllmqual.launch.docker.reaper"
 
 
 def container_pids(client: Any, container: Any) -> list[int]:
@@ -82,9 +83,18 @@ def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
     return removed, held
 
 
+def reaper_command(owner_pid: str, owner_start: str, run_id: str, started_at: float, *, ipc_host: bool) -> list[str]:
+    """The command line that starts this reaper for a run (what ``main`` reads back)."""
+    return [sys.executable, "-m", _MODULE, owner_pid, owner_start, run_id, repr(started_at), "1" if ipc_host else "0"]
+
+
+def parse_args(argv: list[str]) -> tuple[int, str, str, float, bool]:
+    """(owner pid, owner start, run id, started epoch, ipc host) from the command line."""
+    return int(argv[0]), argv[1], argv[2], float(argv[3]), argv[4] == "1"
+
+
 def main(argv: list[str]) -> int:
-    owner, owner_start, run_id = int(argv[0]), argv[1], argv[2]
-    started_at, ipc_host = float(argv[3]), argv[4] == "1"
+    owner, owner_start, run_id, started_at, ipc_host = parse_args(argv)
     while owner_alive(owner, owner_start):
         time.sleep(0.25)
     import docker  # only now: an idle reaper should cost nothing
@@ -111,4 +121,4 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
 
-__all__ = ["container_pids", "kill_frozen", "main", "remove_run_containers"]
+__all__ = ["container_pids", "kill_frozen", "main", "owner_alive", "parse_args", "reaper_command", "remove_run_containers"]
