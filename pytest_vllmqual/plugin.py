@@ -1,22 +1,25 @@
-"""pytest glue: options, markers, fixtures, xdist hand-off, report hooks (with ``hooks``, the
+"""pytest glue: options, markers, fixtures, xdist hand-off, report hooks (with ``hookspecs``, the
 only module that imports pytest; the work is done by the pytest-free core, see ARCHITECTURE.md).
 
 Fixtures: function-scoped handles over one session-scoped server (the pytest-httpserver
 layering). The run (``run.QualRun``) lives in ``config.stash``; the session-scoped fixtures are
 parametrized by arm, so pytest itself tears one arm's server down before the next arm's starts.
-The ``vllmqual_*`` names are the public ones, the short names are kept as aliases:
+Each fixture has one name (their types are importable from ``pytest_vllmqual``):
 
 - ``vllmqual_arm`` (session) -> str: the key of the arm (the recipe, an A/B or campaign arm, or a
   ``recipe`` marker's recipe).
 - ``vllm_server`` (session) -> ServerHandle: that arm's ready server, started on first use and
   stopped when the arm's tests are done (override it in a conftest to bring your own server).
-- ``vllmqual_recipe`` / ``recipe`` -> Recipe: the recipe of the test's arm.
-- ``vllmqual_gate`` / ``gate`` -> GateRecorder: where the test records attempts, measurements
-  and a summary.
-- ``vllmqual_client`` / ``qual_client`` -> QualClient: an API client wired to the gate and to
-  the liveness guard.
-- ``vllmqual_server_facts`` / ``server_facts`` (session) -> dict: engine facts, endpoint facts
-  and the identity check, read once after readiness.
+- ``recipe`` -> Recipe: the recipe of the test's arm.
+- ``gate`` -> GateRecorder: where the test records attempts, measurements and a summary; a test
+  that uses it is a gate and gets an entry in the report.
+- ``qual_client`` -> QualClient: an API client wired to the gate and to the liveness guard.
+- ``server_facts`` (session) -> dict: engine facts, endpoint facts and the identity check, read
+  once after readiness.
+- ``progress`` -> ProgressFn: prints a ``[vllmqual]`` line to the terminal, past output capture.
+
+Two more are autouse and private: one ends a test that talks to a server found gone, one holds
+the traffic lock (exclusively for measurement gates).
 """
 
 from __future__ import annotations
@@ -54,8 +57,7 @@ from pytest_vllmqual.session.settings import (
 from pytest_vllmqual.session.worker import WorkerRun
 
 __all__ = ["MARKERS", "RUN_KEY", "RunHooks", "gate", "progress", "qual_client", "recipe",
-           "server_facts", "vllm_server", "vllmqual_arm", "vllmqual_client", "vllmqual_gate", "vllmqual_progress",
-           "vllmqual_recipe", "vllmqual_server_facts"]
+           "server_facts", "vllm_server", "vllmqual_arm"]
 
 RUN_KEY = pytest.StashKey[QualRun]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -343,7 +345,7 @@ def _vllmqual_server_alive(request: pytest.FixtureRequest) -> None:
 
 
 def _talks_to_server(request: pytest.FixtureRequest) -> bool:
-    if "qual_client" in request.fixturenames or "vllmqual_client" in request.fixturenames:
+    if "qual_client" in request.fixturenames:
         return True
     function = getattr(request, "function", None)
     return function is not None and "vllm_server" in inspect.signature(function).parameters
@@ -370,37 +372,6 @@ def qual_client(request: pytest.FixtureRequest, vllm_server: ServerHandle, gate:
     with QualClient(vllm_server, timeout_s=recipe.requests.timeout_s, sink=gate, guard=guard,
                     retries=recipe.requests.retries) as client:
         yield client
-
-
-# The prefixed names are the public ones; the short names stay for the shipped gates and old suites.
-@pytest.fixture
-def vllmqual_recipe(recipe: Recipe) -> Recipe:
-    """The Recipe of this test's arm (same as ``recipe``)."""
-    return recipe
-
-
-@pytest.fixture
-def vllmqual_gate(gate: GateRecorder) -> GateRecorder:
-    """Where this gate records attempts, measurements, thresholds and its summary (same as ``gate``)."""
-    return gate
-
-
-@pytest.fixture
-def vllmqual_client(qual_client: QualClient) -> QualClient:
-    """The raw-HTTP API client wired to the gate and the liveness guard (same as ``qual_client``)."""
-    return qual_client
-
-
-@pytest.fixture
-def vllmqual_server_facts(server_facts: dict[str, Any]) -> dict[str, Any]:
-    """Engine facts (with their sources), endpoint facts and the identity check (same as ``server_facts``)."""
-    return server_facts
-
-
-@pytest.fixture
-def vllmqual_progress(progress: Any) -> Any:
-    """Print a ``[vllmqual]`` line past output capture (same as ``progress``)."""
-    return progress
 
 
 @pytest.fixture(autouse=True)

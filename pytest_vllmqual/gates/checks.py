@@ -22,9 +22,27 @@ from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.recipe.loader import Recipe
 
-__all__ = ["SmokeResult", "ToolFixture", "check_fingerprints", "check_json_content", "check_stream_tool",
-           "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures_path", "run_smoke", "schema_problems",
+__all__ = ["GateVerdict", "SmokeResult", "ToolFixture", "check_fingerprints", "check_json_content",
+           "check_stream_tool", "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures",
+           "recipe_tool_fixtures_path", "run_smoke", "schema_problems", "shipped_tool_fixtures",
            "warm_up_validation"]
+
+
+@dataclass(frozen=True, repr=False)
+class GateVerdict:
+    """How a shipped gate ended: passed, failed with the first rule it broke (the message the
+    test fails with), or skipped with the reason. The gate function has already written its
+    measurements, thresholds and summary into the recorder; the test asserts on this."""
+
+    failure: str | None = None
+    skip_reason: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and self.skip_reason is None
+
+    def __repr__(self) -> str:  # short: pytest prints it under a failed assertion
+        return f"GateVerdict({'passed' if self.passed else 'failed' if self.failure else 'skipped'})"
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,24 @@ def recipe_tool_fixtures_path(setting: str | None, project_root: Path) -> Path:
     from pytest_vllmqual.layout import fixtures_dir
 
     return fixtures_dir() / "tools" / "typed_tools.yaml"
+
+
+def recipe_tool_fixtures(recipe: Recipe) -> list[ToolFixture]:
+    """The typed tools a recipe's gates call (``gates.tools.fixtures``, else the shipped file)."""
+    return load_tool_fixtures(recipe_tool_fixtures_path(recipe.gate("tools").get("fixtures"), recipe.project_root))
+
+
+def shipped_tool_fixtures() -> list[ToolFixture]:
+    """The shipped typed tools, read once for the session (none when the file is absent).
+
+    Read while no request is in flight: right after one, the server's post-step busy-poll makes
+    the CPU scarce on small machines and parsing the file waits for it (docs/PERFORMANCE.md).
+    Later reads of the same file are served from ``load_tool_fixtures``'s cache.
+    """
+    from pytest_vllmqual.layout import fixtures_dir
+
+    path = fixtures_dir() / "tools" / "typed_tools.yaml"
+    return load_tool_fixtures(path) if path.is_file() else []
 
 
 def load_tool_fixtures(path: Path) -> list[ToolFixture]:

@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["DEFAULT_RANK_KV_TOLERANCE_PCT", "RankKvCheck", "check_rank_kv"]
 
-#: Ranks of one engine differ by the few MiB other processes hold on their devices (the seeds'
+#: Ranks of one engine differ by the few MiB other processes hold on their devices (the reference campaign's
 #: 15.27 vs 15.31 GiB is 0.26%); more than this means a rank was short of memory.
 DEFAULT_RANK_KV_TOLERANCE_PCT = 5.0
 

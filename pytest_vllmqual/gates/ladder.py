@@ -30,14 +30,17 @@ from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import RungRecord
 from pytest_vllmqual.vllm.endpoints import MetricsSnapshot, parse_metrics
 
-from .checks import run_smoke
+from .checks import GateVerdict, run_smoke
+from .recorder import GateRecorder
 
 __all__ = [
     "OVER_LENGTH_PREFIX",
     "ConcurrencyResult",
     "LadderResult",
+    "concurrency_gate",
     "fetch_metrics",
     "fetch_metrics_text",
+    "ladder_gate",
     "parse_metrics_text",
     "run_concurrency",
     "run_ladder",
@@ -334,3 +337,34 @@ def run_concurrency(client: QualClient, recipe: Recipe, *, progress: ProgressFn,
                              aggregate_output_tok_s=total_out / wall if wall > 0 else None,
                              preemptions=preemptions, failures=failures)
 
+
+
+def ladder_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progress: ProgressFn) -> GateVerdict:
+    """Ladder: every rung exact (calibration error 0), answered, followed by a passing smoke."""
+    settings = recipe.gate("capacity")
+    result = run_ladder(client, recipe, progress=progress)
+    gate.measure(ladder=[r.to_dict() for r in result.rungs])
+    largest = result.largest_ok
+    minimum = settings.get("min_largest_prompt")
+    gate.threshold(calibration_error=0, min_largest_prompt=minimum, post_probe_smoke="passed",
+                   max_len_plus_one="HTTP 400")
+    if largest is not None:
+        gate.measure(largest_prompt_tokens=largest.prompt_tokens, largest_ttft_s=largest.ttft_s,
+                     largest_e2e_s=largest.e2e_s, largest_prefill_tok_s=largest.prefill_tok_s,
+                     largest_decode_tok_s=largest.decode_tok_s, largest_server_ttft_s=largest.server_ttft_s)
+        ttft = "n/a (no output delta)" if largest.ttft_s is None else f"{largest.ttft_s:.3f} s"
+        gate.summary(f"largest actual prompt {largest.prompt_tokens:,}; TTFT {ttft}")
+    problems = result.problems(minimum)
+    return GateVerdict("ladder: " + "; ".join(problems)) if problems else GateVerdict()
+
+
+def concurrency_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
+                     progress: ProgressFn) -> GateVerdict:
+    """Concurrency: N simultaneous requests complete; per-request and aggregate figures, preemptions."""
+    settings = recipe.gate("capacity").get("concurrency") or {}
+    result = run_concurrency(client, recipe, progress=progress)
+    gate.measure(requests=len(result.requests), prompt_tokens=settings.get("prompt_tokens"),
+                 wall_s=round(result.wall_s, 4), aggregate_output_tok_s=result.aggregate_output_tok_s,
+                 preemptions=result.preemptions, per_request=result.requests)
+    gate.summary(f"{len(result.requests) - len(result.failures)}/{len(result.requests)} concurrent requests")
+    return GateVerdict("concurrency: " + "; ".join(result.failures)) if result.failures else GateVerdict()

@@ -1,15 +1,26 @@
-"""Users' own gates: the prefixed fixtures (``vllmqual_*``) and a conftest that brings its own
-``vllm_server`` instead of the recipe's managed one (no server is started)."""
+"""Users' own gates: one name per fixture (``recipe``, ``gate``, ``qual_client``,
+``server_facts``, ``progress``, ``vllm_server``, ``vllmqual_arm``), the types imported from the
+front door, and a conftest that brings its own ``vllm_server`` instead of the recipe's managed
+one (no server is started). The ``vllmqual_*`` aliases were removed before any release
+promised them."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
+
+import pytest_vllmqual.plugin as plugin
+
+PUBLIC_FIXTURES = {"recipe", "gate", "qual_client", "server_facts", "progress", "vllm_server", "vllmqual_arm"}
+PRIVATE_FIXTURES = {"_vllmqual_server_alive", "_vllmqual_traffic_isolation"}
+REMOVED = ("vllmqual_recipe", "vllmqual_gate", "vllmqual_client", "vllmqual_server_facts", "vllmqual_progress")
 
 CONFTEST = '''
 import pytest
-from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual import ServerHandle
 
 @pytest.fixture
 def vllm_server():
@@ -17,16 +28,40 @@ def vllm_server():
 '''
 
 GATE = '''
-def test_own_gate(vllm_server, vllmqual_recipe, vllmqual_gate, vllmqual_progress):
+from pytest_vllmqual import GateRecorder, ProgressFn, Recipe, ServerHandle
+
+def test_own_gate(vllm_server: ServerHandle, recipe: Recipe, gate: GateRecorder, progress: ProgressFn) -> None:
     assert vllm_server.served_model_name == "mine"
-    assert vllmqual_recipe.name == "tiny-cpu"
-    vllmqual_gate.measure(own=1)
-    vllmqual_gate.summary("own gate")
-    vllmqual_progress("own gate ran")
+    assert recipe.name == "tiny-cpu"
+    gate.measure(own=1)
+    gate.summary("own gate")
+    progress("own gate ran")
 '''
 
 
-def test_prefixed_fixtures_and_an_overridden_server(pytester: pytest.Pytester) -> None:
+def _plugin_fixtures() -> set[str]:
+    """The names of the fixtures plugin.py defines, read from its source."""
+    tree = ast.parse(Path(plugin.__file__).read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+                "fixture" in ast.unparse(decorator) for decorator in node.decorator_list):
+            names.add(node.name)
+    return names
+
+
+def test_each_fixture_has_one_name() -> None:
+    assert _plugin_fixtures() == PUBLIC_FIXTURES | PRIVATE_FIXTURES
+    assert PUBLIC_FIXTURES <= set(plugin.__all__) and not set(REMOVED) & set(plugin.__all__)
+
+
+def test_the_plugin_docstring_names_every_public_fixture_and_no_alias() -> None:
+    doc = plugin.__doc__ or ""
+    assert all(f"``{name}``" in doc for name in PUBLIC_FIXTURES), doc
+    assert not any(name in doc for name in REMOVED), doc
+
+
+def test_own_gate_with_the_front_door_types_and_an_overridden_server(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_own=GATE)
     reports = pytester.path / "reports"
@@ -38,3 +73,12 @@ def test_prefixed_fixtures_and_an_overridden_server(pytester: pytest.Pytester) -
     (path,) = reports.glob("tiny-cpu-*.json")
     (gate,) = json.loads(path.read_text())["gates"]
     assert gate["gate"] == "own_gate" and gate["measurements"] == {"own": 1} and gate["summary"] == "own gate"
+
+
+def test_a_removed_alias_is_not_a_fixture(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_old="def test_old(vllmqual_gate):\n    pass\n")
+    result = pytester.runpytest_subprocess("--recipe=tiny-cpu", f"--vllmqual-reports-dir={pytester.path / 'r'}",
+                                           "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*fixture 'vllmqual_gate' not found*"])

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_vllmqual.recipe.loader import effective_yaml
 
-GATE = "def test_seqs(vllmqual_recipe, vllmqual_gate):\n    vllmqual_gate.measure(seqs=vllmqual_recipe.serve.max_num_seqs)\n"
+GATE = "def test_seqs(recipe, gate):\n    gate.measure(seqs=recipe.serve.max_num_seqs)\n"
 
 
 def test_override_is_applied_and_recorded(pytester: pytest.Pytester) -> None:

