@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.functional]
 @pytest.fixture(scope="session", autouse=True)
 def _shipped_tools_read_once() -> list[ToolFixture]:
     """The shipped typed tools, read once for the session before the first of these gates: read
-    between requests, they waited ~1 s for the CPU on 2-core machines (docs/PERFORMANCE.md)."""
+    between requests, they would wait for the CPU that the server's busy-poll holds
+    (docs/PERFORMANCE.md)."""
     return shipped_tool_fixtures()
 
 

@@ -3,7 +3,7 @@
 :func:`compare_reports` reads two public reports (control, candidate) and an optional replay
 of the control, and returns the comparison record (``schemas/comparison.schema.json``,
 ``$id`` …/comparison/3); :func:`compare_files` does the same for report files, each
-referenced by its SHA-256. :func:`render_markdown` prints the record the way the seeds do.
+referenced by its SHA-256. :func:`render_markdown` prints the record the way the reference campaign's A/B write-up lays it out.
 The record is assembled from the concerns' modules: the rows (:mod:`.compare_rows`), the
 controlled variables (:mod:`.compare_variables`), the retained findings
 (:mod:`.compare_findings`) and the A/B decision (:mod:`.decision_ab`). Everything is built
@@ -69,7 +69,7 @@ def _arm_labels(control: Mapping[str, Any], candidate: Mapping[str, Any],
                 variables: Mapping[str, Any]) -> tuple[list[str], str | None]:
     """Column headers ("8,192 control", "4,096 candidate") and, for the title, the changed variable.
 
-    With exactly one functional scalar change the headers name its two values (the seeds'
+    With exactly one functional scalar change the headers name its two values (the reference campaign's
     style); otherwise they name the arms.
     """
     functional = variables["functional"]
@@ -172,7 +172,7 @@ def _md(text: Any) -> str:
 
 
 def render_markdown(comparison: Mapping[str, Any]) -> str:
-    """The comparison as markdown: the seeds' table, then variables, findings and the decision."""
+    """The comparison as markdown: the reference campaign's table, then variables, findings and the decision."""
     arms = [str(a) for a in comparison.get("arms") or ["control", "candidate"]]
     lines = [f"## {_md(comparison.get('title') or 'A/B comparison')}", "",
              f"| Measurement | {' | '.join(_md(a) for a in arms)} | Change |",

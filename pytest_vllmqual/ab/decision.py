@@ -28,13 +28,13 @@ class Targets:
     """The capacity the next qualification must show: an actual prompt above ``prompt_tokens`` and
     a serve that starts with ``max_model_len`` and a reported KV pool of ``context_tokens``.
 
-    Defaults are the seeds' next GPU-only arm (393,216 configured tokens, a prompt above 300,000);
+    Defaults are the reference campaign's next GPU-only arm (393,216 configured tokens, a prompt above 300,000);
     :meth:`from_reports` takes the arms' recipe thresholds when they set them.
     """
 
     prompt_tokens: int = 300_000
     context_tokens: int = 393_216
-    source: str = "default: the seeds' next qualification arm"
+    source: str = "default: the reference campaign's next qualification arm"
 
     @classmethod
     def from_reports(cls, reports: Iterable[Mapping[str, Any]]) -> Targets:

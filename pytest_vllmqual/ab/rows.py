@@ -1,7 +1,7 @@
 """The A/B comparison's rows: each arm's comparable metrics, and the rule that compares each one.
 
 :func:`arm_metrics` reads every comparable value one report measured; :func:`compare_rows`
-pairs two arms' metrics into the seeds' "Measurement | control | candidate | Change" rows
+pairs two arms' metrics into the reference campaign's "Measurement | control | candidate | Change" rows
 (only metrics both arms measured; the rest is listed apart). :class:`Tolerances` are the
 control recipe's ``compare`` block.
 

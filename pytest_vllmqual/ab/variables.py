@@ -63,7 +63,7 @@ def _variable(path: str) -> str:
 
 
 def fmt_setting(value: Any, path: str = "") -> str:
-    """Recipe values as the seeds write them: 8192 → "8,192" (ports stay "18081")."""
+    """Recipe values as the reference campaign writes them: 8192 → "8,192" (ports stay "18081")."""
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value) if path.endswith("port") else f"{value:,}"
     if value is None:

@@ -1,9 +1,8 @@
 """An ordered campaign of arms with stop conditions and fallbacks, decided from arm reports.
 
-The seeds' next step reads: "must first start with a reported KV pool at least 393,216
-tokens, then process an actual prompt above 300,000 tokens and pass post-probe functional
-checks. If that fails, the already prepared native-offload path remains the fallback". As a
-campaign::
+The reference campaign's next step: an arm that starts with a reported KV pool of at least
+393,216 tokens, serves an actual prompt above 300,000 tokens and passes the post-probe smoke
+after it, with the prepared native-offload arm as the fallback if it does not. As a campaign::
 
     Campaign([CampaignArm("393k-fp8kv", requires=["startup", "kv_pool", "ladder"]),
               CampaignArm("393k-offload", requires=["startup", "ladder"], fallback_for="393k-fp8kv")])

@@ -2,7 +2,7 @@
 
 Why this exists: peers size the user text, not the prompt the server counts, so they
 overshoot by the chat template (and by far more with tools or a reasoning system prompt),
-and decode/re-encode drift adds more (see shared/PEERS.md). A capacity rung is only
+and decode/re-encode drift adds more. A capacity rung is only
 evidence if ``usage.prompt_tokens`` equals what was asked for, so the length is measured
 exactly as the server measures it: chat template applied with ``add_generation_prompt``,
 tools and reasoning effort included.

@@ -97,7 +97,8 @@ def load_tool_fixtures(path: Path) -> list[ToolFixture]:
     """The typed tool fixtures (``fixtures/tools/typed_tools.yaml``), read once per file version.
 
     Four gates use them, each right after a request, when the server's post-step busy-poll
-    makes the CPU scarce on small machines: parsing the YAML again cost ~1 s per gate there.
+    makes the CPU scarce on small machines, so parsing the YAML again would stall each of them
+    (docs/PERFORMANCE.md).
     """
     try:
         stat = path.stat()

@@ -69,8 +69,8 @@ def fetch_metrics_text(http: httpx.Client) -> str | None:
 
     Gates fetch the body between requests and parse it afterwards: right after a request
     vLLM's TP workers busy-poll for a second (``busy_loop_s`` in its shm_broadcast), and on
-    a 2-core machine any parsing done then waits for the CPU (measured: 9 ms of parsing took
-    0.5 s; docs/PERFORMANCE.md).
+    a machine with few cores any parsing done then waits for the CPU (figures in
+    docs/PERFORMANCE.md).
     """
     try:
         response = http.get("/metrics", timeout=10.0)

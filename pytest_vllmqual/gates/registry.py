@@ -51,7 +51,7 @@ class GateSpec:
     title: str
     proves_fn: ProvesFn
     preflight_label: str | None = None
-    """Its label in the seeds' "6/6" functional preflight (None: not a preflight gate)."""
+    """Its label in the reference campaign's "6/6" functional preflight (None: not a preflight gate)."""
 
     def proves(self, gate: Mapping[str, Any]) -> str:
         """What this passed gate proves, in the words of the mode it ran in."""
@@ -150,7 +150,7 @@ EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
 """smoke, identity, functional, reasoning, quality, engine, lifecycle, capacity: the order gates run in."""
 
 PREFLIGHT_GATES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.family == "functional" and s.preflight_label)
-"""The six gates of the seeds' functional preflight, in their order."""
+"""The six gates of the reference campaign's functional preflight, in their order."""
 PREFLIGHT_LABELS: dict[str, str] = {s.name: s.preflight_label or s.title for s in REGISTRY if s.family == "functional"}
 
 LADDER_GATE = "ladder"

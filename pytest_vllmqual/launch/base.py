@@ -55,7 +55,7 @@ class ServerHandle:
 
 @dataclass
 class TeardownResult:
-    """What teardown found: the seeds' "zero reclaimable files" postcondition, as data."""
+    """What teardown found: the reference campaign's zero-reclaimable-files postcondition, as data."""
 
     launcher_kind: str
     stopped: bool

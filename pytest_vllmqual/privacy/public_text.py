@@ -145,7 +145,7 @@ def public_rung_error(error: str | None, status_code: int | None) -> str | None:
         return error
     if re.fullmatch(r"(?:server_dead|hung): the server did not survive this rung"
                     r"(?: \(its stream carried the engine's error event\))?", error):
-        return error  # the ladder's own words (issue 15)
+        return error  # the ladder's own words
     m = re.match(r"(server_dead|hung): ", error)
     if m:
         return f"{m.group(1)}: the server was found {'dead' if m.group(1) == 'server_dead' else 'hung'}"

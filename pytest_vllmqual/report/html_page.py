@@ -1,10 +1,10 @@
-"""One self-contained HTML page for a public report: tables in the seeds' style, and plots.
+"""One self-contained HTML page for a public report: tables laid out as in the reference campaign, and plots.
 
 The page works offline: inline CSS, inline SVG generated here, no script, no external
 asset. Everything from the report is escaped. Layout:
 
 - the decision block (verdict, what the run proves and does not prove, caveats);
-- "Gate | Result", the seeds' results table;
+- "Gate | Result", the reference campaign's results table;
 - "Measurement | Value", the engine facts and the largest request;
 - the capacity ladder: TTFT and effective prefill against API-reported prompt tokens, with
   failed and rejected rungs marked distinctly (``svg#ladder-plot``);
@@ -41,7 +41,7 @@ from pytest_vllmqual.report.query import (
 
 from .html_svg import esc, ladder_svg, memory_svg, rung_kind
 
-__all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "seed_result_rows"]
+__all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "result_rows"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1180px;
@@ -109,7 +109,7 @@ def per_rank(ranks: Sequence[Mapping[str, Any]], key: str, digits: int = 2, unit
     return f"{joined}{unit} ({names})"
 
 
-# -- the seeds' tables --------------------------------------------------------------------------
+# -- the reference campaign's tables ---------------------------------------------------------
 
 
 def _identity_text(report: Mapping[str, Any]) -> str:
@@ -141,8 +141,8 @@ def _gate_result(gate: Mapping[str, Any]) -> str:
     return f"{word}{status}" + (f": {detail}" if detail else "")
 
 
-def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(gate, result, css class) rows of the seeds' "Gate | Result" table."""
+def result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(gate, result, css class) rows of the reference campaign's "Gate | Result" table."""
     rows: list[tuple[str, str, str]] = []
     run = report.get("run") or {}
     life = report.get("lifecycle") or {}
@@ -213,7 +213,7 @@ def seed_result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def measurement_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(measurement, value) rows: the seeds' engine facts and the largest request."""
+    """(measurement, value) rows: the reference campaign's engine facts and the largest request."""
     engine = report.get("engine") or {}
     ranks = engine.get("ranks") or []
     device = str(engine.get("device") or "GPU").upper()
@@ -434,7 +434,7 @@ def _artifacts_section(report: Mapping[str, Any]) -> str:
 
 
 def comparison_section(comparison: Mapping[str, Any]) -> str:
-    """The optional A/B section, in the seeds' "Measurement | control | candidate | Change" style.
+    """The optional A/B section, in the reference campaign's "Measurement | control | candidate | Change" style.
 
     Expected shape (the compare module fills it): ``{"title": str, "arms": [str, ...],
     "rows": [{"measurement": str, "values": [str, ...], "change": str}], "verdict": str,
@@ -485,7 +485,7 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
     recipe = report.get("recipe") or {}
     tool = report.get("tool") or {}
     decision = report.get("decision") or {}
-    results = seed_result_rows(report)
+    results = result_rows(report)
     title = f"vllmqual: {recipe.get('name')} ({run.get('arm')}) — {decision.get('verdict')}"
     body = [
         f"<header><h1>Qualification report: {esc(recipe.get('name'))}</h1>",

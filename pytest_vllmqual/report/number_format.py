@@ -6,7 +6,7 @@ summary, the decision's sentences and the HTML page use it. The exact-decimal he
 (:func:`to_decimal`, :func:`fixed`, :func:`signed`, :func:`signed_percent`,
 :func:`rounded`) serve the A/B comparison, whose changes are computed from the values as
 carried (never from a rounded display) and rounded half-up. :func:`short_tokens` writes
-token counts the seeds' way (300K).
+token counts the reference campaign's way (300K).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def fmt_places(value: Any, digits: int = 2) -> str:
 
 
 def short_tokens(n: int | float) -> str:
-    """Token counts the way the seeds write them: 300,000 → 300K, 117,500 → 117.5K, 131,072 → 131K.
+    """Token counts the way the reference campaign writes them: 300,000 → 300K, 117,500 → 117.5K, 131,072 → 131K.
 
     Whole thousands and exact hundreds are written exactly; other sizes (the binary context
     lengths 32,768, 131,072, 393,216) are floored to whole thousands.

@@ -1,6 +1,6 @@
 """The short terminal summary printed at the end of a run: the report's key figures.
 
-Read from the public report only (so it says what the report says), in the seeds'
+Read from the public report only (so it says what the report says), in the reference campaign's
 vocabulary, with every number written by :func:`~pytest_vllmqual.report.number_format.fmt_num`.
 """
 
@@ -16,7 +16,7 @@ __all__ = ["summary_lines"]
 
 
 def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
-    """Lines in the seeds' vocabulary: verdict, preflight k/6, cold start, KV pool, largest prompt."""
+    """Lines in the reference campaign's vocabulary: verdict, preflight k/6, cold start, KV pool, largest prompt."""
     run = report.get("run", {})
     decision = report.get("decision", {})
     lifecycle = report.get("lifecycle", {})

@@ -189,7 +189,7 @@ def traffic_lock(private_dir: Path, *, exclusive: bool) -> Iterator[None]:
 
 def warm_up_while_booting() -> None:
     """One-time client costs (the shared SSL context, jsonschema's first validator) paid while
-    the server boots instead of between requests, where they waited ~1 s for a CPU on 2 cores."""
+    the server boots instead of between requests, where they would wait for a busy CPU."""
     shared_ssl_context()
     warm_up_validation()
 

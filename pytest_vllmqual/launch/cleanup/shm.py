@@ -205,7 +205,7 @@ def _count_phrase(count: int) -> str:
 
 
 def reclaim_summary(reclaimed: Sequence[dict[str, Any]], skipped: dict[str, int], remaining: int) -> str:
-    """The seed's wording: "reclaimed exactly one unmapped 4,096-byte fixture; clean postcondition"."""
+    """One line on what was reclaimed, e.g. one unmapped 4,096-byte fixture and a clean postcondition."""
     parts: list[str] = []
     if not reclaimed:
         parts.append("found zero reclaimable files")
@@ -319,7 +319,7 @@ def plant_fixture(run_id: str, *, root: Path = SHM_ROOT, size: int = FIXTURE_BYT
 
 
 def prove_reclaim_path(run_id: str, *, root: Path = SHM_ROOT, settle_s: float = 2.0) -> dict[str, Any]:
-    """The seeds' "native-offload cleanup prerequisite": plant one fixture, reclaim, check it is gone.
+    """The reference campaign's native-offload cleanup prerequisite: plant one fixture, reclaim, check it is gone.
 
     Adds ``fixture_reclaimed`` (the planted file was among the reclaimed ones and is gone).
     """
