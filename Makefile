@@ -1,8 +1,12 @@
 # The two commands of the README. Each works from a fresh clone.
-.PHONY: qualify test lint bench model docker-image clean
+.PHONY: qualify test test-fast lint bench model docker-image clean
 
 VENV := .venv
 PYTEST := $(VENV)/bin/pytest
+LINT_PATHS := pytest_vllmqual suites tests fixtures benchmarks
+## Each step of `make test` is timed into $(VLLMQUAL_TIMES_DIR) for the CI time table (scripts/ci_times.py).
+TIMED := scripts/timed.sh
+export VLLMQUAL_TIMES_DIR ?= $(CURDIR)/reports/ci-times
 
 ## Command 1: set up, then qualify the embedded default recipe (tiny-cpu) and write a report.
 qualify:
@@ -11,15 +15,23 @@ qualify:
 
 ## Command 2: set up, lint, type-check, then run the project's own tests (CI runs exactly this).
 test:
-	scripts/setup.sh --browser
-	$(VENV)/bin/ruff check pytest_vllmqual suites tests fixtures benchmarks
+	@rm -rf "$(VLLMQUAL_TIMES_DIR)"
+	$(TIMED) setup scripts/setup.sh --browser
+	$(TIMED) lint $(VENV)/bin/ruff check $(LINT_PATHS)
+	$(TIMED) typecheck $(VENV)/bin/mypy
+	$(TIMED) model $(VENV)/bin/python fixtures/model/build_tiny_model.py
+	$(TIMED) docker-image scripts/docker_setup.sh
+	$(TIMED) tests $(PYTEST) tests
+
+## The quick loop after an edit (environment already set up): lint, type check, and the unit and
+## pytester tests that need no server, two at a time.
+test-fast:
+	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python fixtures/model/build_tiny_model.py
-	scripts/docker_setup.sh
-	$(PYTEST) tests
+	$(PYTEST) -q -n 2 -p no:vllmqual -m "not real_vllm" tests/unit tests/plugin
 
 lint:
-	$(VENV)/bin/ruff check pytest_vllmqual suites tests fixtures benchmarks
+	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
 ## Every figure of docs/PERFORMANCE.md against the real tiny-cpu server (about 6 minutes);

