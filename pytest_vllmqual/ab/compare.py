@@ -26,7 +26,7 @@ from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.artifacts import sha256_file
 from pytest_vllmqual.report.decision import BOUNDARY
 from pytest_vllmqual.report.public import SCHEMA_ID as REPORT_SCHEMA_ID
-from pytest_vllmqual.report.public import TOOL_NAME, load_report, validate_report
+from pytest_vllmqual.report.public import TOOL_NAME, load_report, migration_hint, validate_report
 
 from .decision import ABEvidence, Targets, arm_verdict, decide_comparison
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
@@ -228,7 +228,8 @@ def load_arm_report(path: Path, role: str = "report") -> dict[str, Any]:
         raise ComparisonError(f"the {role} {path} is a comparison record, not an arm report")
     if schema != REPORT_SCHEMA_ID:
         found = f"schema {schema!r}" if schema is not None else "no 'schema' key"
-        raise ComparisonError(f"the {role} {path} is not a vllmqual arm report ({found}; expected {REPORT_SCHEMA_ID})")
+        raise ComparisonError(f"the {role} {path} is not a vllmqual arm report ({found}; "
+                              f"expected {REPORT_SCHEMA_ID}){migration_hint(report)}")
     try:
         validate_report(report, where=f"the {role} {path}")
     except ReportError as exc:

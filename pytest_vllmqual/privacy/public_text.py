@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_vllmqual.records import ServerStatus
+
 __all__ = [
     "HARNESS_ERROR_KINDS",
     "PUBLIC_DETAIL_KEYS",
@@ -125,10 +127,12 @@ def public_attempt_error(error: str | None, error_kind: str | None, status_code:
     quoted = quote_server_message(error)
     if quoted is not None:
         return quoted
-    if error_kind in ("timeout", "connection", "server_dead", "hung"):
+    if error_kind in ("timeout", "connection", ServerStatus.SERVER_DEAD, ServerStatus.HUNG):
         exception = error.split(":", 1)[0].strip()
         exception = exception if re.fullmatch(r"[A-Za-z_][\w.]*", exception) else "transport error"
-        verdict = {"server_dead": "; the server was found dead", "hung": "; the server was found hung"}.get(
+        found: dict[str, str] = {ServerStatus.SERVER_DEAD: "; the server was found dead",
+                                 ServerStatus.HUNG: "; the server was found hung"}
+        verdict = found.get(
             error_kind or "", "")
         return f"{error_kind}: {exception}{verdict}"
     if status_code:

@@ -39,7 +39,7 @@ from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord, 
 from .artifacts import ArtifactStore, verify_artifacts
 from .query import ok_rungs, preflight_summary
 
-__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "resanitize",
+__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "migration_hint", "resanitize",
            "validate_report", "validation_errors", "verify_report", "write_report_atomic"]
 
 SCHEMA_ID = "https://pytest-vllmqual/schemas/report/3"
@@ -478,9 +478,24 @@ def validation_errors(report: Any) -> list[str]:
     return schema_errors(report, REPORT_SCHEMA)
 
 
+def migration_hint(report: Any) -> str:
+    """How to read a report of an older schema version (report/1, report/2): carry it forward."""
+    schema = report.get("schema") if isinstance(report, Mapping) else None
+    if isinstance(schema, str) and re.fullmatch(r"https://pytest-vllmqual/schemas/report/[12]", schema):
+        return (" It was written by an older version of pytest-vllmqual. Fix: carry it forward with "
+                "scripts/gpu/migrate_report_v1.py from the source tree (it adds nothing the run did not measure).")
+    return ""
+
+
 def validate_report(report: Any, *, where: str = "report") -> None:
     """Raise ReportError naming the first violation (and how many more) when invalid."""
-    raise_if_invalid(report, REPORT_SCHEMA, error=ReportError, where=where, what=f"report schema {SCHEMA_ID}")
+    try:
+        raise_if_invalid(report, REPORT_SCHEMA, error=ReportError, where=where, what=f"report schema {SCHEMA_ID}")
+    except ReportError as exc:
+        hint = migration_hint(report)
+        if not hint:
+            raise
+        raise ReportError(f"{exc}.{hint}") from None
 
 
 def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:

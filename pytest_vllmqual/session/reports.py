@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_vllmqual import __version__
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.records import RungRecord, RunRecord
+from pytest_vllmqual.records import RungRecord, RunRecord, ServerStatus
 
 from .arms import Arm
 from .server import ServerManager, utc_now
@@ -51,7 +51,7 @@ def run_record(arm: Arm, *, mode: str, reproduce: str, deselected: Sequence[Mapp
         reasons.append("the session was interrupted before all gates ran")
     if arm.manager is not None:
         reasons.extend(_server_part(record, arm.manager, launcher_kind=arm.recipe.launcher.kind))
-    if any(g.status in ("server_dead", "hung") for g in arm.gates):
+    if any(g.status in (ServerStatus.SERVER_DEAD, ServerStatus.HUNG) for g in arm.gates):
         reasons.append("gates ended early because the server was gone")
     record.status = "incomplete" if reasons else "complete"
     record.status_reasons = sorted(set(reasons), key=reasons.index)
@@ -105,7 +105,6 @@ class SessionReports:
         self.hooks = hooks
         self.comparison: dict[str, Any] | None = None
         self.comparison_path: Path | None = None
-        self.campaign_path: Path | None = None
 
     def write_arm(self, arm: Arm, record: RunRecord, *, name: str) -> Path:
         """Build (through the hooks), sanitize, validate and atomically write one arm's report as
@@ -149,7 +148,6 @@ class SessionReports:
         from pytest_vllmqual.report.writer import write_campaign_record
 
         path = write_campaign_record(record, self.reports_dir / f"campaign-{self.stamp}.json")
-        self.campaign_path = path
         self.progress(f"campaign record written: {path} ({record['outcome']})")
         return path
 

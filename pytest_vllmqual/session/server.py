@@ -29,8 +29,8 @@ from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.probes import ServerProbe
 from pytest_vllmqual.client.qual_client import http_client
 from pytest_vllmqual.client.stream_transport import shared_ssl_context
-from pytest_vllmqual.errors import LaunchError, ServerGoneError
-from pytest_vllmqual.gates.checks import warm_up_validation
+from pytest_vllmqual.errors import LaunchError, RecipeError, ServerGoneError
+from pytest_vllmqual.gates.checks import recipe_tool_fixtures, warm_up_validation
 from pytest_vllmqual.gates.identity import check_identity
 from pytest_vllmqual.launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, new_api_key
 from pytest_vllmqual.launch.docker.spec import MODEL_DIR_IN_CONTAINER
@@ -38,6 +38,7 @@ from pytest_vllmqual.launch.external import ExternalLauncher
 from pytest_vllmqual.launch.local_process import SubprocessLauncher
 from pytest_vllmqual.launch.readiness import wait_until_ready
 from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.records import ServerStatus
 from pytest_vllmqual.vllm.endpoints import fetch_engine_endpoints
 from pytest_vllmqual.vllm.engine_death import ENGINE_DEAD, classify_engine_death
 from pytest_vllmqual.vllm.log_facts import parse_engine_log
@@ -74,15 +75,15 @@ class ServerGuard:
             data: dict[str, Any] = json.loads(self.state_file.read_text())
             return data
         except (OSError, ValueError):
-            return {"status": "ok"}
+            return {"status": ServerStatus.OK}
 
     def mark(self, status: str, detail: str) -> None:
         with self._lock:
-            if self.state().get("status") not in (None, "ok"):
+            if self.state().get("status") not in (None, ServerStatus.OK):
                 return
             log_text = self.launcher.log_text() if self.launcher is not None else ""
             tail = log_tail(log_text, 15) if self.launcher is not None else ""
-            death = classify_engine_death(log_text) if status in ("server_dead", "hung") else None
+            death = classify_engine_death(log_text) if status in (ServerStatus.SERVER_DEAD, ServerStatus.HUNG) else None
             if death is not None:
                 detail = f"{detail}; cause found in the log: {death.describe()}"
             write_text_atomic(json.dumps({"status": status, "detail": detail, "log_tail": tail, "at": utc_now(),
@@ -91,8 +92,8 @@ class ServerGuard:
 
     def gone_error(self) -> ServerGoneError | None:
         state = self.state()
-        status = state.get("status", "ok")
-        if status == "ok":
+        status = state.get("status", ServerStatus.OK)
+        if status == ServerStatus.OK:
             return None
         return ServerGoneError(
             f"the server is {status.replace('_', ' ')} ({state.get('detail', '')}); this gate was not run "
@@ -105,13 +106,13 @@ class ServerGuard:
 
     def after_failure(self, error: Exception | None, status_code: int | None, text: str) -> ServerGoneError | None:
         if self.launcher is not None and self.launcher.alive() is False:
-            self.mark("server_dead", f"the server process exited with status {self.launcher.exit_code()}")
+            self.mark(ServerStatus.SERVER_DEAD, f"the server process exited with status {self.launcher.exit_code()}")
             return self.gone_error()
         if error is None:
             if status_code is not None and status_code >= 500 and (
                     ENGINE_DEAD.search(text)
                     or (self.launcher is not None and self._engine_died())):
-                self.mark("server_dead", "the engine core died (EngineDeadError)")
+                self.mark(ServerStatus.SERVER_DEAD, "the engine core died (EngineDeadError)")
                 return self.gone_error()
             return None
         verdict = self.probe(after_timeout=isinstance(error, httpx.TimeoutException))
@@ -131,20 +132,20 @@ class ServerGuard:
         with ServerProbe.open(self.handle) as probe:
             health = probe.health(5.0)
             if health.timed_out:
-                return ("hung", "/health did not answer within 5 s")
+                return (ServerStatus.HUNG, "/health did not answer within 5 s")
             if health.error is not None:
-                return ("server_dead", f"/health unreachable: {health.error}")
+                return (ServerStatus.SERVER_DEAD, f"/health unreachable: {health.error}")
             if health.status_code != 200:
-                return ("server_dead", f"/health answered {health.status_code}")
+                return (ServerStatus.SERVER_DEAD, f"/health answered {health.status_code}")
             if not after_timeout:
                 return None
             response = probe.one_token(self.probe_timeout_s)
             if response.timed_out:
-                return ("hung", f"a 1-token completion did not answer within {self.probe_timeout_s:g} s")
+                return (ServerStatus.HUNG, f"a 1-token completion did not answer within {self.probe_timeout_s:g} s")
             if response.error is not None:
-                return ("server_dead", f"1-token completion failed: {response.error}")
+                return (ServerStatus.SERVER_DEAD, f"1-token completion failed: {response.error}")
             if response.status_code is not None and response.status_code >= 500:
-                return ("server_dead", f"1-token completion answered {response.status_code}")
+                return (ServerStatus.SERVER_DEAD, f"1-token completion answered {response.status_code}")
         return None
 
 
@@ -168,7 +169,7 @@ class DeathMonitor:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             if self.launcher.alive() is False:
-                self.guard.mark("server_dead", f"the server process exited with status {self.launcher.exit_code()}")
+                self.guard.mark(ServerStatus.SERVER_DEAD, f"the server process exited with status {self.launcher.exit_code()}")
                 return
 
 
@@ -187,11 +188,14 @@ def traffic_lock(private_dir: Path, *, exclusive: bool) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def warm_up_while_booting() -> None:
-    """One-time client costs (the shared SSL context, jsonschema's first validator) paid while
-    the server boots instead of between requests, where they would wait for a busy CPU."""
+def warm_up_while_booting(recipe: Recipe) -> None:
+    """One-time client costs (the shared SSL context, jsonschema's first validator, the recipe's
+    typed tools, whose later reads are cached) paid while the server boots instead of between
+    requests, where they would wait for a busy CPU."""
     shared_ssl_context()
     warm_up_validation()
+    with contextlib.suppress(RecipeError, OSError):  # a broken tool file fails its gates, with its own message
+        recipe_tool_fixtures(recipe)
 
 
 # -- the managed server ---------------------------------------------------------------------
@@ -310,7 +314,7 @@ class ServerManager:
             self.startup_status = "starting"
             handle = self.launcher.start(self.progress)
             self.handle = handle
-            warm_up_while_booting()
+            warm_up_while_booting(self.recipe)
             if not self.direct_only:
                 with ServerProbe.open(handle) as probe:
                     self.facts.cold_start_s = wait_until_ready(self.launcher, handle, self.recipe.startup,

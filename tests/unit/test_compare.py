@@ -462,6 +462,7 @@ def test_cli_compare_targets_and_default_output(tmp_path: Path, capsys: pytest.C
     ("not-object", "is not a JSON object"),
     ("no-schema", "is not a vllmqual arm report (no 'schema' key"),
     ("other-schema", "is not a vllmqual arm report (schema 'https://pytest-vllmqual/schemas/report/99'"),
+    ("older-schema", "Fix: carry it forward with scripts/gpu/migrate_report_v1.py"),
     ("invalid", "does not match the report schema"),
     ("comparison", "is a comparison record, not an arm report"),
     ("same", "the control and the candidate are the same report"),
@@ -479,6 +480,8 @@ def test_cli_compare_bad_inputs_are_one_line_exit_2(tmp_path: Path, capsys: pyte
         bad.write_text(json.dumps({"run": {}}))
     elif setup == "other-schema":
         bad.write_text(json.dumps({**report, "schema": "https://pytest-vllmqual/schemas/report/99"}))
+    elif setup == "older-schema":
+        bad.write_text(json.dumps({**report, "schema": "https://pytest-vllmqual/schemas/report/2"}))
     elif setup == "invalid":
         del report["engine"]
         bad.write_text(json.dumps(report))

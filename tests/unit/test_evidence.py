@@ -411,3 +411,6 @@ def test_load_report_errors_are_one_clear_report_error(tmp_path: Path) -> None:
     bad.write_text('{"schema": "x"}')
     with pytest.raises(ReportError, match="does not match the report schema"):
         load_report(bad)
+    bad.write_text('{"schema": "https://pytest-vllmqual/schemas/report/2"}')
+    with pytest.raises(ReportError, match=r"older version of pytest-vllmqual\. Fix: carry it forward"):
+        load_report(bad)
