@@ -115,4 +115,4 @@ def test_dom_has_the_tables_and_both_plots(rendered: Path, tmp_path: Path) -> No
     assert '<svg id="memory-chart"' in dom
     assert '<g id="memory-rank-0"' in dom and '<g id="memory-rank-1"' in dom
     assert 'class="seg seg-weights"' in dom and 'class="seg seg-kv"' in dom and 'class="seg seg-activation"' in dom
-    assert 'id="verdict">candidate<' in dom
+    assert 'id="verdict">promotable<' in dom

@@ -140,7 +140,7 @@ def test_decision_names_every_gate_that_did_not_pass_and_never_overclaims(tiny_r
     """The default tiny-cpu run reports what it honestly is: healthy, with every gate that did not pass named."""
     decision = tiny_run.report["decision"]
     not_passed = [row for row in decision["gates"] if row["outcome"] != "passed"]
-    assert (decision["verdict"] == "candidate") == (not not_passed)
+    assert (decision["verdict"] == "promotable") == (not not_passed)
     for row in not_passed:
         assert any(f"(gate {row['gate']}, {row['family']})" in item and row["reason"] in item
                    for item in decision["does_not_prove"]), row
