@@ -80,14 +80,14 @@ def test_bookkeeping_files_are_not_artifacts(tmp_path: Path) -> None:
     assert [e["name"] for e in store.entries()] == ["server.log"]
 
 
-@pytest.mark.parametrize(("gate", "label"), [("/etc/passwd", "x"), ("..", "../outside"), (".hidden", ".."),
-                                             ("a//b", "sp ace"), ("", "")])
-def test_any_gate_name_or_label_gives_a_listed_artifact_inside_the_gate_folder(tmp_path: Path, gate: str,
+@pytest.mark.parametrize(("gate_name", "label"), [("/etc/passwd", "x"), ("..", "../outside"), (".hidden", ".."),
+                                                  ("a//b", "sp ace"), ("", "")])
+def test_any_gate_name_or_label_gives_a_listed_artifact_inside_the_gate_folder(tmp_path: Path, gate_name: str,
                                                                                label: str) -> None:
     """The recorder names every artifact: whatever the gate or the attempt is called, its files
     land inside ``gates/`` under one folder, and the store lists them under those names."""
     attempt = Attempt(kind="chat", label=label, ok=True)
-    GateRecorder(GateRecord(nodeid="t::x", gate=gate), tmp_path).record_attempt(attempt, b"req", b"resp")
+    GateRecorder(GateRecord(nodeid="t::x", gate=gate_name), tmp_path).record_attempt(attempt, b"req", b"resp")
     names = [e["name"] for e in ArtifactStore(tmp_path).entries()]
     assert names == [attempt.request_artifact, attempt.response_artifact]
     for name in names:
