@@ -19,13 +19,14 @@ import yaml
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import ChatResult, StreamResult
+from pytest_vllmqual.client.sdk_findings import json_kind
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.recipe.loader import Recipe
 
-__all__ = ["GateVerdict", "SmokeResult", "ToolFixture", "check_fingerprints", "check_json_content",
-           "check_stream_tool", "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures",
-           "recipe_tool_fixtures_path", "run_smoke", "schema_problems", "shipped_tool_fixtures",
-           "warm_up_validation"]
+__all__ = ["ArgumentViolation", "GateVerdict", "SmokeResult", "ToolFixture", "ToolProblem", "check_fingerprints",
+           "check_json_content", "check_stream_tool", "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures",
+           "recipe_tool_fixtures_path", "run_smoke", "schema_problems", "schema_violations", "shipped_tool_fixtures",
+           "tool_call_problems", "warm_up_validation"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -148,34 +149,100 @@ def check_json_content(content: str, schema: dict[str, Any], finish_reason: str 
     return problems + schema_problems(value, schema, "content")
 
 
-def check_tool_call(
-    calls: list[dict[str, Any]], fixture: ToolFixture, *, value_checks: bool
-) -> list[str]:
+@dataclass(frozen=True)
+class ArgumentViolation:
+    """One place where a value breaks its JSON Schema: the path and the kind of value, never the
+    value itself (it is the model's output)."""
+
+    path: str
+    """The path in the value, e.g. ``start.time``; ``(root)`` for the value itself."""
+    kind: str
+    """What is wrong there, e.g. ``missing``, ``a string where the schema needs integer``."""
+
+
+def _schema_path(parts: Any) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(root)"
+
+
+def _violation_kinds(error: Any) -> list[tuple[list[Any], str]]:
+    """(path, kind) pairs of one jsonschema error; ``required`` and ``additionalProperties``
+    name the property itself, so the path says which one."""
+    path, kind, rule = list(error.absolute_path), json_kind(error.instance), error.validator
+    if rule == "required" and isinstance(error.instance, dict):
+        return [([*path, name], "missing") for name in error.validator_value if name not in error.instance]
+    if rule == "additionalProperties" and isinstance(error.instance, dict):
+        known = set((error.schema or {}).get("properties") or {})
+        return [([*path, name], "not in the schema (additionalProperties is false)")
+                for name in error.instance if name not in known]
+    article = "an" if kind[:1] in "aeiou" else "a"
+    if rule == "type":
+        return [(path, f"{article} {kind} where the schema needs {error.validator_value}")]
+    if rule == "enum":
+        return [(path, f"{article} {kind} outside the enum ({', '.join(map(str, error.validator_value))})")]
+    return [(path, f"{article} {kind} that breaks {rule} {error.validator_value}")]
+
+
+def schema_violations(instance: Any, schema: dict[str, Any]) -> list[ArgumentViolation]:
+    """Every JSON-Schema violation of ``instance`` as a path and a kind of value, in path order."""
+    validator = jsonschema.Draft202012Validator(schema)
+    found: dict[tuple[str, str], ArgumentViolation] = {}
+    for error in validator.iter_errors(instance):
+        for path, kind in _violation_kinds(error):
+            violation = ArgumentViolation(_schema_path(path), kind)
+            found.setdefault((violation.path, violation.kind), violation)
+    return sorted(found.values(), key=lambda v: (v.path, v.kind))
+
+
+@dataclass(frozen=True)
+class ToolProblem:
+    """One rule a tool call broke: the sentence a gate fails with, and its path and kind."""
+
+    text: str
+    kind: str
+    path: str | None = None
+
+
+def tool_call_problems(calls: list[dict[str, Any]], fixture: ToolFixture, *, value_checks: bool) -> list[ToolProblem]:
     """Typed-tool gate: exactly one call, the right name, arguments valid (and equal if asked).
 
     ``calls`` are OpenAI tool_calls entries ({"function": {"name", "arguments"}}) or
-    reassembled ``{"name", "arguments"}`` dicts.
+    reassembled ``{"name", "arguments"}`` dicts. A schema violation says the path in the
+    arguments and the kind of value (``start.time``: missing), not the model's text.
     """
     if not calls:
-        return [f"no tool call; expected a call to {fixture.name}"]
-    problems: list[str] = []
+        return [ToolProblem(f"no tool call; expected a call to {fixture.name}", "no tool call")]
+    problems: list[ToolProblem] = []
     if len(calls) > 1:
-        problems.append(f"{len(calls)} tool calls; expected exactly one")
+        problems.append(ToolProblem(f"{len(calls)} tool calls; expected exactly one", "several tool calls"))
     call = calls[0]
     function = call.get("function", call)
     name = function.get("name")
     if name != fixture.name:
-        problems.append(f"tool call names {name!r}, expected {fixture.name!r}")
+        problems.append(ToolProblem(f"tool call names {name!r}, expected {fixture.name!r}", "another tool", "name"))
         return problems
     raw = function.get("arguments")
     try:
         arguments = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as exc:
-        return [*problems, f"arguments of {fixture.name} are not JSON ({exc.msg}): {str(raw)[:120]!r}"]
-    problems += schema_problems(arguments, fixture.parameters, f"arguments of {fixture.name}")
+        return [*problems, ToolProblem(f"arguments of {fixture.name} are not JSON ({exc.msg}): {str(raw)[:120]!r}",
+                                       "not JSON", "arguments")]
+    violations = schema_violations(arguments, fixture.parameters)
+    problems += [ToolProblem(f"arguments of {fixture.name} violate the schema at {v.path}: {v.kind}", v.kind, v.path)
+                 for v in violations]
     if value_checks and not problems and arguments != fixture.expected:
-        problems.append(f"arguments of {fixture.name} are {arguments}, expected {fixture.expected}")
+        problems.append(ToolProblem(f"arguments of {fixture.name} are {arguments}, expected {fixture.expected}",
+                                    "other values than expected", "arguments"))
     return problems
+
+
+def check_tool_call(
+    calls: list[dict[str, Any]], fixture: ToolFixture, *, value_checks: bool
+) -> list[str]:
+    """Typed-tool gate's rules as sentences (see :func:`tool_call_problems`)."""
+    return [p.text for p in tool_call_problems(calls, fixture, value_checks=value_checks)]
 
 
 def check_stream_tool(result: StreamResult, fixture: ToolFixture, *, value_checks: bool) -> list[str]:

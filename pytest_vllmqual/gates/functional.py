@@ -10,23 +10,34 @@ with the first rule that broke, in the words the test fails with. The shipped te
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.client.qual_client import QualClient
-from pytest_vllmqual.client.sdk import sdk_chat, sdk_client, sdk_responses, sdk_stream_tool_call
-from pytest_vllmqual.errors import SdkParseError
+from pytest_vllmqual.client.sdk import (
+    record_sdk_attempt,
+    sdk_chat,
+    sdk_client,
+    sdk_responses,
+    sdk_stream_tool_call,
+    sdk_version,
+)
+from pytest_vllmqual.client.sdk_findings import SdkFinding
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.privacy.public_text import public_failure
 from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.records import Attempt
 
 from .checks import (
     GateVerdict,
     ToolFixture,
+    ToolProblem,
     check_json_content,
     check_stream_tool,
     check_tool_call,
     recipe_tool_fixtures,
     run_smoke,
+    tool_call_problems,
 )
 from .recorder import GateRecorder
 
@@ -97,36 +108,84 @@ def json_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVer
     return GateVerdict()
 
 
-def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
-               tool_fixtures: list[ToolFixture]) -> GateVerdict:
-    """Typed tools N/N: every tool called by name with schema-valid arguments."""
+@dataclass
+class _ToolCase:
+    """One typed tool asked ``runs`` times: how often it passed and what broke, said once each."""
+
+    name: str
+    runs: int
+    passed: int = 0
+    problems: list[ToolProblem] = field(default_factory=list)
+    failed_attempt: Attempt | None = None
+
+    def add(self, problems: list[ToolProblem], attempt: Attempt) -> None:
+        if not problems:
+            self.passed += 1
+            return
+        self.failed_attempt = self.failed_attempt or attempt
+        self.problems += [p for p in problems if p not in self.problems]
+
+    def reason(self) -> str:
+        runs = f" {self.passed}/{self.runs}" if self.runs > 1 else ""
+        return f"{self.name}{runs}: {', '.join(p.text for p in self.problems)}"
+
+    def record(self) -> dict[str, Any]:
+        """The failed case as the report keeps it: k of N, paths and kinds, the first failed
+        answer by SHA-256 (its bytes stay in the private folder)."""
+        attempt = self.failed_attempt
+        return {"tool": self.name, "passed": self.passed, "runs": self.runs,
+                "paths": [p.path or "" for p in self.problems], "kinds": [p.kind for p in self.problems],
+                "request_sha256": attempt.request_sha256 if attempt else None,
+                "response_sha256": attempt.response_sha256 if attempt else None,
+                "response_artifact": attempt.response_artifact if attempt else None}
+
+
+def _tool_case(client: QualClient, recipe: Recipe, fixture: ToolFixture, all_tools: list[dict[str, Any]],
+               runs: int) -> _ToolCase:
     settings = recipe.gate("tools")
-    count = settings.get("count", 20)
-    value_checks = bool(settings.get("value_checks", False))
-    chosen = tool_fixtures[:count]
-    all_tools = [f.openai_tool() for f in tool_fixtures]
-    failures: dict[str, list[str]] = {}
-    for fixture in chosen:
+    case = _ToolCase(fixture.name, runs)
+    for run in range(1, runs + 1):
         result = client.chat(
             {"messages": [{"role": "user", "content": fixture.prompt}], "tools": all_tools,
              "tool_choice": _tool_choice(recipe, fixture),
              "max_tokens": settings.get("max_tokens", 256), "temperature": 0},
-            label=f"tool-{fixture.name}",
+            label=f"tool-{fixture.name}" + (f"-run{run}" if runs > 1 else ""),
         )
         if result.status_code != 200:
-            failures[fixture.name] = [public_failure(result.attempt)]
+            case.add([ToolProblem(public_failure(result.attempt), f"HTTP {result.status_code}")], result.attempt)
             continue
-        problems = check_tool_call(result.tool_calls, fixture, value_checks=value_checks)
-        if problems:
-            failures[fixture.name] = problems
-    passed = len(chosen) - len(failures)
+        case.add(tool_call_problems(result.tool_calls, fixture,
+                                    value_checks=bool(settings.get("value_checks", False))), result.attempt)
+    return case
+
+
+def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
+               tool_fixtures: list[ToolFixture]) -> GateVerdict:
+    """Typed tools N/N: every tool called by name with schema-valid arguments.
+
+    With ``gates.tools.repeat: R`` each case is asked R times and the record says k of R per
+    case, so a recipe can ask whether a failure reproduces; the gate passes only when every case
+    passes every time (R = 1, the default, asks each case once). A failed case is recorded with
+    the schema path and the kind of value that broke, and its first failed answer by SHA-256.
+    """
+    settings = recipe.gate("tools")
+    runs = int(settings.get("repeat", 1))
+    chosen = tool_fixtures[:settings.get("count", 20)]
+    all_tools = [f.openai_tool() for f in tool_fixtures]
+    cases = [_tool_case(client, recipe, fixture, all_tools, runs) for fixture in chosen]
+    failed = [case for case in cases if case.passed < case.runs]
+    passed = len(chosen) - len(failed)
     mode = settings.get("tool_choice", "auto")
-    gate.summary(f"{passed}/{len(chosen)}")
-    gate.measure(passed=passed, total=len(chosen), tool_choice=mode, value_checks=value_checks)
-    gate.threshold(required=f"{len(chosen)}/{len(chosen)}")
-    if failures:
-        return GateVerdict(f"typed tools {passed}/{len(chosen)} (tool_choice={mode}): " + "; ".join(
-            f"{name}: {', '.join(p)}" for name, p in failures.items()))
+    each = f", {runs} runs each" if runs > 1 else ""
+    gate.summary(f"{passed}/{len(chosen)}" + (f" ({runs} runs each)" if runs > 1 else ""))
+    gate.measure(passed=passed, total=len(chosen), tool_choice=mode,
+                 value_checks=bool(settings.get("value_checks", False)), repeat=runs,
+                 passed_runs=sum(case.passed for case in cases), total_runs=len(chosen) * runs,
+                 failed_cases=[case.record() for case in failed])
+    gate.threshold(required=f"{len(chosen)}/{len(chosen)}" + (f", each {runs}/{runs}" if runs > 1 else ""))
+    if failed:
+        return GateVerdict(f"typed tools {passed}/{len(chosen)} (tool_choice={mode}{each}): "
+                           + "; ".join(case.reason() for case in failed))
     return GateVerdict()
 
 
@@ -253,40 +312,52 @@ def _responses_round_trip(client: QualClient, gate: GateRecorder, fixture: ToolF
 
 
 def openai_sdk_gate(server: ServerHandle, recipe: Recipe, gate: GateRecorder) -> GateVerdict:
-    """openai SDK: chat, a streamed tool call and a Responses answer all parse into the SDK's types."""
-    import openai  # the SDK's own import, paid only by the gate that uses it
+    """openai SDK, as applications use it: chat, a streamed tool call and a Responses answer
+    read through the SDK as shipped (lenient parsing), each giving what an application uses.
 
+    Every answer is also validated strictly against the SDK's models; each deviation is a named
+    finding in the record (``findings``). A finding fails the gate only when the recipe sets
+    ``gates.openai_sdk.strict: true``: an application using the SDK as shipped reads such an
+    answer fine, so by default it is reported, not held against the server.
+    """
+    strict = bool(recipe.gate("openai_sdk").get("strict", False))
+    version = sdk_version()
     client = sdk_client(server.base_url, server.api_key, timeout_s=recipe.requests.timeout_s)
     model = server.served_model_name
     smoke = recipe.gate("smoke")
     fixtures = recipe_tool_fixtures(recipe)
-    fixture = fixtures[0]
     responses = recipe.gate("responses")
-    gate.measure(sdk_version=openai.__version__)
-    try:
-        chat = sdk_chat(client, model, smoke.get("prompt", "Say cloud."), max_tokens=smoke.get("max_tokens", 16))
-        gate.measure(chat_s=round(chat.seconds, 3), chat_finish_reason=chat.finish_reason)
-        tool = sdk_stream_tool_call(client, model, fixture.prompt, [f.openai_tool() for f in fixtures],
-                                    tool_choice=_tool_choice(recipe, fixture),
-                                    max_tokens=recipe.gate("streaming_tool").get("max_tokens", 256))
-        gate.measure(stream_s=round(tool.seconds, 3), stream_chunks=tool.chunks, stream_tool=tool.tool_name)
-        answer = sdk_responses(client, model, smoke.get("prompt", "Say cloud."),
-                               max_output_tokens=responses.get("max_output_tokens", 256),
-                               reasoning_effort=responses.get("reasoning_effort"))
-        gate.measure(responses_s=round(answer.seconds, 3), responses_status=answer.details.get("status"))
-    except SdkParseError as exc:
-        gate.summary("the openai SDK could not parse the server's answer")
-        return GateVerdict(str(exc))
-    if not chat.text.strip():
-        return GateVerdict("chat through the SDK returned no content")
-    if tool.tool_name != fixture.name:
-        return GateVerdict(f"streamed tool call named {tool.tool_name!r}, expected {fixture.name!r}")
-    try:
-        json.loads(tool.tool_arguments or "")
-    except ValueError:
-        return GateVerdict(f"the streamed tool call's arguments are not JSON: {tool.tool_arguments!r}")
-    if not (answer.details.get("status") == "completed" and answer.text.strip()):
-        return GateVerdict(f"Responses through the SDK: status {answer.details.get('status')!r}, "
-                           f"output_text {answer.text!r}")
-    gate.summary(f"chat, streamed tool call ({tool.chunks} chunks) and Responses parsed by openai {openai.__version__}")
+    gate.measure(sdk_version=version, strict=strict)
+    chat = sdk_chat(client, model, smoke.get("prompt", "Say cloud."), max_tokens=smoke.get("max_tokens", 16))
+    tool = sdk_stream_tool_call(client, model, fixtures[0].prompt, [f.openai_tool() for f in fixtures],
+                                tool_choice=_tool_choice(recipe, fixtures[0]),
+                                max_tokens=recipe.gate("streaming_tool").get("max_tokens", 256))
+    answer = sdk_responses(client, model, smoke.get("prompt", "Say cloud."),
+                           max_output_tokens=responses.get("max_output_tokens", 256),
+                           reasoning_effort=responses.get("reasoning_effort"))
+    for result in (chat, tool, answer):
+        record_sdk_attempt(gate, result)
+    findings = [f for result in (chat, tool, answer) for f in result.findings]
+    gate.measure(chat_s=round(chat.seconds, 3), chat_finish_reason=chat.finish_reason,
+                 stream_s=round(tool.seconds, 3), stream_chunks=tool.chunks, stream_tool=tool.tool_name,
+                 responses_s=round(answer.seconds, 3), responses_status=answer.status,
+                 strict_findings=len(findings), findings=[f.to_dict() for f in findings])
+    gate.threshold(strict=strict)
+    failures = [r.failure for r in (chat, tool, answer) if r.failure]
+    if failures:
+        gate.summary(f"openai {version} as shipped could not give an application what it reads")
+        return GateVerdict(f"openai {version} as shipped: " + "; ".join(failures))
+    noted = _findings_text(findings)
+    if strict and findings:
+        gate.summary(f"openai {version} strict validation: {len(findings)} finding(s)")
+        return GateVerdict(f"openai {version} strict validation (gates.openai_sdk.strict): {noted}")
+    gate.summary(f"chat, streamed tool call ({tool.chunks} chunks) and Responses read by openai {version} "
+                 "as an application does" + (f"; strict validation noted {noted}" if findings else
+                                             "; strict validation found nothing"))
     return GateVerdict()
+
+
+def _findings_text(findings: list[SdkFinding], shown: int = 3) -> str:
+    """"N finding(s): the first few, one line each", each said once."""
+    more = f"; and {len(findings) - shown} more" if len(findings) > shown else ""
+    return f"{len(findings)} finding(s): " + "; ".join(f.text() for f in findings[:shown]) + more

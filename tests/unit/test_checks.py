@@ -13,11 +13,14 @@ import pytest
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.checks import (
+    ArgumentViolation,
     ToolFixture,
     check_fingerprints,
     check_json_content,
     check_stream_tool,
     check_tool_call,
+    schema_violations,
+    tool_call_problems,
 )
 from pytest_vllmqual.launch.base import ServerHandle
 
@@ -95,12 +98,47 @@ def test_wrong_tool_name_turns_the_tools_gate_red() -> None:
                                                                                     value_checks=False)
 
 
-def test_arguments_outside_the_schema_are_named() -> None:
+def test_arguments_outside_the_schema_are_named_by_path_and_kind() -> None:
+    """The path in the arguments and the kind of value, never the model's own text."""
     problems = check_tool_call([{"function": {"name": "get_weather",
                                               "arguments": '{"city": "Lima", "unit": "kelvin", "x": 1}'}}],
                                WEATHER, value_checks=False)
-    assert any("unit" in p and "kelvin" in p for p in problems)
-    assert any("Additional properties" in p for p in problems)
+    assert problems == [
+        "arguments of get_weather violate the schema at unit: a string outside the enum (celsius, fahrenheit)",
+        "arguments of get_weather violate the schema at x: not in the schema (additionalProperties is false)"]
+    assert "kelvin" not in " ".join(problems)
+
+
+NESTED = ToolFixture(
+    name="create_event", description="", prompt="Book it.",
+    parameters={"type": "object", "required": ["title", "start"], "properties": {
+        "title": {"type": "string", "maxLength": 5},
+        "start": {"type": "object", "required": ["date", "time"],
+                  "properties": {"date": {"type": "string"}, "time": {"type": "string"}}},
+        "guests": {"type": "array", "items": {"type": "integer"}}}},
+    expected={},
+)
+
+
+def test_a_nested_missing_property_says_its_full_path_and_missing() -> None:
+    calls = [{"name": "create_event", "arguments": '{"title": "Standup", "start": {"date": "2026-01-01"}, '
+                                                   '"guests": [1, "two"]}'}]
+    problems = tool_call_problems(calls, NESTED, value_checks=False)
+    assert [(p.path, p.kind) for p in problems] == [
+        ("guests[1]", "a string where the schema needs integer"),
+        ("start.time", "missing"),
+        ("title", "a string that breaks maxLength 5")]
+    assert problems[1].text == "arguments of create_event violate the schema at start.time: missing"
+    assert schema_violations({}, NESTED.parameters) == [ArgumentViolation("start", "missing"),
+                                                        ArgumentViolation("title", "missing")]
+
+
+def test_a_call_that_breaks_no_schema_rule_still_says_what_kind_of_problem() -> None:
+    assert [(p.path, p.kind) for p in tool_call_problems([], NESTED, value_checks=False)] == [(None, "no tool call")]
+    wrong = tool_call_problems([{"name": "get_weather", "arguments": "{}"}], NESTED, value_checks=False)
+    assert [(p.path, p.kind) for p in wrong] == [("name", "another tool")]
+    broken = tool_call_problems([{"name": "create_event", "arguments": "{"}], NESTED, value_checks=False)
+    assert [(p.path, p.kind) for p in broken] == [("arguments", "not JSON")]
 
 
 def test_value_checks_compare_expected_values() -> None:

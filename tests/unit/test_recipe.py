@@ -162,3 +162,24 @@ def test_name_must_match_file(tmp_path: Path) -> None:
     data = tiny_data()
     with pytest.raises(RecipeError, match="set name: other"):
         load_recipe(write_recipe(tmp_path, "other", data))
+
+
+@pytest.mark.parametrize(("gate", "key", "good", "bad", "says"), [
+    ("openai_sdk", "strict", True, "yes", "'gates.openai_sdk.strict' must be of type boolean"),
+    ("tools", "repeat", 3, 0, "'gates.tools.repeat'"),
+])
+def test_sdk_strict_and_tools_repeat_are_recipe_keys(tmp_path: Path, gate: str, key: str, good: object, bad: object,
+                                                     says: str) -> None:
+    data = tiny_data()
+    data["name"] = f"{gate}-{key}"
+    data["gates"] = {**data["gates"], gate: {**data["gates"].get(gate, {}), key: good}}  # type: ignore[dict-item]
+    assert load_recipe(write_recipe(tmp_path, f"{gate}-{key}", data)).gate(gate)[key] == good
+    data["gates"][gate][key] = bad  # type: ignore[index]
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write_recipe(tmp_path, f"{gate}-{key}", data))
+    assert f"{gate}-{key}.yaml" in str(err.value) and says in str(err.value)
+
+
+def test_sdk_strict_and_tools_repeat_are_off_by_default() -> None:
+    recipe = load_recipe(RECIPES / "tiny-cpu.yaml")
+    assert "strict" not in recipe.gate("openai_sdk") and "repeat" not in recipe.gate("tools")

@@ -1,13 +1,14 @@
-"""The openai-SDK path fails when the SDK cannot parse what the server sent.
+"""The openai-SDK path reads answers as an application does, and names strict deviations.
 
 A real vLLM always sends answers its own OpenAI models produced, so it cannot be made to send
-an unparseable one on demand: these tests use a small HTTP server in this process that answers
+an unreadable one on demand: these tests use a small HTTP server in this process that answers
 each route with a body we choose. The same server answering well-formed bodies proves that the
 failures come from the bodies, not from the harness.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Iterator
@@ -16,8 +17,15 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.client.sdk import sdk_chat, sdk_client, sdk_responses, sdk_stream_tool_call
-from pytest_vllmqual.errors import SdkParseError
+from pytest_vllmqual.client.sdk import (
+    record_sdk_attempt,
+    sdk_chat,
+    sdk_client,
+    sdk_responses,
+    sdk_stream_tool_call,
+    sdk_version,
+)
+from pytest_vllmqual.records import Attempt
 
 CHAT_OK = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
            "choices": [{"index": 0, "message": {"role": "assistant", "content": "cloud"}, "finish_reason": "stop"}],
@@ -34,7 +42,10 @@ TOOL_CHUNKS = [
 RESPONSE_OK = {"id": "r1", "object": "response", "created_at": 1, "model": "m", "status": "completed",
                "output": [{"type": "message", "id": "m1", "role": "assistant", "status": "completed",
                            "content": [{"type": "output_text", "text": "cloud", "annotations": []}]}],
-               "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+               "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+               "usage": {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4,
+                         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                         "output_tokens_details": {"reasoning_tokens": 0}}}
 
 
 class Scripted:
@@ -42,6 +53,7 @@ class Scripted:
 
     def __init__(self) -> None:
         self.bodies: dict[str, Any] = {}
+        self.status = 200
 
 
 @pytest.fixture
@@ -63,7 +75,7 @@ def server() -> Iterator[tuple[str, Scripted]]:
                 data, kind = payload.encode(), "text/event-stream"
             else:
                 data, kind = (body if isinstance(body, str) else json.dumps(body)).encode(), "application/json"
-            self.send_response(200)
+            self.send_response(script.status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -86,35 +98,140 @@ def client(url: str) -> Any:
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
 
-def test_well_formed_answers_parse(server: tuple[str, Scripted]) -> None:
+def chat(url: str) -> Any:
+    return sdk_chat(client(url), "m", "Say cloud.", max_tokens=4)
+
+
+def stream(url: str) -> Any:
+    return sdk_stream_tool_call(client(url), "m", "weather?", TOOLS, tool_choice="auto", max_tokens=16)
+
+
+def responses(url: str) -> Any:
+    return sdk_responses(client(url), "m", "Say cloud.", max_output_tokens=8, reasoning_effort="high")
+
+
+def test_well_formed_answers_give_an_application_everything_and_no_finding(server: tuple[str, Scripted]) -> None:
     url, script = server
     script.bodies = {"/v1/chat/completions": CHAT_OK, "/v1/chat/completions:stream": TOOL_CHUNKS,
                      "/v1/responses": RESPONSE_OK}
-    assert sdk_chat(client(url), "m", "Say cloud.", max_tokens=4).text == "cloud"
-    tool = sdk_stream_tool_call(client(url), "m", "weather?", TOOLS, tool_choice="auto", max_tokens=16)
+    answer = chat(url)
+    assert (answer.failure, answer.findings, answer.text, answer.finish_reason) == (None, [], "cloud", "stop")
+    assert answer.usage == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    tool = stream(url)
+    assert (tool.failure, tool.findings) == (None, [])
     assert (tool.tool_name, json.loads(tool.tool_arguments or "")) == ("get_weather", {"city": "Paris"})
     assert tool.finish_reason == "tool_calls" and tool.chunks == 3
-    answer = sdk_responses(client(url), "m", "Say cloud.", max_output_tokens=8, reasoning_effort="high")
-    assert (answer.text, answer.details["status"]) == ("cloud", "completed")
+    reply = responses(url)
+    assert (reply.failure, reply.findings, reply.text, reply.status) == (None, [], "cloud", "completed")
+    assert reply.exchange.status_code == 200 and json.loads(reply.exchange.response) == RESPONSE_OK
+    assert json.loads(reply.exchange.request)["reasoning"] == {"effort": "high"}
 
 
-def test_chat_missing_required_field_fails(server: tuple[str, Scripted]) -> None:
+def test_a_field_only_strict_validation_needs_is_a_finding_not_a_failure(server: tuple[str, Scripted]) -> None:
+    """The real case: openai's Response needs usage.input_tokens_details.cache_write_tokens,
+    which vLLM 0.24.0 does not send; an application reading output_text never notices."""
     url, script = server
-    broken = {**CHAT_OK, "choices": [{"index": 0, "message": {"role": "assistant", "content": "cloud"}}]}
-    script.bodies = {"/v1/chat/completions": broken}  # finish_reason is required in the SDK's Choice
-    with pytest.raises(SdkParseError, match="chat: the openai SDK could not validate"):
-        sdk_chat(client(url), "m", "Say cloud.", max_tokens=4)
+    usage = {**RESPONSE_OK["usage"], "input_tokens_details": {"cached_tokens": 0}}
+    script.bodies = {"/v1/responses": {**RESPONSE_OK, "usage": usage}}
+    reply = responses(url)
+    assert reply.failure is None and (reply.text, reply.status) == ("cloud", "completed")
+    (finding,) = reply.findings
+    assert (finding.call, finding.model, finding.path, finding.sent) == (
+        "responses", "Response", "usage.input_tokens_details.cache_write_tokens", "missing")
+    assert finding.sdk_version == sdk_version()
+    assert finding.text() == (f"responses: usage.input_tokens_details.cache_write_tokens is missing "
+                              f"(openai {sdk_version()}'s Response)")
+
+
+def test_a_missing_finish_reason_fails_the_read_once(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.bodies = {"/v1/chat/completions": {**CHAT_OK, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "cloud"}}]}}
+    answer = chat(url)
+    assert answer.failure == "chat: choices[0].finish_reason is missing"
+    assert [(f.path, f.sent) for f in answer.findings] == [("choices[0].finish_reason", "missing")]
+
+
+def test_a_string_where_the_sdk_needs_an_object_fails_without_the_servers_text(
+        server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.bodies = {"/v1/chat/completions": {**CHAT_OK, "choices": [
+        {"index": 0, "message": "secret-server-words", "finish_reason": "stop"}]}}
+    answer = chat(url)
+    assert answer.failure == "chat: choices[0].message is a string where the SDK needs an object"
+    assert [(f.path, f.needs, f.sent) for f in answer.findings] == [("choices[0].message", "an object", "string")]
+    assert "secret-server-words" not in repr(answer.findings) + answer.failure
+
+
+def test_usage_counts_must_be_integers(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.bodies = {"/v1/chat/completions": {**CHAT_OK, "usage": {**CHAT_OK["usage"], "prompt_tokens": "many"}}}
+    assert chat(url).failure == "chat: usage.prompt_tokens is a string, not an integer"
+
+
+def test_a_finish_reason_outside_the_sdks_values_fails(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.bodies = {"/v1/chat/completions": {**CHAT_OK, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "cloud"}, "finish_reason": "abort"}]}}
+    failure = chat(url).failure or ""
+    assert failure.startswith("chat: choices[0].finish_reason is a string that is none of the SDK's values (stop")
+    assert "abort" not in failure
 
 
 def test_stream_chunk_that_is_not_json_fails(server: tuple[str, Scripted]) -> None:
     url, script = server
     script.bodies = {"/v1/chat/completions:stream": [TOOL_CHUNKS[0], "{\"choices\": [", TOOL_CHUNKS[2]]}
-    with pytest.raises(SdkParseError, match="streamed tool call"):
-        sdk_stream_tool_call(client(url), "m", "weather?", TOOLS, tool_choice="auto", max_tokens=16)
+    tool = stream(url)
+    assert tool.failure == "streamed tool call: the SDK as shipped could not decode the answer (not JSON)"
+
+
+def test_streamed_arguments_that_are_not_json_fail(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    broken = json.loads(json.dumps(TOOL_CHUNKS))
+    broken[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] = "{\"city\": "
+    script.bodies = {"/v1/chat/completions:stream": broken}
+    assert stream(url).failure == "streamed tool call: the tool call's arguments are not JSON (9 characters)"
+
+
+def test_stream_findings_count_the_chunks_that_had_them(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.bodies = {"/v1/chat/completions:stream": [{k: v for k, v in c.items() if k != "created"}
+                                                     for c in TOOL_CHUNKS]}
+    tool = stream(url)
+    assert tool.failure is None, "created is not read by an application"
+    (finding,) = tool.findings
+    assert (finding.path, finding.sent, finding.occurrences, finding.model) == ("created", "missing", 3,
+                                                                               "ChatCompletionChunk")
 
 
 def test_responses_with_wrong_types_fails(server: tuple[str, Scripted]) -> None:
     url, script = server
     script.bodies = {"/v1/responses": {**RESPONSE_OK, "output": "cloud"}}  # output must be a list of items
-    with pytest.raises(SdkParseError, match="responses: the openai SDK could not validate"):
-        sdk_responses(client(url), "m", "Say cloud.", max_output_tokens=8, reasoning_effort=None)
+    reply = responses(url)
+    assert reply.failure == "responses: output is a string where the SDK needs an array"
+    assert [(f.path, f.sent) for f in reply.findings] == [("output", "string")]
+
+
+def test_an_http_error_is_a_failure_without_the_servers_message(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.status = 500
+    script.bodies = {"/v1/chat/completions": {"error": {"message": "secret-engine-words"}}}
+    answer = chat(url)
+    assert answer.failure == "chat: the server answered HTTP 500"
+    assert answer.exchange.status_code == 500 and b"secret-engine-words" in answer.exchange.response
+
+
+def test_an_sdk_call_is_kept_as_an_attempt_by_sha256(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.bodies = {"/v1/chat/completions": CHAT_OK}
+    kept: list[tuple[Attempt, bytes, bytes]] = []
+
+    class Sink:
+        def record_attempt(self, attempt: Attempt, request: bytes, response: bytes) -> None:
+            kept.append((attempt, request, response))
+
+    attempt = record_sdk_attempt(Sink(), chat(url))
+    ((same, request, response),) = kept
+    assert same is attempt and attempt.ok and attempt.label == "sdk-chat" and attempt.status_code == 200
+    assert attempt.response_sha256 == hashlib.sha256(response).hexdigest() and json.loads(response) == CHAT_OK
+    assert attempt.request_sha256 == hashlib.sha256(request).hexdigest() and json.loads(request)["model"] == "m"
