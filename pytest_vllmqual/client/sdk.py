@@ -201,10 +201,10 @@ def _call(result: SdkResult, body: Callable[[], None]) -> SdkResult:
     except openai.APIError:
         result.failure = "the answer carried an error event"
     except (pydantic.ValidationError, AttributeError, TypeError, KeyError, IndexError, RuntimeError) as exc:
-        result.failure = f"the SDK as shipped could not build its types from the answer ({type(exc).__name__})"
+        result.failure = f"the SDK could not build its types from the answer ({type(exc).__name__})"
     except ValueError as exc:  # json.JSONDecodeError included: the SDK could not decode the answer
         kind = "not JSON" if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-        result.failure = f"the SDK as shipped could not decode the answer ({kind})"
+        result.failure = f"the SDK could not decode the answer ({kind})"
     result.seconds = time.monotonic() - started
     result.failure = f"{result.label}: {result.failure}" if result.failure else None
     return result

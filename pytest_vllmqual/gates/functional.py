@@ -346,11 +346,11 @@ def openai_sdk_gate(server: ServerHandle, recipe: Recipe, gate: GateRecorder) ->
     failures = [r.failure for r in (chat, tool, answer) if r.failure]
     if failures:
         gate.summary(f"openai {version} as shipped could not give an application what it reads")
-        return GateVerdict(f"openai {version} as shipped: " + "; ".join(failures))
+        return GateVerdict(f"openai {version} as shipped (lenient parsing): " + "; ".join(failures))
     noted = _findings_text(findings)
     if strict and findings:
         gate.summary(f"openai {version} strict validation: {len(findings)} finding(s)")
-        return GateVerdict(f"openai {version} strict validation (gates.openai_sdk.strict): {noted}")
+        return GateVerdict(f"strict validation (gates.openai_sdk.strict: true): {noted}")
     gate.summary(f"chat, streamed tool call ({tool.chunks} chunks) and Responses read by openai {version} "
                  "as an application does" + (f"; strict validation noted {noted}" if findings else
                                              "; strict validation found nothing"))

@@ -66,6 +66,15 @@ def _tools(gate: Mapping[str, Any]) -> str:
     return "typed tool calls came back through the server's tool parser with valid arguments"
 
 
+def _openai_sdk(gate: Mapping[str, Any]) -> str:
+    found = _measured(gate, "strict_findings")
+    said = ("; strict validation against the SDK's models found nothing" if found == 0 else
+            f"; strict validation noted {_count(found)} deviation(s) from the SDK's models (findings)"
+            if isinstance(found, int) else "")
+    return ("chat, a streamed tool call and the Responses API gave an application what it reads through the "
+            f"official openai SDK as shipped{said}")
+
+
 def _long_context(gate: Mapping[str, Any]) -> str:
     mode = _measured(gate, "check") or "needle"
     target = _count(_measured(gate, "target_tokens"))
@@ -127,8 +136,7 @@ REGISTRY: tuple[GateSpec, ...] = (
              _fixed("the model answered from a tool result it was given"), "tool-result continuation"),
     GateSpec("responses", "functional", "Responses API",
              _fixed("the Responses API answered the smoke prompt"), "Responses API"),
-    GateSpec("openai_sdk", "functional", "The official openai SDK",
-             _fixed("chat, a streamed tool call and the Responses API parsed through the official openai SDK")),
+    GateSpec("openai_sdk", "functional", "The official openai SDK", _openai_sdk),
     GateSpec("reasoning_fingerprints", "reasoning", "Reasoning prompt contract",
              _fixed("each reasoning effort's prompt-token count equals its pinned fingerprint")),
     GateSpec("quality_intelligence", "quality", "Intelligence",

@@ -20,6 +20,12 @@ Behaviour is chosen by environment variables (set in the recipe's ``launcher.env
   ``VLLM_API_KEY`` (a server that leaks its key into its log).
 - ``FAULT_REQUESTS_FILE``: one JSON line per chat request (path, fault marker), so a test
   can prove that nothing was retried behind its back.
+- ``FAULT_SDK_ANSWER``: answers shaped for the openai SDK on chat, a streamed tool call and
+  ``/v1/responses`` (see ``SDK_ANSWERS``): ``conforming`` (every field the SDK's models need),
+  ``missing-field`` (the Responses usage without ``input_tokens_details.cache_write_tokens``, as
+  vLLM 0.24.0 answers: only strict validation rejects it), ``broken-chunk`` (a stream chunk that
+  is not JSON) and ``wrong-type`` (a chat ``choices[0].message`` that is a string). A real vLLM
+  answers with its own models, so it cannot be made to send the last three on demand.
 
 Per request, a marker in the last user message picks a stream or status fault:
 ``[fault:cut]``, ``[fault:nodone]``, ``[fault:nousage]``, ``[fault:500-once:ID]``,
@@ -59,6 +65,7 @@ class FaultState:
         self.reported_model = os.environ.get("FAULT_REPORTED_MODEL", served_model_name)
         self.log_secrets = os.environ.get("FAULT_LOG_SECRETS") == "1"
         self.requests_file = os.environ.get("FAULT_REQUESTS_FILE")
+        self.sdk_answer = os.environ.get("FAULT_SDK_ANSWER")
         self.failed_once: set[str] = set()
         self.lock = threading.Lock()
 
@@ -106,6 +113,9 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
             if state.log_secrets:
                 state.log(f"fault-server: {self.path} Authorization: {self.headers.get('authorization')} "
                           f"VLLM_API_KEY={os.environ.get('VLLM_API_KEY')}")
+            if state.sdk_answer:
+                self._sdk(body)
+                return
             if self.path != "/v1/chat/completions":
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
                 return
@@ -174,6 +184,27 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
+        def _sdk(self, body: dict[str, Any]) -> None:
+            """An answer shaped for the openai SDK (``FAULT_SDK_ANSWER``)."""
+            answer = str(state.sdk_answer)
+            state.note_request(self.path, f"sdk-{answer}", None)
+            if self.path == "/v1/responses":
+                self._json(200, sdk_response(state.served_model_name, answer))
+            elif self.path != "/v1/chat/completions":
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+            elif not body.get("stream"):
+                self._json(200, sdk_chat(state.served_model_name, answer))
+            else:
+                tools = body.get("tools") or [{"function": {"name": "no_tool"}}]
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for payload in sdk_tool_stream(state.served_model_name, answer, tools[0]["function"]["name"]):
+                    self._chunk(payload)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
         def _engine_dies(self) -> None:
             for line in ENGINE_DEATH_LINES:
                 state.log(line)
@@ -201,6 +232,46 @@ ENGINE_DEATH_LINES = (
     "(APIServer pid=100) ERROR 11-30 10:00:03 [async_llm.py:1] vllm.v1.engine.exceptions.EngineDeadError: "
     "EngineCore encountered an issue. See stack trace (above) for the root cause.",
 )
+
+
+SDK_ANSWERS = ("conforming", "missing-field", "broken-chunk", "wrong-type")
+"""The answer shapes of ``FAULT_SDK_ANSWER``."""
+
+
+def sdk_chat(model: str, answer: str) -> dict[str, Any]:
+    """A chat completion with every field openai's ChatCompletion needs (``wrong-type``: the
+    message is a string where the SDK needs an object)."""
+    message: Any = "Ok." if answer == "wrong-type" else {"role": "assistant", "content": "Ok."}
+    return {"id": "chatcmpl-sdk", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+
+
+def sdk_tool_stream(model: str, answer: str, tool: str) -> list[str]:
+    """A streamed call of ``tool`` as SSE payloads (``broken-chunk``: its arguments chunk is cut)."""
+    head = {"id": "chatcmpl-sdk", "object": "chat.completion.chunk", "created": 1, "model": model}
+    first = {**head, "choices": [{"index": 0, "finish_reason": None, "delta": {"role": "assistant", "tool_calls": [
+        {"index": 0, "id": "call-sdk", "type": "function", "function": {"name": tool, "arguments": ""}}]}}]}
+    arguments = json.dumps({**head, "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+        {"index": 0, "function": {"arguments": "{}"}}]}}]})
+    last = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    usage = {**head, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    middle = arguments[: len(arguments) // 2] if answer == "broken-chunk" else arguments
+    return [json.dumps(first), middle, json.dumps(last), json.dumps(usage), "[DONE]"]
+
+
+def sdk_response(model: str, answer: str) -> dict[str, Any]:
+    """A Responses API answer with every field openai's Response needs (``missing-field``: the
+    usage's ``input_tokens_details`` lacks ``cache_write_tokens``, as vLLM 0.24.0 sends it)."""
+    details: dict[str, Any] = {"cached_tokens": 0}
+    if answer != "missing-field":
+        details["cache_write_tokens"] = 0
+    return {"id": "resp-sdk", "object": "response", "created_at": 1, "model": model, "status": "completed",
+            "output": [{"type": "message", "id": "msg-sdk", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": "Ok.", "annotations": []}]}],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6, "input_tokens_details": details,
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
 
 
 def main(argv: list[str]) -> int:

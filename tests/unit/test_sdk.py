@@ -182,7 +182,7 @@ def test_stream_chunk_that_is_not_json_fails(server: tuple[str, Scripted]) -> No
     url, script = server
     script.bodies = {"/v1/chat/completions:stream": [TOOL_CHUNKS[0], "{\"choices\": [", TOOL_CHUNKS[2]]}
     tool = stream(url)
-    assert tool.failure == "streamed tool call: the SDK as shipped could not decode the answer (not JSON)"
+    assert tool.failure == "streamed tool call: the SDK could not decode the answer (not JSON)"
 
 
 def test_streamed_arguments_that_are_not_json_fail(server: tuple[str, Scripted]) -> None:

