@@ -61,8 +61,11 @@ class GateSpec:
 def _tools(gate: Mapping[str, Any]) -> str:
     passed = _measured(gate, "passed") if _measured(gate, "passed") is not None else _measured(gate, "valid_calls")
     total = _measured(gate, "total") if _measured(gate, "total") is not None else _measured(gate, "count")
+    repeat = _measured(gate, "repeat")
+    times = f", each asked {repeat} times" if isinstance(repeat, int) and repeat > 1 else ""
     if isinstance(passed, int) and isinstance(total, int):
-        return f"{passed}/{total} typed tool calls came back through the server's tool parser with valid arguments"
+        return (f"{passed}/{total} typed tool calls came back through the server's tool parser with valid "
+                f"arguments{times}")
     return "typed tool calls came back through the server's tool parser with valid arguments"
 
 

@@ -155,3 +155,32 @@ def test_an_http_error_is_a_failed_run_with_its_kind(tiny: Recipe, recorder: Gat
     (case,) = recorder.record.measurements["failed_cases"]
     assert case["kinds"] == ["HTTP 500"] and case["paths"] == [""]
     assert verdict.failure is not None and verdict.failure.startswith("typed tools 0/1 (tool_choice=auto): get_weather: ")
+
+
+def test_failed_cases_and_sdk_findings_fit_the_report_schema(tiny: Recipe, recorder: GateRecorder,
+                                                             tmp_path: Path) -> None:
+    """The new gate details travel as measurements: the public report keeps them and validates."""
+    from report_samples import reference_control_run
+
+    from pytest_vllmqual.client.sdk_findings import SdkFinding
+    from pytest_vllmqual.privacy.sanitize import Sanitizer
+    from pytest_vllmqual.report.decision import with_decision
+    from pytest_vllmqual.report.public import build_public_report, validate_report
+
+    client, _ = scripted({"create_event": [EVENT.expected, NO_TIME]})
+    client.sink = recorder
+    tools_gate(client, with_tools(tiny, repeat=2, value_checks=False), recorder, [EVENT, WEATHER])
+    finding = SdkFinding(call="responses", model="Response", path="usage.input_tokens_details.cache_write_tokens",
+                         needs="a value", sent="missing", sdk_version="2.54.0")
+    sdk = GateRecord(nodeid="suites/test_openai_sdk.py::test_openai_sdk", gate="openai_sdk", outcome="passed",
+                     measurements={"strict_findings": 1, "findings": [finding.to_dict()]})
+    run = reference_control_run(tmp_path / "private")
+    run.gates += [recorder.record, sdk]
+    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
+    validate_report(report)
+    gates = {g["gate"]: g for g in report["gates"]}
+    (case,) = gates["tools"]["measurements"]["failed_cases"]
+    assert (case["tool"], case["passed"], case["runs"], case["paths"], case["kinds"]) == (
+        "create_event", 1, 2, ["start.time"], ["missing"])
+    assert gates["openai_sdk"]["measurements"]["findings"][0]["path"] == "usage.input_tokens_details.cache_write_tokens"
+    assert "strict validation noted 1 deviation(s)" in gates["openai_sdk"]["proves"]
