@@ -24,8 +24,9 @@ Behaviour is chosen by environment variables (set in the recipe's ``launcher.env
   ``/v1/responses`` (see ``SDK_ANSWERS``): ``conforming`` (every field the SDK's models need),
   ``missing-field`` (the Responses usage without ``input_tokens_details.cache_write_tokens``, as
   vLLM 0.24.0 answers: only strict validation rejects it), ``broken-chunk`` (a stream chunk that
-  is not JSON) and ``wrong-type`` (a chat ``choices[0].message`` that is a string). A real vLLM
-  answers with its own models, so it cannot be made to send the last three on demand.
+  is not JSON) and ``wrong-type`` (a chat ``choices[0].message`` that is a string), or several
+  of them, comma-separated. A real vLLM answers with its own models, so it cannot be made to
+  send the last three on demand.
 
 Per request, a marker in the last user message picks a stream or status fault:
 ``[fault:cut]``, ``[fault:nodone]``, ``[fault:nousage]``, ``[fault:500-once:ID]``,
@@ -186,8 +187,8 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
 
         def _sdk(self, body: dict[str, Any]) -> None:
             """An answer shaped for the openai SDK (``FAULT_SDK_ANSWER``)."""
-            answer = str(state.sdk_answer)
-            state.note_request(self.path, f"sdk-{answer}", None)
+            answer = frozenset(str(state.sdk_answer).split(","))
+            state.note_request(self.path, "sdk", None)
             if self.path == "/v1/responses":
                 self._json(200, sdk_response(state.served_model_name, answer))
             elif self.path != "/v1/chat/completions":
@@ -238,16 +239,16 @@ SDK_ANSWERS = ("conforming", "missing-field", "broken-chunk", "wrong-type")
 """The answer shapes of ``FAULT_SDK_ANSWER``."""
 
 
-def sdk_chat(model: str, answer: str) -> dict[str, Any]:
+def sdk_chat(model: str, answer: frozenset[str]) -> dict[str, Any]:
     """A chat completion with every field openai's ChatCompletion needs (``wrong-type``: the
     message is a string where the SDK needs an object)."""
-    message: Any = "Ok." if answer == "wrong-type" else {"role": "assistant", "content": "Ok."}
+    message: Any = "Ok." if "wrong-type" in answer else {"role": "assistant", "content": "Ok."}
     return {"id": "chatcmpl-sdk", "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
             "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
 
 
-def sdk_tool_stream(model: str, answer: str, tool: str) -> list[str]:
+def sdk_tool_stream(model: str, answer: frozenset[str], tool: str) -> list[str]:
     """A streamed call of ``tool`` as SSE payloads (``broken-chunk``: its arguments chunk is cut)."""
     head = {"id": "chatcmpl-sdk", "object": "chat.completion.chunk", "created": 1, "model": model}
     first = {**head, "choices": [{"index": 0, "finish_reason": None, "delta": {"role": "assistant", "tool_calls": [
@@ -256,15 +257,15 @@ def sdk_tool_stream(model: str, answer: str, tool: str) -> list[str]:
         {"index": 0, "function": {"arguments": "{}"}}]}}]})
     last = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
     usage = {**head, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
-    middle = arguments[: len(arguments) // 2] if answer == "broken-chunk" else arguments
+    middle = arguments[: len(arguments) // 2] if "broken-chunk" in answer else arguments
     return [json.dumps(first), middle, json.dumps(last), json.dumps(usage), "[DONE]"]
 
 
-def sdk_response(model: str, answer: str) -> dict[str, Any]:
+def sdk_response(model: str, answer: frozenset[str]) -> dict[str, Any]:
     """A Responses API answer with every field openai's Response needs (``missing-field``: the
     usage's ``input_tokens_details`` lacks ``cache_write_tokens``, as vLLM 0.24.0 sends it)."""
     details: dict[str, Any] = {"cached_tokens": 0}
-    if answer != "missing-field":
+    if "missing-field" not in answer:
         details["cache_write_tokens"] = 0
     return {"id": "resp-sdk", "object": "response", "created_at": 1, "model": model, "status": "completed",
             "output": [{"type": "message", "id": "msg-sdk", "role": "assistant", "status": "completed",

@@ -8,15 +8,25 @@ failures come from the bodies, not from the harness.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_vllmqual import (
+    GateRecord,
+    GateRecorder,
+    ServerHandle,
+    load_recipe,
+    openai_sdk_gate,
+    shipped_tool_fixtures,
+)
 from pytest_vllmqual.client.sdk import (
     record_sdk_attempt,
     sdk_chat,
@@ -26,6 +36,8 @@ from pytest_vllmqual.client.sdk import (
     sdk_version,
 )
 from pytest_vllmqual.records import Attempt
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CHAT_OK = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
            "choices": [{"index": 0, "message": {"role": "assistant", "content": "cloud"}, "finish_reason": "stop"}],
@@ -235,3 +247,45 @@ def test_an_sdk_call_is_kept_as_an_attempt_by_sha256(server: tuple[str, Scripted
     assert same is attempt and attempt.ok and attempt.label == "sdk-chat" and attempt.status_code == 200
     assert attempt.response_sha256 == hashlib.sha256(response).hexdigest() and json.loads(response) == CHAT_OK
     assert attempt.request_sha256 == hashlib.sha256(request).hexdigest() and json.loads(request)["model"] == "m"
+
+
+def sdk_gate_run(url: str, tmp_path: Path, *, strict: bool | None) -> tuple[Any, GateRecorder]:
+    tiny = load_recipe(ROOT / "fixtures" / "recipes" / "tiny-cpu.yaml")
+    gates = {**tiny.gates, "openai_sdk": {"strict": strict}} if strict is not None else tiny.gates
+    recorder = GateRecorder(GateRecord(nodeid="t::sdk", gate="openai_sdk", title="sdk"), tmp_path)
+    server = ServerHandle(base_url=url, served_model_name="m", launcher_kind="external")
+    return openai_sdk_gate(server, dataclasses.replace(tiny, gates=gates), recorder), recorder
+
+
+def conforming(script: Scripted, tool: str) -> None:
+    chunks = json.loads(json.dumps(TOOL_CHUNKS))
+    chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] = tool
+    script.bodies = {"/v1/chat/completions": CHAT_OK, "/v1/chat/completions:stream": chunks,
+                     "/v1/responses": RESPONSE_OK}
+
+
+@pytest.mark.parametrize("strict", [None, True])
+def test_the_gate_passes_conforming_answers_strict_or_not(server: tuple[str, Scripted], tmp_path: Path,
+                                                          strict: bool | None) -> None:
+    url, script = server
+    conforming(script, shipped_tool_fixtures()[0].name)
+    verdict, recorder = sdk_gate_run(url, tmp_path, strict=strict)
+    assert verdict.passed, verdict.failure
+    m = recorder.record.measurements
+    assert (m["strict"], m["strict_findings"], m["findings"]) == (strict is True, 0, [])
+    assert [a.label for a in recorder.record.attempts] == ["sdk-chat", "sdk-streamed-tool-call", "sdk-responses"]
+
+
+def test_the_gate_holds_a_finding_against_the_server_only_when_strict(server: tuple[str, Scripted],
+                                                                      tmp_path: Path) -> None:
+    url, script = server
+    conforming(script, shipped_tool_fixtures()[0].name)
+    usage = {**RESPONSE_OK["usage"], "input_tokens_details": {"cached_tokens": 0}}
+    script.bodies["/v1/responses"] = {**RESPONSE_OK, "usage": usage}
+    lenient, recorder = sdk_gate_run(url, tmp_path / "lenient", strict=None)
+    assert lenient.passed, lenient.failure
+    assert recorder.record.measurements["findings"][0]["path"] == "usage.input_tokens_details.cache_write_tokens"
+    strict, _ = sdk_gate_run(url, tmp_path / "strict", strict=True)
+    assert strict.failure == (f"strict validation (gates.openai_sdk.strict: true): 1 finding(s): responses: "
+                              f"usage.input_tokens_details.cache_write_tokens is missing (openai {sdk_version()}'s "
+                              "Response)")
