@@ -45,7 +45,8 @@ def test_json(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> No
 @pytest.mark.gate("tools")
 def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                tool_fixtures: list[ToolFixture]) -> None:
-    """Typed tools N/N: every tool called by name with schema-valid arguments."""
+    """Typed tools N/N: every tool called by name with schema-valid arguments, every one of the
+    ``gates.tools.repeat`` times it is asked (default once)."""
     verdict = tools_gate(qual_client, recipe, gate, tool_fixtures)
     assert verdict.passed, verdict.failure
 
