@@ -176,39 +176,39 @@ def _prompt_checks(targets: Sequence[int], largest: int) -> list[Check]:
 
 
 _CLIENT_CHECKS = [
-        Check("client CPU per streamed chunk (replay)", ("client", "replay", "cpu_us_per_chunk"), None, 100.0, "µs"),
-        Check("pytest --collect-only -q suites, wall (median)", ("client", "collect", "wall_s_median"), None, 1.0,
-              "s"),
+    Check("client CPU per streamed chunk (replay)", ("client", "replay", "cpu_us_per_chunk"), None, 100.0, "µs"),
+    Check("pytest --collect-only -q suites, wall (median)", ("client", "collect", "wall_s_median"), None, 1.0,
+          "s"),
 ]
 _FIDELITY_SERVER_CHECKS = [
-        Check("readiness returned after the log's 'Application startup complete.'",
-              ("fidelity", "readiness", "ready_after_startup_complete_s"), None, 0.5, "s"),
-        # Missed here: even vLLM bench's asyncio client takes more than 5 % of a core at these
-        # rates, and CPU seconds on a shared VM vary from run to run (docs/PERFORMANCE.md, section 2).
-        # The regression guard is the ratio below, taken within the run.
-        Check("client share of one core at the highest chunk rate",
-              ("fidelity", "client_at_max_chunk_rate", "client_core_fraction"), None, 0.05, guard=(None, 0.30)),
-        # The rebuilt streaming client's goal: no more CPU per chunk than vLLM bench's client at the
-        # highest rate.
-        Check("client CPU per chunk, harness / vllm bench (highest concurrency, same run)",
-              ("fidelity", "client_cpu_per_chunk_vs_vllm_bench", "ratio"), None, 1.0, guard=(None, 1.5)),
-        Check("calibration error against /tokenize (all sizes the server accepts)",
-              ("fidelity", "server_calibration", "max_abs_error"), 0, 0, "tokens"),
+    Check("readiness returned after the log's 'Application startup complete.'",
+          ("fidelity", "readiness", "ready_after_startup_complete_s"), None, 0.5, "s"),
+    # Missed here: even vLLM bench's asyncio client takes more than 5 % of a core at these
+    # rates, and CPU seconds on a shared VM vary from run to run (docs/PERFORMANCE.md, section 2).
+    # The regression guard is the ratio below, taken within the run.
+    Check("client share of one core at the highest chunk rate",
+          ("fidelity", "client_at_max_chunk_rate", "client_core_fraction"), None, 0.05, guard=(None, 0.30)),
+    # The rebuilt streaming client's goal: no more CPU per chunk than vLLM bench's client at the
+    # highest rate.
+    Check("client CPU per chunk, harness / vllm bench (highest concurrency, same run)",
+          ("fidelity", "client_cpu_per_chunk_vs_vllm_bench", "ratio"), None, 1.0, guard=(None, 1.5)),
+    Check("calibration error against /tokenize (all sizes the server accepts)",
+          ("fidelity", "server_calibration", "max_abs_error"), 0, 0, "tokens"),
 ]
 _VERDICT_CHECKS = [
-        # Missed here: vLLM's TP workers, pinned one per core, busy-poll for 1 s after every engine
-        # step, and any CPU the harness needs in that second waits for it (docs/PERFORMANCE.md,
-        # section 4, has the measurement). The guard catches the harness growing.
-        Check("harness overhead / wall of a full run", ("verdict", "harness_overhead_fraction"), None, 0.05,
-              guard=(None, 0.20)),
-        Check("harness process CPU / wall of a full run", ("verdict", "harness_cpu_fraction"), None, 0.05),
+    # Missed here: vLLM's TP workers, pinned one per core, busy-poll for 1 s after every engine
+    # step, and any CPU the harness needs in that second waits for it (docs/PERFORMANCE.md,
+    # section 4, has the measurement). The guard catches the harness growing.
+    Check("harness overhead / wall of a full run", ("verdict", "harness_overhead_fraction"), None, 0.05,
+          guard=(None, 0.20)),
+    Check("harness process CPU / wall of a full run", ("verdict", "harness_cpu_fraction"), None, 0.05),
 ]
 _BROKEN_CHECKS = [
-        # Fail fast: a broken server is reported by its smoke, not after the whole ladder.
-        Check("time to a verdict after ready, server whose smoke fails (fail fast)",
-              ("broken", "fail_fast", "after_ready_s"), None, 15.0, "s", guard=(None, 30.0)),
-        Check("after-ready time, fail fast / no fail fast, same broken server", ("broken", "after_ready_ratio"),
-              None, 0.5),
+    # Fail fast: a broken server is reported by its smoke, not after the whole ladder.
+    Check("time to a verdict after ready, server whose smoke fails (fail fast)",
+          ("broken", "fail_fast", "after_ready_s"), None, 15.0, "s", guard=(None, 30.0)),
+    Check("after-ready time, fail fast / no fail fast, same broken server", ("broken", "after_ready_ratio"),
+          None, 0.5),
 ]
 CHECKS: dict[str, list[Check]] = build_checks()
 
