@@ -2,7 +2,7 @@
 
     python benchmarks/bench_stream_loopback.py [--concurrency 1,4,8] [--interval-ms 1.8] [--tokens 256]
     python benchmarks/bench_stream_loopback.py --reference-client REV   # also the client of git revision REV
-    python benchmarks/bench_stream_loopback.py --quick [--json PATH]   # c=1, short streams, no vLLM client
+    python benchmarks/bench_stream_loopback.py --quick [--json PATH]   # c=1 and 2, short streams, no vLLM client
 
 The replay in ``bench_client.py`` has no socket, so it leaves out what dominates a live
 stream: one ``recv`` per chunk, the HTTP/1.1 chunked framing and a thread wake-up per chunk.
