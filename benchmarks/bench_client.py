@@ -3,6 +3,7 @@
     python benchmarks/bench_client.py                  # replay a synthetic vLLM SSE body
     python benchmarks/bench_client.py --sse FILE       # replay a recorded SSE body
     python benchmarks/bench_client.py --collect        # also time `pytest --collect-only -q suites`
+    python benchmarks/bench_client.py --quick [--collect] [--json PATH]   # a few repeats, seconds
 
 Replay: one SSE body (recorded from the real server by ``bench_fidelity``, or built here in
 vLLM 0.32's exact chunk format) is fed through ``QualClient.stream_chat`` on the client's own
@@ -34,11 +35,17 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from quick_mode import add_quick_flag  # noqa: E402
 
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.client.stream_transport import StreamTransport, _Connection  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.records import Attempt  # noqa: E402
+
+#: Quick mode (benchmarks/quick_mode.py): the same measurements, a few repeats each.
+QUICK_REPEATS = {"replay": 3, "construction": 3, "collect": 1}
 
 
 def synthetic_sse_events(completion_tokens: int = 256, prompt_tokens: int = 1024) -> list[bytes]:
@@ -187,7 +194,8 @@ def measure_client_construction(*, repeats: int = 20) -> dict[str, Any]:
     return {"repeats": repeats, "construct_s_median": statistics.median(times), "construct_s_max": max(times)}
 
 
-def time_collect_only(*, repeats: int = 7, target: str = "suites") -> dict[str, Any]:
+def time_collect_only(*, repeats: int = 7, target: str = "suites", import_repeats: int = 5,
+                      warm: bool = True) -> dict[str, Any]:
     """Wall time of ``pytest --collect-only -q suites``, beside bare pytest start-up.
 
     The baseline is the same pytest (with every other installed plugin) collecting an empty
@@ -195,6 +203,7 @@ def time_collect_only(*, repeats: int = 7, target: str = "suites") -> dict[str, 
     The first run of each populates the bytecode caches (pytest's rewritten ``.pyc`` of the
     plugin package), as a user's second run and every CI run after the install find them.
     Each configuration is then timed ``repeats`` times, interleaved; medians are kept.
+    ``warm=False`` (quick mode) leaves the first runs out.
     """
     pytest_bin = str(Path(sys.executable).with_name("pytest"))
     env_warm = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -204,7 +213,7 @@ def time_collect_only(*, repeats: int = 7, target: str = "suites") -> dict[str, 
             "baseline": [pytest_bin, "-p", "no:vllmqual", "-p", "no:cacheprovider", "--collect-only", "-q",
                          "--rootdir", empty, empty],
         }
-        for argv in commands.values():
+        for argv in commands.values() if warm else ():
             subprocess.run(argv, cwd=ROOT, env=env_warm, capture_output=True, check=False)
         walls: dict[str, list[float]] = {name: [] for name in commands}
         collected = ""
@@ -229,7 +238,7 @@ def time_collect_only(*, repeats: int = 7, target: str = "suites") -> dict[str, 
         "plugin_share_s": with_plugin - baseline,
         "plugin_share_of_wall": (with_plugin - baseline) / with_plugin if with_plugin > 0 else None,
         "collected": collected.strip(),
-        "plugin_import_s_median": _plugin_import_s(),
+        "plugin_import_s_median": _plugin_import_s(import_repeats),
     }
 
 
@@ -252,16 +261,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="socket: the live streaming path (default); httpx: httpx over MockTransport")
     parser.add_argument("--collect", action="store_true", help="also time pytest --collect-only")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    quick = QUICK_REPEATS if args.quick else {}
     events = split_sse_events(Path(args.sse).read_bytes()) if args.sse else synthetic_sse_events()
-    results: dict[str, Any] = {"replay": measure_replay(events, repeats=args.repeats, transport=args.transport),
-                               "construction": measure_client_construction()}
+    results: dict[str, Any] = {
+        "replay": measure_replay(events, repeats=quick.get("replay", args.repeats), transport=args.transport),
+        "construction": measure_client_construction(repeats=quick.get("construction", 20))}
     print(f"QualClient construction: {results['construction']['construct_s_median'] * 1e3:.2f} ms (median)")
     replay = results["replay"]
     print(f"replay: {replay['data_chunks']} chunks, {replay['cpu_s_per_request_median'] * 1e3:.2f} ms CPU "
           f"per request, {replay['cpu_us_per_chunk']:.1f} µs CPU per chunk")
     if args.collect:
-        results["collect"] = time_collect_only()
+        results["collect"] = time_collect_only(repeats=quick.get("collect", 7),
+                                               import_repeats=quick.get("collect", 5), warm=not args.quick)
         c = results["collect"]
         print(f"collect-only: {c['wall_s_median']:.3f} s wall (median of {c['repeats']}); bare pytest "
               f"{c['baseline_wall_s_median']:.3f} s; plugin import {c['plugin_import_s_median']:.3f} s")

@@ -1,6 +1,7 @@
 """Benchmark: the harness against vLLM's own serving benchmark, on one server, in one run.
 
     python benchmarks/bench_fidelity.py [--recipe tiny-cpu] [--json PATH]
+    python benchmarks/bench_fidelity.py --quick [--json PATH]   # harness leg only, fault server, seconds
 
 One server is started with the plugin's own launcher (``ServerManager``, the recipe's serve
 command, the plugin's readiness). Then, at each concurrency, the same workload goes through
@@ -51,17 +52,22 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from quick_mode import QUICK_SKIP_VLLM, add_quick_flag, quick_recipe  # noqa: E402
 
 from pytest_vllmqual.client.corpus import filler_text  # noqa: E402
 from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, TokenCounter  # noqa: E402
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.client.results import StreamResult  # noqa: E402
-from pytest_vllmqual.client.token_counters import ServerTokenCounter  # noqa: E402
+from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
 from pytest_vllmqual.errors import CalibrationError  # noqa: E402
 from pytest_vllmqual.gates.ladder import fetch_metrics  # noqa: E402
 from pytest_vllmqual.gates.recorder import GateRecorder  # noqa: E402
 from pytest_vllmqual.launch import local_process as launch_local_process  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
+from pytest_vllmqual.launch.cleanup import procs as cleanup_procs  # noqa: E402
+from pytest_vllmqual.launch.cleanup import shm as cleanup_shm  # noqa: E402
 from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe  # noqa: E402
 from pytest_vllmqual.records import GateRecord  # noqa: E402
 from pytest_vllmqual.session.server import ServerManager  # noqa: E402
@@ -461,7 +467,7 @@ class _NullChatHandler(http.server.BaseHTTPRequestHandler):
 
 
 def client_ttft_floor(builder: ExactPromptBuilder, *, tokens: int, n: int, tokenizer: str, workdir: Path,
-                      private_dir: Path) -> dict[str, Any]:
+                      private_dir: Path, vllm_bench: bool = True) -> dict[str, Any]:
     """TTFT of both tools against a server that answers instantly: what each client's clock adds.
 
     The same exact-length prompts (so the same request sizes) go to an in-process HTTP server
@@ -479,13 +485,13 @@ def client_ttft_floor(builder: ExactPromptBuilder, *, tokens: int, n: int, token
         ours = harness_pass(handle, prompts, concurrency=1, max_tokens=1, private_dir=private_dir,
                             label="null-harness", metrics_http=null_http)
         theirs = vllm_bench_pass(handle, prompts, concurrency=1, max_tokens=1, tokenizer=tokenizer,
-                                 workdir=workdir, label="null-vllm", metrics_http=null_http)
+                                 workdir=workdir, label="null-vllm", metrics_http=null_http) if vllm_bench else None
         null_http.close()
     finally:
         server.shutdown()
         server.server_close()
     h = _median([r.ttft_s for r in ours.requests])
-    v = _median([r.ttft_s for r in theirs.requests])
+    v = _median([r.ttft_s for r in theirs.requests]) if theirs is not None else None
     return {"requests": n, "prompt_tokens": tokens, "harness_median_ttft_ms": h * 1e3 if h is not None else None,
             "vllm_bench_median_ttft_ms": v * 1e3 if v is not None else None,
             "difference_ms": (h - v) * 1e3 if h is not None and v is not None else None}
@@ -635,6 +641,18 @@ class FidelityConfig:
     rate_concurrencies: tuple[int, ...] = (1, 4, 8)
     rate_prompt_tokens: int = 128
     rate_max_tokens: int = 256
+    #: Run vLLM's own benchmark beside the harness (the comparison leg); off only in quick mode.
+    vllm_bench: bool = True
+    #: Count prompt tokens with the recipe's tokenizer locally instead of the server's /tokenize
+    #: (quick mode: the fault server has none).
+    count_locally: bool = False
+
+    @classmethod
+    def quick(cls) -> FidelityConfig:
+        """Quick mode (benchmarks/quick_mode.py): every step, a few short requests, one round, no vLLM."""
+        return cls(concurrencies=(1, 2), rounds=1, requests_per_pass={1: 2, 2: 4}, prompt_tokens=256, max_tokens=8,
+                   ttft_prompt_tokens=512, rate_concurrencies=(1, 2), rate_prompt_tokens=64, rate_max_tokens=8,
+                   vllm_bench=False, count_locally=True)
 
 
 def compare_tools(handle: ServerHandle, builder: ExactPromptBuilder, *, config: FidelityConfig, workdir: Path,
@@ -646,7 +664,9 @@ def compare_tools(handle: ServerHandle, builder: ExactPromptBuilder, *, config: 
     for c in config.concurrencies:
         n = config.requests_per_pass.get(c, 3 * c)
         for r in range(config.rounds):
-            order = ("harness", "vllm_bench") if r % 2 == 0 else ("vllm_bench", "harness")
+            order: tuple[str, ...] = ("harness", "vllm_bench") if r % 2 == 0 else ("vllm_bench", "harness")
+            if not config.vllm_bench:
+                order = ("harness",)
             for workload in WORKLOADS:
                 max_tokens = config.ttft_max_tokens if workload == "ttft" else config.max_tokens
                 for tool in order:
@@ -721,10 +741,13 @@ def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progr
     handle = manager.handle
     assert handle is not None
     out: dict[str, Any] = {"readiness": readiness, "recipe": recipe.name, "config": asdict(config)}
+    if not config.vllm_bench:
+        progress(f"quick mode: {QUICK_SKIP_VLLM}")
+        out["skipped"] = [QUICK_SKIP_VLLM]
     try:
         metrics_http = httpx.Client(base_url=handle.base_url, headers=handle.auth_headers())
-        builder = ExactPromptBuilder(ServerTokenCounter(metrics_http, handle.served_model_name))
         tokenizer = recipe.model_location()
+        builder = ExactPromptBuilder(prompt_counter(config, metrics_http, handle, tokenizer))
         # Warm-up: the first requests after start pay one-time costs; neither tool should.
         warm = build_prompts(builder, config.prompt_tokens, 4, "warm")
         harness_pass(handle, warm, concurrency=4, max_tokens=config.max_tokens, private_dir=private_dir,
@@ -734,22 +757,24 @@ def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progr
         out["passes"] = [p.to_dict() for p in passes]
         out["summary"] = [summarize(passes, c) for c in config.concurrencies]
         out["vllm_bench_command"] = commands
-        out["client_ttft_floor"] = client_ttft_floor(builder, tokens=config.ttft_prompt_tokens, n=15,
-                                                     tokenizer=tokenizer,
-                                                     workdir=workdir, private_dir=private_dir)
+        out["client_ttft_floor"] = client_ttft_floor(builder, tokens=config.ttft_prompt_tokens,
+                                                     n=15 if config.vllm_bench else 3, tokenizer=tokenizer,
+                                                     workdir=workdir, private_dir=private_dir,
+                                                     vllm_bench=config.vllm_bench)
         floor = out["client_ttft_floor"]
+        theirs = floor["vllm_bench_median_ttft_ms"]
         progress(f"client TTFT floor (instant server): harness {floor['harness_median_ttft_ms']:.2f} ms, "
-                 f"vllm bench {floor['vllm_bench_median_ttft_ms']:.2f} ms")
+                 + (f"vllm bench {theirs:.2f} ms" if theirs is not None else "vllm bench not run"))
         out["chunk_rate"] = chunk_rate_sweep(
             handle, builder, private_dir=private_dir, metrics_http=metrics_http,
             concurrencies=config.rate_concurrencies, prompt_tokens=config.rate_prompt_tokens,
-            max_tokens=config.rate_max_tokens, progress=progress, tokenizer=tokenizer, workdir=workdir)
+            max_tokens=config.rate_max_tokens, progress=progress, tokenizer=tokenizer, workdir=workdir,
+            reference_at=None if config.vllm_bench else ())
         if extra is not None:
             out.update(extra(handle))
         metrics_http.close()
     finally:
-        with timed_calls([(launch_local_process, "kill_run"), (launch_local_process, "reclaim_shm"),
-                          (launch_local_process, "shm_files_of_run"), (launch_local_process, "processes_of_run")]) as spent:
+        with timed_calls(TEARDOWN_CALLS) as spent:
             started = time.perf_counter()
             teardown = manager.stop()
             total = time.perf_counter() - started
@@ -757,6 +782,13 @@ def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progr
         out["teardown_profile"] = {"stop_s": total, **{f"{name}_s": sum(times) for name, times in spent.items()},
                                    "calls": {name: len(times) for name, times in spent.items()}}
     return out
+
+
+def prompt_counter(config: FidelityConfig, http: httpx.Client, handle: ServerHandle, tokenizer: str) -> TokenCounter:
+    """What the prompts are counted with: the server's /tokenize, or the tokenizer locally (quick mode)."""
+    if config.count_locally:
+        return HFTokenCounter.from_pretrained(tokenizer)
+    return ServerTokenCounter(http, handle.served_model_name)
 
 
 def client_at_revision(revision: str) -> type[QualClient]:
@@ -809,11 +841,33 @@ def run_chunk_rate(recipe: Recipe, *, config: FidelityConfig, workdir: Path, rou
     return out
 
 
+#: The teardown steps timed in ``teardown_profile``: (module the caller looks the name up in, the
+#: function). Named by reference, not by string, so that mypy fails a renamed one, and checked
+#: in ``timed_calls`` so that a caller that stopped looking the function up there fails too.
+TEARDOWN_CALLS: tuple[tuple[types.ModuleType, Callable[..., Any]], ...] = (
+    (launch_local_process, cleanup_procs.kill_run),
+    (launch_local_process, cleanup_procs.processes_of_run),
+    (launch_local_process, cleanup_shm.reclaim_run_shm),
+    (cleanup_shm, cleanup_shm.reclaim_shm),
+    (cleanup_shm, cleanup_shm.shm_files_of_run),
+)
+
+
 @contextlib.contextmanager
-def timed_calls(targets: Sequence[tuple[Any, str]]) -> Iterator[dict[str, list[float]]]:
-    """Time every call of the named module functions while the block runs (benchmark-only wrapping)."""
-    spent: dict[str, list[float]] = {name: [] for _, name in targets}
-    originals = [(module, name, getattr(module, name)) for module, name in targets]
+def timed_calls(targets: Sequence[tuple[types.ModuleType, Callable[..., Any]]]) -> Iterator[dict[str, list[float]]]:
+    """Time every call of the given functions, as looked up in the given modules, while the block runs.
+
+    Benchmark-only wrapping. A function the module no longer binds under its name is an
+    error, not a silent zero: the profile would otherwise time nothing.
+    """
+    originals = []
+    for module, fn in targets:
+        name = fn.__name__
+        if getattr(module, name, None) is not fn:
+            raise RuntimeError(f"{module.__name__} no longer calls {fn.__module__}.{name} by that name; "
+                               "update TEARDOWN_CALLS in benchmarks/bench_fidelity.py")
+        originals.append((module, name, fn))
+    spent: dict[str, list[float]] = {name: [] for _, name, _ in originals}
 
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -843,7 +897,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run only the chunk-rate sweep (client CPU per chunk), vLLM bench at every concurrency")
     parser.add_argument("--reference-client", metavar="REV",
                         help="with --only-chunk-rate: also sweep QualClient as committed at git revision REV")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        with tempfile.TemporaryDirectory(prefix="vllmqual-bench-quick-") as tmp:
+            recipe, _ = quick_recipe(Path(tmp) / "recipes")
+            results = run_fidelity(recipe, config=FidelityConfig.quick(), workdir=Path(tmp))
+        return _write_results(results, args.json)
     recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
     if args.only_chunk_rate:
         import importlib.util
@@ -859,10 +919,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="vllmqual-bench-") as tmp:
         results = run_fidelity(recipe, config=FidelityConfig(rounds=args.rounds), workdir=Path(tmp))
+    return _write_results(results, args.json)
+
+
+def _write_results(results: dict[str, Any], json_path: str | None) -> int:
     for row in results["summary"]:
         print(json.dumps({"concurrency": row["concurrency"], **row["ratios"]}))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
     return 0
 
 

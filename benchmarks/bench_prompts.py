@@ -3,6 +3,7 @@
     python benchmarks/bench_prompts.py                         # local tokenizer
     python benchmarks/bench_prompts.py --tokenizer DIR          # a given HF tokenizer dir
     python benchmarks/bench_prompts.py --server URL [--model NAME] [--api-key KEY] [--send]
+    python benchmarks/bench_prompts.py --quick [--json PATH]   # fixture tokenizer, small targets, seconds
 
 For each target (default 32K, 131K, 400K tokens) it prints, for pytest_vllmqual's builder:
 client CPU seconds (``time.process_time``), wall seconds, counter calls and the calibration
@@ -38,6 +39,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from quick_mode import add_quick_flag, fixture_tokenizer  # noqa: E402
 
 from pytest_vllmqual.client.corpus import PAD_WORD_CANDIDATES, filler_text  # noqa: E402
 from pytest_vllmqual.client.prompts import ChatShape, ExactPromptBuilder, Message, TextCut, TokenCounter  # noqa: E402
@@ -46,6 +50,8 @@ from pytest_vllmqual.errors import CalibrationError  # noqa: E402
 
 FIXTURE_TOKENIZER = ROOT / "fixtures" / "model" / "build" / "tiny-chat"
 DEFAULT_TARGETS = (32_768, 131_072, 400_000)
+#: Quick mode (benchmarks/quick_mode.py): two small targets, one build each.
+QUICK_TARGETS = (1_024, 4_096)
 
 BUILTIN_TEMPLATE = """{%- if messages[0].role == 'system' or tools or reasoning_effort is defined and reasoning_effort %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
@@ -374,7 +380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--send", action="store_true", help="also send each prompt (max_tokens=1)")
     parser.add_argument("--no-peer", action="store_true", help="skip the peer method")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        if args.server:
+            parser.error("--quick runs locally (the fault server has no /tokenize); drop --server")
+        args.targets, args.repeat, args.tokenizer = list(QUICK_TARGETS), 1, str(fixture_tokenizer())
     results = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

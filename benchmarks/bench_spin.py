@@ -1,6 +1,7 @@
 """Benchmark: how long a fixed piece of client CPU work takes right after a request, against idle.
 
-    python benchmarks/bench_spin.py [--recipe tiny-cpu]
+    python benchmarks/bench_spin.py [--recipe tiny-cpu] [--json PATH]
+    python benchmarks/bench_spin.py --quick [--json PATH]   # against the fault server, seconds
 
 After every engine step vLLM's TP workers busy-poll their shared-memory queue for a second
 (``SpinCondition.busy_loop_s = 1`` in vllm/distributed/device_communicators/shm_broadcast.py).
@@ -26,6 +27,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from quick_mode import add_quick_flag, quick_recipe  # noqa: E402
 
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
@@ -33,6 +37,8 @@ from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
 from pytest_vllmqual.session.server import ServerManager  # noqa: E402
 
 DELAYS_S = (0.0, 0.3, 0.6, 1.2, 2.0)
+#: Quick mode (benchmarks/quick_mode.py): one request, no settling, the one delay the figures read.
+QUICK_SPIN: dict[str, Any] = {"repeats": 1, "settle_s": 0.0, "delays_s": (0.0,)}
 
 
 def cpu_job(iterations: int = 300_000) -> dict[str, float]:
@@ -55,7 +61,8 @@ def _schedstat() -> list[int] | None:
         return None
 
 
-def measure(handle: ServerHandle, *, repeats: int = 2, settle_s: float = 3.0) -> dict[str, Any]:
+def measure(handle: ServerHandle, *, repeats: int = 2, settle_s: float = 3.0,
+            delays_s: Sequence[float] = DELAYS_S) -> dict[str, Any]:
     """The job idle (after ``settle_s`` of quiet) and at each delay after a 1-token completion."""
     client = QualClient(handle, timeout_s=60.0)
     try:
@@ -63,7 +70,7 @@ def measure(handle: ServerHandle, *, repeats: int = 2, settle_s: float = 3.0) ->
         idle = [cpu_job() for _ in range(3)]
         after: dict[str, list[dict[str, float]]] = {}
         for _ in range(repeats):
-            for delay in DELAYS_S:
+            for delay in delays_s:
                 client.chat({"messages": [{"role": "user", "content": "Say cloud."}], "max_tokens": 1},
                             label="spin-probe")
                 time.sleep(delay)
@@ -84,13 +91,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--recipe", default="tiny-cpu")
     parser.add_argument("--recipes-dir", default=str(ROOT / "fixtures" / "recipes"))
     parser.add_argument("--json", metavar="PATH")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
-    recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
     with tempfile.TemporaryDirectory(prefix="vllmqual-spin-") as tmp:
-        manager = ServerManager(recipe, run_id=f"bench-spin-{os.getpid()}", private_dir=Path(tmp),
+        if args.quick:
+            recipe, _ = quick_recipe(Path(tmp) / "recipes")
+        else:
+            recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
+        manager = ServerManager(recipe, run_id=f"bench-spin-{os.getpid()}", private_dir=Path(tmp) / "private",
                                 progress=lambda line: print(f"[bench] {line}", flush=True))
         try:
-            result = measure(manager.ensure_ready())
+            handle = manager.ensure_ready()
+            result = measure(handle, **QUICK_SPIN) if args.quick else measure(handle)
         finally:
             manager.stop()
     print(json.dumps({k: v for k, v in result.items() if k not in ("idle", "after_request")}, indent=2))

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_stream_loopback.py [--concurrency 1,4,8] [--interval-ms 1.8] [--tokens 256]
     python benchmarks/bench_stream_loopback.py --reference-client REV   # also the client of git revision REV
+    python benchmarks/bench_stream_loopback.py --quick [--json PATH]   # c=1 and 2, short streams, no vLLM client
 
 The replay in ``bench_client.py`` has no socket, so it leaves out what dominates a live
 stream: one ``recv`` per chunk, the HTTP/1.1 chunked framing and a thread wake-up per chunk.
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_client import _Sink, synthetic_sse_events  # noqa: E402
+from quick_mode import QUICK_SKIP_VLLM, add_quick_flag, quick_note  # noqa: E402
 
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
@@ -223,7 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--vllm-client", metavar="BASE_URL", help=argparse.SUPPRESS)
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        # Its own paced server stands in for vLLM here already; quick mode only shortens the run.
+        args.concurrency, args.tokens, args.interval_ms, args.no_vllm = "1,2", 16, 0.2, True
+        quick_note(QUICK_SKIP_VLLM)
     if args.serve:
         serve(Path(args.serve), args.tokens, args.interval_ms / 1e3)
         return 0
@@ -237,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    reference_revision=args.reference_client)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+    workdir.joinpath("port").unlink(missing_ok=True)
+    workdir.rmdir()
     return 0
 
 

@@ -1,6 +1,7 @@
 """Benchmark: time to verdict of a full ``pytest suites --recipe=tiny-cpu``, and where it goes.
 
     python benchmarks/bench_verdict.py [--recipe tiny-cpu] [--json PATH]
+    python benchmarks/bench_verdict.py --quick [--json PATH]   # the same run against the fault server
 
 Runs the whole qualification as a user does (a subprocess, its own server, its own report)
 and splits its wall time, using the run's own report:
@@ -29,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -37,6 +39,7 @@ from typing import Any
 
 import httpx
 from bench_fidelity import process_cpu_s
+from quick_mode import add_quick_flag, quick_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENT_PREFIX = "concurrent-"
@@ -231,9 +234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--recipes-dir", default=None, help="where --recipe is looked up (default fixtures/recipes)")
     parser.add_argument("--reports-dir", default=str(ROOT / "reports" / "bench" / "verdict"))
     parser.add_argument("--json", metavar="PATH")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
-    result = run_verdict(args.recipe, Path(args.reports_dir),
-                         recipes_dir=Path(args.recipes_dir) if args.recipes_dir else None)
+    if args.quick:
+        with tempfile.TemporaryDirectory(prefix="vllmqual-verdict-quick-") as tmp:
+            recipe, recipes_dir = quick_recipe(Path(tmp) / "recipes")
+            result = run_verdict(recipe.name, Path(tmp) / "reports", recipes_dir=recipes_dir)
+    else:
+        result = run_verdict(args.recipe, Path(args.reports_dir),
+                             recipes_dir=Path(args.recipes_dir) if args.recipes_dir else None)
     print(json.dumps({k: v for k, v in result.items() if k not in ("timeline", "gates")}, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_TIERS = ("unit", "plugin", "integration", "faults", "docker", "packaging", "fleet", "load", "bench")
+TEST_TIERS = ("unit", "plugin", "integration", "faults", "docker", "packaging", "fleet", "load", "benchmarks")
 
 
 def times_dir() -> Path:

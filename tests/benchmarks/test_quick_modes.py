@@ -1,0 +1,197 @@
+"""Every benchmark's quick mode runs to its end and writes its result (benchmarks/quick_mode.py).
+
+Nothing else runs a benchmark in CI, so without these a function renamed in the package
+would break ``make bench`` unseen until someone ran it (it did: the fidelity benchmark's
+teardown profile named two launcher functions that a refactor had moved). Each quick mode
+runs as a subprocess, as a user runs the benchmark, against the fault server instead of a
+real vLLM (the point is the benchmark's code path, not a server's figures; a real server
+would add a cold start of minutes). The runs start together in one fixture, so the tier
+takes about as long as its slowest run; each test then reads one run's exit status, output
+and result file. Figures are never asserted: quick-mode figures are not measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_harness import tiny_model_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+DEADLINE_S = 300.0
+SKIP_NOTE = "quick mode: the vLLM-side comparison leg is skipped"
+
+
+@dataclass
+class QuickRun:
+    """One benchmark's quick run: its command, where it wrote its result, and what it printed."""
+
+    name: str
+    argv: list[str]
+    result: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    code: int | None = None
+    seconds: float | None = None
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def data(self) -> Any:
+        assert self.code == 0, f"{' '.join(self.argv)} exited {self.code}:\n{self.output[-4000:]}"
+        assert self.result.is_file(), f"{self.name} exited 0 but wrote no result at {self.result}:\n{self.output[-2000:]}"
+        return json.loads(self.result.read_text())
+
+
+#: Arguments beyond ``--quick --json PATH`` that a benchmark's quick run takes here (the collect-only
+#: timing of bench_client runs in run_all's quick run already).
+EXTRA_ARGS: dict[str, list[str]] = {}
+
+
+def quick_scripts() -> list[str]:
+    """Every benchmark (benchmarks/bench_*.py, found, not listed) and ``make bench``'s driver."""
+    return ["run_all", *sorted(path.stem for path in BENCHMARKS.glob("bench_*.py"))]
+
+
+def _runs(out: Path) -> dict[str, QuickRun]:
+    runs = {}
+    for name in quick_scripts():
+        if name == "run_all":  # writes its own results folder
+            result, tail = out / "all" / "latest.json", ["--out", str(out / "all")]
+        else:
+            result, tail = out / f"{name}.json", ["--json", str(out / f"{name}.json")]
+        argv = [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", *EXTRA_ARGS.get(name, []), *tail]
+        runs[name] = QuickRun(name, argv, result, out / f"{name}.log")
+    return runs
+
+
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, QuickRun]]:
+    """All quick runs, started at once (each mostly waits on imports, subprocesses or the fault server)."""
+    tiny_model_dir()  # the quick modes count prompts with the fixture model's tokenizer
+    out = tmp_path_factory.mktemp("bench-quick")
+    runs = _runs(out)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+           "PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in env.items() if not k.startswith(("PYTEST_", "VLLMQUAL_"))}
+    started = time.monotonic()
+    try:
+        for run in runs.values():
+            with run.log.open("wb") as log:
+                run.proc = subprocess.Popen(run.argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+        for run in runs.values():
+            assert run.proc is not None
+            left = max(DEADLINE_S - (time.monotonic() - started), 1.0)
+            try:
+                run.code = run.proc.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                run.code = None
+            run.seconds = time.monotonic() - started
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.proc is not None and run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
+
+
+def _keys(data: dict[str, Any], *keys: str) -> None:
+    missing = [key for key in keys if key not in data]
+    assert not missing, f"result lacks {missing}; has {sorted(data)}"
+
+
+def test_run_all_quick(quick_runs: dict[str, QuickRun]) -> None:
+    """``make bench``'s driver: every section ran (none raised) and every figure has its row."""
+    run = quick_runs["run_all"]
+    data = run.data()
+    assert data["quick"] is True
+    sections = ("prompts", "client", "fidelity", "verdict", "broken")
+    _keys(data, *sections, "checks", "seconds", "versions", "machine")
+    raised = {s: data[s]["error"] for s in sections if "error" in data[s]}
+    assert not raised, f"sections raised: {raised}\n{run.output[-3000:]}"
+    assert {row["section"] for row in data["checks"]} == set(sections)
+    _keys(data["fidelity"], "summary", "chunk_rate", "client_ttft_floor", "post_request_cpu", "teardown_profile",
+          "server_calibration")
+    _keys(data["broken"], "fail_fast", "no_fail_fast", "after_ready_ratio")
+    _keys(data["client"]["collect"], "wall_s_median", "baseline_wall_s_median", "plugin_import_s_median", "collected")
+    assert "figures below are not measurements" in run.output
+    # The tables of docs/PERFORMANCE.md render from a result file of the same shape.
+    tables = subprocess.run([sys.executable, str(BENCHMARKS / "render_tables.py"), str(run.result)], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    assert tables.returncode == 0, tables.stderr[-3000:]
+    assert "| verdict | figure |" in tables.stdout
+
+
+def test_fidelity_quick(quick_runs: dict[str, QuickRun]) -> None:
+    """The harness leg ran at each concurrency; the vLLM leg is skipped and says so; the teardown
+    profile wrapped every launcher function it names (the names a refactor once left stale)."""
+    run = quick_runs["bench_fidelity"]
+    data = run.data()
+    _keys(data, "readiness", "config", "skipped", "passes", "summary", "client_ttft_floor", "chunk_rate",
+          "teardown", "teardown_profile")
+    assert SKIP_NOTE in run.output
+    assert {p["tool"] for p in data["passes"]} == {"harness"}
+    assert {p["concurrency"] for p in data["passes"]} == set(data["config"]["concurrencies"])
+    assert all(r["ok"] for p in data["passes"] for r in p["requests"]), "a harness request failed"
+    assert data["client_ttft_floor"]["harness_median_ttft_ms"] is not None
+    assert [row["concurrency"] for row in data["chunk_rate"]] == data["config"]["rate_concurrencies"]
+    calls = data["teardown_profile"]["calls"]
+    assert set(calls) == {"kill_run", "processes_of_run", "reclaim_run_shm", "reclaim_shm", "shm_files_of_run"}
+    assert calls["kill_run"] >= 1 and calls["reclaim_run_shm"] >= 1, calls
+    assert data["teardown"]["clean"] is True
+
+
+def test_verdict_quick(quick_runs: dict[str, QuickRun]) -> None:
+    """A whole ``pytest suites`` run against the fault server, its wall time split from its report."""
+    data = quick_runs["bench_verdict"].data()
+    _keys(data, "wall_s", "server_boot_s", "gate_requests_s", "teardown_s", "harness_overhead_s",
+          "harness_overhead_fraction", "exit_code", "report", "phases", "timeline", "gates", "harness_cpu_s")
+    assert data["gates"], "the run's report has no gates"
+
+
+def test_prompts_quick(quick_runs: dict[str, QuickRun]) -> None:
+    data = quick_runs["bench_prompts"].data()
+    _keys(data, "tokenizer", "counter", "shape", "warmup", "overhead_tokens", "rows")
+    assert [row["target"] for row in data["rows"]] == [1024, 4096]
+    assert all("ours" in row and "peer" in row for row in data["rows"]), data["rows"]
+
+
+def test_client_quick(quick_runs: dict[str, QuickRun]) -> None:
+    data = quick_runs["bench_client"].data()
+    _keys(data, "replay", "construction")
+    assert data["replay"]["data_chunks"] > 0
+
+
+def test_spin_quick(quick_runs: dict[str, QuickRun]) -> None:
+    data = quick_runs["bench_spin"].data()
+    _keys(data, "idle", "after_request", "idle_wall_ms", "worst_wall_ms_by_delay_s", "stretch_right_after_request")
+    assert "0" in data["worst_wall_ms_by_delay_s"]
+
+
+def test_stream_loopback_quick(quick_runs: dict[str, QuickRun]) -> None:
+    run = quick_runs["bench_stream_loopback"]
+    rows = run.data()
+    assert SKIP_NOTE in run.output
+    assert [(row["tool"], row["concurrency"]) for row in rows] == [("harness", 1), ("harness", 2)]
+    assert all(row["chunks"] > 0 for row in rows)
+
+
+@pytest.mark.parametrize("name", quick_scripts())
+def test_quick_mode_finishes(quick_runs: dict[str, QuickRun], name: str) -> None:
+    """Each benchmark, found by its file name, takes ``--quick --json PATH``, exits 0 and writes a
+    result (a new benchmark gets this check without being listed; add its keys in a test above)."""
+    run = quick_runs[name]
+    assert run.code is not None, f"{name} --quick still ran after {DEADLINE_S:.0f} s:\n{run.output[-3000:]}"
+    data = run.data()
+    assert data, f"{name} --quick wrote an empty result"
