@@ -91,3 +91,25 @@ def test_the_html_page_plots_latency_against_concurrency_with_the_slo_lines(tmp_
     assert "32 queued" in page, "a level above max_num_seqs is marked on the axis"
     assert page.count('class="goodput-bar"') == 4
     assert "Highest level at SLO found: <b>16</b>" in page
+
+
+def test_the_ab_compares_each_promoted_level_against_the_noise_floor(tmp_path: Path) -> None:
+    from report_samples import reference_candidate_run
+
+    from pytest_vllmqual.ab.compare import compare_reports, comparison_errors
+    from pytest_vllmqual.ab.rows import BOUNDED, LOAD_ABOVE_FLOOR
+
+    control_run = run_with_load(tmp_path / "a")
+    candidate_run = with_every_gate_passed(reference_candidate_run(tmp_path / "b" / "private"))
+    # level 1: TTFT 2% slower (below the 5% floor); level 8: TTFT 50% slower
+    candidate_run.gates.append(load_record(candidate_run.arm, [level_row(1, 0.051), level_row(8, 0.18)]))
+    quiet = Sanitizer(environ={}, hostname="", username="")
+    comparison = compare_reports(build(control_run), build(candidate_run), sanitizer=quiet)
+    assert comparison_errors(comparison) == []
+    rows = {row["key"]: row for row in comparison["rows"]}
+    ttft_1, ttft_8 = rows["load:00001:ttft_p95_s"], rows["load:00008:ttft_p95_s"]
+    assert ttft_1["measurement"] == "Load 1 in flight: TTFT p95" and ttft_1["kind"] == "load"
+    assert ttft_1["values"] == ["50.0 ms", "51.0 ms"] and ttft_1["change"] == "+2.000%" and ttft_1["label"] == BOUNDED
+    assert ttft_8["change"] == "+50.000%" and ttft_8["label"] == LOAD_ABOVE_FLOOR
+    assert rows["load:00008:goodput_pct"]["change"] == "unchanged"
+    assert "load:00016:ttft_p95_s" not in rows, "searched levels are not compared, only promoted ones"
