@@ -113,3 +113,12 @@ def test_the_ab_compares_each_promoted_level_against_the_noise_floor(tmp_path: P
     assert ttft_8["change"] == "+50.000%" and ttft_8["label"] == LOAD_ABOVE_FLOOR
     assert rows["load:00008:goodput_pct"]["change"] == "unchanged"
     assert "load:00016:ttft_p95_s" not in rows, "searched levels are not compared, only promoted ones"
+
+
+def test_the_decision_names_the_load_it_did_not_measure_and_placeholder_slos(tmp_path: Path) -> None:
+    run = run_with_load(tmp_path, search=True)
+    next(g for g in run.gates if g.gate == "load").measurements["slos_set_by"] = "placeholder"
+    items = build(run)["decision"]["does_not_prove"]
+    assert "sustained load above 16 requests in flight within the SLOs" in items
+    assert ("load at an operator's target: the load levels and SLOs are placeholders, not in the reference "
+            "campaign") in items
