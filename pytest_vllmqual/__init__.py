@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         tools_gate,
     )
     from pytest_vllmqual.gates.ladder import concurrency_gate, ladder_gate
+    from pytest_vllmqual.gates.load import load_gate
     from pytest_vllmqual.gates.quality import (
         long_context_gate,
         quality_checks,
@@ -78,6 +79,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.gates.quality": ("long_context_gate", "quality_checks", "quality_tools_gate",
                                       "reasoning_fingerprints_gate", "repeated_check_gate"),
     "pytest_vllmqual.gates.ladder": ("concurrency_gate", "ladder_gate"),
+    "pytest_vllmqual.gates.load": ("load_gate",),
     "pytest_vllmqual.gates.engine": ("engine_ranks_gate", "identity_gate", "kv_pool_gate"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -104,6 +106,7 @@ __all__ = [
     "json_gate",
     "kv_pool_gate",
     "ladder_gate",
+    "load_gate",
     "load_recipe",
     "long_context_gate",
     "openai_sdk_gate",

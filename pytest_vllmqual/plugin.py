@@ -71,10 +71,11 @@ MARKERS = {
     "capacity": "measurement gates: exact-length ladder, KV pool, concurrency; run alone",
     "engine": "engine facts and identity gates",
     "lifecycle": "startup, teardown and cleanup gates",
+    "load": "measurement gate: sustained concurrency levels under per-request SLOs (goodput); run alone",
     "recipe(name)": "run this module/class against the named recipe's server (one server at a time)",
     "gate(name)": "the evidence name of a gate (defaults to the test name without test_)",
 }
-MEASUREMENT_MARKERS = ("capacity",)
+MEASUREMENT_MARKERS = ("capacity", "load")
 VLLMQUAL_FIXTURES = frozenset({"gate", "vllm_server", "qual_client", "server_facts", "recipe", "vllmqual_arm"})
 """A test using any of these touches the server: its report text is scrubbed like a gate's."""
 

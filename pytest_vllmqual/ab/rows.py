@@ -26,8 +26,12 @@ Largest-request E2E                ``17.886 s``        pct       is comparable, 
 Largest-request effective prefill  ``7,537 tok/s``     pct       recipe's noise floor ("bounded observation,
 Largest-request decode             ``73.86 tok/s``     pct       not a ranking" below it)
 Cold managed start                 ``323.5 s``         pct       a single observation, like the timings
+Load N: TTFT p95, TPOT p95,        ``36.1 ms``,        pct       per promoted level both arms measured: many
+output tok/s                       ``3,921 tok/s``               requests per arm, still labelled against the
+                                                                 noise floor (below it: a bounded observation)
+Load N: goodput                    ``100.0%``          abs       the share of requests meeting every SLO
 other gates (quality, reasoning,   ``3/3``,            status    "quality/tool summaries where both have them"
-concurrency, ...)                  ``2 checks × 3/3``
+concurrency, load, ...)            ``2 checks × 3/3``
 =================================  ==================  ========  ==========================================
 
 Change cells: abs+pct ``+0.72 GiB / +4.715%`` (tokens have no unit: ``+269,326 / +94.861%``);
@@ -71,11 +75,12 @@ from pytest_vllmqual.report.query import (
     recipe_value,
 )
 
-__all__ = ["ABOVE_FLOOR", "BOUNDED", "DEFAULT_TOLERANCES", "RULES", "Metric", "MetricRule", "Tolerances",
-           "arm_metrics", "compare_rows", "percent_change"]
+__all__ = ["ABOVE_FLOOR", "BOUNDED", "DEFAULT_TOLERANCES", "LOAD_ABOVE_FLOOR", "LOAD_RULES", "RULES", "Metric",
+           "MetricRule", "Tolerances", "arm_metrics", "compare_rows", "load_metrics", "percent_change"]
 
 BOUNDED = "bounded observation, not a ranking"
 ABOVE_FLOOR = "above the noise floor, but one request per arm: re-measure before ranking"
+LOAD_ABOVE_FLOOR = "above the noise floor, over one load level per arm: re-measure before ranking"
 _LADDER_GATES = (LADDER_GATE,)
 _KV_GATES = (KV_POOL_GATE,)
 _COVERED_GATES = (*PREFLIGHT_GATES, *_LADDER_GATES, *_KV_GATES, ENGINE_RANKS_GATE, IDENTITY_GATE, COLD_START_GATE)
@@ -158,6 +163,14 @@ RULES: dict[str, MetricRule] = {r.key: r for r in (
 )}
 """The per-metric rule table, in row order."""
 _GATE_RULE = MetricRule("gate", "status", "gate", 0)
+LOAD_RULES: dict[str, tuple[str, MetricRule, float]] = {
+    "ttft_p95_s": ("TTFT p95", MetricRule("load_ttft", "pct", "load", 1, "ms"), 1000.0),
+    "tpot_p95_s": ("TPOT p95", MetricRule("load_tpot", "pct", "load", 2, "ms"), 1000.0),
+    "output_tok_s": ("output throughput", MetricRule("load_output", "pct", "load", 0, "tok/s"), 1.0),
+    "goodput_pct": ("goodput (share of requests meeting every SLO)", MetricRule("load_goodput", "abs", "gate", 1,
+                                                                                suffix="%"), 1.0),
+}
+"""Per promoted load level: the figure of the report's ``load`` section, its label, rule and scale."""
 
 
 @dataclass(frozen=True)
@@ -242,10 +255,30 @@ def arm_metrics(report: Mapping[str, Any]) -> dict[str, Metric]:
         add("largest_prefill_tok_s", "Largest-request effective prefill", top.get("prefill_tok_s"))
         add("largest_decode_tok_s", "Largest-request decode", top.get("decode_tok_s"))
     add("cold_start_s", "Cold managed start", (report.get("lifecycle") or {}).get("cold_start_s"))
+    out.update(load_metrics(report))
     for gate in report.get("gates") or []:
         name = str(gate.get("gate"))
         if name not in _COVERED_GATES and f"gate:{name}" not in out:
             out[f"gate:{name}"] = _gate_metric(report, name)
+    return out
+
+
+def load_metrics(report: Mapping[str, Any]) -> dict[str, Metric]:
+    """The promoted levels of a report's ``load`` section, one metric per figure of ``LOAD_RULES``
+    (keyed ``load:LEVEL:figure``, the level zero-padded so the rows sort by level)."""
+    section = report.get("load")
+    out: dict[str, Metric] = {}
+    if not isinstance(section, Mapping):
+        return out
+    for row in section.get("levels") or []:
+        level = row.get("level") if isinstance(row, Mapping) else None
+        if not isinstance(level, int) or row.get("phase") != "promoted":
+            continue
+        for figure, (label, rule, scale) in LOAD_RULES.items():
+            value = to_decimal(row.get(figure))
+            if value is not None:
+                key = f"load:{level:05d}:{figure}"
+                out[key] = Metric(key, f"Load {level:,} in flight: {label}", float(value) * scale, rule)
     return out
 
 
@@ -303,8 +336,9 @@ def _row(a: Metric, b: Metric, noise_floor: float) -> dict[str, Any]:
     else:
         change, delta, pct = _numeric_change(a, b)
     label = None
-    if a.rule.kind == "timing" and pct is not None:
-        label = BOUNDED if abs(pct) < Decimal(repr(noise_floor)) else ABOVE_FLOOR
+    if a.rule.kind in ("timing", "load") and pct is not None:
+        above = ABOVE_FLOOR if a.rule.kind == "timing" else LOAD_ABOVE_FLOOR
+        label = BOUNDED if abs(pct) < Decimal(repr(noise_floor)) else above
     numeric = a.rule.rule != "status" or a.key == "largest_prompt_tokens"
     return {
         "key": a.key,

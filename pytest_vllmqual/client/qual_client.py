@@ -230,15 +230,22 @@ class QualClient:
 
     # -- streaming ------------------------------------------------------------------------
 
-    def stream_chat(self, body: dict[str, Any], *, label: str, timeout_s: float | None = None) -> StreamResult:
+    def stream_chat(self, body: dict[str, Any], *, label: str, timeout_s: float | None = None,
+                    output_times: bool = False) -> StreamResult:
         """Stream a chat completion (retried only under the recipe's explicit ``requests.retries``,
-        every attempt recorded)."""
-        result = self._stream_once(body, label=label, timeout_s=timeout_s)
+        every attempt recorded). ``output_times`` keeps the time of every output chunk (ITL)."""
+        result = self._stream_once(body, label=label, timeout_s=timeout_s, output_times=output_times)
         for number in range(1, self.retries + 1):
             if result.ok:
                 break
-            result = self._stream_once(body, label=f"{label}-retry{number}", timeout_s=timeout_s)
+            result = self._stream_once(body, label=f"{label}-retry{number}", timeout_s=timeout_s,
+                                       output_times=output_times)
         return result
+
+    def stream_chat_once(self, body: dict[str, Any], *, label: str, output_times: bool = False) -> StreamResult:
+        """One streamed attempt, never retried whatever the recipe says (a load level counts
+        every request as sent)."""
+        return self._stream_once(body, label=label, timeout_s=None, output_times=output_times)
 
     def _receive_stream(self, request: bytes, timeout_s: float | None, on_head: Callable[[int], BodySink]) -> None:
         """The streamed POST, its whole response read into ``on_head``'s sink: on the client's own
@@ -260,7 +267,8 @@ class QualClient:
             for chunk in response.iter_raw():
                 sink(chunk)
 
-    def _stream_once(self, body: dict[str, Any], *, label: str, timeout_s: float | None) -> StreamResult:
+    def _stream_once(self, body: dict[str, Any], *, label: str, timeout_s: float | None,
+                     output_times: bool = False) -> StreamResult:
         """Stream a chat completion, timing it and checking the SSE contract as it goes."""
         if self.guard is not None:
             self.guard.assert_usable()
@@ -268,7 +276,7 @@ class QualClient:
                 "stream_options": {"include_usage": True, **(body.get("stream_options") or {})}}
         request = _dumps(body)
         attempt = Attempt(kind="stream", label=label, ok=False)
-        result = StreamResult(attempt=attempt, status_code=None)
+        result = StreamResult(attempt=attempt, status_code=None, output_times=[] if output_times else None)
         started = time.perf_counter()
         stream = StreamBody(result, started)
         raw = stream.raw

@@ -157,6 +157,10 @@ class StreamResult:
     #: An error event the server sent inside the 200 stream (vLLM does this when the engine fails
     #: mid-generation): its type, code and message, kept apart from the SSE contract violations.
     stream_error: dict[str, Any] | None = None
+    #: When asked for (a list, not None): the time of every chunk that carried output, seconds
+    #: from sending, for the inter-chunk latencies (ITL) of the load gate. Off by default: the
+    #: clock is then read only while the first-output time is open.
+    output_times: list[float] | None = None
 
     def __repr__(self) -> str:
         """No server text: a failed assertion prints this repr into junit and the terminal."""
@@ -266,6 +270,10 @@ def _consume_sse_line(line: str, result: StreamResult, started: float) -> None:
                 result.ttft_s = now
             if content:
                 result.ttft_content_s = now
+            if result.output_times is not None:
+                result.output_times.append(now)
+        elif result.output_times is not None and (content or reasoning or tool_deltas):
+            result.output_times.append(time.perf_counter() - started)
         if content:
             result.content += content
         if reasoning:

@@ -9,7 +9,7 @@ comparison, the campaign, the HTML page and the junit properties all read this t
 
 The table lists the gates in the order they run (``EXECUTION_ORDER``; ``session.gate_order``
 derives the run order from it): smoke, identity, the rest of the functional family, reasoning,
-quality, engine, lifecycle, capacity. A family is named by the marker a user puts on a gate.
+quality, engine, lifecycle, capacity, load. A family is named by the marker a user puts on a gate.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_vllmqual.records import GateOutcome
 
-FAMILIES = ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle")
+FAMILIES = ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle", "load")
 """Every gate family, in the order a report lists them; each is also the marker of its gates."""
 
 ProvesFn = Callable[[Mapping[str, Any]], str]
@@ -122,6 +122,25 @@ def _concurrency(gate: Mapping[str, Any]) -> str:
     return f"{_count(_measured(gate, 'requests'))} simultaneous requests completed"
 
 
+def _load(gate: Mapping[str, Any]) -> str:
+    levels = _measured(gate, "promoted_levels")
+    shown = ", ".join(_count(level) for level in levels) if isinstance(levels, list) and levels else "?"
+    thresholds = gate.get("thresholds") or {}
+    slo = [f"TTFT <= {thresholds['ttft_ms']:g} ms" if isinstance(thresholds.get("ttft_ms"), int | float) else "",
+           f"TPOT <= {thresholds['tpot_ms']:g} ms" if isinstance(thresholds.get("tpot_ms"), int | float) else "",
+           f"E2E <= {thresholds['e2e_s']:g} s" if isinstance(thresholds.get("e2e_s"), int | float) else ""]
+    goodput = thresholds.get("min_goodput_pct")
+    text = (f"at {shown} requests in flight (sustained), at least "
+            f"{goodput:g}% of the requests met {', '.join(s for s in slo if s) or 'the SLOs'}, with no errors"
+            if isinstance(goodput, int | float) else f"the promoted load levels {shown} met their SLOs")
+    best = _measured(gate, "max_at_slo")
+    if isinstance(best, int):
+        text += f"; the highest level found at SLO was {best:,}"
+    if _measured(gate, "slos_set_by") == "placeholder":
+        text += " (placeholder levels and SLOs, not set by an operator)"
+    return text
+
+
 def _fixed(text: str) -> ProvesFn:
     return lambda _gate: text
 
@@ -154,11 +173,12 @@ REGISTRY: tuple[GateSpec, ...] = (
     GateSpec("cold_start", "lifecycle", "Cold managed start", _cold_start),
     GateSpec("ladder", "capacity", "Context ladder", _ladder),
     GateSpec("concurrency", "capacity", "Concurrency", _concurrency),
+    GateSpec("load", "load", "Load at SLO (goodput)", _load),
 )
 
 BY_NAME: dict[str, GateSpec] = {spec.name: spec for spec in REGISTRY}
 EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
-"""smoke, identity, functional, reasoning, quality, engine, lifecycle, capacity: the order gates run in."""
+"""smoke, identity, functional, reasoning, quality, engine, lifecycle, capacity, load: the order gates run in."""
 
 PREFLIGHT_GATES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.family == "functional" and s.preflight_label)
 """The six gates of the reference campaign's functional preflight, in their order."""

@@ -22,6 +22,7 @@ import yaml
 
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.layout import RECIPE_SCHEMA, load_schema
+from pytest_vllmqual.recipe.load_settings import check_load_section
 
 __all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
            "ServeConfig", "StartupConfig", "available_recipes", "effective_yaml", "load_recipe", "parse_override",
@@ -393,6 +394,7 @@ def load_recipe(path: Path) -> Recipe:
     raw = _with_built_image_digest(path, raw)
     _check_launcher(path, raw)
     _check_pinning(path, raw)
+    check_load_section(path, raw)
     return _typed(path, data, raw)
 
 
@@ -485,6 +487,7 @@ def with_overrides(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Re
         raw = validate_raw(recipe.path, raw)
         _check_launcher(recipe.path, raw)
         _check_pinning(recipe.path, raw)
+        check_load_section(recipe.path, raw)
     except RecipeError as exc:
         raise RecipeError(f"{exc} (after --vllmqual-set {', '.join(overrides)})", path=str(recipe.path)) from None
     data = effective_yaml(raw).encode()

@@ -340,6 +340,22 @@ def _capacity_gaps(record: RunRecord) -> list[str]:
                      else "concurrency beyond the measured request count")
     else:
         items.append("concurrency beyond one active request")
+    return items + _load_gaps(record)
+
+
+def _load_gaps(record: RunRecord) -> list[str]:
+    """What a passed load gate leaves open: load above what it measured, and SLOs nobody chose."""
+    load = [g for g in _named(record, "load") if g.outcome == GateOutcome.PASSED]
+    if not load:
+        return []
+    measured = load[0].measurements
+    best, levels = measured.get("max_at_slo"), measured.get("promoted_levels")
+    top = best if isinstance(best, int) else max(levels) if isinstance(levels, list) and levels else None
+    items = [f"sustained load above {top} requests in flight within the SLOs" if isinstance(top, int)
+             else "sustained load above the measured levels"]
+    if measured.get("slos_set_by") == "placeholder":
+        items.append("load at an operator's target: the load levels and SLOs are placeholders, not in the "
+                     "reference campaign")
     return items
 
 

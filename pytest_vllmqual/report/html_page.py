@@ -8,6 +8,7 @@ asset. Everything from the report is escaped. Layout:
 - "Measurement | Value", the engine facts and the largest request;
 - the capacity ladder: TTFT and effective prefill against API-reported prompt tokens, with
   failed and rejected rungs marked distinctly (``svg#ladder-plot``);
+- load at SLO: latency percentiles and goodput against concurrency, with the SLO lines;
 - per-rank memory, stacked weights / KV / peak activation / CUDA graph
   (``svg#memory-chart``; both plots are drawn by :mod:`.html_svg`);
 - every gate, the identity checks, lifecycle, artifacts and the redaction summary.
@@ -39,6 +40,7 @@ from pytest_vllmqual.report.query import (
     preflight_summary,
 )
 
+from .html_load import load_html
 from .html_svg import esc, ladder_svg, memory_svg, rung_kind
 
 __all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "result_rows"]
@@ -499,6 +501,7 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
         + "</section>",
         _engine_section(report),
         _ladder_section(report),
+        load_html(report),
         comparison_section(comparison) if comparison is not None else "",
         _gates_section(report),
         _identity_section(report),

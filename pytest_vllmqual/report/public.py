@@ -37,6 +37,7 @@ from pytest_vllmqual.privacy.sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, S
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord, rung_verdict
 
 from .artifacts import ArtifactStore, verify_artifacts
+from .load_section import LOAD_LEVELS, load_section
 from .query import ok_rungs, preflight_summary
 
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "migration_hint", "resanitize",
@@ -72,8 +73,9 @@ _RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration
                "finish_reason", "completion_tokens", "ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s",
                "decode_tok_s", "ok", "expected_rejection", "error", "post_probe_smoke", "health_after",
                "server_ttft_s", "server_prompt_tokens", "prefix_cache_hits")
-_GATE_MEASUREMENTS_IN_SECTIONS = ("ladder",)
-"""Measurements reported as their own section (the capacity gate's rungs) are not repeated per gate."""
+_GATE_MEASUREMENTS_IN_SECTIONS = ("ladder", LOAD_LEVELS)
+"""Measurements reported as their own section (the capacity gate's rungs, the load gate's levels) are not
+repeated per gate."""
 
 
 # -- the public report ----------------------------------------------------------------------
@@ -432,6 +434,7 @@ def build_public_report(
         "engine": _engine(run, sanitizer),
         "gates": [_gate(g) for g in run.gates],
         "ladder": [_rung(r) for r in run.ladder],
+        "load": load_section(run.gates),
         "artifacts": [{"name": str(a["name"]), "size": int(a["size"]), "sha256": str(a["sha256"])}
                       for a in artifacts],
     }
@@ -445,6 +448,8 @@ def build_public_report(
     report["preflight"] = preflight_summary(report)
     report["ladder"] = scrubbed["ladder"]
     report["ladder_summary"] = _ladder_summary(report)
+    if scrubbed["load"] is not None:
+        report["load"] = scrubbed["load"]
     report["artifacts"] = scrubbed["artifacts"]
     report["redactions"] = sanitizer.redaction_summary()
     report["extensions"] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .load_section import load_summary_line
 from .number_format import fmt_num
 from .query import largest_rung
 
@@ -68,6 +69,9 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
             f"largest actual prompt: {fmt_num(top['prompt_tokens'], 3)}; TTFT {fmt_num(top.get('ttft_s'), 3, ' s')}; "
             f"{fmt_num(top.get('prefill_tok_s'), 0, ' effective prefill tok/s')}; "
             f"{fmt_num(top.get('decode_tok_s'), 2, ' decode tok/s')}")
+    load_line = load_summary_line(report)
+    if load_line is not None:
+        lines.append(load_line)
     teardown = lifecycle.get("teardown") or {}
     if teardown:
         lines.append(f"teardown: {'clean' if teardown.get('clean') else 'NOT CLEAN'} "

@@ -27,6 +27,13 @@ Behaviour is chosen by environment variables (set in the recipe's ``launcher.env
   is not JSON) and ``wrong-type`` (a chat ``choices[0].message`` that is a string), or several
   of them, comma-separated. A real vLLM answers with its own models, so it cannot be made to
   send the last three on demand.
+- ``FAULT_FIRST_TOKEN_DELAY_S`` / ``FAULT_DELAY_PER_IN_FLIGHT_S``: a streamed completion waits
+  this long before its first token, plus the second value for each request waiting at once
+  (itself included), so a load level's TTFT grows with its concurrency on demand (a real vLLM's
+  latency depends on the machine; the load tests need SLOs that must fail at a known level).
+
+``/tokenize`` and ``/detokenize`` count one token per whitespace-separated word (a chat: 3 per
+message plus its words, plus 2 for the generation prompt), so exact-length prompts calibrate.
 
 Per request, a marker in the last user message picks a stream or status fault:
 ``[fault:cut]``, ``[fault:nodone]``, ``[fault:nousage]``, ``[fault:500-once:ID]``,
@@ -69,6 +76,33 @@ class FaultState:
         self.sdk_answer = os.environ.get("FAULT_SDK_ANSWER")
         self.failed_once: set[str] = set()
         self.lock = threading.Lock()
+        self.first_token_delay_s = float(os.environ.get("FAULT_FIRST_TOKEN_DELAY_S", "0"))
+        self.delay_per_in_flight_s = float(os.environ.get("FAULT_DELAY_PER_IN_FLIGHT_S", "0"))
+        self.waiting = 0
+        self.vocabulary: dict[str, int] = {}
+        self.words: list[str] = []
+
+    def token_ids(self, text: str) -> list[int]:
+        """One id per whitespace-separated word (new words get the next id)."""
+        with self.lock:
+            for word in text.split():
+                if word not in self.vocabulary:
+                    self.vocabulary[word] = len(self.words)
+                    self.words.append(word)
+            return [self.vocabulary[word] for word in text.split()]
+
+    def first_token_wait(self) -> None:
+        """Sleep before the first token: the fixed delay plus one step per request waiting now."""
+        if not self.first_token_delay_s and not self.delay_per_in_flight_s:
+            return
+        with self.lock:
+            self.waiting += 1
+            waiting = self.waiting
+        try:
+            time.sleep(self.first_token_delay_s + self.delay_per_in_flight_s * waiting)
+        finally:
+            with self.lock:
+                self.waiting -= 1
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -114,6 +148,9 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
             if state.log_secrets:
                 state.log(f"fault-server: {self.path} Authorization: {self.headers.get('authorization')} "
                           f"VLLM_API_KEY={os.environ.get('VLLM_API_KEY')}")
+            if self.path in ("/tokenize", "/detokenize"):
+                self._tokenizer(self.path, body)
+                return
             if state.sdk_answer:
                 self._sdk(body)
                 return
@@ -143,6 +180,18 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
             else:
                 self._completion()
 
+        def _tokenizer(self, path: str, body: dict[str, Any]) -> None:
+            if path == "/detokenize":
+                words = [state.words[i] for i in body.get("tokens") or [] if 0 <= i < len(state.words)]
+                self._json(200, {"prompt": " ".join(words)})
+                return
+            if "messages" in body:
+                count = sum(3 + len(state.token_ids(str(m.get("content") or ""))) for m in body["messages"]) + 2
+                self._json(200, {"count": count, "max_model_len": state.max_model_len, "tokens": []})
+                return
+            tokens = state.token_ids(str(body.get("prompt") or ""))
+            self._json(200, {"count": len(tokens), "max_model_len": state.max_model_len, "tokens": tokens})
+
         def _completion(self) -> None:
             self._json(200, {
                 "id": "chatcmpl-fault", "object": "chat.completion", "model": state.served_model_name,
@@ -161,6 +210,7 @@ def make_handler(state: FaultState) -> type[BaseHTTPRequestHandler]:
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
+            state.first_token_wait()
             delta = {"id": "chatcmpl-fault", "object": "chat.completion.chunk", "model": state.served_model_name,
                      "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Ok"},
                                   "finish_reason": None}]}

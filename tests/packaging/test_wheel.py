@@ -34,6 +34,7 @@ EXPECTED_MEMBERS = [
     "pytest_vllmqual/suites/test_functional.py",
     "pytest_vllmqual/suites/test_engine.py",
     "pytest_vllmqual/suites/test_capacity.py",
+    "pytest_vllmqual/suites/test_load.py",
     "pytest_vllmqual/suites/test_quality.py",
     "pytest_vllmqual/suites/test_reasoning.py",
     "pytest_vllmqual/data/fixtures/recipes/tiny-cpu.yaml",
@@ -128,7 +129,8 @@ def test_help_and_collection_from_an_empty_directory(installed: Installed, tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     collected = [line for line in result.stdout.splitlines() if "::" in line]
     assert collected[:2] == ["test_smoke.py::test_smoke", "test_engine.py::test_identity"], collected
-    assert collected[-2:] == ["test_capacity.py::test_ladder", "test_capacity.py::test_concurrency"], collected
+    assert collected[-3:] == ["test_capacity.py::test_ladder", "test_capacity.py::test_concurrency",
+                              "test_load.py::test_load"], collected
     assert "test_openai_sdk.py::test_openai_sdk" in collected
     result = _run(installed, tmp_path, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
                   "pytest_vllmqual.suites", "--collect-only", "-k", "smoke")

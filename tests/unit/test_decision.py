@@ -28,12 +28,12 @@ def run(tmp_path: Path) -> RunRecord:
 
 
 def test_reference_control_as_published_is_healthy_and_names_every_gate_it_lacks(run: RunRecord) -> None:
-    """The reference campaign published no concurrency gate and no per-check quality records: not a candidate."""
+    """The reference campaign published no concurrency or load gate and no per-check quality records: not a candidate."""
     decision = build(run)["decision"]
     assert decision["verdict"] == "healthy"
     missing = {row["gate"]: row for row in decision["gates"] if row["outcome"] == "absent"}
     assert set(missing) == {"openai_sdk", "quality_intelligence", "quality_session_recall", "quality_tools",
-                            "quality_long_context", "concurrency"}
+                            "quality_long_context", "concurrency", "load"}
     assert ("Concurrency (gate concurrency, capacity): not run: did not run in this session (deselected with -m/-k, "
             "or not collected)") in decision["does_not_prove"]
     assert "not every gate passed: quality_intelligence (absent)" in decision["reasons"][0]

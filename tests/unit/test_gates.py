@@ -46,10 +46,10 @@ def test_every_suite_gate_carries_a_registered_gate_marker_and_every_registered_
     assert len(markers) == len(BY_NAME)
 
 
-def test_execution_order_is_smoke_identity_functional_reasoning_quality_engine_capacity() -> None:
+def test_execution_order_is_smoke_identity_functional_reasoning_quality_engine_capacity_load() -> None:
     assert EXECUTION_ORDER[:2] == ("smoke", "identity")
     families = [BY_NAME[name].family for name in EXECUTION_ORDER[2:]]
-    order = ["functional", "reasoning", "quality", "engine", "lifecycle", "capacity"]
+    order = ["functional", "reasoning", "quality", "engine", "lifecycle", "capacity", "load"]
     assert families == sorted(families, key=order.index)
 
 

@@ -1,0 +1,201 @@
+"""The load gate: does the configuration hold the concurrency it is promoted for, within its SLOs?
+
+Each promoted level of the recipe's ``gates.load`` is *sustained*: after one uncounted
+warm-up request, a closed loop (``client.load_loop``) keeps exactly that many streamed
+requests in flight until the level's requests are done. Every prompt is an exact-length
+prompt with its own nonce (no prefix-cache hit flatters a level), every request asks for the
+same number of output tokens (``ignore_eos``), and nothing is retried: a failed request is
+an error of its level and stays in the record as a retained failure. The server's own
+histograms (``/metrics``) are read before and after each level as a cross-check.
+
+A level passes when its goodput (``load_stats``) reaches ``min_goodput_pct`` with no errors;
+the gate passes when every promoted level does. A level above ``serve.max_num_seqs`` is
+measured like any other: its requests queue in the server, which the report says. With
+``find_max`` the gate also searches the highest level that meets the SLOs, up to
+``max_ceiling``; that search is reported and never fails the gate.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_vllmqual.client.load_loop import LoopRequest, run_closed_loop
+from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, new_nonce
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.client.results import StreamResult
+from pytest_vllmqual.client.token_counters import ServerTokenCounter
+from pytest_vllmqual.launch.base import ProgressFn
+from pytest_vllmqual.recipe.load_settings import LoadSettings, load_settings
+from pytest_vllmqual.recipe.loader import Recipe
+
+from .checks import GateVerdict
+from .ladder import fetch_metrics_text, parse_metrics_text
+from .load_stats import (
+    LevelFigures,
+    RequestFigures,
+    SearchResult,
+    level_figures,
+    search_max_level,
+    server_cross_check,
+)
+from .recorder import GateRecorder
+
+__all__ = ["LevelRunner", "LoadResult", "load_gate", "run_load"]
+
+_BUILD_THREADS = 4
+
+
+def _figures(result: StreamResult) -> RequestFigures:
+    usage = result.usage or {}
+    completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+    return RequestFigures.from_times(
+        ok=result.ok, ttft_s=result.ttft_s, e2e_s=result.e2e_s,
+        completion_tokens=completion if isinstance(completion, int) else None,
+        prompt_tokens=prompt if isinstance(prompt, int) else None,
+        output_times=result.output_times, error_kind=result.attempt.error_kind)
+
+
+@dataclass
+class LevelRunner:
+    """Measures one level at a time against one server, building its distinct prompts first."""
+
+    client: QualClient
+    settings: LoadSettings
+    progress: ProgressFn
+    max_num_seqs: int | None = None
+    failures: list[str] = field(default_factory=list)
+    _builder: ExactPromptBuilder | None = None
+
+    def _prompts(self, level: int, count: int) -> list[ExactPrompt]:
+        if self._builder is None:
+            self._builder = ExactPromptBuilder(ServerTokenCounter(self.client.http, self.client.model))
+        builder, tokens = self._builder, self.settings.prompt_tokens
+        first = builder.build(tokens, ChatShape(), nonce=new_nonce(f"load {level}-0"))  # learns the pad words
+        with concurrent.futures.ThreadPoolExecutor(max_workers=_BUILD_THREADS) as pool:
+            rest = list(pool.map(lambda i: builder.build(tokens, ChatShape(), nonce=new_nonce(f"load {level}-{i}")),
+                                 range(1, count)))
+        return [first, *rest]
+
+    def _send(self, prompt: ExactPrompt, label: str) -> StreamResult:
+        body = {**prompt.request_fields(), "max_tokens": self.settings.output_tokens, "temperature": 0,
+                "ignore_eos": True}
+        return self.client.stream_chat_once(body, label=label, output_times=True)
+
+    def measure(self, level: int, *, phase: str) -> LevelFigures:
+        """One sustained level: warm-up, the closed loop, the server's histograms before and after."""
+        count = self.settings.requests_at(level)
+        prompts = self._prompts(level, count + 1)
+        queued = self.max_num_seqs is not None and level > self.max_num_seqs
+        note = f" (above max_num_seqs {self.max_num_seqs}: requests queue in the server)" if queued else ""
+        self.progress(f"load level {level} ({phase}): {count} requests, {level} in flight{note}")
+        before = fetch_metrics_text(self.client.http)
+
+        def send(i: int) -> StreamResult:
+            return self._send(prompts[i + 1], f"load-{level}-{i}")
+
+        def failed(done: LoopRequest[StreamResult]) -> None:
+            if not done.result.ok:
+                self.failures.append(f"level {level} request {done.index}: {done.result.attempt.error_kind or 'failed'}")
+
+        loop = run_closed_loop(level, count, send, warmup=lambda: self._send(prompts[0], f"load-{level}-warmup"),
+                               on_done=failed)
+        after = fetch_metrics_text(self.client.http)
+        figures = level_figures(level, [_figures(r.result) for r in sorted(loop.requests, key=lambda r: r.index)],
+                                loop.wall_s, self.settings.slo())
+        warmup_ok = loop.warmup is not None and loop.warmup.ok
+        if not warmup_ok:
+            figures.errors += 1
+            self.failures.append(f"level {level} warm-up request: "
+                                 f"{loop.warmup.attempt.error_kind if loop.warmup is not None else 'not sent'}")
+        snapshot_before, snapshot_after = parse_metrics_text(before), parse_metrics_text(after)
+        delta = snapshot_after.delta(snapshot_before) if snapshot_before and snapshot_after else None
+        met = figures.meets(self.settings.min_goodput_pct)
+        figures.row.update(phase=phase, errors=figures.errors, warmup_ok=warmup_ok, met_slo=met,
+                           above_max_num_seqs=queued, max_in_flight=loop.max_in_flight,
+                           sustained_starts=loop.sustained_starts, **server_cross_check(delta))
+        self.progress(_level_line(figures, met))
+        return figures
+
+
+def _ms(value: Any) -> str:
+    return f"{value * 1000:.1f} ms" if isinstance(value, int | float) else "n/a"
+
+
+def _level_line(figures: LevelFigures, met: bool) -> str:
+    row = figures.row
+    rate = row.get("goodput_req_s")
+    per_second = f" ({rate:.2f} req/s)" if isinstance(rate, int | float) else ""
+    return (f"load level {figures.level}: {figures.requests} requests, {figures.errors} errors, "
+            f"TTFT p95 {_ms(row.get('ttft_p95_s'))}, TPOT p95 {_ms(row.get('tpot_p95_s'))}, "
+            f"goodput {figures.goodput_pct:.1f}%{per_second}"
+            + (" - meets the SLOs" if met else " - BELOW the SLOs"))
+
+
+@dataclass
+class LoadResult:
+    """Every measured level (promoted first, then searched), which promoted levels met, the search."""
+
+    levels: list[LevelFigures]
+    met: dict[int, bool]
+    search: SearchResult | None
+    failures: list[str]
+
+
+def run_load(client: QualClient, recipe: Recipe, settings: LoadSettings, *, progress: ProgressFn) -> LoadResult:
+    """Measure the promoted levels, then (``find_max``) search the highest level at SLO."""
+    runner = LevelRunner(client, settings, progress, max_num_seqs=recipe.serve.max_num_seqs)
+    measured: list[LevelFigures] = []
+    met: dict[int, bool] = {}
+    for level in settings.levels:
+        figures = runner.measure(level, phase="promoted")
+        measured.append(figures)
+        met[level] = figures.meets(settings.min_goodput_pct)
+    search = None
+    if settings.find_max and settings.max_ceiling is not None:
+        def meets(level: int) -> bool:
+            figures = runner.measure(level, phase="search")
+            measured.append(figures)
+            return figures.meets(settings.min_goodput_pct)
+
+        search = search_max_level(meets, ceiling=settings.max_ceiling, max_steps=settings.max_steps, known=met)
+    return LoadResult(measured, met, search, runner.failures)
+
+
+def _search_measurements(search: SearchResult | None) -> dict[str, Any]:
+    if search is None:
+        return {"max_at_slo": None}
+    return {"max_at_slo": search.best, "max_first_failing": search.first_failing, "max_ceiling": search.ceiling,
+            "max_search_steps": search.steps, "max_search_tried": list(search.tried),
+            "max_search_converged": search.converged}
+
+
+def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progress: ProgressFn) -> GateVerdict:
+    """Load: every promoted level, sustained, meets min_goodput_pct of its SLOs with no errors."""
+    settings = load_settings(recipe.gates)
+    if settings is None:
+        return GateVerdict(skip_reason=f"not applicable to recipe {recipe.name}: it sets no gates.load "
+                                       "(the levels it is promoted for and their SLOs)")
+    gate.threshold(**settings.slo(), min_goodput_pct=settings.min_goodput_pct, errors=0,
+                   levels=list(settings.levels))
+    result = run_load(client, recipe, settings, progress=progress)
+    promoted = [f for f in result.levels if f.row.get("phase") == "promoted"]
+    gate.measure(load_levels=[f.row for f in result.levels], promoted_levels=list(settings.levels),
+                 levels_met=[level for level, ok in result.met.items() if ok],
+                 min_level_goodput_pct=min((f.goodput_pct for f in promoted), default=None),
+                 errors=sum(f.errors for f in result.levels), slos_set_by=str(settings.slos_set_by),
+                 max_num_seqs=recipe.serve.max_num_seqs, **_search_measurements(result.search))
+    failing = [level for level, ok in result.met.items() if not ok]
+    found = "" if result.search is None else (
+        f"; max at SLO {result.search.best}" if result.search.best else "; no level met the SLOs in the search")
+    gate.summary(f"{len(settings.levels) - len(failing)}/{len(settings.levels)} promoted levels met the SLOs{found}")
+    if not failing:
+        return GateVerdict()
+    parts = []
+    for figures in promoted:
+        if figures.level in failing:
+            parts.append(f"level {figures.level}: goodput {figures.goodput_pct:.1f}% "
+                         f"(minimum {settings.min_goodput_pct:g}%), {figures.errors} errors")
+    detail = "; ".join(parts + result.failures[:5])
+    return GateVerdict(f"load: {detail}")
