@@ -106,7 +106,8 @@ class QualRun(abc.ABC):
 
     def reproduce_line(self, recipe_name: str) -> str:
         recipe = self._recipes.get(recipe_name)
-        return reproduce_line(self.invocation_args, recipe_name, discovered=recipe is not None and recipe.discovered)
+        return reproduce_line(self.invocation_args, recipe_name, discovered=recipe is not None and recipe.discovered,
+                              run_dir=self.settings.invocation_dir)
 
     def test_order(self, arm_keys: list[str]) -> SortKeyFn:
         """The sort key of a test (arm key, gate name or None): arms in plan order, each arm's
