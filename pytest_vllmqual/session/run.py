@@ -124,6 +124,9 @@ class QualRun(abc.ABC):
         keys of the servers started so far (junit and the terminal are scrubbed with it)."""
         for recipe in [self.default_recipe, *(arm.recipe for arm in self.arms.values())]:
             sanitizer.add_env_values(recipe.server_env())
+            sanitizer.keep(recipe.name, recipe.identity.served_model_name, recipe.identity.checkpoint)
+            sanitizer.add_endpoint(recipe.launcher.endpoint)
+        sanitizer.add_endpoint(self.settings.endpoint.value)
         for key in self.api_keys():
             sanitizer.add_secret(key)
         return sanitizer
