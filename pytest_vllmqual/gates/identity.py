@@ -15,6 +15,9 @@ from:
 ``verified`` means every pinned field was checked and matched; ``partially-verified`` that
 none differed but some could not be checked (listed in ``not_checked``); ``provenance_mismatch``
 that one differed (gates may still pass, but the evidence is not about the recipe). A local
+model path is the same checkpoint when it names the same files (``gates.checkpoint``: resolved
+against the server's working directory, or a copy with the same content); a path this run
+cannot resolve is not checked, and marked not observable from here, which fails no gate. A local
 model directory also gets the SHA-256 of its ``config.json`` and weights index, so two runs
 can tell whether they served the same files. Local paths never appear in the result: a
 directory is shown as the recipe's own (relative) ``model_path``, or ``<model-dir>``.
