@@ -447,7 +447,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     record.outcome = GateOutcome("error" if report.when == "setup" and report.outcome == "failed" else report.outcome)
     record.duration_s = round(report.duration, 4)
-    if call.excinfo is not None and report.failed and repeats_its_causes(call.excinfo.value):
+    if (call.excinfo is not None and report.failed and not isinstance(call.excinfo.value, ServerGoneError)
+            and repeats_its_causes(call.excinfo.value)):  # a server gone is already worded once above
         _drop_repeated_causes(item, call.excinfo, report)
     if report.outcome != "passed":
         record.reason = _reason_text(report, call.excinfo)
