@@ -41,6 +41,7 @@ from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.gates.registry import title_of
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.layout import names_shipped_gates
+from pytest_vllmqual.privacy.failure_reason import failure_reason, repeats_its_causes
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import GateOutcome, GateRecord, RunRecord
@@ -271,7 +272,7 @@ def _fail(exc: VllmQualError, config: pytest.Config) -> None:
     failure still records why (``startup_timeout``, ``server_dead``, ...)."""
     failure = pytest.fail.Exception(_session_sanitizer(config).scrub(str(exc)), pytrace=False)
     failure.vllmqual_status = getattr(exc, "status", None)  # type: ignore[attr-defined]
-    raise failure
+    raise failure from None  # said once: not again as "during handling of" the error it words
 
 
 def _arm_key(request: pytest.FixtureRequest) -> str:
@@ -447,8 +448,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     record.outcome = GateOutcome("error" if report.when == "setup" and report.outcome == "failed" else report.outcome)
     record.duration_s = round(report.duration, 4)
+    if (call.excinfo is not None and report.failed and not isinstance(call.excinfo.value, ServerGoneError)
+            and repeats_its_causes(call.excinfo.value)):  # a server gone is already worded once above
+        _drop_repeated_causes(item, call.excinfo, report)
     if report.outcome != "passed":
-        record.reason = _reason_text(report)
+        record.reason = _reason_text(report, call.excinfo)
         if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
             record.reason = f"{call.excinfo.value.status}: {call.excinfo.value}"  # not the log tail's last lines
     if report.when == "setup" and record.status is None and call.excinfo is not None:
@@ -493,9 +497,21 @@ def _session_sanitizer(config: pytest.Config) -> Sanitizer:
     return run.public_text_sanitizer(cached) if run is not None else cached
 
 
-def _reason_text(report: pytest.TestReport) -> str:
+def _drop_repeated_causes(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException],
+                          report: pytest.TestReport) -> None:
+    """The failure's own message already says what its causes say: the terminal shows it once."""
+    excinfo.value.__cause__ = None
+    excinfo.value.__suppress_context__ = True
+    report.longrepr = item.repr_failure(excinfo)
+
+
+def _reason_text(report: pytest.TestReport, excinfo: pytest.ExceptionInfo[BaseException] | None = None) -> str:
+    """The gate's reason, said once: a skip's reason, else the failure's own words
+    (``privacy.failure_reason``), else the last lines pytest printed."""
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
+    if excinfo is not None and not report.skipped:
+        return failure_reason(excinfo.value)
     text = getattr(report, "longreprtext", "") or str(report.longrepr or "")
     lines = [line for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("E ")]

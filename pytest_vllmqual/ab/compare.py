@@ -135,6 +135,7 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
     names = [(r.get("recipe") or {}).get("name") for r in (control, candidate)]
     title = f"A/B: {names[0]} vs {names[1]}" + (f" ({changed_text})" if changed_text else "")
     sanitizer = sanitizer or Sanitizer()
+    sanitizer.keep(*(name for name in names if isinstance(name, str)))  # the arms' recipe names
     body = sanitizer.scrub_obj({
         "title": title,
         "arms": labels,

@@ -33,12 +33,13 @@ def identity_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRec
     gate.summary(identity.status + (" against a discovered recipe: nothing was pinned" if recipe.discovered else ""))
     if identity.mismatches:
         return GateVerdict("provenance_mismatch: " + "; ".join(
-            f"{c.field}: recipe says {c.expected!r}, server reports {c.observed!r} ({c.source})"
+            f"{c.field}: recipe says {c.expected!r}, server reports {c.observed!r} ({c.note or c.source})"
             for c in identity.mismatches))
     # Direct-only, there is no server log: a field only the log gives (TP from the rank count) is
-    # not observable from the endpoint, as per-rank memory is; the report keeps it not checked.
+    # not observable from the endpoint, as per-rank memory is; nor is a relative model path whose
+    # base this run cannot see. The report keeps them not checked (that caps the verdict).
     no_log = not EngineFacts.from_dict(server_facts["engine"]).ranks_observable
-    unobservable = [c for c in identity.unchecked if no_log and "log" in c.source]
+    unobservable = [c for c in identity.unchecked if not c.observable or (no_log and "log" in c.source)]
     if unobservable:
         gate.measure(not_observable_from_endpoint=[c.field for c in unobservable])
     missing = [c for c in identity.unchecked if c not in unobservable]

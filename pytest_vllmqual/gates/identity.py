@@ -15,6 +15,9 @@ from:
 ``verified`` means every pinned field was checked and matched; ``partially-verified`` that
 none differed but some could not be checked (listed in ``not_checked``); ``provenance_mismatch``
 that one differed (gates may still pass, but the evidence is not about the recipe). A local
+model path is the same checkpoint when it names the same files (``gates.checkpoint``: resolved
+against the server's working directory, or a copy with the same content); a path this run
+cannot resolve is not checked, and marked not observable from here, which fails no gate. A local
 model directory also gets the SHA-256 of its ``config.json`` and weights index, so two runs
 can tell whether they served the same files. Local paths never appear in the result: a
 directory is shown as the recipe's own (relative) ``model_path``, or ``<model-dir>``.
@@ -23,10 +26,9 @@ directory is shown as the recipe's own (relative) ``model_path``, or ``<model-di
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +36,12 @@ from typing import Any
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
+from .checkpoint import LocationComparison, compare_model_locations, is_local_location
+
 __all__ = [
     "MODEL_DIR",
     "OTHER_DIR",
+    "UNRESOLVED_DIR",
     "WEIGHTS_INDEX_NAMES",
     "IdentityCheck",
     "IdentityResult",
@@ -48,6 +53,7 @@ __all__ = [
 
 MODEL_DIR = MODEL_DIR_PLACEHOLDER  # the engine facts name a local model dir the same way
 OTHER_DIR = "<another local directory>"
+UNRESOLVED_DIR = "<a local directory not resolved from here>"
 _SNAPSHOT_RE = re.compile(r"/snapshots/(?P<rev>[0-9a-f]{40})(?:/|$)")
 WEIGHTS_INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -63,6 +69,9 @@ class IdentityCheck:
     note: str = ""
     source: str = ""
     pinned: bool = True
+    observable: bool = True
+    """False: the field cannot be checked from where this run is (a relative model path of a
+    server whose working directory is unknown); it caps the verdict but fails no gate."""
 
     @property
     def status(self) -> str:
@@ -74,7 +83,8 @@ class IdentityCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {"field": self.field, "expected": self.expected, "observed": self.observed, "ok": self.ok,
-                "status": self.status, "source": self.source, "pinned": self.pinned, "note": self.note}
+                "status": self.status, "source": self.source, "pinned": self.pinned, "note": self.note,
+                "observable": self.observable}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IdentityCheck:
@@ -82,7 +92,8 @@ class IdentityCheck:
         ok = data.get("ok")
         return cls(field=str(data.get("field")), expected=data.get("expected"), observed=data.get("observed"),
                    ok=ok if isinstance(ok, bool) else None, note=str(data.get("note") or ""),
-                   source=str(data.get("source") or ""), pinned=bool(data.get("pinned", True)))
+                   source=str(data.get("source") or ""), pinned=bool(data.get("pinned", True)),
+                   observable=bool(data.get("observable", True)))
 
 
 @dataclass
@@ -162,24 +173,19 @@ def logged_model_args(log_text: str) -> dict[str, Any]:
     return found
 
 
-def _same_location(observed: str, expected: str) -> bool:
-    if observed == expected:
-        return True
-    if observed.startswith(("/", ".", "~")) or expected.startswith(("/", ".", "~")):
-        return os.path.realpath(os.path.expanduser(observed)) == os.path.realpath(os.path.expanduser(expected))
-    return False
-
-
 def _is_local(value: str) -> bool:
-    return value.startswith(("/", ".", "~"))
+    return is_local_location(value)
 
 
-def _show_location(value: str, recipe: Recipe, matched: bool) -> str:
-    """A model location fit for the public report: a hub id as is, a local directory never by path."""
-    if not _is_local(value):
+def _show_location(value: str, recipe: Recipe, matched: bool | None, local: bool | None = None) -> str:
+    """A model location fit for the public report: a hub id as is, a local directory never by path
+    (the recipe's own relative ``model_path`` when it is the same checkpoint)."""
+    if not (_is_local(value) if local is None else local):
         return value
     if matched and recipe.identity.model_path and not Path(recipe.identity.model_path).is_absolute():
         return recipe.identity.model_path
+    if matched is None:
+        return UNRESOLVED_DIR
     return MODEL_DIR if matched else OTHER_DIR
 
 
@@ -238,8 +244,12 @@ def check_identity(
     log_text: str = "",
     log_version: str | None = None,
     expected_model_arg: str | None = None,
+    server_cwd: Path | None = None,
+    server_cwd_unknown: str = "",
 ) -> IdentityResult:
-    """Compare what the server reports with what the recipe pins, field by field."""
+    """Compare what the server reports with what the recipe pins, field by field. A relative
+    model path the server reports is resolved against ``server_cwd`` (the server's working
+    directory, when the run knows it; ``server_cwd_unknown`` says why not)."""
     result = IdentityResult()
     served = recipe.identity.served_model_name
     entry = next((m for m in models or [] if m.get("id") == served), None)
@@ -250,7 +260,8 @@ def check_identity(
     if entry and isinstance(entry.get("root"), str):
         observations.append((str(entry["root"]), "/v1/models root"))
     result.checks.extend([
-        _checkpoint_check(recipe, expected_location, observations),
+        _checkpoint_check(recipe, expected_location, observations,
+                          _location_comparer(launcher_kind, server_cwd, server_cwd_unknown)),
         _revision_check(recipe, args, observations),
         _image_digest_check(recipe, launcher_kind, image_digest),
         _runtime_version_check(recipe, version, log_version),
@@ -263,19 +274,37 @@ def check_identity(
     return result
 
 
-def _checkpoint_check(recipe: Recipe, expected_location: str, observations: list[tuple[str, str]]) -> IdentityCheck:
-    """Every observed location must be the one the launcher asked for."""
+def _location_comparer(launcher_kind: str, server_cwd: Path | None,
+                       cwd_unknown: str) -> Callable[[str, str], LocationComparison]:
+    """How an observed model location is compared: inside a container by the argument the
+    launcher gave (its paths are not this machine's), else as files (``gates.checkpoint``)."""
+    if launcher_kind == "docker":
+        return lambda observed, expected: LocationComparison(
+            observed == expected, "" if observed == expected
+            else "another model argument than the launcher gave the container", local=_is_local(observed))
+    return lambda observed, expected: compare_model_locations(
+        observed, expected, server_cwd=server_cwd, cwd_unknown_reason=cwd_unknown)
+
+
+def _checkpoint_check(recipe: Recipe, expected_location: str, observations: list[tuple[str, str]],
+                      compare: Callable[[str, str], LocationComparison]) -> IdentityCheck:
+    """Every observed location must name the checkpoint the launcher asked for (or the recipe
+    pins): the first that differs decides, else the first that could not be checked."""
     if not observations:
         return IdentityCheck("checkpoint", recipe.identity.checkpoint, None, None,
                              "neither the log's model argument nor /v1/models root was available",
                              source="log, /v1/models")
-    bad = [(value, where) for value, where in observations if not _same_location(value, expected_location)]
-    shown_value, _ = bad[0] if bad else observations[0]
+    compared = [(value, where, compare(value, expected_location)) for value, where in observations]
+    deciding = (next((c for c in compared if c[2].ok is False), None)
+                or next((c for c in compared if c[2].ok is None), None) or compared[0])
+    value, where, outcome = deciding
+    notes = list(dict.fromkeys(f"{w}: {c.note}" for _, w, c in compared if c.note)) if outcome.ok \
+        else [f"{where}: {outcome.note}"]
     return IdentityCheck(
         "checkpoint", recipe.identity.checkpoint
         + (f" ({_show_location(expected_location, recipe, True)})" if _is_local(expected_location) else ""),
-        _show_location(shown_value, recipe, not bad), not bad,
-        source=" and ".join(where for _, where in observations))
+        _show_location(value, recipe, outcome.ok, outcome.local), outcome.ok, "; ".join(notes),
+        source=" and ".join(where for _, where in observations), observable=outcome.observable)
 
 
 def _revision_check(recipe: Recipe, args: dict[str, Any], observations: list[tuple[str, str]]) -> IdentityCheck:

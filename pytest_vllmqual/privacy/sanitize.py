@@ -7,6 +7,12 @@ placeholders, and identifiers (hosts, IPs, GPUs, PCI slots, containers, home dir
 user names) become pseudonyms that are stable within one report, so that "host-A" in two
 places still means the same machine. ``counts`` is the report's redaction summary.
 
+Which host names and values are private is decided by what is this machine's or its
+environment's (``privacy.learned_values``): its own names, the values of the environment the
+server inherits and of the recipe's env, names the run registers (the endpoint's host), names
+under private-network suffixes, and the shapes of addresses, GPU, PCI and container ids and
+tokens. Every other name (a documentation link's host) is public text and stays as written.
+
 Hash fields (``sha256``, ``*_sha256``, ``digest``) are never scrubbed: the report needs them
 to name the private artifacts, and a 64-hex digest must not be mistaken for a container id.
 
@@ -17,7 +23,6 @@ the engine's logged non-default args (``redact_args``).
 
 from __future__ import annotations
 
-import functools
 import getpass
 import ipaddress
 import os
@@ -26,9 +31,12 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .learned_values import PRIVATE_NAME_SOURCE, inherited_identifiers, is_loopback_name, is_run_bookkeeping
+from .learned_values import machine_names as _machine_names
+
 __all__ = [
     "COMMON_ENV_WORDS", "ENV_PLACEHOLDER", "GENERIC_USER_NAMES", "HASH_FIELD", "HOME_PLACEHOLDER", "KINDS",
-    "MIN_ENV_SECRET_LEN", "MIN_ENV_VALUE_LEN", "MIN_KNOWN_SECRET_LEN", "PUBLIC_HOSTS", "REDACTED_PLACEHOLDER",
+    "MIN_ENV_SECRET_LEN", "MIN_ENV_VALUE_LEN", "MIN_KNOWN_SECRET_LEN", "REDACTED_PLACEHOLDER",
     "SECRET_ENV_NAME", "SECRET_KEY_NAME", "SECRET_PLACEHOLDER", "SECRET_WORDS", "TOKEN_PLACEHOLDER",
     "USER_PLACEHOLDER", "Sanitizer", "redact_args",
 ]
@@ -96,27 +104,7 @@ GENERIC_USER_NAMES = frozenset(
 )
 """User names that identify nobody; scrubbing the word "root" would eat "root cause"."""
 
-PUBLIC_HOSTS = frozenset(
-    {"localhost", "localhost.localdomain", "pytest-vllmqual", "huggingface.co", "hf.co",
-     "github.com", "githubusercontent.com", "pypi.org", "pythonhosted.org", "python.org",
-     "vllm.ai", "docker.io", "docker.com", "ghcr.io", "nvcr.io", "nvidia.com", "quay.io",
-     "pytorch.org", "openai.com", "json-schema.org", "readthedocs.io", "readthedocs.org"}
-)
-"""Public names (and their subdomains) that reveal nothing about the operator's topology."""
-
-_TLDS = (
-    "com|net|org|edu|gov|mil|int|io|ai|app|cloud|dev|tech|biz|info|xyz|site|online|host|"
-    "local|localdomain|internal|intranet|intra|lan|corp|home|private|arpa|svc|cluster|"
-    "co|us|uk|de|fr|nl|eu|cn|jp|ru|ch|se|no|fi|be|at|it|es|pl|cz|ca|au|br|kr|tw|hk|sg|il"
-)
-# File extensions (.py .sh .md .so .in .rs) are deliberately not in the list.
-
-_FQDN_SOURCE = (
-    r"(?<![\w.-])(?P<fqdn>(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r"))"
-    r"(?![\w-]|\.[\w-])"
-)
-_URL_HOST_SOURCE = r"\b(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<urlhost>[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.%\w]+\])"
-_HOSTS = re.compile(_URL_HOST_SOURCE + "|" + _FQDN_SOURCE, re.IGNORECASE)
+_PRIVATE_NAMES = re.compile(PRIVATE_NAME_SOURCE, re.IGNORECASE)
 _URL_USERINFO = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+@")
 
 _TOKEN_PATTERNS = (
@@ -199,12 +187,12 @@ class Sanitizer:
         self._container_ids: set[str] = set()
         for value in known_secrets:
             self.add_secret(value)
-        env = os.environ if environ is None else environ
-        for name, value in env.items():
-            if SECRET_ENV_NAME.search(name) and len(value) >= MIN_ENV_SECRET_LEN:
-                self._secrets.add(value)
         self._env_values: set[str] = set()
+        self._inherited: set[str] = set()
+        self._kept: set[str] = set()
+        self._env_pattern: tuple[frozenset[str], re.Pattern[str] | None] = (frozenset(), None)
         self._homes: set[str] = set()
+        self.add_inherited_env(os.environ if environ is None else environ)
         own_host = socket.gethostname() if hostname is None else hostname
         if own_host:
             self.add_identifier("hostname", own_host)
@@ -238,6 +226,28 @@ class Sanitizer:
         clean = path.rstrip("/")
         if clean == "/root" or clean.count("/") >= 2:
             self._homes.add(clean)
+
+    def add_inherited_env(self, env: Mapping[str, str]) -> None:
+        """The environment the server inherits (this process's, unless ``environ`` was given):
+        secret-named values are secrets; every other value, and each identifier-shaped part of
+        it, is private (``privacy.learned_values.inherited_identifiers``)."""
+        for name, value in env.items():
+            if SECRET_ENV_NAME.search(name) and len(value) >= MIN_ENV_SECRET_LEN:
+                self._secrets.add(value)
+            elif value and not is_run_bookkeeping(name):
+                self._inherited.update(inherited_identifiers(value))
+
+    def add_endpoint(self, url: str | None) -> None:
+        """The host of a server URL the run talks to (``--vllmqual-endpoint``): an operator's machine."""
+        from urllib.parse import urlsplit
+
+        host = urlsplit(url).hostname if url and "://" in url else None
+        self.add_identifier("hostname", host)
+
+    def keep(self, *values: str | None) -> None:
+        """Words the report names on purpose (the recipe's name, the served model's name): an
+        inherited environment value equal to one is not scrubbed (``VLLMQUAL_RECIPE=tiny-cpu-4096``)."""
+        self._kept.update(v for v in values if v)
 
     def add_env_values(self, env: Mapping[str, Any] | None) -> None:
         """Scrub every value of a recipe's env (and each identifier-like part of it): an operator's
@@ -276,11 +286,11 @@ class Sanitizer:
             return
         if kind == "hostname":
             lowered = value.lower()
-            if lowered in PUBLIC_HOSTS or self._is_ip(lowered):
+            if is_loopback_name(lowered) or self._is_ip(lowered):
                 return
             self._hostnames.add(lowered)
             short = lowered.split(".", 1)[0]
-            if short != lowered and short not in PUBLIC_HOSTS:
+            if short != lowered and len(short) >= 3:
                 # The short name and the FQDN are the same machine: one pseudonym.
                 self._hostnames.add(short)
                 self._alias("hostname", short, lowered)
@@ -401,10 +411,17 @@ class Sanitizer:
         return text
 
     def _scrub_env_values(self, text: str) -> str:
-        for value in sorted(self._env_values, key=len, reverse=True):
-            if value in text:
-                self._count("env_value", text.count(value))
-                text = text.replace(value, ENV_PLACEHOLDER)
+        """The recipe's env values and the inherited environment's, longest first, in one pass."""
+        values = frozenset(self._env_values | (self._inherited - self._kept))
+        if values != self._env_pattern[0]:
+            alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
+            self._env_pattern = (values, re.compile(alternatives) if values else None)
+        pattern = self._env_pattern[1]
+        if pattern is None:
+            return text
+        text, n = pattern.subn(ENV_PLACEHOLDER, text)
+        if n:
+            self._count("env_value", n)
         return text
 
     def _scrub_tokens(self, text: str) -> str:
@@ -442,10 +459,6 @@ class Sanitizer:
         lowered = host.lower()
         return self._pseudonym("hostname", lowered)
 
-    def _is_public_host(self, host: str) -> bool:
-        lowered = host.lower().rstrip(".")
-        return any(lowered == p or lowered.endswith("." + p) for p in PUBLIC_HOSTS)
-
     @staticmethod
     def _is_ip(value: str) -> bool:
         try:
@@ -455,21 +468,18 @@ class Sanitizer:
         return True
 
     def _scrub_hosts(self, text: str) -> str:
-        """URL hosts, FQDN-like names and this machine's names, in one pass (pseudonyms in text order)."""
-        source = _URL_HOST_SOURCE + "|" + _FQDN_SOURCE
-        if self._hostnames:
+        """Names under private-network suffixes and the names this sanitizer learned (this
+        machine's, the endpoint's), in one pass (pseudonyms in text order)."""
+        if not self._hostnames:
+            pattern = _PRIVATE_NAMES
+        else:
             names = "|".join(re.escape(n) for n in sorted(self._hostnames, key=len, reverse=True))
-            source += r"|(?<![\w.-])(?P<own>" + names + r")(?![\w-]|\.[\w-])"
-        pattern = re.compile(source, re.IGNORECASE) if self._hostnames else _HOSTS
+            pattern = re.compile(PRIVATE_NAME_SOURCE + r"|(?<![\w.-])(?P<own>" + names + r")(?![\w-]|\.[\w-])",
+                                 re.IGNORECASE)
 
         def replace(m: re.Match[str]) -> str:
-            if m.group("urlhost") is not None:
-                host = m.group("urlhost")
-                if self._is_ip(host) or self._is_public_host(host) or _is_pseudonym(host):
-                    return m.group(0)
-                return m.group("scheme") + self._host_pseudonym(host)
             host = m.group("fqdn") or m.group("own")
-            if self._is_public_host(host):
+            if is_loopback_name(host) or _is_pseudonym(host):
                 return host
             return self._host_pseudonym(host)
 
@@ -515,37 +525,6 @@ class Sanitizer:
 
             text = users.sub(user, text)
         return text
-
-
-@functools.lru_cache(maxsize=1)
-def _machine_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(host names, addresses) of this machine: gethostname, getfqdn and their aliases, and the
-    addresses they resolve to. Looked up once per process (getfqdn may ask DNS)."""
-    names: set[str] = set()
-    addresses: set[str] = set()
-    host = socket.gethostname()
-    if host:
-        names.add(host)
-    try:
-        fqdn = socket.getfqdn()
-    except OSError:
-        fqdn = ""
-    if fqdn:
-        names.add(fqdn)
-    try:
-        primary, aliases, addrs = socket.gethostbyname_ex(host)
-        names.update([primary, *aliases])
-        addresses.update(addrs)
-    except OSError:
-        pass
-    try:
-        for info in socket.getaddrinfo(host, None):
-            addresses.add(str(info[4][0]))
-    except OSError:
-        pass
-    names = {n for n in names if n and n.lower() not in PUBLIC_HOSTS and not n.lower().startswith("localhost")}
-    addresses = {a for a in addresses if not a.startswith("127.") and a != "::1"}
-    return tuple(sorted(names)), tuple(sorted(addresses))
 
 
 _PSEUDONYM_BODY = r"(?:host-[A-Z]+|ip-\d+|gpu\d+|container-\d+|pci-\d+)"

@@ -3,35 +3,69 @@ and the order its tests run in."""
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from pytest_vllmqual.recipe.loader import Recipe
 
 from .gate_order import run_rank
 
-__all__ = ["SortKeyFn", "header_lines", "order_of_tests", "reproduce_line"]
+__all__ = ["PATH_PLACEHOLDER", "RECIPE_FLAGS", "SortKeyFn", "header_lines", "order_of_tests", "reproduce_line"]
 
 SortKeyFn = Callable[[str, "str | None"], tuple[int, int]]
 """The sort key of a test from its arm key and gate name (None: not a gate)."""
 
 
-def reproduce_line(invocation_args: Sequence[str], recipe_name: str, *, discovered: bool) -> str:
+RECIPE_FLAGS = ("--recipe", "--vllmqual-recipe")
+"""The options that choose the recipe; the reproduce line pins the arm's recipe instead."""
+PATH_PLACEHOLDER = "<path>"
+"""What the reproduce line shows for an absolute path outside the run's directory."""
+
+
+def reproduce_line(invocation_args: Sequence[str], recipe_name: str, *, discovered: bool,
+                   run_dir: Path | None = None) -> str:
     """The pytest command line that runs arm ``recipe_name`` again: the same arguments with the
-    recipe pinned (a discovered recipe is rediscovered from the same endpoint instead)."""
+    recipe pinned (a discovered recipe is rediscovered from the same endpoint instead).
+
+    An absolute path is shown relative to ``run_dir`` (the directory pytest ran in) when it lies
+    inside it, else as ``<path>``: the line reproduces the run without saying where things live."""
+    args = [_local_path_shown(arg, run_dir) for arg in invocation_args]
     if discovered:
-        return shlex.join(["pytest", *invocation_args])
+        return shlex.join(["pytest", *args])
     kept: list[str] = []
     skip_next = False
-    for arg in (a for a in invocation_args if not a.startswith("--recipe")):
+    for arg in args:
         if skip_next:
             skip_next = False
-            continue
-        if arg == "--recipe":
-            skip_next = True
-            continue
-        kept.append(arg)
+        elif arg in RECIPE_FLAGS:
+            skip_next = True  # "--recipe NAME": the name is the next argument
+        elif not arg.startswith(tuple(f"{flag}=" for flag in RECIPE_FLAGS)):
+            kept.append(arg)
     return shlex.join(["pytest", f"--recipe={recipe_name}", *kept])
+
+
+def _local_path_shown(arg: str, run_dir: Path | None) -> str:
+    """``arg`` with an absolute path in it (the whole argument, or the value of ``--opt=/x`` or
+    ``key=/x``) made relative to ``run_dir``, or replaced by the placeholder."""
+    if arg.startswith("/"):
+        return _relative_or_placeholder(arg, run_dir)
+    head, equals, value = arg.partition("=")
+    if equals and value.startswith("/"):
+        return f"{head}={_relative_or_placeholder(value, run_dir)}"
+    return arg
+
+
+def _relative_or_placeholder(path: str, run_dir: Path | None) -> str:
+    if run_dir is not None:
+        for base, target in ((os.path.normpath(run_dir), os.path.normpath(path)),
+                             (os.path.realpath(run_dir), os.path.realpath(path))):
+            if target == base:
+                return "."
+            if target.startswith(base.rstrip("/") + "/"):
+                return os.path.relpath(target, base)
+    return PATH_PLACEHOLDER
 
 
 def header_lines(recipe: Recipe, *, recipe_source: str, endpoint: object, reproduce: str) -> list[str]:

@@ -90,6 +90,8 @@ def _arm_sanitizer(arm: Arm) -> Sanitizer:
     sanitizer = Sanitizer(known_secrets=[handle.api_key] if handle is not None and handle.api_key else [])
     if handle is not None:
         sanitizer.add_identifier("container_id", handle.container_id)
+        sanitizer.add_endpoint(handle.base_url)
+    sanitizer.keep(arm.recipe.name, arm.recipe.identity.served_model_name, arm.recipe.identity.checkpoint)
     return sanitizer
 
 

@@ -106,7 +106,8 @@ class QualRun(abc.ABC):
 
     def reproduce_line(self, recipe_name: str) -> str:
         recipe = self._recipes.get(recipe_name)
-        return reproduce_line(self.invocation_args, recipe_name, discovered=recipe is not None and recipe.discovered)
+        return reproduce_line(self.invocation_args, recipe_name, discovered=recipe is not None and recipe.discovered,
+                              run_dir=self.settings.invocation_dir)
 
     def test_order(self, arm_keys: list[str]) -> SortKeyFn:
         """The sort key of a test (arm key, gate name or None): arms in plan order, each arm's
@@ -123,6 +124,9 @@ class QualRun(abc.ABC):
         keys of the servers started so far (junit and the terminal are scrubbed with it)."""
         for recipe in [self.default_recipe, *(arm.recipe for arm in self.arms.values())]:
             sanitizer.add_env_values(recipe.server_env())
+            sanitizer.keep(recipe.name, recipe.identity.served_model_name, recipe.identity.checkpoint)
+            sanitizer.add_endpoint(recipe.launcher.endpoint)
+        sanitizer.add_endpoint(self.settings.endpoint.value)
         for key in self.api_keys():
             sanitizer.add_secret(key)
         return sanitizer

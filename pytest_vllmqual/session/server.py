@@ -356,8 +356,23 @@ class ServerManager:
             log_text=log,
             log_version=facts.vllm_version,
             expected_model_arg=self._model_argument(),
+            **self._server_directory(),
         )
         self.facts.identity = identity.to_dict(self.recipe)
+
+    def _server_directory(self) -> dict[str, Any]:
+        """The server's working directory, against which a relative model path it reports is
+        resolved: the recipe's project for a process this run started, the listening process's
+        own for an endpoint on loopback; for a container, none (its paths are its own)."""
+        assert self.launcher is not None and self.handle is not None
+        if self.direct_only:
+            from pytest_vllmqual.launch.endpoint_process import endpoint_server_directory
+
+            found = endpoint_server_directory(self.handle.base_url)
+            return {"server_cwd": found.path, "server_cwd_unknown": found.unknown_reason}
+        if self.launcher.kind == "subprocess":
+            return {"server_cwd": self.recipe.project_root}
+        return {"server_cwd": None, "server_cwd_unknown": f"the {self.launcher.kind} launcher's server has its own paths"}
 
     def private_log(self) -> dict[str, str] | None:
         """{name, sha256} of the server log in the private folder (after the server stopped)."""

@@ -49,6 +49,8 @@ class Settings:
     recipes_dir: Path
     endpoint: Setting
     overrides: tuple[str, ...] = ()
+    invocation_dir: Path | None = None
+    """The directory pytest runs in (the reproduce line shows paths relative to it)."""
 
 
 def resolve_settings(*, rootdir: Path, env: dict[str, str], cli_recipe: str | None, ini_recipe: str | None,
@@ -70,6 +72,7 @@ def resolve_settings(*, rootdir: Path, env: dict[str, str], cli_recipe: str | No
         recipes_dir=(_anchor(Path(str(recipes_dir.value)), rootdir if recipes_dir.source.startswith("ini ") else cwd)
                      if recipes_dir.value else default_recipes_dir(rootdir)),
         endpoint=endpoint,
+        invocation_dir=invocation_dir,
     )
 
 

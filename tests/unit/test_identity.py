@@ -47,7 +47,8 @@ def test_a_local_tiny_cpu_server_is_verified_field_by_field_and_shows_no_path() 
     assert checks["checkpoint"] == {
         "field": "checkpoint", "expected": "vllmqual/tiny-chat (fixtures/model/build/tiny-chat)",
         "observed": "fixtures/model/build/tiny-chat", "ok": True, "status": "matched",
-        "source": "log non-default args 'model' and /v1/models root", "pinned": True, "note": ""}
+        "source": "log non-default args 'model' and /v1/models root", "pinned": True, "note": "",
+        "observable": True}
     assert checks["revision"]["status"] == "not pinned"
     assert checks["image_digest"]["status"] == "not pinned"
     assert checks["image_digest"]["note"] == "not applicable: the subprocess launcher runs no container"
@@ -59,12 +60,17 @@ def test_a_local_tiny_cpu_server_is_verified_field_by_field_and_shows_no_path() 
 
 def test_another_local_directory_is_a_mismatch_named_without_its_path(tmp_path: Path) -> None:
     recipe = tiny()
-    other = str(tmp_path / "users" / "jdoe" / "other-model")
-    result = check_identity(recipe, version="0.32.0", tp_size_seen=2, log_text=args_line({"model": other}),
-                            models=[{"id": "tiny-chat", "root": other, "max_model_len": 32768}])
+    mine, other = tmp_path / "mine", tmp_path / "users" / "jdoe" / "other-model"
+    for directory, content in ((mine, '{"hidden_size": 64}'), (other, '{"hidden_size": 128}')):
+        directory.mkdir(parents=True)
+        (directory / "config.json").write_text(content)
+    result = check_identity(recipe, version="0.32.0", tp_size_seen=2, log_text=args_line({"model": str(other)}),
+                            models=[{"id": "tiny-chat", "root": str(other), "max_model_len": 32768}],
+                            expected_model_arg=str(mine))
     assert result.status == "provenance_mismatch"
     checkpoint = by_field(result)["checkpoint"]
     assert checkpoint["ok"] is False and checkpoint["observed"] == "<another local directory>"
+    assert checkpoint["note"] == "log non-default args 'model': different files: config.json differs"
     assert "jdoe" not in json.dumps(result.to_dict(recipe))
 
 
@@ -80,6 +86,7 @@ def test_a_pinned_hub_checkpoint_checks_revision_and_image_digest_through_the_la
     checks = {c.field: c for c in verified.checks}
     assert (checks["revision"].observed, checks["revision"].source) == (REVISION, "log non-default args 'revision'")
     assert checks["image_digest"].ok is True and "RepoDigests" in checks["image_digest"].source
+    assert checks["checkpoint"].observed == "deepseek-ai/DeepSeek-V4-Flash-0731", "a hub id is shown as is"
 
     unreported = check_identity(recipe, image_digest=None, **common)
     assert unreported.status == "partially-verified" and unreported.not_checked == ["image_digest"]

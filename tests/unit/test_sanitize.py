@@ -84,19 +84,52 @@ def test_own_hostname_short_and_fqdn_share_one_pseudonym() -> None:
     assert s.counts["hostname"] == 3
 
 
-def test_fqdns_and_url_hosts_get_stable_pseudonyms_in_order() -> None:
+def test_private_names_and_registered_hosts_get_stable_pseudonyms_in_order() -> None:
     s = make(host="")
-    first = s.scrub("pull from registry.corp.internal then db01.prod.example.com, http://trainbox:8000/v1")
+    s.add_identifier("hostname", "trainbox")  # the endpoint's host, registered by the run
+    first = s.scrub("pull from registry.corp.internal then ip-10-0-3-17.ec2.internal, http://trainbox:8000/v1")
     second = s.scrub("registry.corp.internal again")
     assert first == "pull from host-A then host-B, http://host-C:8000/v1"
     assert second == "host-A again"
+
+
+def test_a_public_name_nobody_taught_the_scrubber_is_public_text() -> None:
+    s = make()
+    text = ("Field required [type=missing]\n    For further information visit https://errors.pydantic.dev/2.14/v/missing; "
+            "mirror db01.prod.example.com")
+    assert s.scrub(text) == text
+    assert s.counts == {}
+
+
+def test_values_of_the_inherited_environment_are_private_plain_words_are_not() -> None:
+    s = make(env={"NODE_NAME": "db01.prod.example.com", "MODEL_CACHE": "/data/users/jdoe/ckpts",
+                  "PYTHONPATH": "/srv/a-1:/srv/b-2", "PAGER": "less", "ATTN": "FLASH_ATTN", "N": "1"})
+    out = s.scrub("db01.prod.example.com read /data/users/jdoe/ckpts/x via /srv/b-2/m; less than FLASH_ATTN 1")
+    for planted in ("db01.prod", "/data/users/jdoe", "/srv/b-2"):
+        assert planted not in out, (planted, out)
+    assert out.endswith("less than FLASH_ATTN 1")
+    assert s.counts["env_value"] == 3
+
+
+def test_words_the_report_names_on_purpose_are_kept_even_when_the_environment_holds_them() -> None:
+    s = make(env={"VLLMQUAL_RECIPE": "tiny-cpu-4096", "NODE": "rack-7.lab"})
+    s.keep("tiny-cpu-4096", None)
+    assert s.scrub("recipe tiny-cpu-4096 on rack-7.lab") == "recipe tiny-cpu-4096 on <env>"
+
+
+def test_loopback_names_are_never_registered_as_hosts() -> None:
+    s = make(host="")
+    s.add_identifier("hostname", "localhost")
+    s.add_identifier("hostname", "127.0.0.1")
+    assert s.scrub("http://localhost:8000 http://127.0.0.1:8000") == "http://localhost:8000 http://127.0.0.1:8000"
 
 
 @pytest.mark.parametrize("text", [
     "vllm.entrypoints.openai.api_server [api_server.py:1234] gpu_model_runner.py",
     "runtime 0.11.2.dev280+gilded.gnosis.v20.vllmfa13d33.b12x06db0f4.fi1ac6942.cu132.20260809.r33",
     "deepseek-ai/DeepSeek-V4-Flash-0731 Qwen/Qwen2.5-7B-Instruct config.json model.safetensors README.md",
-    "https://huggingface.co/deepseek-ai and https://docs.vllm.ai/en/latest and http://127.0.0.1:8000/health",
+    "https://docs.vllm.ai/en/latest and http://127.0.0.1:8000/health",
+    "For further information visit https://errors.pydantic.dev/2.14/v/missing",
     "See https://nanobind.readthedocs.io/en/latest/refleaks.html",
     "http://localhost:8000 http://0.0.0.0:8000 http://[::1]:8000",
     "https://pytest-vllmqual/schemas/report/1",
@@ -283,3 +316,26 @@ def test_variable_names_inside_an_env_value_are_not_taken_for_identifiers() -> N
     s = make()
     s.add_env_values({"VLLM_LOGGING_PREFIX": "[DB_PASSWORD=hunter2-canary HF_TOKEN=x] "})
     assert s.scrub("env HF_TOKEN and DB_PASSWORD set; hunter2-canary") == "env HF_TOKEN and DB_PASSWORD set; <env>"
+
+
+def test_the_endpoint_s_host_is_registered_unless_it_is_loopback_or_an_address() -> None:
+    s = make(host="")
+    for url in ("http://gpu-box-7:8000", "http://127.0.0.1:8000", "http://localhost:8000", None, "not a url"):
+        s.add_endpoint(url)
+    assert s.scrub("GET http://gpu-box-7:8000/v1/models failed; gpu-box-7 down") == \
+        "GET http://host-A:8000/v1/models failed; host-A down"
+    assert s.scrub("http://localhost:8000") == "http://localhost:8000"
+
+
+def test_pytest_s_own_bookkeeping_variables_are_not_private_values() -> None:
+    s = make(env={"PYTEST_CURRENT_TEST": "test_x.py::test_y[no-such-recipe] (setup)", "PYTEST_XDIST_WORKER": "gw0"})
+    assert s.scrub("test_y[no-such-recipe]") == "test_y[no-such-recipe]"
+
+
+def test_inherited_values_are_split_into_the_parts_that_name_something() -> None:
+    from pytest_vllmqual.privacy.learned_values import inherited_identifiers
+
+    assert inherited_identifiers("/srv/a-1:/srv/b-2") >= {"/srv/a-1:/srv/b-2", "/srv/a-1", "/srv/b-2"}
+    assert inherited_identifiers("[node-17 rack7.lab] ") >= {"node-17", "rack7.lab"}
+    assert inherited_identifiers("less") == set() and inherited_identifiers("FLASH_ATTN") == set()
+    assert inherited_identifiers("1") == set() and inherited_identifiers("utf-8") == set()
