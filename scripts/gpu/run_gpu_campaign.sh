@@ -3,15 +3,15 @@
 # FP8-KV campaign, the bracketed 8,192 vs 4,096 A/B at 131,072, a classified startup failure and
 # the fidelity benchmark. Each step writes its reports and junit under OUT; nothing stops the next.
 #
-#   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]      STEP: suite 393k ab kvfail bench (default: all)
+#   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]      STEP: suite 393k ab kvfail bench loadbench (default: all)
 #
 # Needs vLLM 0.24.0 importable by python3 (pip install vllm==0.24.0, or offline a wheel bundle
 # installed into /tmp/site, then PYTHONPATH=/tmp/site) and the fixture model in
 # fixtures/model/build/tiny-chat (build it anywhere with fixtures/model/build_tiny_model.py).
 # VLLMQUAL_GPU_TP=1 rewrites the recipes to TP=1 for a one-GPU host (the reports then say TP=1).
 set -uo pipefail
-out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench]}; shift
-steps=${*:-suite 393k ab kvfail bench}
+out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench loadbench]}; shift
+steps=${*:-suite 393k ab kvfail bench loadbench}
 cd "$(dirname "$0")/../.."
 mkdir -p "$out"
 # The environment every start needed on the measured H200 hosts; the recipes carry it too.
@@ -44,8 +44,12 @@ for s in $steps; do
             "${pytest_cmd[@]}" suites --recipe=tiny-gpu-kvfail -m "lifecycle or engine" \
               --junitxml="$out/tiny-gpu-kvfail.xml" ;;
     bench)  step "fidelity: the harness against vLLM's own serving benchmark, same server"
-            python3 benchmarks/bench_fidelity.py --recipe tiny-gpu --recipes-dir "$recipes" --rounds 2 \
-              --json "$out/fidelity-gpu.json" ;;
+            python3 benchmarks/bench_fidelity.py --recipe tiny-gpu --recipes-dir "$recipes" \
+              --rounds "${VLLMQUAL_BENCH_ROUNDS:-5}" --json "$out/fidelity-gpu.json" ;;
+    loadbench) step "load fidelity: the load gate's closed loop against vllm bench serve --max-concurrency N"
+            python3 benchmarks/bench_load_fidelity.py --recipe tiny-gpu --recipes-dir "$recipes" \
+              --levels "${VLLMQUAL_LOAD_LEVELS:-1,8}" --rounds "${VLLMQUAL_LOAD_ROUNDS:-2}" \
+              --json "$out/load-fidelity-gpu.json" ;;
     *)      echo "unknown step $s" >&2 ;;
   esac
   echo "=== $s exit $?"
