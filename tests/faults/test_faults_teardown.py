@@ -73,7 +73,8 @@ def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, Proces
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL", "pytest-timeout"])
 def test_14_interrupted_pytest_leaves_no_process(how: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Ctrl-C, SIGTERM, SIGKILL or a pytest-timeout that ends pytest: the server tree is still
-    killed (by teardown where it runs, by the reaper where it cannot), and no process survives."""
+    killed (by teardown where it runs, by the reaper where it cannot), and no process survives.
+    Owns its server: pytest is interrupted while that server starts."""
     if how == "SIGTERM":
         session: Session = request.getfixturevalue("hang_session")
         assert session.returncode == pytest.ExitCode.INTERRUPTED, session.tail()
