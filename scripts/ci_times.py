@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """The CI time table: seconds per tier and the ten slowest tests, printed at the end of every run.
 
-Each step of ``make test`` runs under ``scripts/timed.sh``, which appends one line (tier, seconds,
-exit code) to ``steps.tsv``; the project's own pytest session appends one JSON line per test phase
-to ``tests.jsonl`` as it goes (tests/conftest.py). Both are written line by line, so a run that
-fails or is stopped part-way still leaves what it measured, and ``table`` prints it.
+Each step of ``make test`` runs under ``scripts/timed.sh``, which appends the step's start to
+``started.tsv`` and, when it ends, one line (tier, seconds, exit code) to ``steps.tsv``; the
+project's own pytest session appends one JSON line per test phase to ``tests.jsonl`` as it goes
+(tests/conftest.py). All are written line by line, so a run that fails or is stopped part-way
+still leaves what it measured, and ``table`` prints it: a step that started and never ended
+shows as stopped, with the seconds since its start.
 
+The table always lists the steps and test tiers that ``make test`` has (a missing one shows as
+"not run"), then any other that was measured.
+
+    python3 scripts/ci_times.py start TIER
     python3 scripts/ci_times.py record TIER SECONDS EXIT_CODE
     python3 scripts/ci_times.py table
 
@@ -17,11 +23,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_TIERS = ("unit", "plugin", "integration", "faults", "docker", "packaging", "fleet", "load", "benchmarks")
+STEPS = ("setup", "lint", "typecheck", "model", "docker-image", "tests")
+"""The steps of ``make test``, in order."""
+TEST_TIERS = ("unit", "plugin", "integration", "identity", "faults", "docker", "packaging", "fleet", "load", "benchmarks")
+"""The folders under tests/, in the order the table lists them."""
 
 
 def times_dir() -> Path:
@@ -35,6 +45,28 @@ def record(tier: str, seconds: str, exit_code: str) -> None:
         out.write(f"{tier}\t{float(seconds):.0f}\t{int(exit_code)}\n")
 
 
+def start(tier: str) -> None:
+    folder = times_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "started.tsv", "a", encoding="utf-8") as out:
+        out.write(f"{tier}\t{time.time():.0f}\n")
+
+
+def read_started(folder: Path) -> dict[str, float]:
+    """When each step started (epoch seconds); a torn line is skipped."""
+    path = folder / "started.tsv"
+    started: dict[str, float] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            parts = line.split("\t")
+            if len(parts) == 2:
+                try:
+                    started[parts[0]] = float(parts[1])
+                except ValueError:
+                    continue
+    return started
+
+
 def read_steps(folder: Path) -> list[tuple[str, float, int]]:
     path = folder / "steps.tsv"
     if not path.is_file():
@@ -43,7 +75,10 @@ def read_steps(folder: Path) -> list[tuple[str, float, int]]:
     for line in path.read_text(encoding="utf-8").splitlines():
         parts = line.split("\t")
         if len(parts) == 3:
-            steps.append((parts[0], float(parts[1]), int(parts[2])))
+            try:
+                steps.append((parts[0], float(parts[1]), int(parts[2])))
+            except ValueError:
+                continue
     return steps
 
 
@@ -64,24 +99,40 @@ def read_tests(folder: Path) -> tuple[dict[str, float], dict[str, float]]:
     return per_tier, per_test
 
 
+def step_rows(folder: Path) -> list[tuple[str, float | None, str]]:
+    """(step, seconds, result) for every step of ``make test`` and every other step measured."""
+    ended = {tier: (seconds, code) for tier, seconds, code in read_steps(folder)}
+    started = read_started(folder)
+    rows: list[tuple[str, float | None, str]] = []
+    for tier in [*STEPS, *sorted((set(ended) | set(started)) - set(STEPS))]:
+        if tier in ended:
+            seconds, code = ended[tier]
+            result = "ok" if code == 0 else {124: "exit 124 (timed out)", 143: "exit 143 (stopped by SIGTERM)",
+                                             130: "exit 130 (interrupted)"}.get(code, f"exit {code}")
+            rows.append((tier, seconds, result))
+        elif tier in started:
+            rows.append((tier, max(0.0, time.time() - started[tier]), "stopped (no exit recorded)"))
+        else:
+            rows.append((tier, None, "not run"))
+    return rows
+
+
 def table() -> int:
     folder = times_dir()
-    steps = read_steps(folder)
+    rows = step_rows(folder)
     per_tier, per_test = read_tests(folder)
-    if not steps and not per_tier:
+    if all(seconds is None for _, seconds, _ in rows) and not per_tier:
         print(f"[times] nothing was measured ({folder} is empty)")
         return 0
     print("\n==== CI time table (seconds) ====")
     print(f"{'step':<24}{'seconds':>9}  result")
-    for tier, seconds, code in steps:
-        print(f"{tier:<24}{seconds:>9.0f}  {'ok' if code == 0 else f'exit {code}'}")
-    if steps:
-        print(f"{'all steps':<24}{sum(s for _, s, _ in steps):>9.0f}")
-    if per_tier:
-        print(f"\n{'test tier':<24}{'seconds':>9}")
-        for tier in [*TEST_TIERS, *sorted(set(per_tier) - set(TEST_TIERS))]:
-            if tier in per_tier:
-                print(f"{tier:<24}{per_tier[tier]:>9.1f}")
+    for tier, seconds, result in rows:
+        print(f"{tier:<24}{'-' if seconds is None else f'{seconds:.0f}':>9}  {result}")
+    print(f"{'all steps':<24}{sum(s for _, s, _ in rows if s is not None):>9.0f}")
+    print(f"\n{'test tier':<24}{'seconds':>9}")
+    for tier in [*TEST_TIERS, *sorted(set(per_tier) - set(TEST_TIERS))]:
+        print(f"{tier:<24}{f'{per_tier[tier]:.1f}' if tier in per_tier else 'not run':>9}")
+    if per_test:
         print("\nten slowest tests (setup + call + teardown):")
         for nodeid, seconds in sorted(per_test.items(), key=lambda item: -item[1])[:10]:
             print(f"{seconds:>8.1f}  {nodeid}")
@@ -89,6 +140,9 @@ def table() -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["start"] and len(argv) == 2:
+        start(argv[1])
+        return 0
     if argv[:1] == ["record"] and len(argv) == 4:
         record(*argv[1:])
         return 0

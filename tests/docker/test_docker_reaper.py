@@ -38,7 +38,8 @@ def running_container(client: object, recipe_name: str) -> object:
 
 def test_sigkilled_pytest_leaves_no_container_after_30_s(tmp_path: Path) -> None:
     """SIGKILL pytest while its container serves: no teardown runs, the docker reaper must
-    remove the container (within 30 s) and reclaim the run's /dev/shm files."""
+    remove the container (within 30 s) and reclaim the run's /dev/shm files.
+    Owns its server: its pytest is SIGKILLed while the container serves."""
     client = engine()
     recipe = derive_docker_recipe(tmp_path, "tiny-docker-sigkill")
     started_at = time.time()
@@ -66,7 +67,8 @@ def test_sigkilled_pytest_leaves_no_container_after_30_s(tmp_path: Path) -> None
 def test_two_concurrent_runs_keep_their_containers(tmp_path: Path) -> None:
     """Two real tiny-docker runs at once: the second starts while the first one's container
     serves, and its leftover sweep must leave that container (and a planted container whose
-    owner lives) alone, while it removes a planted container whose owner is dead. Both finish."""
+    owner lives) alone, while it removes a planted container whose owner is dead. Both finish.
+    Owns its servers: two managed runs at once are what is tested."""
     client = engine()
     holder, holder_start = live_process()
     dead_pid, dead_start = dead_process()

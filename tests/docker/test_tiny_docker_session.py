@@ -37,6 +37,7 @@ class DockerRun:
 
 @pytest.fixture(scope="module")
 def docker_run(tmp_path_factory: pytest.TempPathFactory) -> DockerRun:
+    """Owns its server: the managed container run is what is tested (pull, start, gates, teardown)."""
     client = engine()
     try:  # only the engine's copy, every tag of it: the registry keeps the image, the run pulls it back
         client.images.remove(client.images.get(image_reference()).id, force=True)

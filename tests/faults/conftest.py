@@ -27,7 +27,8 @@ from fault_harness import (
 def kill_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Real TP=2 server: bind check, smoke, prompt boundaries, same prompt twice, then SIGKILL
     of the API server mid-gate and gates after it. Canaries in the env and the server log;
-    the recipe pins runtime 0.31.0 while 0.32.0 runs (a real provenance mismatch)."""
+    the recipe pins runtime 0.31.0 while 0.32.0 runs (a real provenance mismatch).
+    Owns its server: it SIGKILLs it, and reconfigures it (bind address, max_model_len)."""
     directory = tmp_path_factory.mktemp("kill")
     recipe = derive_recipe(directory, "tiny-cpu-kill", {
         "identity": {"runtime_version": "0.31.0"},
@@ -47,7 +48,8 @@ def kill_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
 @pytest.fixture(scope="session")
 def hang_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Real TP=2 server: smoke, SIGSTOP of TP worker 1 mid-run, gates after it; then the outer
-    fixture SIGTERMs pytest while the worker is still stopped."""
+    fixture SIGTERMs pytest while the worker is still stopped.
+    Owns its server: it SIGSTOPs one of its workers."""
     import signal
 
     directory = tmp_path_factory.mktemp("hang")

@@ -99,6 +99,7 @@ def private_log_named(session: Session, error: dict[str, Any]) -> None:
 
 @pytest.mark.real_vllm
 def test_planted_identifiers_leave_no_trace_after_a_failed_start(tmp_path: Path) -> None:
+    """Owns its server: it starves it of KV cache and plants identifiers in its environment."""
     base = derive_recipe(tmp_path / "base", "base").data
     recipe = derive_recipe(tmp_path, "tiny-cpu-canary-kv", {  # as test_03_kv_does_not_fit, plus the plants
         "launcher": {"env": {**ENV, "VLLM_CPU_OMP_THREADS_BIND": "auto", "-VLLM_CPU_KVCACHE_SPACE": None}},
@@ -127,6 +128,7 @@ def test_planted_identifiers_leave_no_trace_after_a_failed_start(tmp_path: Path)
 
 @pytest.mark.real_vllm
 def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> None:
+    """Owns its server: it plants identifiers in its environment and SIGKILLs it."""
     recipe = derive_recipe(tmp_path, "tiny-cpu-canary-gates", {
         "launcher": {"env": ENV},
         "gates": {"engine": {"min_kv_tokens": 1_000_000_000},

@@ -84,6 +84,7 @@ def test_01_port_already_taken(tmp_path: Path) -> None:
     (a) another process listens there: the launcher refuses before starting anything;
     (b) another process holds it bound but not listening, so the preflight cannot see it: the
     real vLLM starts, fails to bind, and the failure is classified from its log.
+    Owns its server: it reconfigures it onto a taken port.
     """
     listener, port = hold_port("listen")
     try:
@@ -148,7 +149,8 @@ def test_02_launch_command_missing(tmp_path: Path) -> None:
 @pytest.mark.real_vllm
 def test_03_kv_does_not_fit(tmp_path: Path) -> None:
     """A recipe asking for more KV than fits fails fast as kv_insufficient, with the needed and
-    available GiB and the estimated maximum length parsed from vLLM's own log line."""
+    available GiB and the estimated maximum length parsed from vLLM's own log line.
+    Owns its server: it starves it of KV cache."""
     base = derive_recipe(tmp_path / "base", "base").data
     recipe = derive_recipe(tmp_path, "tiny-cpu-kv", {
         "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": "auto", "-VLLM_CPU_KVCACHE_SPACE": None}},
@@ -221,8 +223,11 @@ def cmdline_of(pid: int) -> str:
 @pytest.mark.real_vllm
 def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
     """A TP worker is SIGSTOPped while the real server starts: the deadline fires, the report
-    shows the last startup phase reached, and the whole tree (the stopped worker too) is killed."""
-    deadline_s = 75
+    shows the last startup phase reached, and the whole tree (the stopped worker too) is killed.
+    Owns its server: it SIGSTOPs one of its workers during startup."""
+    # Long enough for TP worker 1 to appear (about 15 s into an idle 2-core start, the loop below
+    # gives it deadline_s - 10), no longer: a stopped worker is a hang after 40 s as after 80.
+    deadline_s = 40
     recipe = derive_recipe(tmp_path, "tiny-cpu-starthang", {"startup": {"deadline_s": deadline_s}}, real_model=True)
     session = Session(tmp_path, recipe, ["startup_probe"]).start()
     stopped: list[int] = []

@@ -33,6 +33,7 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def test_bracketed_ab_runs_a_b_a_and_compares(tmp_path: Path) -> None:
+    """Owns its servers: each arm is a managed server of its own configuration, one at a time."""
     code, output = run_session(tmp_path, "--ab=tiny-cpu,tiny-cpu-4096", "--bracket")
     assert code == 0, output[-6000:]
     arm_reports = sorted(tmp_path.glob("A-*.json")) + sorted(tmp_path.glob("B-*.json")) + sorted(tmp_path.glob("A2-*.json"))
@@ -60,6 +61,7 @@ def test_bracketed_ab_runs_a_b_a_and_compares(tmp_path: Path) -> None:
 
 
 def test_campaign_runs_the_fallback_when_the_first_arm_fails_kv_pool(tmp_path: Path) -> None:
+    """Owns its servers: each campaign arm is a managed server of its own configuration."""
     code, output = run_session(tmp_path, "--campaign=tiny-fallback")
     # the first arm's kv_pool gate fails on purpose; its fallback qualifies, so the campaign exits 0
     assert code == 0, output[-6000:]
@@ -78,7 +80,8 @@ def test_campaign_runs_the_fallback_when_the_first_arm_fails_kv_pool(tmp_path: P
 
 def test_campaign_skips_every_gate_of_a_fallback_that_is_not_needed(tmp_path: Path) -> None:
     """Found on GPU (tiny-gpu-393k): the first arm passed, the fallback's first gate was skipped,
-    and its later gates then started the fallback's server anyway. A skip is decided once per arm."""
+    and its later gates then started the fallback's server anyway. A skip is decided once per arm.
+    Owns its server: which servers the campaign starts (and does not) is what is tested."""
     code, output = run_session(tmp_path, "--campaign=tiny-cpu:startup+kv_pool,tiny-cpu-4096?fallback")
     assert code == 0, output[-6000:]
     assert list(tmp_path.glob("tiny-cpu-4096-*.json")) == [], "the unneeded fallback must not write a report"

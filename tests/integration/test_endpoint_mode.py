@@ -1,5 +1,9 @@
 """Any running server, one command: the shipped gates against a tiny-cpu server started by
-hand (not by the plugin), from an empty directory, with and without a recipe."""
+hand (not by the plugin), from an empty directory, with and without a recipe.
+
+The server is the session's shared one (``shared_tiny_server``, tests/conftest.py: the tiny-cpu
+recipe's argv, started as an operator starts it): these tests only send it requests.
+"""
 
 from __future__ import annotations
 
@@ -7,57 +11,15 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from fault_harness import derive_recipe, kill_tagged
-
-from pytest_vllmqual.launch.base import free_port
-from pytest_vllmqual.recipe.loader import load_recipe
+from shared_server import SharedTinyServer
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_vllm]
 GATES = ["suites/test_smoke.py", "suites/test_engine.py", "suites/test_openai_sdk.py"]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """vllm serve as an operator starts it (the tiny-cpu recipe's argv), ready for requests."""
-    directory = tmp_path_factory.mktemp("by-hand")
-    derived = derive_recipe(directory, "tiny-cpu", real_model=True)
-    recipe = load_recipe(derived.path)
-    port = free_port("127.0.0.1")
-    env = {**os.environ, **recipe.server_env()}
-    env.pop("VLLM_API_KEY", None)
-    log = open(directory / "server.log", "wb")
-    proc = subprocess.Popen(recipe.subprocess_argv(host="127.0.0.1", port=port), env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (directory / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            raise AssertionError("the hand-started server did not come up in 600 s")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        kill_tagged(derived.tag)
-        log.close()
 
 
 def run(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -74,8 +36,9 @@ def run(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[s
     return result, json.loads(reports[-1].read_text())
 
 
-def test_endpoint_with_recipe_takes_the_kv_pool_from_metrics(server: str, tmp_path: Path) -> None:
-    result, report = run(tmp_path, "--recipe=tiny-cpu", "--vllmqual-endpoint", server)
+def test_endpoint_with_recipe_takes_the_kv_pool_from_metrics(shared_tiny_server: SharedTinyServer,
+                                                             tmp_path: Path) -> None:
+    result, report = run(tmp_path, "--recipe=tiny-cpu", "--vllmqual-endpoint", shared_tiny_server.base_url)
     assert result.returncode == 0, result.stdout[-4000:]
     assert report["run"]["mode"] == "direct-only" and report["recipe"]["origin"] == "file"
     engine = report["engine"]
@@ -90,8 +53,9 @@ def test_endpoint_with_recipe_takes_the_kv_pool_from_metrics(server: str, tmp_pa
     assert report["gates"][0]["gate"] == "smoke"
 
 
-def test_endpoint_without_recipe_discovers_one(server: str, tmp_path: Path) -> None:
-    result, report = run(tmp_path, "--vllmqual-endpoint", server, "-k", "smoke or identity or kv_pool")
+def test_endpoint_without_recipe_discovers_one(shared_tiny_server: SharedTinyServer, tmp_path: Path) -> None:
+    result, report = run(tmp_path, "--vllmqual-endpoint", shared_tiny_server.base_url,
+                         "-k", "smoke or identity or kv_pool")
     assert result.returncode == 0, result.stdout[-4000:]
     assert report["recipe"]["origin"] == "discovered"
     content = report["recipe"]["content"]

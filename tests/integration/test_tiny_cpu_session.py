@@ -42,6 +42,7 @@ class SessionRun:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
+    """Owns its server: the managed run is what is tested (start, every gate, teardown, process table)."""
     reports = tmp_path_factory.mktemp("reports")
     junit = reports / "junit.xml"
     started = time.monotonic()

@@ -145,7 +145,8 @@ def test_help_and_collection_from_an_empty_directory(installed: Installed, tmp_p
 def test_packaged_gates_qualify_tiny_cpu_from_an_empty_directory(
         installed: Installed, tmp_path: Path, record_property: pytest.RecordProperty) -> None:
     """The packaged smoke and engine gates against a real tiny-cpu server, started from the wheel's
-    recipe; the fixture model comes from the user cache (here: a copy of the checkout's build)."""
+    recipe; the fixture model comes from the user cache (here: a copy of the checkout's build).
+    Owns its server: the installed wheel's launcher starting it is what is tested."""
     cache = tmp_path / "cache"
     (cache / "models").mkdir(parents=True)
     # a copy, not a link: a stale stamp would make the packaged builder rebuild, and never into the checkout

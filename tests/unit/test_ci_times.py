@@ -42,3 +42,58 @@ def test_nothing_measured_says_so(tmp_path: Path) -> None:
 def test_bad_arguments_print_the_usage(tmp_path: Path) -> None:
     out = run(tmp_path, "record", "only-a-tier")
     assert out.returncode == 2 and "ci_times.py record TIER" in out.stderr
+
+
+TIMED = SCRIPT.parent / "timed.sh"
+
+
+def test_every_known_step_and_tier_is_listed_and_an_unknown_one_still_shows(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    assert run(times, "record", "lint", "3", "0").returncode == 0
+    assert run(times, "record", "wheel-smoke", "4", "0").returncode == 0  # a step the table does not know
+    lines = [{"nodeid": "tests/unit/test_a.py::test_a", "when": "call", "duration": 1.5, "tier": "unit"},
+             {"nodeid": "tests/gpu/test_g.py::test_g", "when": "call", "duration": 2.5, "tier": "gpu"}]
+    (times / "tests.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    text = run(times, "table").stdout
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()}
+    for step in ("setup", "typecheck", "model", "docker-image", "tests"):
+        assert rows[step] == ["-", "not", "run"], (step, text)
+    assert rows["lint"] == ["3", "ok"] and rows["wheel-smoke"] == ["4", "ok"]
+    for tier in ("plugin", "integration", "faults", "docker", "packaging", "fleet", "load", "benchmarks"):
+        assert rows[tier] == ["not", "run"], (tier, text)
+    assert rows["unit"] == ["1.5"] and rows["gpu"] == ["2.5"]
+
+
+def timed_under_timeout(times: Path, signal_name: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/timed.sh tests sleep 30`` stopped after 1 s by ``timeout -s SIGNAL`` (CI's budget)."""
+    return subprocess.run(["timeout", "-s", signal_name, "1", "bash", str(TIMED), "tests", "sleep", "30"],
+                          capture_output=True, text=True, check=False, timeout=20,
+                          env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin"})
+
+
+def test_a_step_stopped_by_sigterm_is_recorded_with_its_seconds(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    assert run(times, "record", "setup", "12", "0").returncode == 0
+    assert timed_under_timeout(times, "TERM").returncode == 124
+    text = run(times, "table").stdout
+    row = next(line for line in text.splitlines() if line.startswith("tests "))
+    assert row.split()[1] in ("1", "2") and "exit 143 (stopped by SIGTERM)" in row, text
+    assert "setup" in text and "12" in text
+
+
+def test_a_step_killed_outright_still_shows_as_stopped(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    assert timed_under_timeout(times, "KILL").returncode in (137, -9)  # timeout kills its own group too
+    text = run(times, "table").stdout
+    row = next(line for line in text.splitlines() if line.startswith("tests "))
+    assert "stopped (no exit recorded)" in row, text
+
+
+def test_a_failed_step_shows_its_exit_code_and_the_table_still_prints(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    done = subprocess.run(["bash", str(TIMED), "typecheck", "false"], capture_output=True, text=True, check=False,
+                          env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1
+    text = run(times, "table").stdout
+    row = next(line for line in text.splitlines() if line.startswith("typecheck "))
+    assert row.split()[1:] == ["0", "exit", "1"], text
