@@ -177,7 +177,10 @@ class RayCluster:
         if not refs:
             time.sleep(timeout)
             return []
-        done, _pending = self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        done, rest = self.ray.wait(refs, num_returns=1, timeout=timeout)
+        if done and rest:  # everything else that is already done, without waiting again
+            more, _pending = self.ray.wait(rest, num_returns=len(rest), timeout=0)
+            done = [*done, *more]
         return list(done)
 
     def outcome(self, ref: Any) -> tuple[dict[str, Any] | None, str | None, bool]:

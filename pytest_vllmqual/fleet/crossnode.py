@@ -67,11 +67,10 @@ def _differ(key: str, rows: Sequence[Mapping[str, Any]], tolerance_pct: float, k
     values_map = {r["node"]: r[key] for r in present}
     if len(odd) == 1 and len(agree) >= 2:
         name = odd[0]["node"]
-        overrides = odd[0].get("node_overrides") or []
-        cause = f"; it ran with the node overrides {', '.join(overrides)}" if overrides else ""
+        within = f" (tolerance {tolerance_pct:g} %)" if not isinstance(reference, str) else ""
         return {"kind": kind, "key": key, "odd_one_out": name, "tolerance_pct": tolerance_pct, "values": values_map,
                 "text": f"{name} is the odd one out on {key}: {_fmt(odd[0][key])} against {_fmt(agree[0][key])} on "
-                        f"{', '.join(r['node'] for r in agree)} (tolerance {tolerance_pct:g} %){cause}"}
+                        f"{', '.join(r['node'] for r in agree)}{within}"}
     listing = ", ".join(f"{r['node']} {_fmt(r[key])}" for r in present)
     return {"kind": kind, "key": key, "odd_one_out": None, "tolerance_pct": tolerance_pct, "values": values_map,
             "text": f"{key} disagrees across nodes with no single odd one out: {listing}"}
@@ -112,7 +111,10 @@ def compare_nodes(rows: Sequence[Mapping[str, Any]], compare: Mapping[str, Any] 
                    + (f"; {len(timings)} timing(s) differ beyond the {timing_tol:g} % noise floor (observations)"
                       if timings else ""))
     elif odd:
-        summary = f"{', '.join(odd)} differs from the other nodes: " + "; ".join(f["text"] for f in [*facts, *gates])
+        causes = [f"{r['node']} ran with the node overrides {', '.join(r['node_overrides'])}" for r in rows
+                  if r["node"] in odd and r.get("node_overrides")]
+        summary = (f"{', '.join(odd)} differs from the other nodes: " + "; ".join(f["text"] for f in [*facts, *gates])
+                   + "".join(f"; {cause}" for cause in causes))
     else:
         summary = "the nodes differ: " + "; ".join(f["text"] for f in [*facts, *gates])
     return {"nodes": nodes, "agree": agree, "odd_one_out": odd, "fact_tolerance_pct": fact_tol,

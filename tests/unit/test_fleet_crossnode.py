@@ -29,7 +29,7 @@ def test_odd_one_out_is_named_with_its_overrides() -> None:
     assert result["agree"] is False and result["odd_one_out"] == ["node-3"]
     finding = next(f for f in result["findings"] if f["key"] == "kv_cache_tokens")
     assert finding["odd_one_out"] == "node-3" and "1,048,576" in finding["text"] and "2,097,152" in finding["text"]
-    assert "node overrides" in finding["text"]
+    assert "node-3 ran with the node overrides serve.extra_args=[...]" in result["summary"]
     assert result["summary"].startswith("node-3 differs")
 
 

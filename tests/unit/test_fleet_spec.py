@@ -75,7 +75,7 @@ def test_bad_fleet_file_names_file_key_and_fix(tmp_path: Path, text: str, words:
 
 
 def test_missing_fleet_file(tmp_path: Path) -> None:
-    with pytest.raises(FleetError, match="cannot read fleet file .*Fix"):
+    with pytest.raises(FleetError, match=r"cannot read fleet file .*Fix"):
         load_fleet(tmp_path / "nope.yaml")
 
 
