@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_vllmqual.fleet.watchdog import group_alive, process_start
 
-__all__ = ["TERM_GRACE_S", "WORKDIR_ENV", "private_manifest", "pytest_command", "run_on_node", "work_root"]
+__all__ = ["TERM_GRACE_S", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
 
 WORKDIR_ENV = "VLLMQUAL_FLEET_WORKDIR"
 TERM_GRACE_S = 20.0
@@ -36,6 +36,20 @@ def work_root() -> Path:
     return base / "vllmqual" / "fleet"
 
 
+def assigned_gpu_override(gpus: int, cuda_visible_devices: str | None) -> list[str]:
+    """Pin the run to the GPUs Ray gave this task (``CUDA_VISIBLE_DEVICES``, device indexes).
+
+    The recipe's GPU list then names those GPUs, so the plugin's NVML exclusivity preflight checks
+    the GPUs this job holds (not the node's first TP-size GPUs, which may be another job's) and the
+    docker launcher hands exactly those to the container. Nothing when the job holds no GPU, or
+    when the devices are given as UUIDs (then the recipe's own setting stands).
+    """
+    ids = [part.strip() for part in (cuda_visible_devices or "").split(",") if part.strip()]
+    if gpus <= 0 or not ids or not all(part.isdigit() for part in ids):
+        return []
+    return ["launcher.docker.gpus=" + "[" + ",".join(f'"{i}"' for i in ids) + "]"]
+
+
 def pytest_command(request: dict[str, Any], workdir: Path) -> list[str]:
     """The argv of the job's pytest run (what a person runs by hand, plus its output places)."""
     argv = [sys.executable, "-m", "pytest", "--pyargs", "pytest_vllmqual.suites",
@@ -45,7 +59,8 @@ def pytest_command(request: dict[str, Any], workdir: Path) -> list[str]:
     recipes_dir = request.get("recipes_dir")
     if recipes_dir and Path(recipes_dir).is_dir():
         argv.append(f"--vllmqual-recipes-dir={recipes_dir}")
-    for override in request.get("overrides") or ():
+    gpu_pin = assigned_gpu_override(int(request.get("gpus") or 0), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    for override in [*(request.get("overrides") or ()), *gpu_pin]:
         argv += ["--vllmqual-set", str(override)]
     argv += list(request.get("selection") or ())
     return argv

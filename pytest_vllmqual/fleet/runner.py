@@ -128,7 +128,7 @@ class FleetRun:
         request: dict[str, Any] = {
             "fleet_run_id": f"{self.spec.name}-{self.run_id}", "attempt_id": attempt.attempt_id,
             "recipe": attempt.recipe_arg, "overrides": list(attempt.overrides),
-            "selection": attempt.job.pytest_selection(), "recipes_dir": str(self._recipes_dir()),
+            "selection": attempt.job.pytest_selection(), "recipes_dir": str(self._recipes_dir()), "gpus": attempt.gpus,
             "project_dir": str(self.project_dir),
             "deadline_epoch": (attempt.submitted_epoch or time.time()) + attempt.job.deadline_s}
         if self.argv_for is not None:

@@ -88,3 +88,34 @@ def test_watchdog_ends_the_group_when_its_owner_dies() -> None:
         for proc in (owner, group, watchdog):
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_a_gpu_job_is_pinned_to_the_gpus_ray_gave_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pathlib import Path as _Path
+
+    from pytest_vllmqual.fleet.node_task import assigned_gpu_override
+    from pytest_vllmqual.recipe.loader import resolve_recipe, with_overrides
+
+    assert assigned_gpu_override(0, "0,1") == [] and assigned_gpu_override(2, None) == []
+    assert assigned_gpu_override(2, "GPU-aaaa,GPU-bbbb") == []  # UUIDs: the recipe's own setting stands
+    override = assigned_gpu_override(2, "2,3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    argv = pytest_command({"recipe": "tiny-gpu", "gpus": 2}, tmp_path)
+    assert argv[argv.index("--vllmqual-set") + 1] == override[0]
+    recipes = _Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
+    for name in ("tiny-gpu", "131k-control"):  # subprocess and docker launchers
+        assert with_overrides(resolve_recipe(name, recipes), override).gpu_indexes() == [2, 3]
+
+
+def test_preflight_checks_the_assigned_gpus_with_recorded_nvml_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another job holds GPUs 0 and 1 of a four-GPU node; this job was given 2 and 3 by Ray."""
+    from test_gpu import FakeDevice, FakeProcess, fake_pynvml
+
+    from pytest_vllmqual.launch.gpu import exclusivity_preflight
+
+    devices = [FakeDevice(processes=[FakeProcess(4242)]), FakeDevice(processes=[FakeProcess(4243)]),
+               FakeDevice(), FakeDevice()]
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(devices))
+    assert exclusivity_preflight([2, 3], False)["status"] == "pass"
+    refused = exclusivity_preflight([0, 1], False)  # what the recipe's default (first TP GPUs) would check
+    assert refused["status"] == "fail" and "GPU 0 has 1 other compute process" in refused["reason"]
