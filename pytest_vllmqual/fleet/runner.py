@@ -117,8 +117,13 @@ class FleetRun:
                     attempt.finish(Outcome.NOT_STARTED, f"no alive node matches {job.placement.describe()}",
                                    time.time())
                 planned.append(attempt)
+            filtered = bool(job.placement.label or job.placement.resource)
             for node in matching:
-                planned.append(self._new_attempt(job, 1, job.overrides_for(node.labels), node))
+                attempt = self._new_attempt(job, 1, job.overrides_for(node.labels), node)
+                if not filtered and attempt.outcome is Outcome.NOT_STARTED:
+                    self.progress(f"{job.name}: skipping {node.label}, it cannot hold the job ({attempt.reason})")
+                    continue  # no filter: "every node that can run it"; a named node that cannot is a finding
+                planned.append(attempt)
         self.attempts = planned
         return planned
 

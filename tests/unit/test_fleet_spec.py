@@ -26,7 +26,7 @@ def test_tiny_cpu_fleet_loads_with_defaults() -> None:
     spec = load_fleet(FLEETS / "tiny-cpu.yaml")
     assert spec.name == "tiny-cpu" and spec.max_parallel == 1
     every, anywhere = spec.jobs
-    assert every.placement.mode is PlacementMode.EACH_NODE and every.placement.resource == "fleet_node"
+    assert every.placement.mode is PlacementMode.EACH_NODE and every.placement.resource is None
     assert anywhere.placement.mode is PlacementMode.ANY
     assert every.pytest_selection() == ["-m", "engine or lifecycle"]
     assert every.retry.attempts == 0 and every.retry.on == (RetryWhen.LOST,)  # default: no retry
