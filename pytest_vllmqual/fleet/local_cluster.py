@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -147,6 +148,8 @@ class LocalRayCluster:
             deadline = time.monotonic() + wait_s
             while self.pids() and time.monotonic() < deadline:
                 time.sleep(0.2)
+        if not self.pids():
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalRayCluster:
         return self.start()
