@@ -1,8 +1,9 @@
 """What a fleet job does on its node: the same pytest run a person types, in a work folder there.
 
 ``run_on_node`` is the body of the Ray task (``fleet.cluster`` wraps it); it needs no Ray
-itself. It starts ``python -m pytest --pyargs pytest_vllmqual.suites --recipe ... --junitxml
-...`` in its own process group, with a watchdog (``fleet.watchdog``) that ends that group when
+itself. It starts ``python -m pytest <the package's suites> --recipe ... --junitxml ...`` (the
+folder ``--pyargs pytest_vllmqual.suites`` names) in its own process group, with a watchdog
+(``fleet.watchdog``) that ends that group when
 the Ray worker dies, and waits up to the job's deadline. What travels back is only the
 sanitized report, its HTML page and the junit file; the private artifacts stay in the work
 folder, named by the run id and the SHA-256 of their manifest.
@@ -52,7 +53,11 @@ def assigned_gpu_override(gpus: int, cuda_visible_devices: str | None) -> list[s
 
 def pytest_command(request: dict[str, Any], workdir: Path) -> list[str]:
     """The argv of the job's pytest run (what a person runs by hand, plus its output places)."""
-    argv = [sys.executable, "-m", "pytest", "--pyargs", "pytest_vllmqual.suites",
+    from pytest_vllmqual.layout import suites_dir
+
+    # The gates of this very package (`pytest --pyargs pytest_vllmqual.suites` names the same folder
+    # in an install; in a checkout, --pyargs could find another checkout's suites on sys.path).
+    argv = [sys.executable, "-m", "pytest", str(suites_dir()),
             "--recipe", str(request["recipe"]),
             f"--vllmqual-reports-dir={workdir / 'reports'}", f"--junitxml={workdir / 'junit.xml'}",
             "-p", "no:cacheprovider", "-q", "-rA"]

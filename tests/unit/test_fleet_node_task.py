@@ -37,7 +37,10 @@ def _request(tmp_path: Path, argv: list[str], deadline_s: float = 30.0) -> dict[
 def test_pytest_command_is_the_command_a_person_runs(tmp_path: Path) -> None:
     argv = pytest_command({"recipe": "tiny-cpu", "overrides": ["serve.max_num_seqs=4"],
                            "selection": ["-m", "engine"], "recipes_dir": str(tmp_path)}, tmp_path / "w")
-    assert argv[:5] == [sys.executable, "-m", "pytest", "--pyargs", "pytest_vllmqual.suites"]
+    from pytest_vllmqual.layout import suites_dir
+
+    assert argv[:4] == [sys.executable, "-m", "pytest", str(suites_dir())]
+    assert (suites_dir() / "test_smoke.py").is_file()
     assert argv[argv.index("--recipe") + 1] == "tiny-cpu"
     assert f"--junitxml={tmp_path / 'w' / 'junit.xml'}" in argv
     assert ["--vllmqual-set", "serve.max_num_seqs=4"] == argv[argv.index("--vllmqual-set"):][:2]
