@@ -8,6 +8,7 @@ logical nodes (one ``ray start`` each, one core each, on this machine), N jobs t
 one core must finish within 1.15x of the ideal makespan ceil(N/K) x job length, for K = 2, 4, 8
 and N = 4, 16, 64. Also measured: submission to the job's start on its node (the first K jobs,
 which wait for nothing), and the record assembly per job (validated, scrubbed, written).
+Each cluster first runs one unmeasured round (Ray starts a worker per node on first use).
 ``--quick`` runs K=2, N=4 with 2-second jobs (seconds, for ``make test``).
 """
 
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for nodes, job_counts in plan:
         with tempfile.TemporaryDirectory(prefix="vqbench-") as tmp, \
                 LocalRayCluster([NodeSpec(cpus=1) for _ in range(nodes)]) as cluster:
+            _one(cluster, Path(tmp), nodes, nodes, 0.5)  # warm-up, not counted: Ray starts its workers
             for jobs in job_counts:
                 result = _one(cluster, Path(tmp), jobs, nodes, job_s)
                 results.append(result)

@@ -163,10 +163,8 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     finally:
         if group_alive(proc.pid):
             _end_group(proc)
-        try:
-            watchdog.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            watchdog.kill()
+        watchdog.kill()  # the group is gone: nothing left to watch (it would notice only at its next poll)
+        watchdog.wait(timeout=30)
     result = _outputs(workdir)
     result.update(exit_code=proc.returncode, timed_out=timed_out, elapsed_s=round(time.monotonic() - started, 3))
     return result
