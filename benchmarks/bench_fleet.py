@@ -8,7 +8,8 @@ logical nodes (one ``ray start`` each, one core each, on this machine), N jobs t
 one core must finish within 1.15x of the ideal makespan ceil(N/K) x job length, for K = 2, 4, 8
 and N = 4, 16, 64. Also measured: submission to the job's start on its node (the first K jobs,
 which wait for nothing), and the record assembly per job (validated, scrubbed, written).
-Each cluster first runs one unmeasured round (Ray starts a worker per node on first use).
+Each cluster first runs one unmeasured round with the same driver (Ray starts a worker per node
+for a driver's first task, about a second here: a fleet run pays it once per node).
 ``--quick`` runs K=2, N=4 with 2-second jobs (seconds, for ``make test``).
 """
 
@@ -46,20 +47,18 @@ def _fleet_file(folder: Path, jobs: int, parallel: int) -> Path:
     return path
 
 
-def _one(cluster: LocalRayCluster, folder: Path, jobs: int, nodes: int, job_s: float) -> dict[str, Any]:
+def _one(ray_cluster: RayCluster, folder: Path, jobs: int, nodes: int, job_s: float) -> dict[str, Any]:
     def argv_for(_attempt: Attempt) -> list[str]:
         return [sys.executable, "-c", f"import time; time.sleep({job_s})"]
 
     spec = load_fleet(_fleet_file(folder, jobs, parallel=max(jobs, nodes)))
-    with RayCluster.connect(cluster.address) as ray_cluster:
-        run = FleetRun(spec=spec, cluster=ray_cluster, progress=lambda _line: None, project_dir=ROOT,
-                       argv_for=argv_for)
-        started = time.monotonic()
-        run.run()
-        makespan = time.monotonic() - started
-        assembly_started = time.monotonic()
-        write_outputs(run, folder / "out", mode="address")
-        assembly = time.monotonic() - assembly_started
+    run = FleetRun(spec=spec, cluster=ray_cluster, progress=lambda _line: None, project_dir=ROOT, argv_for=argv_for)
+    started = time.monotonic()
+    run.run()
+    makespan = time.monotonic() - started
+    assembly_started = time.monotonic()
+    write_outputs(run, folder / "out", mode="address")
+    assembly = time.monotonic() - assembly_started
     starts = sorted(run.attempts, key=lambda a: a.submitted_epoch or 0)[:nodes]
     first_round = [(a.started_epoch or 0) - (a.submitted_epoch or 0) for a in starts if a.started_epoch]
     ideal = math.ceil(jobs / nodes) * job_s
@@ -82,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for nodes, job_counts in plan:
         with tempfile.TemporaryDirectory(prefix="vqbench-") as tmp, \
-                LocalRayCluster([NodeSpec(cpus=1) for _ in range(nodes)]) as cluster:
-            _one(cluster, Path(tmp), nodes, nodes, 0.5)  # warm-up, not counted: Ray starts its workers
+                LocalRayCluster([NodeSpec(cpus=1) for _ in range(nodes)]) as cluster, \
+                RayCluster.connect(cluster.address) as ray_cluster:
+            _one(ray_cluster, Path(tmp), nodes, nodes, 0.5)  # warm-up, not counted: Ray starts the driver's workers
             for jobs in job_counts:
-                result = _one(cluster, Path(tmp), jobs, nodes, job_s)
+                result = _one(ray_cluster, Path(tmp), jobs, nodes, job_s)
                 results.append(result)
                 print(f"K={nodes} N={jobs:>2} ({result['kind']}, {job_s:g} s each): makespan {result['makespan_s']} s,"
                       f" ideal {result['ideal_s']:g} s, {result['efficiency']}x "
