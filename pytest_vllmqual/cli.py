@@ -11,6 +11,8 @@ Subcommands:
   exit 1 when its verdict is no-promotion.
 - ``vllmqual recipe from-command -- CMD ...`` / ``vllmqual recipe show NAME|PATH``: a recipe
   from a ``vllm serve`` or ``docker run`` line, and the exact command a recipe runs.
+- ``vllmqual fleet run FLEET.yaml [--address HOST:PORT] [-o DIR]``: the fleet file's jobs on a Ray
+  cluster (a local one without ``--address``), a fleet record with the cross-node comparison.
 
 Every operator error (missing file, invalid JSON, a report that fails its schema) prints
 one line on stderr and exits 2; no traceback. A new subcommand registers itself with
@@ -280,6 +282,32 @@ def _run_recipe_from_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- fleet -------------------------------------------------------------------------------
+
+
+def _configure_fleet(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="fleet_command", metavar="ACTION", parser_class=_Parser)
+    run = sub.add_parser("run", help="run a fleet file's jobs on a Ray cluster and write the fleet record",
+                         description="Run every job of FLEET.yaml as Ray tasks (the same pytest run a person types, "
+                         "on each node) and write a fleet record (JSON, HTML, junit) with the cross-node comparison. "
+                         "Needs Ray: pip install 'pytest-vllmqual[fleet]'.")
+    run.add_argument("fleet", type=Path, metavar="FLEET.yaml")
+    run.add_argument("--address", default=None, metavar="HOST:PORT",
+                     help="an existing Ray cluster (default: start a local one on loopback and stop it afterwards)")
+    run.add_argument("-o", "--output", type=Path, default=Path("reports") / "fleet", metavar="DIR",
+                     help="where the record's folder goes (default: reports/fleet)")
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    if args.fleet_command != "run":
+        raise VllmQualError("vllmqual fleet needs an action: run. Fix: see `vllmqual fleet --help`.")
+    from pytest_vllmqual.fleet.command import run_fleet
+    from pytest_vllmqual.fleet.spec import load_fleet
+
+    load_fleet(args.fleet)  # a bad fleet file is named before anything about Ray
+    return run_fleet(args.fleet, address=args.address, out_dir=args.output)
+
+
 register_command("report", "render a report as one self-contained HTML file", _configure_report, _run_report)
 register_command("verify", "re-check a report's artifact hashes against the private folder",
                  _configure_verify, _run_verify)
@@ -288,6 +316,8 @@ register_command("compare", "compare two arm reports (A/B), with an optional rep
                  _configure_compare, _run_compare)
 register_command("recipe", "recipe tools: from-command (a recipe from a vllm serve / docker run line), show "
                  "(the exact argv or container spec)", _configure_recipe, _run_recipe)
+register_command("fleet", "fleets on Ray: run (a fleet file's jobs on every matching node, then the fleet record)",
+                 _configure_fleet, _run_fleet)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -9,6 +9,7 @@ VllmQualError                 base of everything this package raises on purpose
 ├── ArtifactError             an artifact name is unsafe or the artifact cannot be written
 ├── ComparisonError           two reports cannot be compared
 ├── CampaignError             a campaign spec is invalid, or reports do not fit the campaign
+├── FleetError                a fleet file is invalid, or the fleet cannot run (names file, key, fix)
 ├── SdkParseError             the openai SDK could not parse (or got an error for) a response
 ├── EngineEndpointError       /version or /v1/models did not answer as every vLLM server does
 ├── MetricsParseError         a /metrics body is not Prometheus text format
@@ -30,6 +31,7 @@ __all__ = [
     "CampaignError",
     "ComparisonError",
     "EngineEndpointError",
+    "FleetError",
     "LaunchError",
     "MetricsParseError",
     "NvmlQueryFailed",
@@ -44,6 +46,15 @@ __all__ = [
 
 class VllmQualError(Exception):
     """Base class: an error the operator can act on, never a bug traceback."""
+
+
+class FleetError(VllmQualError):
+    """A fleet file is unusable, or Ray is missing or unreachable. Names the file, the key and the fix."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
 
 
 class RecipeError(VllmQualError):

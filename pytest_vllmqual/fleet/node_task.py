@@ -1,0 +1,170 @@
+"""What a fleet job does on its node: the same pytest run a person types, in a work folder there.
+
+``run_on_node`` is the body of the Ray task (``fleet.cluster`` wraps it); it needs no Ray
+itself. It starts ``python -m pytest <the package's suites> --recipe ... --junitxml ...`` (the
+folder ``--pyargs pytest_vllmqual.suites`` names) in its own process group, with a watchdog
+(``fleet.watchdog``) that ends that group when
+the Ray worker dies, and waits up to the job's deadline. What travels back is only the
+sanitized report, its HTML page and the junit file; the private artifacts stay in the work
+folder, named by the run id and the SHA-256 of their manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.fleet.watchdog import group_alive, process_start
+
+__all__ = ["TERM_GRACE_S", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
+
+WORKDIR_ENV = "VLLMQUAL_FLEET_WORKDIR"
+TERM_GRACE_S = 20.0
+
+
+def work_root() -> Path:
+    """Where a node keeps its fleet work folders: ``$VLLMQUAL_FLEET_WORKDIR``, else the user cache."""
+    configured = os.environ.get(WORKDIR_ENV)
+    if configured:
+        return Path(configured)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "vllmqual" / "fleet"
+
+
+def assigned_gpu_override(gpus: int, cuda_visible_devices: str | None) -> list[str]:
+    """Pin the run to the GPUs Ray gave this task (``CUDA_VISIBLE_DEVICES``, device indexes).
+
+    The recipe's GPU list then names those GPUs, so the plugin's NVML exclusivity preflight checks
+    the GPUs this job holds (not the node's first TP-size GPUs, which may be another job's) and the
+    docker launcher hands exactly those to the container. Nothing when the job holds no GPU, or
+    when the devices are given as UUIDs (then the recipe's own setting stands).
+    """
+    ids = [part.strip() for part in (cuda_visible_devices or "").split(",") if part.strip()]
+    if gpus <= 0 or not ids or not all(part.isdigit() for part in ids):
+        return []
+    return ["launcher.docker.gpus=" + "[" + ",".join(f'"{i}"' for i in ids) + "]"]
+
+
+def pytest_command(request: dict[str, Any], workdir: Path) -> list[str]:
+    """The argv of the job's pytest run (what a person runs by hand, plus its output places)."""
+    from pytest_vllmqual.layout import suites_dir
+
+    # The gates of this very package (`pytest --pyargs pytest_vllmqual.suites` names the same folder
+    # in an install; in a checkout, --pyargs could find another checkout's suites on sys.path).
+    argv = [sys.executable, "-m", "pytest", str(suites_dir()),
+            "--recipe", str(request["recipe"]),
+            f"--vllmqual-reports-dir={workdir / 'reports'}", f"--junitxml={workdir / 'junit.xml'}",
+            "-p", "no:cacheprovider", "-q", "-rA"]
+    recipes_dir = request.get("recipes_dir")
+    if recipes_dir and Path(recipes_dir).is_dir():
+        argv.append(f"--vllmqual-recipes-dir={recipes_dir}")
+    gpu_pin = assigned_gpu_override(int(request.get("gpus") or 0), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    for override in [*(request.get("overrides") or ()), *gpu_pin]:
+        argv += ["--vllmqual-set", str(override)]
+    argv += list(request.get("selection") or ())
+    return argv
+
+
+def private_manifest(folder: Path) -> dict[str, Any]:
+    """The private folder as a count and the SHA-256 of its manifest (``sha256  name`` lines)."""
+    if not folder.is_dir():
+        return {"files": 0, "manifest_sha256": None}
+    lines = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        lines.append(f"{digest}  {path.relative_to(folder).as_posix()}")
+    return {"files": len(lines), "manifest_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()}
+
+
+def _start_watchdog(group: int) -> subprocess.Popen[bytes]:
+    me = os.getpid()
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest_vllmqual.fleet.watchdog", "--owner", str(me),
+         "--owner-start", process_start(me) or "unknown", "--group", str(group)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the pytest group, SIGKILL what is left after the grace period."""
+    for sig, wait_s in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            proc.poll()
+        if not group_alive(proc.pid):
+            return
+
+
+def _newest_report(reports: Path) -> Path | None:
+    candidates = [p for p in reports.glob("*.json")
+                  if not p.name.startswith(("comparison-", "campaign-"))] if reports.is_dir() else []
+    return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+
+
+def _read_text(path: Path | None) -> str | None:
+    if path is None or not path.is_file():
+        return None
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _outputs(workdir: Path) -> dict[str, Any]:
+    report_path = _newest_report(workdir / "reports")
+    report_text = _read_text(report_path)
+    run_id = None
+    if report_text:
+        import json
+
+        try:
+            run_id = (json.loads(report_text).get("run") or {}).get("id")
+        except (ValueError, AttributeError):
+            run_id = None
+    private = private_manifest(workdir / "reports" / "private" / run_id) if run_id else {"files": 0,
+                                                                                        "manifest_sha256": None}
+    return {
+        "report_text": report_text,
+        "html_text": _read_text(report_path.with_suffix(".html") if report_path else None),
+        "junit_text": _read_text(workdir / "junit.xml"),
+        "run_id": run_id,
+        "private": private,
+    }
+
+
+def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
+    """Run one job attempt here; returns the exit code, the public outputs and the private manifest."""
+    workdir = work_root() / str(request["fleet_run_id"]) / str(request["attempt_id"])
+    (workdir / "reports").mkdir(parents=True, exist_ok=True)
+    project = request.get("project_dir")
+    cwd = Path(project) if project and Path(project).is_dir() else workdir
+    given = request.get("argv")  # a stand-in command (the fleet's benchmark and tests): {reports} is filled in
+    argv = [str(a).replace("{reports}", str(workdir / "reports")) for a in given] if given else \
+        pytest_command(request, workdir)
+    started = time.monotonic()
+    with open(workdir / "pytest.log", "ab") as log:
+        proc = subprocess.Popen(argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    watchdog = _start_watchdog(proc.pid)
+    timed_out = False
+    try:
+        proc.wait(timeout=max(1.0, float(request["deadline_epoch"]) - time.time()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _end_group(proc)
+        proc.poll()
+    finally:
+        if group_alive(proc.pid):
+            _end_group(proc)
+        watchdog.kill()  # the group is gone: nothing left to watch (it would notice only at its next poll)
+        watchdog.wait(timeout=30)
+    result = _outputs(workdir)
+    result.update(exit_code=proc.returncode, timed_out=timed_out, elapsed_s=round(time.monotonic() - started, 3))
+    return result

@@ -1,0 +1,186 @@
+"""The fleet record: a row per job attempt and node, the cross-node comparisons, the verdict.
+
+It validates against its own versioned schema (``schemas/fleet-record.schema.json``) before it
+is written, and is scrubbed again like every public file. Nodes appear only as ``node-N`` and a
+hash of Ray's node id. A row carries what the node's sanitized report says (verdict, gates
+passed/failed/not applicable, cold start, KV pool, largest prompt and its TTFT); a report that
+did not validate is not in the record, only the reason. Private artifacts are named by node,
+run id and the SHA-256 of their manifest: they stay on the node.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_vllmqual import __version__
+from pytest_vllmqual.fleet.attempts import Attempt, Outcome
+from pytest_vllmqual.fleet.crossnode import compare_nodes
+from pytest_vllmqual.layout import raise_if_invalid
+
+__all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "FleetVerdict", "build_record", "row_of", "validate_record"]
+
+RECORD_SCHEMA = "fleet-record.schema.json"
+RECORD_SCHEMA_ID = "https://pytest-vllmqual/schemas/fleet-record/1"
+_PROBLEMS = {Outcome.LOST, Outcome.DEADLINE, Outcome.CANCELLED, Outcome.NOT_STARTED, Outcome.ERROR,
+             Outcome.INVALID_REPORT}
+
+
+class FleetVerdict(str, enum.Enum):
+    """What the fleet as a whole shows, lowest first."""
+
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+    INCONSISTENT = "inconsistent"
+    CONSISTENT = "consistent"
+
+
+def _utc(epoch: float | None) -> str | None:
+    if not epoch:
+        return None
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _gate_counts(report: Mapping[str, Any]) -> dict[str, int]:
+    counts = {"passed": 0, "failed": 0, "not_applicable": 0}
+    for gate in report.get("gates") or []:
+        outcome = gate.get("outcome")
+        key = "passed" if outcome == "passed" else "failed" if outcome in ("failed", "error") else "not_applicable"
+        counts[key] += 1
+    return counts
+
+
+def _report_facts(report: Mapping[str, Any]) -> dict[str, Any]:
+    engine = report.get("engine") or {}
+    largest = (report.get("ladder_summary") or {}).get("largest") or {}
+    return {
+        "verdict": (report.get("decision") or {}).get("verdict"),
+        "run_status": (report.get("run") or {}).get("status"),
+        "gates": _gate_counts(report),
+        "gate_outcomes": {str(g.get("gate")): str(g.get("outcome")) for g in report.get("gates") or []},
+        "cold_start_s": (report.get("lifecycle") or {}).get("cold_start_s"),
+        "kv_cache_tokens": engine.get("kv_cache_tokens"),
+        "max_concurrency": engine.get("max_concurrency"),
+        "min_rank_kv_gib": engine.get("min_rank_kv_gib"),
+        "kv_tokens_per_gib": engine.get("kv_tokens_per_gib"),
+        "tp_size_seen": engine.get("tp_size_seen"),
+        "vllm_version": engine.get("vllm_version"),
+        "largest_prompt_tokens": largest.get("prompt_tokens"),
+        "largest_ttft_s": largest.get("ttft_s"),
+    }
+
+
+def row_of(attempt: Attempt, node_label: str | None, node_id_sha256: str | None) -> dict[str, Any]:
+    """One record row: the attempt, its node's anonymous label, and its report's figures."""
+    report = attempt.report or {}
+    result = attempt.result
+    queue_s = (attempt.started_epoch - attempt.submitted_epoch) if attempt.started_epoch and \
+        attempt.submitted_epoch else None
+    run_id = (report.get("run") or {}).get("id") or result.get("run_id")
+    private = result.get("private") or {}
+    row: dict[str, Any] = {
+        "job": attempt.job.name, "attempt": attempt.number, "attempt_id": attempt.attempt_id,
+        "node": node_label, "node_id_sha256": node_id_sha256, "recipe": attempt.recipe_arg.rsplit("/", 1)[-1],
+        "recipe_sha256": attempt.recipe_sha256, "overrides": list(attempt.overrides),
+        "node_overrides": [o for o in attempt.overrides if o not in attempt.job.overrides],
+        "selection": attempt.job.pytest_selection(), "outcome": (attempt.outcome or Outcome.CANCELLED).value,
+        "reason": attempt.reason, "resources": {"cpus": attempt.cpus, "gpus": attempt.gpus},
+        "submitted_utc": _utc(attempt.submitted_epoch), "started_utc": _utc(attempt.started_epoch),
+        "queue_s": round(queue_s, 3) if queue_s is not None else None,
+        "elapsed_s": result.get("elapsed_s"), "exit_code": result.get("exit_code"), "run_id": run_id,
+        "retried_as": attempt.retried_as, "report": None,
+        "private": {"node": node_label, "run_id": run_id, "files": private.get("files", 0),
+                    "manifest_sha256": private.get("manifest_sha256")} if node_label else None,
+    }
+    row.update({k: None for k in ("verdict", "run_status", "cold_start_s", "kv_cache_tokens", "max_concurrency",
+                                   "min_rank_kv_gib", "kv_tokens_per_gib", "tp_size_seen", "vllm_version",
+                                   "largest_prompt_tokens", "largest_ttft_s")})
+    row["gates"], row["gate_outcomes"] = {"passed": 0, "failed": 0, "not_applicable": 0}, {}
+    if attempt.report is not None:
+        row.update(_report_facts(attempt.report))
+        text = json.dumps(attempt.report, sort_keys=True)
+        row["report"] = {"file": f"jobs/{attempt.attempt_id}.json",
+                         "html": f"jobs/{attempt.attempt_id}.html" if result.get("html_text") else None,
+                         "sha256": hashlib.sha256(text.encode()).hexdigest()}
+    return row
+
+
+def _comparisons(rows: Sequence[dict[str, Any]], attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for job in dict.fromkeys(a.job.name for a in attempts):
+        latest: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            if row["job"] == job and row["report"] is not None and row["node"]:
+                latest[row["node"]] = row
+        if len(latest) < 2:
+            continue
+        report = next(a.report for a in attempts if a.job.name == job and a.report)
+        compare = ((report or {}).get("recipe") or {}).get("content", {}).get("compare") or {}
+        out.append({"job": job, **compare_nodes(sorted(latest.values(), key=lambda r: r["node"]), compare)})
+    return out
+
+
+def _verdict(rows: Sequence[dict[str, Any]], comparisons: Sequence[dict[str, Any]],
+             interrupted: bool) -> tuple[FleetVerdict, list[str], list[str]]:
+    proves: list[str] = []
+    not_proven: list[str] = []
+    problems = [r for r in rows if Outcome(r["outcome"]) in _PROBLEMS and not r["retried_as"]]
+    failed = [r for r in rows if r["outcome"] == Outcome.FAILED.value and not r["retried_as"]]
+    for row in problems:
+        not_proven.append(f"job {row['job']} on {row['node'] or 'no node'}: {row['outcome']} ({row['reason']})")
+    for row in failed:
+        not_proven.append(f"job {row['job']} on {row['node']}: failed ({row['reason']})")
+    passed = [r for r in rows if r["outcome"] == Outcome.PASSED.value]
+    for row in passed:
+        proves.append(f"job {row['job']} (recipe {row['recipe']}, {' '.join(row['selection']) or 'every gate'}) "
+                      f"passed on {row['node']} with verdict {row['verdict']}")
+    for comparison in comparisons:
+        (proves if comparison["agree"] else not_proven).append(f"job {comparison['job']}: {comparison['summary']}")
+    not_proven.append("any node that was not in the cluster, or did not match a job's placement, when the fleet ran")
+    if any(r["selection"] for r in rows):
+        not_proven.append("the gates a job's -m/-k selection left out (each row's own report lists them)")
+    not_proven.append("timing differences between nodes: single runs are observations, not a ranking")
+    if interrupted or problems:
+        return FleetVerdict.INCOMPLETE, proves, not_proven
+    if failed:
+        return FleetVerdict.FAILED, proves, not_proven
+    if any(not c["agree"] for c in comparisons):
+        return FleetVerdict.INCONSISTENT, proves, not_proven
+    return FleetVerdict.CONSISTENT, proves, not_proven
+
+
+def build_record(*, fleet: Mapping[str, Any], attempts: Sequence[Attempt], labels: Mapping[str, tuple[str, str]],
+                 nodes: Sequence[Mapping[str, Any]], interrupted: bool, started: float, finished: float,
+                 mode: str) -> dict[str, Any]:
+    """The fleet record (``labels``: Ray node id -> (node-N, hash)); validated and scrubbed."""
+    from pytest_vllmqual.privacy.sanitize import Sanitizer
+
+    rows = []
+    for attempt in attempts:
+        label, tag = labels.get(attempt.node_id or "", (None, None))
+        rows.append(row_of(attempt, label, tag))
+    comparisons = _comparisons(rows, attempts)
+    verdict, proves, not_proven = _verdict(rows, comparisons, interrupted)
+    record: dict[str, Any] = {
+        "schema": RECORD_SCHEMA_ID, "schema_version": 1, "tool": {"name": "pytest-vllmqual", "version": __version__},
+        "fleet": dict(fleet), "cluster": {"mode": mode, "nodes": list(nodes)},
+        "status": "incomplete" if interrupted or verdict is FleetVerdict.INCOMPLETE else "complete",
+        "interrupted": interrupted, "started_utc": _utc(started), "finished_utc": _utc(finished),
+        "rows": rows, "comparisons": comparisons,
+        "decision": {"verdict": verdict.value, "proves": proves, "does_not_prove": not_proven},
+    }
+    scrubbed: dict[str, Any] = Sanitizer().scrub_obj(record)
+    validate_record(scrubbed)
+    return scrubbed
+
+
+def validate_record(record: Any) -> None:
+    """FleetError naming the first violation of the fleet record schema."""
+    from pytest_vllmqual.errors import FleetError
+
+    raise_if_invalid(record, RECORD_SCHEMA, error=FleetError, where="fleet record", what="fleet record schema 1")

@@ -1,0 +1,73 @@
+"""A real Ray cluster of several nodes on this machine for the fleet tests, and fake jobs.
+
+``fake_argv`` stands in for a job's pytest run where the test is about Ray's side (placement,
+GPU accounting, deadlines, lost nodes, a killed driver): a Python process that sleeps and, when
+asked, writes a sanitized tiny-cpu report recorded from a real run (``data/``). Tests that boot
+the real server are marked ``real_vllm``. Run this tier under ``flock /tmp/vllmqual-real.lock``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+REPORT_SAMPLE = DATA / "tiny-cpu-report.json"
+
+FAKE_JOB = """
+import pathlib, shutil, sys, time
+tag, sleep_s, sample = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+reports = pathlib.Path(sys.argv[4])
+if sample != "-":
+    reports.mkdir(parents=True, exist_ok=True)
+    shutil.copy(sample, reports / "tiny-cpu-fake.json")
+time.sleep(sleep_s)
+"""
+
+
+def fake_argv(tag: str, sleep_s: float, *, report: Path | str | None = REPORT_SAMPLE) -> list[str]:
+    """A job that sleeps ``sleep_s`` (its command line carries ``tag``) and leaves ``report`` as its report."""
+    import sys
+
+    return [sys.executable, "-c", FAKE_JOB, tag, str(sleep_s), str(report) if report else "-", "{reports}"]
+
+
+def processes_with(tag: str) -> list[int]:
+    """Pids whose command line carries ``tag``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if tag in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def cluster_env(tmp_path: Path) -> dict[str, str]:
+    """What every node's workers see: this checkout first on sys.path, a work folder of the test's own."""
+    return {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "VLLMQUAL_FLEET_WORKDIR": str(tmp_path / "node-work")}
+
+
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
+    """Three 2-core nodes offering ``fleet_node``; the third is labelled ``kv=small``; a fourth with 2 GPUs."""
+    tmp = tmp_path_factory.mktemp("ray")
+    nodes = [NodeSpec(2, resources={"fleet_node": 1}), NodeSpec(2, resources={"fleet_node": 1}),
+             NodeSpec(2, resources={"fleet_node": 1}, labels={"kv": "small"}),
+             NodeSpec(1, gpus=2, resources={"gpu_node": 1})]
+    cluster = LocalRayCluster(nodes, env=cluster_env(tmp))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        assert cluster.pids() == [], "the test cluster left processes behind"

@@ -1,0 +1,124 @@
+"""The node side without Ray: the pytest command, the work folder, the deadline, the watchdog.
+
+Each job's command is replaced by a small Python process (what the fleet's own benchmark does),
+so these run in a second: the real pytest run is covered by tests/fleet/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_vllmqual.fleet.node_task import private_manifest, pytest_command, run_on_node
+from pytest_vllmqual.fleet.watchdog import group_alive, process_start
+
+FAKE_REPORT = """
+import json, pathlib, sys, time
+reports = pathlib.Path(sys.argv[1])
+(reports / "private" / "run-1").mkdir(parents=True, exist_ok=True)
+(reports / "private" / "run-1" / "server.log").write_text("private text")
+(reports / "tiny-cpu-1.json").write_text(json.dumps({"run": {"id": "run-1"}, "not": "a valid report"}))
+(reports / "tiny-cpu-1.html").write_text("<html></html>")
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _request(tmp_path: Path, argv: list[str], deadline_s: float = 30.0) -> dict[str, object]:
+    return {"fleet_run_id": "f-1", "attempt_id": "job-a1", "recipe": "tiny-cpu", "overrides": [],
+            "selection": [], "deadline_epoch": time.time() + deadline_s, "project_dir": str(tmp_path), "argv": argv}
+
+
+def test_pytest_command_is_the_command_a_person_runs(tmp_path: Path) -> None:
+    argv = pytest_command({"recipe": "tiny-cpu", "overrides": ["serve.max_num_seqs=4"],
+                           "selection": ["-m", "engine"], "recipes_dir": str(tmp_path)}, tmp_path / "w")
+    from pytest_vllmqual.layout import suites_dir
+
+    assert argv[:4] == [sys.executable, "-m", "pytest", str(suites_dir())]
+    assert (suites_dir() / "test_smoke.py").is_file()
+    assert argv[argv.index("--recipe") + 1] == "tiny-cpu"
+    assert f"--junitxml={tmp_path / 'w' / 'junit.xml'}" in argv
+    assert ["--vllmqual-set", "serve.max_num_seqs=4"] == argv[argv.index("--vllmqual-set"):][:2]
+    assert argv[-2:] == ["-m", "engine"] and f"--vllmqual-recipes-dir={tmp_path}" in argv
+
+
+def test_run_on_node_brings_back_public_outputs_and_names_private_ones(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLMQUAL_FLEET_WORKDIR", str(tmp_path / "work"))
+    reports = tmp_path / "work" / "f-1" / "job-a1" / "reports"
+    result = run_on_node(_request(tmp_path, [sys.executable, "-c", FAKE_REPORT, str(reports), "0"]))
+    assert result["exit_code"] == 0 and result["timed_out"] is False
+    assert json.loads(str(result["report_text"]))["run"]["id"] == "run-1"
+    assert result["html_text"] == "<html></html>" and result["run_id"] == "run-1"
+    assert result["private"]["files"] == 1 and len(result["private"]["manifest_sha256"]) == 64
+    assert "private text" not in json.dumps(result)  # private files never travel
+    assert result["private"] == private_manifest(reports / "private" / "run-1")
+
+
+def test_run_past_deadline_is_ended_with_its_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLMQUAL_FLEET_WORKDIR", str(tmp_path / "work"))
+    marker = tmp_path / "child.pid"
+    script = (f"import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+              f"'import time; time.sleep(60)']); open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    started = time.monotonic()
+    result = run_on_node(_request(tmp_path, [sys.executable, "-c", script], deadline_s=2.0))
+    assert result["timed_out"] is True and result["report_text"] is None
+    assert time.monotonic() - started < 30
+    child = int(marker.read_text())
+    assert process_start(child) is None or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+def test_watchdog_ends_the_group_when_its_owner_dies() -> None:
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    group = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    watchdog = subprocess.Popen([sys.executable, "-m", "pytest_vllmqual.fleet.watchdog", "--owner", str(owner.pid),
+                                 "--owner-start", process_start(owner.pid) or "?", "--group", str(group.pid),
+                                 "--grace", "2"], env={**os.environ})
+    try:
+        time.sleep(1.0)
+        assert group_alive(group.pid)  # the owner lives: nothing happens
+        owner.kill()
+        owner.wait()
+        group.wait(timeout=10)  # SIGTERM reaches the group within a poll
+        assert watchdog.wait(timeout=10) == 0
+        assert not group_alive(group.pid)
+    finally:
+        for proc in (owner, group, watchdog):
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_a_gpu_job_is_pinned_to_the_gpus_ray_gave_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pathlib import Path as _Path
+
+    from pytest_vllmqual.fleet.node_task import assigned_gpu_override
+    from pytest_vllmqual.recipe.loader import resolve_recipe, with_overrides
+
+    assert assigned_gpu_override(0, "0,1") == [] and assigned_gpu_override(2, None) == []
+    assert assigned_gpu_override(2, "GPU-aaaa,GPU-bbbb") == []  # UUIDs: the recipe's own setting stands
+    override = assigned_gpu_override(2, "2,3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    argv = pytest_command({"recipe": "tiny-gpu", "gpus": 2}, tmp_path)
+    assert argv[argv.index("--vllmqual-set") + 1] == override[0]
+    recipes = _Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
+    for name in ("tiny-gpu", "131k-control"):  # subprocess and docker launchers
+        assert with_overrides(resolve_recipe(name, recipes), override).gpu_indexes() == [2, 3]
+
+
+def test_preflight_checks_the_assigned_gpus_with_recorded_nvml_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another job holds GPUs 0 and 1 of a four-GPU node; this job was given 2 and 3 by Ray."""
+    from test_gpu import FakeDevice, FakeProcess, fake_pynvml
+
+    from pytest_vllmqual.launch.gpu import exclusivity_preflight
+
+    devices = [FakeDevice(processes=[FakeProcess(4242)]), FakeDevice(processes=[FakeProcess(4243)]),
+               FakeDevice(), FakeDevice()]
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(devices))
+    assert exclusivity_preflight([2, 3], False)["status"] == "pass"
+    refused = exclusivity_preflight([0, 1], False)  # what the recipe's default (first TP GPUs) would check
+    assert refused["status"] == "fail" and "GPU 0 has 1 other compute process" in refused["reason"]

@@ -1,0 +1,66 @@
+"""Planning a fleet run against a stand-in for Ray's node list (no cluster needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.fleet.attempts import Outcome
+from pytest_vllmqual.fleet.cluster import NodeInfo
+from pytest_vllmqual.fleet.runner import FleetRun
+from pytest_vllmqual.fleet.spec import load_fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class StandInCluster:
+    """What FleetRun.plan asks of RayCluster: the alive nodes."""
+
+    started_locally = False
+
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        self._nodes = nodes
+
+    def nodes(self) -> list[NodeInfo]:
+        return self._nodes
+
+    def label_of(self, node_id: str) -> str:
+        return next(n.label for n in self._nodes if n.node_id == node_id)
+
+
+NODES = [NodeInfo("h", "node-1", {"CPU": 0}), NodeInfo("a", "node-2", {"CPU": 2}),
+         NodeInfo("b", "node-3", {"CPU": 2}, {"kv": "small"}), NodeInfo("g", "node-4", {"CPU": 8, "GPU": 1})]
+
+
+def _plan(text: str, tmp_path: Path) -> tuple[FleetRun, list[str]]:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    lines: list[str] = []
+    cluster: Any = StandInCluster(NODES)
+    run = FleetRun(spec=load_fleet(path), cluster=cluster, progress=lines.append, project_dir=ROOT)
+    run.plan()
+    return run, lines
+
+
+def test_each_node_without_a_filter_is_every_node_that_can_hold_the_job(tmp_path: Path) -> None:
+    run = FleetRun(spec=load_fleet(ROOT / "fixtures" / "fleets" / "tiny-cpu.yaml"), cluster=StandInCluster(NODES),
+                   progress=lambda _l: None, project_dir=ROOT)  # type: ignore[arg-type]
+    attempts = run.plan()
+    every = [a for a in attempts if a.job.name == "every-node"]
+    assert [a.pinned_node for a in every] == ["a", "b", "g"]  # the 0-core head is skipped
+    assert every[1].overrides and not every[0].overrides  # the kv=small node gets its node overrides
+    assert all(not a.done for a in attempts)
+
+
+def test_a_named_node_that_cannot_hold_the_job_is_a_finding(tmp_path: Path) -> None:
+    run, _ = _plan("name: f\njobs: [{name: big, recipe: tiny-gpu, placement: {mode: each_node, label: kv=small}}]\n",
+                   tmp_path)
+    (attempt,) = run.attempts
+    assert attempt.outcome is Outcome.NOT_STARTED
+    assert "node-3 has 0 GPU(s) and 2 core(s); the job needs 2 GPU(s)" in str(attempt.reason)
+
+
+def test_tp_one_override_for_one_gpu_nodes(tmp_path: Path) -> None:
+    run, _ = _plan("name: f\njobs: [{name: g, recipe: tiny-gpu, set: ['serve.tensor_parallel_size=1']}]\n", tmp_path)
+    (attempt,) = run.attempts
+    assert (attempt.cpus, attempt.gpus) == (1.0, 1) and not attempt.done
