@@ -117,18 +117,24 @@ def _parse_utc(text: Any) -> datetime | None:
         return None
 
 
+_REPORTED_ONLY = frozenset({"timing", "load"})
+"""Row kinds a replay reports but does not judge."""
+
+
 def replay_check(control: Mapping[str, Any], replay: Mapping[str, Any], candidate: Mapping[str, Any],
                  tolerances: Tolerances) -> tuple[dict[str, Any], dict[str, Any]]:
     """(replay section, replay finding): does the replay reproduce the control?
 
     Engine facts must agree within the replay tolerance, gate outcomes and the largest actual
-    prompt exactly (within the tolerance for the prompt size); timings are reported only.
+    prompt exactly (within the tolerance for the prompt size); timings, the load levels' latency
+    and throughput among them, are reported only: they move with machine noise (the load gate's
+    pass or fail and each level's goodput are still compared).
     """
     rows, _single = compare_rows(control, replay, noise_floor_pct=tolerances.timing_noise_floor_pct)
     tolerance = Decimal(repr(tolerances.replay_tolerance_pct))
     checks = []
     for row in rows:
-        if row["kind"] == "timing":
+        if row["kind"] in _REPORTED_ONLY:
             continue
         if row["rule"] == "status" and row["key"] != "largest_prompt_tokens":
             within = row["change"].startswith("unchanged") or row["change"].startswith("changed, both pass")
@@ -142,7 +148,7 @@ def replay_check(control: Mapping[str, Any], replay: Mapping[str, Any], candidat
         checks.append({"key": row["key"], "measurement": row["measurement"], "control": row["values"][0],
                        "replay": row["values"][1], "change": row["change"], "within": within})
     recipe = controlled_variables(control, replay)
-    timing = [f"{r['measurement']} {r['change']}" for r in rows if r["kind"] == "timing"]
+    timing = [f"{r['measurement']} {r['change']}" for r in rows if r["kind"] in _REPORTED_ONLY]
     problems = [f"{c['measurement']} {c['control']} → {c['replay']} ({c['change']})" for c in checks if not c["within"]]
     if recipe["functional"]:
         problems.insert(0, "the replay's recipe differs functionally from the control's ("

@@ -14,6 +14,7 @@ from pytest_vllmqual.report.public import validate_report
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "reports" / "examples"
 GPU = EXAMPLES / "gpu"
+GPU_TP1 = EXAMPLES / "gpu-tp1"
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -29,6 +30,8 @@ def test_every_committed_example_validates_against_the_current_schema(path: Path
         validate_report(data)
     elif kind == "comparison":
         validate_comparison(data)
+    elif path.name.startswith("campaign-"):
+        assert {"campaign", "arms", "qualified", "complete", "reports"} <= set(data), f"{path}: not a campaign record"
     else:
         assert path.name.startswith("bench-"), f"{path}: not a report, a comparison or a benchmark summary"
 
@@ -98,3 +101,66 @@ def test_the_migration_carries_report_2_forward_renaming_its_candidate_verdict()
         k: v for k, v in old.items() if k not in ("schema", "schema_version", "decision")}
     with pytest.raises(SystemExit, match="schema_version 3"):
         migrate(new)
+
+
+TP1_REPORTS = ["tiny-gpu.json", "tiny-gpu-393k-fp8kv.json", "tiny-gpu-kvfail.json", "ab-131k/A-control-8192.json",
+               "ab-131k/B-candidate-4096.json", "ab-131k/A2-replay-8192.json"]
+
+
+@pytest.mark.parametrize("name", TP1_REPORTS)
+def test_one_gpu_reports_name_one_h200_tp1_runtime_0_24_0_and_carry_junit(name: str) -> None:
+    report = load(GPU_TP1 / name)
+    assert (report["hardware"]["gpu_model"], report["hardware"]["gpu_count"]) == ("NVIDIA H200", 1)
+    assert report["recipe"]["content"]["serve"]["tensor_parallel_size"] == 1
+    assert report["lifecycle"]["teardown"]["clean"] is True
+    junit = {"tiny-gpu.json": "tiny-gpu.xml", "tiny-gpu-393k-fp8kv.json": "tiny-gpu-393k.xml",
+             "tiny-gpu-kvfail.json": "tiny-gpu-kvfail.xml"}.get(name, "ab-131k/tiny-gpu-ab.xml")
+    assert (GPU_TP1 / junit).is_file()
+    if name != "tiny-gpu-kvfail.json":
+        runtime = next(c for c in report["identity"]["checks"] if c["field"] == "runtime_version")
+        assert runtime["observed"] == "0.24.0" and runtime["status"] == "matched"
+
+
+def _gate(report: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(g for g in report["gates"] if g["gate"] == name)
+
+
+def test_one_gpu_tiny_gpu_passes_the_sdk_gate_with_its_strict_finding_and_the_load_gate() -> None:
+    report = load(GPU_TP1 / "tiny-gpu.json")
+    outcomes = {g["gate"]: g["outcome"] for g in report["decision"]["gates"]}
+    assert {gate for gate, outcome in outcomes.items() if outcome != "passed"} == {
+        "quality_intelligence", "quality_session_recall"}
+    sdk = _gate(report, "openai_sdk")
+    assert sdk["outcome"] == "passed" and sdk["measurements"]["sdk_version"] == "2.54.0"
+    assert [f["path"] for f in sdk["measurements"]["findings"]] == ["usage.input_tokens_details.cache_write_tokens"]
+    load_section = report["load"]
+    assert load_section["outcome"] == "passed" and load_section["promoted_levels"] == [1, 8]
+    assert load_section["search"]["max_at_slo"] == 8 == load_section["max_num_seqs"]
+    queued = [lvl["level"] for lvl in load_section["levels"] if lvl["above_max_num_seqs"]]
+    assert queued and min(queued) == 9  # past max_num_seqs the requests queue, and the report says so
+
+
+def test_one_gpu_393k_ladder_past_300k_and_its_tool_failure_names_the_path() -> None:
+    report = load(GPU_TP1 / "tiny-gpu-393k-fp8kv.json")
+    assert report["recipe"]["content"]["serve"]["kv_cache_dtype"] == "fp8"
+    measured = [r for r in report["ladder"] if not r["expected_rejection"]]
+    assert all(r["ok"] and r["post_probe_smoke"] == "passed" for r in measured)
+    assert max(r["prompt_tokens"] for r in measured) > 300_000
+    tools = _gate(report, "tools")
+    assert tools["outcome"] == "failed" and "start.time: missing" in tools["reason"]
+    campaign = load(GPU_TP1 / "campaign-393k.json")
+    assert campaign["qualified"] == "tiny-gpu-393k-fp8kv" and campaign["complete"] is True
+
+
+def test_one_gpu_kvfail_is_classified_with_the_gib_needed_and_available() -> None:
+    report = load(GPU_TP1 / "tiny-gpu-kvfail.json")
+    error = report["lifecycle"]["startup_error"]
+    assert error["status"] == "kv_insufficient"
+    assert "0.5 GiB needed" in error["cause"] and "0.1 GiB available" in error["cause"]
+
+
+def test_one_gpu_ab_replay_reproduced_and_load_rows_are_labelled() -> None:
+    comparison = load(GPU_TP1 / "ab-131k" / "comparison.json")
+    assert {f["id"]: f["status"] for f in comparison["findings"]}["replay"] == "reproduced"
+    load_rows = [r for r in comparison["rows"] if r["kind"] == "load"]
+    assert load_rows and all(r["label"] for r in load_rows if "label" in r)
