@@ -93,6 +93,21 @@ def _concurrency_proven(reports: Iterable[Mapping[str, Any]]) -> int:
     return best
 
 
+def _sustained_load_proven(report: Mapping[str, Any]) -> int | None:
+    """The highest level a passed load gate held within its SLOs (its search's answer, else its top
+    promoted level), or None when no load gate passed."""
+    for gate in gates_named(report, "load"):
+        measured = gate.get("measurements") or {}
+        if gate.get("outcome") != "passed":
+            continue
+        best, levels = measured.get("max_at_slo"), measured.get("promoted_levels")
+        if isinstance(best, int):
+            return best
+        if isinstance(levels, list) and levels:
+            return max(int(level) for level in levels)
+    return None
+
+
 def _regressions(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     out = []
     for row in rows:
@@ -227,9 +242,13 @@ def _does_not_prove(ev: ABEvidence) -> list[str]:
         does_not.append(f"{short_tokens(targets.context_tokens)} startup (no arm was configured with "
                         f"max_model_len ≥ {targets.context_tokens:,} and a reported KV pool ≥ "
                         f"{targets.context_tokens:,} tokens)")
+    sustained = _sustained_load_proven(ev.candidate)
     concurrency = _concurrency_proven([ev.candidate])
-    does_not.append("concurrency beyond one active request" if concurrency <= 1
-                    else f"concurrency beyond {concurrency} active requests")
+    if sustained is not None:
+        does_not.append(f"sustained load above {sustained} requests in flight within the SLOs")
+    else:
+        does_not.append("concurrency beyond one active request" if concurrency <= 1
+                        else f"concurrency beyond {concurrency} active requests")
     quality_both = [r for r in ev.rows if r["key"].startswith("gate:quality")]
     does_not.append("broad task-quality equivalence" + (
         ": bounded repeated checks are not a benchmark" if quality_both else

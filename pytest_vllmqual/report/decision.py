@@ -333,6 +333,9 @@ def _capacity_gaps(record: RunRecord) -> list[str]:
         if isinstance(kv, int) and kv > largest:
             items.append(f"that one request can use the whole reported KV pool of {fmt_num(kv)} tokens "
                          f"(the largest measured prompt was {fmt_num(largest)})")
+    load_gaps = _load_gaps(record)
+    if load_gaps:  # a passed load gate measured more than the concurrency burst; its bound supersedes
+        return items + load_gaps
     concurrency = _named(record, "concurrency")
     if worst_outcome(g.outcome for g in concurrency) is GateOutcome.PASSED:
         n = concurrency[0].measurements.get("requests")
@@ -340,7 +343,7 @@ def _capacity_gaps(record: RunRecord) -> list[str]:
                      else "concurrency beyond the measured request count")
     else:
         items.append("concurrency beyond one active request")
-    return items + _load_gaps(record)
+    return items
 
 
 def _load_gaps(record: RunRecord) -> list[str]:

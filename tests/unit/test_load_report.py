@@ -3,6 +3,7 @@ the formulas, validated by the schema, one row per level, the search, the SLO li
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,23 @@ def test_the_decision_names_the_load_it_did_not_measure_and_placeholder_slos(tmp
     assert "sustained load above 16 requests in flight within the SLOs" in items
     assert ("load at an operator's target: the load levels and SLOs are placeholders, not in the reference "
             "campaign") in items
+
+
+def test_a_passed_load_gate_replaces_the_burst_bound_in_what_is_not_proven(tmp_path: Path) -> None:
+    """The concurrency burst proved 4 at once; a passed load gate held 16 within SLOs: saying
+    'concurrency beyond 4' beside 'sustained load above 16' would understate what was measured."""
+    items = build(run_with_load(tmp_path, search=True))["decision"]["does_not_prove"]
+    assert "sustained load above 16 requests in flight within the SLOs" in items
+    assert not any(item.startswith("concurrency beyond") for item in items)
+
+
+def test_the_ab_names_the_candidates_sustained_load_bound() -> None:
+    from pytest_vllmqual.ab.compare import compare_reports
+
+    folder = Path(__file__).resolve().parents[2] / "reports" / "examples" / "gpu-tp1" / "ab-131k"
+    control, candidate, replay = (json.loads((folder / name).read_text()) for name in (
+        "A-control-8192.json", "B-candidate-4096.json", "A2-replay-8192.json"))
+    quiet = Sanitizer(environ={}, hostname="", username="")
+    does_not = compare_reports(control, candidate, replay=replay, sanitizer=quiet)["decision"]["does_not_prove"]
+    assert "sustained load above 8 requests in flight within the SLOs" in does_not
+    assert not any(item.startswith("concurrency beyond") for item in does_not)
