@@ -75,7 +75,10 @@ class LocalRayCluster:
         self.head_cpus = head_cpus
         self.port = _free_port()
         self.temp_dir = Path(tempfile.mkdtemp(prefix="vqray-", dir="/tmp"))
-        self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0"}
+        # HOME is the cluster's own folder: Ray 2.59+ writes a token to ~/.ray/auth_token when a
+        # local ray.init() starts a cluster, and a head and its nodes that disagree on that file
+        # refuse each other; this cluster's processes then all see the same (absent) token.
+        self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.temp_dir)}
         self.address = ""
 
     def _ray(self, *args: str) -> None:
@@ -152,7 +155,11 @@ class LocalRayCluster:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalRayCluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:  # a node that failed to join must not leave the head running
+            self.stop()
+            raise
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()

@@ -230,7 +230,10 @@ class DockerLauncher(Launcher):
         return self._client
 
     def _engine_unavailable(self, exc: Exception) -> LaunchError:
-        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        # The address is named by where it came from: a DOCKER_HOST value is the environment's,
+        # which the public text withholds, so the variable's name is what the reader can act on.
+        host = os.environ.get("DOCKER_HOST")
+        where = f"the address DOCKER_HOST names ({host})" if host else "unix:///var/run/docker.sock"
         if self._client is not None:
             where = str(getattr(self._client.api, "base_url", where))
         reason = str(exc).split(": ", 1)[-1] if "Error while fetching server API version" in str(exc) else str(exc)
