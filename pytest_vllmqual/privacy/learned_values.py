@@ -79,7 +79,17 @@ def inherited_identifiers(value: str) -> set[str]:
     return {piece for piece in pieces if _names_something(piece)}
 
 
+_SYSTEM_DIRS = frozenset(
+    f"{prefix}/{leaf}" for prefix in ("", "/usr", "/usr/local") for leaf in ("bin", "sbin", "lib", "lib64", "libexec",
+                                                                           "include", "share", "games")
+) | {"/usr", "/usr/local", "/etc", "/opt", "/tmp", "/var", "/srv", "/home", "/root", "/snap/bin"}
+"""Directories every Linux machine has (a PATH lists them): naming one tells nothing about this
+machine, and scrubbing it would turn ``/nonexistent/bin/vllm-serve`` into nonsense."""
+
+
 def _names_something(piece: str) -> bool:
+    if piece.rstrip("/") in _SYSTEM_DIRS:
+        return False
     return (len(piece) >= MIN_INHERITED_LEN and any(c.isalpha() for c in piece)
             and _IDENTIFIER_MARK.search(piece) is not None and not _CONSTANT_NAME.fullmatch(piece)
             and piece.lower() not in _PLAIN_WORDS)

@@ -225,9 +225,10 @@ def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
     """A TP worker is SIGSTOPped while the real server starts: the deadline fires, the report
     shows the last startup phase reached, and the whole tree (the stopped worker too) is killed.
     Owns its server: it SIGSTOPs one of its workers during startup."""
-    # Long enough for TP worker 1 to appear (about 15 s into an idle 2-core start, the loop below
-    # gives it deadline_s - 10), no longer: a stopped worker is a hang after 40 s as after 80.
-    deadline_s = 40
+    # Long enough for TP worker 1 to appear (about 15 s into an idle 2-core start; the loop below
+    # gives it deadline_s - 10, and with a second job on the machine it took over 30 s), no
+    # longer: a stopped worker is a hang after 60 s as after 80.
+    deadline_s = 60
     recipe = derive_recipe(tmp_path, "tiny-cpu-starthang", {"startup": {"deadline_s": deadline_s}}, real_model=True)
     session = Session(tmp_path, recipe, ["startup_probe"]).start()
     stopped: list[int] = []

@@ -339,3 +339,12 @@ def test_inherited_values_are_split_into_the_parts_that_name_something() -> None
     assert inherited_identifiers("[node-17 rack7.lab] ") >= {"node-17", "rack7.lab"}
     assert inherited_identifiers("less") == set() and inherited_identifiers("FLASH_ATTN") == set()
     assert inherited_identifiers("1") == set() and inherited_identifiers("utf-8") == set()
+
+
+def test_a_paths_standard_system_directories_are_not_private() -> None:
+    """A PATH lists /bin and /usr/bin; a machine's own entries (~/.cargo/bin) stay private."""
+    from pytest_vllmqual.privacy.learned_values import inherited_identifiers
+
+    found = inherited_identifiers("/root/.cargo/bin:/usr/local/bin:/usr/bin:/bin:/sbin")
+    assert {"/bin", "/usr/bin", "/usr/local/bin", "/sbin"}.isdisjoint(found)
+    assert "/root/.cargo/bin" in found
