@@ -230,9 +230,7 @@ class DockerLauncher(Launcher):
         return self._client
 
     def _engine_unavailable(self, exc: Exception) -> LaunchError:
-        # The address is named by where it came from: a DOCKER_HOST value is the environment's,
-        # which the public text withholds, so the variable's name is what the reader can act on.
-        host = os.environ.get("DOCKER_HOST")
+        host = os.environ.get("DOCKER_HOST")  # the environment's value, withheld: name the variable
         where = f"the address DOCKER_HOST names ({host})" if host else "unix:///var/run/docker.sock"
         if self._client is not None:
             where = str(getattr(self._client.api, "base_url", where))
