@@ -17,9 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
-from conftest import REPORT_SAMPLE, ROOT, cluster_env, fake_argv, processes_with
+from conftest import ROOT, cluster_env, fake_argv, processes_with
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs
@@ -27,7 +25,6 @@ from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet
 
-pytestmark = pytest.mark.skipif(not REPORT_SAMPLE.is_file(), reason="no recorded tiny-cpu report in tests/fleet/data")
 DRIVER = Path(__file__).resolve().parent / "fake_driver.py"
 
 

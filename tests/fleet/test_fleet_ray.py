@@ -14,8 +14,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conftest import REPORT_SAMPLE, ROOT, fake_argv
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome
 from pytest_vllmqual.fleet.cluster import RayCluster
@@ -24,8 +22,6 @@ from pytest_vllmqual.fleet.local_cluster import LocalRayCluster
 from pytest_vllmqual.fleet.record import validate_record
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet
-
-pytestmark = pytest.mark.skipif(not REPORT_SAMPLE.is_file(), reason="no recorded tiny-cpu report in tests/fleet/data")
 
 
 def run_fleet_file(cluster: LocalRayCluster, tmp_path: Path, text: str, sleep_s: float = 1.0,
