@@ -12,7 +12,7 @@ from pytest_vllmqual.recipe.loader import Recipe
 
 from .gate_order import run_rank
 
-__all__ = ["PATH_PLACEHOLDER", "RECIPE_FLAGS", "SortKeyFn", "header_lines", "order_of_tests", "reproduce_line"]
+__all__ = ["PATH_PLACEHOLDER", "RECIPE_FLAGS", "SortKeyFn", "header_lines", "local_path_shown", "order_of_tests", "reproduce_line"]
 
 SortKeyFn = Callable[[str, "str | None"], tuple[int, int]]
 """The sort key of a test from its arm key and gate name (None: not a gate)."""
@@ -24,14 +24,15 @@ PATH_PLACEHOLDER = "<path>"
 """What the reproduce line shows for an absolute path outside the run's directory."""
 
 
-def reproduce_line(invocation_args: Sequence[str], recipe_name: str, *, discovered: bool,
+def reproduce_line(invocation_args: Sequence[str], recipe_ref: str, *, discovered: bool,
                    run_dir: Path | None = None) -> str:
-    """The pytest command line that runs arm ``recipe_name`` again: the same arguments with the
-    recipe pinned (a discovered recipe is rediscovered from the same endpoint instead).
+    """The pytest command line that runs an arm again: the same arguments with the recipe pinned to
+    ``recipe_ref`` (its name, or its path when it came from a file), while a discovered recipe is
+    rediscovered from the same endpoint instead.
 
     An absolute path is shown relative to ``run_dir`` (the directory pytest ran in) when it lies
     inside it, else as ``<path>``: the line reproduces the run without saying where things live."""
-    args = [_local_path_shown(arg, run_dir) for arg in invocation_args]
+    args = [local_path_shown(arg, run_dir) for arg in invocation_args]
     if discovered:
         return shlex.join(["pytest", *args])
     kept: list[str] = []
@@ -43,10 +44,10 @@ def reproduce_line(invocation_args: Sequence[str], recipe_name: str, *, discover
             skip_next = True  # "--recipe NAME": the name is the next argument
         elif not arg.startswith(tuple(f"{flag}=" for flag in RECIPE_FLAGS)):
             kept.append(arg)
-    return shlex.join(["pytest", f"--recipe={recipe_name}", *kept])
+    return shlex.join(["pytest", f"--recipe={recipe_ref}", *kept])
 
 
-def _local_path_shown(arg: str, run_dir: Path | None) -> str:
+def local_path_shown(arg: str, run_dir: Path | None) -> str:
     """``arg`` with an absolute path in it (the whole argument, or the value of ``--opt=/x`` or
     ``key=/x``) made relative to ``run_dir``, or replaced by the placeholder."""
     if arg.startswith("/"):

@@ -15,14 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.gates.registry import family_of
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe, with_overrides
+from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe, resolve_recipe_path, with_overrides
 from pytest_vllmqual.records import GateRecord
 
 from .arms import Arm, ArmSpec
-from .invocation import SortKeyFn, header_lines, order_of_tests, reproduce_line
+from .invocation import SortKeyFn, header_lines, local_path_shown, order_of_tests, reproduce_line
 from .server import ServerGuard, utc_now, utc_stamp
 from .settings import Setting, Settings
 
@@ -106,8 +107,21 @@ class QualRun(abc.ABC):
 
     def reproduce_line(self, recipe_name: str) -> str:
         recipe = self._recipes.get(recipe_name)
-        return reproduce_line(self.invocation_args, recipe_name, discovered=recipe is not None and recipe.discovered,
+        if recipe is None or recipe.discovered:
+            return reproduce_line(self.invocation_args, recipe_name, discovered=recipe is not None,
+                                  run_dir=self.settings.invocation_dir)
+        return reproduce_line(self.invocation_args, self._recipe_reference(recipe), discovered=False,
                               run_dir=self.settings.invocation_dir)
+
+    def _recipe_reference(self, recipe: Recipe) -> str:
+        """What ``--recipe=`` needs to find this recipe again: its name when the name finds the same
+        file, else its path (a recipe passed as a file outside the recipes directory)."""
+        try:
+            if resolve_recipe_path(recipe.name, self.settings.recipes_dir) == recipe.path.resolve():
+                return recipe.name
+        except RecipeError:
+            pass
+        return local_path_shown(str(recipe.path.resolve()), self.settings.invocation_dir)
 
     def test_order(self, arm_keys: list[str]) -> SortKeyFn:
         """The sort key of a test (arm key, gate name or None): arms in plan order, each arm's

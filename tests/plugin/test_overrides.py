@@ -43,3 +43,20 @@ def test_bad_override_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     text = result.stderr.str()
     assert "serve.max_num_seqs" in text and "--vllmqual-set serve.max_num_seqs=lots" in text and "Traceback" not in text
+
+
+def test_a_recipe_given_as_a_file_is_reproduced_by_its_path(pytester: pytest.Pytester) -> None:
+    """The recipe's name would find the shipped tiny-cpu, not this copy: the reproduce line keeps the
+    file (relative to the run's directory), so running it again runs the same recipe."""
+    from pytest_vllmqual.layout import shipped_recipes_dir
+
+    (pytester.path / "mine").mkdir()
+    (pytester.path / "mine" / "tiny-cpu.yaml").write_text((shipped_recipes_dir() / "tiny-cpu.yaml").read_text())
+    pytester.makepyfile(test_o=GATE)
+    reports = pytester.path / "reports"
+    result = pytester.runpytest_subprocess(f"--recipe={pytester.path}/mine/tiny-cpu.yaml",
+                                           f"--vllmqual-reports-dir={reports}", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["vllmqual: reproduce with: pytest --recipe=mine/tiny-cpu.yaml *"])
+    (path,) = reports.glob("tiny-cpu-*.json")
+    assert json.loads(path.read_text())["run"]["reproduce"].startswith("pytest --recipe=mine/tiny-cpu.yaml ")
