@@ -10,7 +10,6 @@ VllmQualError                 base of everything this package raises on purpose
 ├── ComparisonError           two reports cannot be compared
 ├── CampaignError             a campaign spec is invalid, or reports do not fit the campaign
 ├── FleetError                a fleet file is invalid, or the fleet cannot run (names file, key, fix)
-├── SdkParseError             the openai SDK could not parse (or got an error for) a response
 ├── EngineEndpointError       /version or /v1/models did not answer as every vLLM server does
 ├── MetricsParseError         a /metrics body is not Prometheus text format
 ├── NvmlUnavailable           NVML cannot be used here (no module, library, driver or GPU)
@@ -38,7 +37,6 @@ __all__ = [
     "NvmlUnavailable",
     "RecipeError",
     "ReportError",
-    "SdkParseError",
     "ServerGoneError",
     "VllmQualError",
 ]
@@ -150,10 +148,6 @@ class ComparisonError(VllmQualError):
 
 class CampaignError(VllmQualError):
     """A campaign spec is invalid, or reports do not fit the campaign (names the arm and the fix)."""
-
-
-class SdkParseError(VllmQualError):
-    """The openai SDK could not parse (or received an error for) what the server sent."""
 
 
 class EngineEndpointError(VllmQualError):
