@@ -54,12 +54,7 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         counts[gate.get("outcome", "?")] = counts.get(gate.get("outcome", "?"), 0) + 1
     if gates:
         lines.append("gates: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-        for gate in gates:
-            if gate.get("outcome") in ("failed", "error", "skipped"):
-                reason = (gate.get("reason") or "").splitlines()[0:1]
-                lines.append(f"  {gate.get('outcome')}: {gate.get('gate')}"
-                             + (f" [{gate['status']}]" if gate.get("status") else "")
-                             + (f" — {reason[0]}" if reason else ""))
+        lines.extend(_unfinished_gate_lines(gates))
     absent = [str(row.get("gate")) for row in decision.get("gates") or [] if row.get("outcome") == "absent"]
     if absent:
         lines.append(f"  not run (not proven by this run): {', '.join(absent)}")
@@ -81,4 +76,23 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         lines.append(f"report: {path}")
         if path.with_suffix(".html").exists():
             lines.append(f"readable report: {path.with_suffix('.html')}")
+    return lines
+
+
+def _unfinished_gate_lines(gates: list[dict[str, Any]]) -> list[str]:
+    """One line per failed, errored or skipped gate and reason: the cases of one parametrized gate
+    that share a reason (both arithmetic checks not applicable) are named on one line, not repeated."""
+    cases: dict[tuple[str, str, str, str], list[str]] = {}
+    for gate in gates:
+        if gate.get("outcome") in ("failed", "error", "skipped"):
+            reason = ((gate.get("reason") or "").splitlines() or [""])[0]
+            key = (str(gate.get("outcome")), str(gate.get("gate")), str(gate.get("status") or ""), reason)
+            nodeid = str(gate.get("nodeid") or "")
+            case = nodeid[nodeid.index("[") + 1:-1] if nodeid.endswith("]") and "[" in nodeid else ""
+            cases.setdefault(key, []).append(case)
+    lines = []
+    for (outcome, name, status, reason), names in cases.items():
+        shown = [case for case in names if case]
+        lines.append(f"  {outcome}: {name}" + (f" ({', '.join(shown)})" if len(names) > 1 and shown else "")
+                     + (f" [{status}]" if status else "") + (f" — {reason}" if reason else ""))
     return lines
