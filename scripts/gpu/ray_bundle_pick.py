@@ -57,7 +57,8 @@ def pick(wheels: list[Path]) -> list[Path]:
         if have is not None and not refused:
             print(f"keep the host's {name} {have}", file=sys.stderr)
             continue
-        why = "not here" if have is None else f"{have} here, but {', '.join(refused)} is needed"
+        why = "Ray itself" if name == "ray" else "not here" if have is None else \
+            f"{have} here, but {', '.join(refused)} is needed"
         print(f"install {wheel.name} ({why})", file=sys.stderr)
         chosen.append(wheel)
     return chosen
