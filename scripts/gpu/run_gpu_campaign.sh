@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The reference campaign's steps on the fixture model, on a GPU host: the tiny-gpu suite, the 393K
 # FP8-KV campaign, the bracketed 8,192 vs 4,096 A/B at 131,072, a classified startup failure and
-# the fidelity benchmark. Each step writes its reports and junit under OUT; nothing stops the next.
+# the fidelity benchmarks, and a fleet of tiny-gpu and its 393K arm on a one-node Ray cluster. Each
+# step writes its reports and junit under OUT; nothing stops the next.
 #
-#   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]      STEP: suite 393k ab kvfail bench loadbench (default: all)
+#   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]   STEP: suite 393k ab kvfail bench loadbench fleet
+#                                                    (default: all but fleet)
 #
 # Needs vLLM 0.24.0 importable by python3 (pip install vllm==0.24.0, or offline a wheel bundle
 # installed into /tmp/site, then PYTHONPATH=/tmp/site) and the fixture model in
 # fixtures/model/build/tiny-chat (build it anywhere with fixtures/model/build_tiny_model.py).
 # VLLMQUAL_GPU_TP=1 rewrites the recipes to TP=1 for a one-GPU host (the reports then say TP=1).
+# The fleet step needs Ray importable too (offline: scripts/gpu/install_ray_bundle.sh); its fleet
+# file sets TP=1 per job itself, so it reads the project's own recipes whatever VLLMQUAL_GPU_TP says.
 set -uo pipefail
-out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench loadbench]}; shift
+out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench loadbench fleet]}; shift
 steps=${*:-suite 393k ab kvfail bench loadbench}
 cd "$(dirname "$0")/../.."
 mkdir -p "$out"
@@ -50,6 +54,10 @@ for s in $steps; do
             python3 benchmarks/bench_load_fidelity.py --recipe tiny-gpu --recipes-dir "$recipes" \
               --levels "${VLLMQUAL_LOAD_LEVELS:-1,8}" --rounds "${VLLMQUAL_LOAD_ROUNDS:-2}" \
               --json "$out/load-fidelity-gpu.json" ;;
+    fleet)  step "fleet: tiny-gpu and tiny-gpu-393k-fp8kv at TP=1 on a local one-node Ray cluster, one GPU"
+            # Each node's work folders (pytest log, private artifacts) under OUT, beside the record.
+            VLLMQUAL_FLEET_WORKDIR="$out/fleet-work" python3 -m pytest_vllmqual.cli fleet run \
+              fixtures/fleets/tiny-gpu-one-node.yaml --output "$out/fleet" ;;
     *)      echo "unknown step $s" >&2 ;;
   esac
   echo "=== $s exit $?"

@@ -64,3 +64,13 @@ def test_tp_one_override_for_one_gpu_nodes(tmp_path: Path) -> None:
     run, _ = _plan("name: f\njobs: [{name: g, recipe: tiny-gpu, set: ['serve.tensor_parallel_size=1']}]\n", tmp_path)
     (attempt,) = run.attempts
     assert (attempt.cpus, attempt.gpus) == (1.0, 1) and not attempt.done
+
+
+def test_one_gpu_fleet_plans_both_jobs_on_the_one_gpu_node(tmp_path: Path) -> None:
+    one_gpu_node: Any = StandInCluster([NodeInfo("g", "node-1", {"CPU": 16, "GPU": 1})])
+    run = FleetRun(spec=load_fleet(ROOT / "fixtures" / "fleets" / "tiny-gpu-one-node.yaml"), cluster=one_gpu_node,
+                   progress=lambda _l: None, project_dir=ROOT)
+    attempts = run.plan()
+    assert [(a.job.name, a.gpus, a.done) for a in attempts] == [("tiny-gpu", 1, False),
+                                                                 ("tiny-gpu-393k-fp8kv", 1, False)]
+    assert all(a.overrides == ("serve.tensor_parallel_size=1",) and a.pinned_node is None for a in attempts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,39 @@ def test_recipe_path_is_relative_to_the_fleet_file(tmp_path: Path) -> None:
     spec = load_fleet(path)
     assert spec.recipe_argument(spec.jobs[0]) == str(tmp_path / "mine.yaml")
     assert spec.recipe_argument(spec.jobs[1]) == "tiny-cpu"
+
+
+def test_one_gpu_fleet_sets_tp_one_per_job_so_each_job_asks_one_gpu() -> None:
+    spec = load_fleet(FLEETS / "tiny-gpu-one-node.yaml")
+    assert [(j.name, j.recipe) for j in spec.jobs] == [("tiny-gpu", "tiny-gpu"),
+                                                       ("tiny-gpu-393k-fp8kv", "tiny-gpu-393k-fp8kv")]
+    for job in spec.jobs:
+        as_shipped = resolve_recipe(job.recipe, RECIPES)
+        assert as_shipped.serve.tensor_parallel_size == 2  # the fleet file, not a rewritten recipe, says TP=1
+        recipe = with_overrides(as_shipped, list(job.overrides))
+        assert recipe.serve.tensor_parallel_size == 1
+        assert job_resources(job, recipe) == (1.0, 1)
+        assert job.retry.attempts == 0 and job.placement.mode is PlacementMode.ANY
+    # Both are handed to Ray at once, so Ray (not the fleet) queues the second behind the first,
+    # and the second's deadline, counted from that hand-over, covers the first job's run too.
+    first, second = spec.jobs
+    assert spec.max_parallel >= len(spec.jobs)
+    assert second.deadline_s >= first.deadline_s + 300
+
+
+def test_one_gpu_fleet_selects_registered_markers_and_the_393k_ladder() -> None:
+    from pytest_vllmqual.plugin import MARKERS
+
+    known = {name.split("(")[0] for name in MARKERS}
+    for job in load_fleet(FLEETS / "tiny-gpu-one-node.yaml").jobs:
+        words = set(str(job.markers).replace("(", " ").replace(")", " ").split()) - {"and", "or", "not"}
+        assert words and words <= known, job.name
+        assert "capacity" in words and "load" not in words  # the ladder runs; load is the load benchmark's
+
+
+def test_gpu_campaign_script_names_only_fleet_files_that_load() -> None:
+    script = (ROOT / "scripts" / "gpu" / "run_gpu_campaign.sh").read_text()
+    named = sorted(set(re.findall(r"fixtures/fleets/[\w.-]+\.yaml", script)))
+    assert named == ["fixtures/fleets/tiny-gpu-one-node.yaml"]
+    for relative in named:
+        assert load_fleet(ROOT / relative).jobs
