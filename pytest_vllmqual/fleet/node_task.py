@@ -51,6 +51,16 @@ def assigned_gpu_override(gpus: int, cuda_visible_devices: str | None) -> list[s
     return ["launcher.docker.gpus=" + "[" + ",".join(f'"{i}"' for i in ids) + "]"]
 
 
+def plugin_args() -> list[str]:
+    """``-p pytest_vllmqual.plugin`` where the package is importable but not installed (a checkout
+    on PYTHONPATH, as on an offline GPU host): pytest then knows no entry point that loads the
+    plugin and would refuse ``--recipe``. Where it is installed, naming it again is an error."""
+    from importlib.metadata import entry_points
+
+    installed = any(ep.value == "pytest_vllmqual.plugin" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "pytest_vllmqual.plugin"]
+
+
 def pytest_command(request: dict[str, Any], workdir: Path) -> list[str]:
     """The argv of the job's pytest run (what a person runs by hand, plus its output places)."""
     from pytest_vllmqual.layout import suites_dir
@@ -60,7 +70,7 @@ def pytest_command(request: dict[str, Any], workdir: Path) -> list[str]:
     argv = [sys.executable, "-m", "pytest", str(suites_dir()),
             "--recipe", str(request["recipe"]),
             f"--vllmqual-reports-dir={workdir / 'reports'}", f"--junitxml={workdir / 'junit.xml'}",
-            "-p", "no:cacheprovider", "-q", "-rA"]
+            "-p", "no:cacheprovider", "-q", "-rA", *plugin_args()]
     recipes_dir = request.get("recipes_dir")
     if recipes_dir and Path(recipes_dir).is_dir():
         argv.append(f"--vllmqual-recipes-dir={recipes_dir}")

@@ -122,3 +122,20 @@ def test_preflight_checks_the_assigned_gpus_with_recorded_nvml_answers(monkeypat
     assert exclusivity_preflight([2, 3], False)["status"] == "pass"
     refused = exclusivity_preflight([0, 1], False)  # what the recipe's default (first TP GPUs) would check
     assert refused["status"] == "fail" and "GPU 0 has 1 other compute process" in refused["reason"]
+
+
+def test_the_plugin_is_named_only_where_no_entry_point_loads_it(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Here the package is installed, so its entry point loads the plugin and the command must not
+    name it again (pytest refuses a plugin registered twice); the command collects as it is. On a
+    host that has the checkout only on PYTHONPATH (the offline GPU host) no entry point exists, and
+    without ``-p pytest_vllmqual.plugin`` pytest refused ``--recipe`` (exit 4 on the H200)."""
+    argv = pytest_command({"recipe": "tiny-cpu", "selection": ["--co"]}, tmp_path / "w")
+    assert "pytest_vllmqual.plugin" not in argv
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    argv = pytest_command({"recipe": "tiny-cpu"}, tmp_path / "w")
+    assert argv[argv.index("pytest_vllmqual.plugin") - 1] == "-p"
