@@ -113,7 +113,8 @@ def bench_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, level: i
     result = vllm_bench_pass(handle, prompts, concurrency=level, max_tokens=max_tokens, tokenizer=tokenizer,
                              workdir=workdir, label=f"vllm-{level}-{round_index}", metrics_http=metrics_http,
                              round_index=round_index)
-    requests = [RequestFigures(ok=r.ok, ttft_s=r.ttft_s, e2e_s=r.e2e_s, completion_tokens=r.completion_tokens)
+    requests = [RequestFigures(ok=r.ok, ttft_s=r.ttft_s, e2e_s=r.e2e_s, completion_tokens=r.completion_tokens,
+                                last_output_s=r.e2e_s)  # vLLM bench ends a request at its last token chunk
                 for r in result.requests]
     return LoadPass("vllm_bench", level, round_index, requests, result.duration_s, result.client_cpu_s)
 

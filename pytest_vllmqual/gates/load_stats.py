@@ -3,7 +3,9 @@ histograms as a cross-check, and the search for the highest level that meets the
 
 The formulas are the report's (its ``load.definitions``): ``ttft_s`` is the time to the first
 streamed delta carrying output of any kind, ``e2e_s`` the time to the end of the stream,
-``tpot_s = (e2e_s - ttft_s) / (completion_tokens - 1)`` per request, ``itl_s`` every gap
+``tpot_s = (last_output_s - ttft_s) / (completion_tokens - 1)`` per request, where
+``last_output_s`` is the time to the last streamed delta carrying output (where ``vllm bench serve``
+ends a request's latency: the usage chunk and ``[DONE]`` carry no token), ``itl_s`` every gap
 between two streamed chunks that carry output. A request **meets its SLOs** when each of its
 own figures is within its threshold (``vllm bench serve --goodput``); **goodput** is the share
 of a level's requests that met every SLO (``goodput_pct``), and those requests per second of
@@ -29,7 +31,8 @@ PERCENTILES = (50, 95, 99)
 
 DEFINITIONS = {
     "ttft_s": "time from sending the request to the first streamed delta carrying generated output of any kind",
-    "tpot_s": "(e2e_s - ttft_s) / (completion_tokens - 1), per request",
+    "tpot_s": ("(last_output_s - ttft_s) / (completion_tokens - 1), per request; last_output_s is the time to the "
+               "last streamed delta carrying output, where vllm bench serve ends a request (e2e_s when not recorded)"),
     "itl_s": "each gap between two streamed chunks that carry output, pooled over the level's requests",
     "e2e_s": "time from sending the request to the end of the stream",
     "goodput_pct": "the share of the level's requests that met every set SLO (a failed request meets none), in %",
@@ -72,15 +75,21 @@ class RequestFigures:
     prompt_tokens: int | None = None
     itl_s: tuple[float, ...] = ()
     error_kind: str | None = None
+    last_output_s: float | None = None
 
     @property
     def tpot_s(self) -> float | None:
-        """(e2e - ttft) / (completion_tokens - 1); None for fewer than two tokens."""
-        if not self.ok or self.ttft_s is None or self.e2e_s is None or not self.completion_tokens:
+        """(last output - ttft) / (completion_tokens - 1); None for fewer than two tokens.
+
+        The end is the last token's arrival, not the stream's: the usage chunk and ``[DONE]`` that
+        follow it took 10-15 ms on an H200, a third of a 32-token request's decode there, and vLLM's
+        own benchmark leaves them out too. Without recorded output times, the stream's end."""
+        end = self.last_output_s if self.last_output_s is not None else self.e2e_s
+        if not self.ok or self.ttft_s is None or end is None or not self.completion_tokens:
             return None
         if self.completion_tokens < 2:
             return None
-        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
+        return (end - self.ttft_s) / (self.completion_tokens - 1)
 
     @classmethod
     def from_times(cls, *, ok: bool, ttft_s: float | None, e2e_s: float | None, completion_tokens: int | None,
@@ -88,7 +97,8 @@ class RequestFigures:
                    error_kind: str | None = None) -> RequestFigures:
         times = list(output_times or ())
         gaps = tuple(later - earlier for earlier, later in itertools.pairwise(times))
-        return cls(ok, ttft_s, e2e_s, completion_tokens, prompt_tokens, gaps, error_kind)
+        return cls(ok, ttft_s, e2e_s, completion_tokens, prompt_tokens, gaps, error_kind,
+                   last_output_s=times[-1] if times else None)
 
 
 def meets_slo(request: RequestFigures, slo: Mapping[str, float]) -> bool:

@@ -60,7 +60,7 @@ def test_the_report_has_a_load_section_with_the_formulas_and_one_row_per_level(t
     load = report["load"]
     assert [row["level"] for row in load["levels"]] == [1, 8, 16, 32]
     assert load["slo"] == {"ttft_ms": 200.0, "tpot_ms": 50.0, "e2e_s": None} and load["min_goodput_pct"] == 99
-    assert "(e2e_s - ttft_s) / (completion_tokens - 1)" in load["definitions"]["tpot_s"]
+    assert "(last_output_s - ttft_s) / (completion_tokens - 1)" in load["definitions"]["tpot_s"]
     assert load["search"] == {"max_at_slo": 16, "first_failing": 32, "ceiling": 64, "steps": 2, "tried": [16, 32],
                               "converged": False}
     assert [row["met_slo"] for row in load["levels"]] == [True, True, True, False]
