@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_vllmqual.ab.compare import validate_comparison
+from pytest_vllmqual.fleet.record import validate_record as validate_fleet_record
 from pytest_vllmqual.report.public import validate_report
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "reports" / "examples"
@@ -30,6 +31,8 @@ def test_every_committed_example_validates_against_the_current_schema(path: Path
         validate_report(data)
     elif kind == "comparison":
         validate_comparison(data)
+    elif kind == "fleet-record":
+        validate_fleet_record(data)
     elif path.name.startswith("campaign-"):
         assert {"campaign", "arms", "qualified", "complete", "reports"} <= set(data), f"{path}: not a campaign record"
     else:
@@ -164,3 +167,38 @@ def test_one_gpu_ab_replay_reproduced_and_load_rows_are_labelled() -> None:
     assert {f["id"]: f["status"] for f in comparison["findings"]}["replay"] == "reproduced"
     load_rows = [r for r in comparison["rows"] if r["kind"] == "load"]
     assert load_rows and all(r["label"] for r in load_rows if "label" in r)
+
+
+GPU_FLEET = GPU_TP1 / "fleet-one-node"
+
+
+def test_one_gpu_fleet_ran_both_recipes_one_after_the_other_on_the_one_gpu() -> None:
+    """Ray gave each TP=1 job the node's one GPU in turn: the second waited in the queue for about
+    the first job's run, and both passed; the 393K job's ladder went past 300,000 on FP8 KV."""
+    record = load(GPU_FLEET / "fleet.json")
+    assert record["status"] == "complete" and record["decision"]["verdict"] == "consistent"
+    assert [n["gpus"] for n in record["cluster"]["nodes"]] == [1.0]
+    rows = {row["job"]: row for row in record["rows"]}
+    assert set(rows) == {"tiny-gpu", "tiny-gpu-393k-fp8kv"}
+    for row in rows.values():
+        assert (row["outcome"], row["verdict"], row["tp_size_seen"]) == ("passed", "healthy", 1)
+        assert row["resources"]["gpus"] == 1 and row["overrides"] == ["serve.tensor_parallel_size=1"]
+        assert row["gates"]["failed"] == 0
+        validate_report(load(GPU_FLEET / row["report"]["file"]))
+    first, second = rows["tiny-gpu"], rows["tiny-gpu-393k-fp8kv"]
+    assert second["queue_s"] >= 0.9 * first["elapsed_s"], "the second job held no GPU while the first ran"
+    assert second["largest_prompt_tokens"] > 300_000
+    assert (GPU_FLEET / "fleet.xml").is_file() and (GPU_FLEET / "fleet.html").is_file()
+
+
+def test_one_gpu_load_fidelity_against_vllm_bench() -> None:
+    """The closed loop against vllm bench serve at 1 and 8 in flight, 4 rounds alternating: TPOT p50
+    agrees at 1 in flight; the gate's own CPU per request stays under vLLM bench's at 8."""
+    summary = load(GPU_TP1 / "bench-load-fidelity-gpu.json")
+    assert summary["levels"] == [1, 8] and summary["rounds"] == 4 and summary["vllm_bench"] is True
+    assert all(p["completed"] == p["requests"] == 32 for p in summary["passes"])
+    ratios = {row["level"]: row for row in summary["ratios"]}
+    low, high = ratios[1]["tpot_p50_ratio_ci95"]
+    assert low <= 1.0 <= high and abs(ratios[1]["tpot_p50_ratio"] - 1.0) < 0.05
+    cpu = summary["client_cpu_at_highest_level"]
+    assert cpu["gate_cpu_ms_per_request"] <= cpu["vllm_bench_cpu_ms_per_request"]
