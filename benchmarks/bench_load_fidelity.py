@@ -15,8 +15,10 @@ through both tools, alternating which goes first each round:
 
 Per level: the p50 TTFT and p50 TPOT of the gate's client over vLLM bench's, each with a 95%
 bootstrap interval (an interval holding 1.0 means the tools agree within this run's noise), and
-at the highest level each client's own CPU seconds per completed request. Both tools' figures
-are computed with one formula (``gates.load_stats``) from their per-request data.
+at the highest level each client's own CPU seconds per completed request. Each pass also reads the
+server's own histograms (``/metrics``) before and after it: each tool's mean TTFT and TPOT over the
+server's mean for the same requests says which client is nearer the server where the two differ.
+Both tools' figures are computed with one formula (``gates.load_stats``) from their per-request data.
 
 ``--quick`` runs against the fault server (tests/faults/fault_server.py), which serves no real
 tokens for vLLM bench to count: only the gate's client runs, at levels 1 and 2, so the loop, the
@@ -57,7 +59,8 @@ from pytest_vllmqual.client.load_loop import run_closed_loop  # noqa: E402
 from pytest_vllmqual.client.prompts import ExactPrompt, ExactPromptBuilder  # noqa: E402
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.client.token_counters import ServerTokenCounter  # noqa: E402
-from pytest_vllmqual.gates.load_stats import RequestFigures, percentile  # noqa: E402
+from pytest_vllmqual.gates.ladder import fetch_metrics_text, parse_metrics_text  # noqa: E402
+from pytest_vllmqual.gates.load_stats import RequestFigures, percentile, server_cross_check  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
 
@@ -74,17 +77,37 @@ class LoadPass:
     requests: list[RequestFigures]
     wall_s: float
     client_cpu_s: float | None
+    server: dict[str, Any] | None = None
+
+    def values(self, figure: str) -> list[float]:
+        return [v for r in self.requests if r.ok and (v := getattr(r, figure)) is not None]
 
     def p50(self, figure: str) -> float | None:
-        values = [v for r in self.requests if r.ok and (v := getattr(r, figure)) is not None]
-        return percentile(values, 50)
+        return percentile(self.values(figure), 50)
+
+    def mean(self, figure: str) -> float | None:
+        values = self.values(figure)
+        return sum(values) / len(values) if values else None
+
+    def server_view(self) -> dict[str, Any]:
+        """This client's mean TTFT and TPOT over the server's own mean for the same requests (its
+        /metrics histograms before and after the pass; the warm-up request is in both)."""
+        server = self.server or {}
+        out: dict[str, Any] = {}
+        for figure in ("ttft", "tpot"):
+            mine, theirs = self.mean(f"{figure}_s"), server.get(f"server_{figure}_mean_s")
+            out[f"{figure}_mean_s"] = mine
+            out[f"server_{figure}_mean_s"] = theirs
+            out[f"{figure}_mean_over_server"] = mine / theirs if mine and theirs else None
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         done = [r for r in self.requests if r.ok]
         return {"tool": self.tool, "level": self.level, "round": self.round, "requests": len(self.requests),
                 "completed": len(done), "wall_s": self.wall_s, "client_cpu_s": self.client_cpu_s,
                 "ttft_p50_s": self.p50("ttft_s"), "tpot_p50_s": self.p50("tpot_s"),
-                "cpu_per_request_ms": (1000 * self.client_cpu_s / len(done)) if done and self.client_cpu_s else None}
+                "cpu_per_request_ms": (1000 * self.client_cpu_s / len(done)) if done and self.client_cpu_s else None,
+                **self.server_view()}
 
 
 def gate_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], warmup: ExactPrompt, *, level: int,
@@ -146,6 +169,20 @@ def _cpu_row(passes: Sequence[LoadPass], level: int) -> dict[str, Any]:
     return out
 
 
+def _server_rows(passes: Sequence[LoadPass], level: int) -> list[dict[str, Any]]:
+    """Per tool at this level: its mean TTFT and TPOT over the server's own, averaged over rounds,
+    so a difference between the two tools can be placed: the one nearer 1.0 agrees with the server."""
+    rows = []
+    for tool in ("gate", "vllm_bench"):
+        views = [p.server_view() for p in passes if p.tool == tool and p.level == level]
+        row: dict[str, Any] = {"level": level, "tool": tool}
+        for key in ("ttft_mean_over_server", "tpot_mean_over_server"):
+            values = [v[key] for v in views if v[key] is not None]
+            row[key] = sum(values) / len(values) if values else None
+        rows.append(row)
+    return rows
+
+
 def run(handle: ServerHandle, *, levels: Sequence[int], rounds: int, prompt_tokens: int, max_tokens: int,
         tokenizer: str | None, workdir: Path) -> dict[str, Any]:
     """Every level, every round, the tools alternating first; then the ratios and the CPU row."""
@@ -160,6 +197,7 @@ def run(handle: ServerHandle, *, levels: Sequence[int], rounds: int, prompt_toke
                 if tool == "vllm_bench" and tokenizer is None:
                     continue
                 prompts = build_prompts(builder, prompt_tokens, count + 1, f"{tool}-{level}-{round_index}")
+                before = parse_metrics_text(fetch_metrics_text(metrics_http))
                 if tool == "gate":
                     passes.append(gate_pass(handle, prompts[1:], prompts[0], level=level, max_tokens=max_tokens,
                                             round_index=round_index))
@@ -167,12 +205,15 @@ def run(handle: ServerHandle, *, levels: Sequence[int], rounds: int, prompt_toke
                     passes.append(bench_pass(handle, prompts[1:], level=level, max_tokens=max_tokens,
                                              tokenizer=tokenizer, workdir=workdir, metrics_http=metrics_http,
                                              round_index=round_index))
+                after = parse_metrics_text(fetch_metrics_text(metrics_http))
+                passes[-1].server = server_cross_check(after.delta(before) if before and after else None)
                 _print(f"level {level} round {round_index} {tool}: {json.dumps(passes[-1].to_dict())}")
     metrics_http.close()
     return {"levels": list(levels), "rounds": rounds, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
             "vllm_bench": tokenizer is not None, "passes": [p.to_dict() for p in passes],
             "ratios": [_ratio_row(passes, level) for level in levels] if tokenizer is not None else [],
-            "client_cpu_at_highest_level": _cpu_row(passes, max(levels))}
+            "client_cpu_at_highest_level": _cpu_row(passes, max(levels)),
+            "against_the_server": [row for level in levels for row in _server_rows(passes, level)]}
 
 
 def _free_port() -> int:
@@ -229,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row in results["ratios"]:
         print(json.dumps(row))
     print(json.dumps(results["client_cpu_at_highest_level"]))
+    for row in results["against_the_server"]:
+        print(json.dumps(row))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -23,3 +23,8 @@ def test_the_quick_mode_measures_the_gate_client_at_each_level(tmp_path: Path) -
                                                                                         ("gate", 2, 8, 8)]
     assert all(p["ttft_p50_s"] > 0 and p["tpot_p50_s"] is not None for p in passes)
     assert results["client_cpu_at_highest_level"]["gate_cpu_ms_per_request"] > 0
+    # The fault server keeps no vLLM histograms: the server view is there, and says "not measured".
+    assert [(row["level"], row["tool"]) for row in results["against_the_server"]] == [
+        (1, "gate"), (1, "vllm_bench"), (2, "gate"), (2, "vllm_bench")]
+    assert all(row["tpot_mean_over_server"] is None for row in results["against_the_server"])
+    assert all(p["ttft_mean_over_server"] is None for p in passes)
