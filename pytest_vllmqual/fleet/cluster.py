@@ -14,6 +14,7 @@ hash of Ray's node id: never a host name or an address.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import time
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ from typing import Any
 
 from pytest_vllmqual.errors import FleetError
 
-__all__ = ["INSTALL_HINT", "LOST_ERRORS", "NodeInfo", "RayCluster", "import_ray", "node_hash"]
+__all__ = ["INSTALL_HINT", "LOST_ERRORS", "NodeInfo", "RayCluster", "import_ray", "is_loopback", "loopback_kept",
+           "node_hash"]
 
 INSTALL_HINT = "Fix: pip install 'pytest-vllmqual[fleet]' (it brings Ray), or pip install ray."
 LOST_ERRORS = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "ObjectLostError",
@@ -39,6 +41,35 @@ def import_ray() -> ModuleType:
     except ImportError:
         raise FleetError(f"vllmqual fleet runs on Ray, which is not installed here. {INSTALL_HINT}") from None
     return ray
+
+
+def is_loopback(address: str | None) -> bool:
+    """Whether ``host:port``, ``[host]:port`` or a bare host names this machine's loopback interface."""
+    host = (address or "").strip()
+    if host.startswith("["):
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host in {"127.0.0.1", "localhost", "::1"}
+
+
+@contextmanager
+def loopback_kept(ray: ModuleType) -> Iterator[None]:
+    """Let ``ray.init`` use 127.0.0.1 as given, for a cluster that listens on loopback only.
+
+    Ray binds its servers to 127.0.0.1 only when a node's address is that string, but on Linux
+    ``ray.init`` (like ``ray start``) first swaps a loopback name for the machine's outward
+    address (``ray._private.services.resolve_ip_for_localhost``): the driver would then knock
+    at an address the cluster does not listen on, and a local cluster would listen on every
+    interface. For the length of the call that swap is a no-op; afterwards Ray is as it was.
+    """
+    services: Any = importlib.import_module("ray._private.services")
+    original = services.resolve_ip_for_localhost
+    services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = original
 
 
 def node_hash(node_id: str) -> str:
@@ -112,16 +143,16 @@ class RayCluster:
     @contextmanager
     def connect(cls, address: str | None) -> Iterator[RayCluster]:
         """Join the cluster at ``address``; without one, start a local cluster on loopback and stop it after."""
-        if not address:  # Ray resolves 127.0.0.1 to the machine's own address unless told this is one host
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         ray = import_ray()
         kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False,
                                   "configure_logging": False}
         try:
-            if address:
+            if address and not is_loopback(address):
                 ray.init(address=address, **kwargs)
             else:
-                ray.init(_node_ip_address="127.0.0.1", **kwargs)
+                with loopback_kept(ray):
+                    ray.init(address=address or None, **({} if address else {"_node_ip_address": "127.0.0.1"}),
+                             **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"at {address}" if address else "locally"
             raise FleetError(f"cannot start or reach a Ray cluster {where}: {type(exc).__name__}. Fix: start one "

@@ -7,8 +7,16 @@ command line names that temp dir, or this cluster's port, and their children), n
 ``ray stop`` (which ends every Ray process on the machine). ``kill_node`` SIGKILLs one node's
 raylet: the node dies mid-job as a crashed host would.
 
-Ray 2.60 turns ``--node-ip-address=127.0.0.1`` into the machine's own address for a multi-node
-cluster; all traffic still stays on this machine.
+Every process of the cluster listens on loopback only. Ray's servers (the GCS, each raylet, the
+workers, the object manager) bind 127.0.0.1 exactly when their node's address is the string
+``127.0.0.1``, and on every interface otherwise. ``ray start`` itself never lets that string
+through on Linux: it hands ``--node-ip-address`` and ``--address`` to
+``ray._private.services.resolve_ip_for_localhost``, which swaps a loopback name for the
+machine's outward address (the switch that would keep it,
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, also makes ``ray start --address`` refuse to add a
+node). So each ``ray start`` here runs through a three-line launcher (``RAY_START``) that
+leaves loopback names as given, and the driver connects through
+``fleet.cluster.loopback_kept``, which does the same around ``ray.init``.
 """
 
 from __future__ import annotations
@@ -26,7 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LocalRayCluster", "NodeSpec"]
+__all__ = ["RAY_START", "LocalRayCluster", "NodeSpec", "listening_sockets"]
+
+RAY_START = ("import sys\nimport ray._private.services as services\n"
+             "services.resolve_ip_for_localhost = lambda host: host\n"
+             "from ray.scripts.scripts import main\nsys.argv[0] = 'ray'\nsys.exit(main())\n")
+"""``python -c RAY_START start ...`` is ``ray start ...`` with 127.0.0.1 kept as the node's address."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,47 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def _hex_address(text: str) -> str:
+    """``0100007F:1F90`` (``/proc/net/tcp``) -> ``127.0.0.1:8080``; IPv6 (incl. IPv4-mapped) alike."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, raw[::-1])}:{int(port, 16)}"
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    return f"[{socket.inet_ntop(socket.AF_INET6, words)}]:{int(port, 16)}"
+
+
+def listening_sockets(pids: list[int]) -> list[str]:
+    """The TCP addresses (``host:port``) these processes listen on, read from ``/proc/net/tcp*``."""
+    owned = set().union(*(_socket_inodes(pid) for pid in pids)) if pids else set()
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and fields[9] in owned:  # 0A: LISTEN
+                found.append(_hex_address(fields[1]))
+    return sorted(found)
 
 
 def _children() -> dict[int, list[int]]:
@@ -82,16 +136,18 @@ class LocalRayCluster:
         self.address = ""
 
     def _ray(self, *args: str) -> None:
-        ray = str(Path(sys.executable).with_name("ray"))
-        proc = subprocess.run([ray, "start", *args, "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
-                               "--disable-usage-stats"], env=self.env, capture_output=True, text=True, timeout=120)
+        # A driver's RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 must not reach ray start: it refuses to add nodes then.
+        env = {**self.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+        proc = subprocess.run([sys.executable, "-c", RAY_START, "start", *args, "--node-ip-address=127.0.0.1",
+                               f"--temp-dir={self.temp_dir}", "--disable-usage-stats"], env=env,
+                              capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"ray start {' '.join(args)} failed: {proc.stderr[-2000:]}")
 
     def start(self) -> LocalRayCluster:
         self._ray("--head", f"--port={self.port}", f"--num-cpus={self.head_cpus}", "--num-gpus=0",
                   "--include-dashboard=false")
-        self.address = f"{self.own_ip()}:{self.port}"
+        self.address = f"127.0.0.1:{self.port}"
         for node in self.nodes:
             args = [f"--address={self.address}", f"--num-cpus={node.cpus}", f"--num-gpus={node.gpus}"]
             if node.resources:
@@ -101,13 +157,18 @@ class LocalRayCluster:
             self._ray(*args)
         return self
 
-    def own_ip(self) -> str:
-        """The address Ray gave the head (what ``--node-ip-address=127.0.0.1`` became)."""
+    def node_addresses(self) -> set[str]:
+        """The node addresses Ray's processes were given (``--node_ip_address=`` on their command lines)."""
+        found = set()
         for pid in self.pids():
             for part in _cmdline(pid).split():
-                if part.startswith("--node_ip_address=") or part.startswith("--node-ip-address="):
-                    return part.split("=", 1)[1]
-        return "127.0.0.1"
+                if part.startswith(("--node_ip_address=", "--node-ip-address=")):
+                    found.add(part.split("=", 1)[1])
+        return found
+
+    def listening(self) -> list[str]:
+        """Every TCP address a process of this cluster listens on (all must be on loopback)."""
+        return listening_sockets(self.pids())
 
     def pids(self) -> list[int]:
         """Every process of this cluster: it names our temp dir or port, or descends from one that does."""

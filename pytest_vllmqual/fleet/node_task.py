@@ -2,9 +2,9 @@
 
 ``run_on_node`` is the body of the Ray task (``fleet.cluster`` wraps it); it needs no Ray
 itself. It starts ``python -m pytest <the package's suites> --recipe ... --junitxml ...`` (the
-folder ``--pyargs pytest_vllmqual.suites`` names) in its own process group, with a watchdog
-(``fleet.watchdog``) that ends that group when
-the Ray worker dies, and waits up to the job's deadline. What travels back is only the
+folder ``--pyargs pytest_vllmqual.suites`` names) in its own process group, hands that group to
+the worker's watchdog (``fleet.watchdog``, one per Ray worker), which ends it when the worker
+dies, and waits up to the job's deadline. What travels back is only the
 sanitized report, its HTML page and the junit file; the private artifacts stay in the work
 folder, named by the run id and the SHA-256 of their manifest.
 """
@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.fleet.watchdog import group_alive, process_start
 
-__all__ = ["TERM_GRACE_S", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
+__all__ = ["TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
 
 WORKDIR_ENV = "VLLMQUAL_FLEET_WORKDIR"
 TERM_GRACE_S = 20.0
@@ -92,12 +94,60 @@ def private_manifest(folder: Path) -> dict[str, Any]:
     return {"files": len(lines), "manifest_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()}
 
 
-def _start_watchdog(group: int) -> subprocess.Popen[bytes]:
-    me = os.getpid()
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest_vllmqual.fleet.watchdog", "--owner", str(me),
-         "--owner-start", process_start(me) or "unknown", "--group", str(group)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+class _Watchdog:
+    """This worker's one watchdog process (``fleet.watchdog``), started with its first job.
+
+    Ray runs task after task in the same worker, so the watchdog outlives a job: a job start then
+    spawns only its own pytest process, and the group is handed over on the watchdog's pipe.
+    The pipe's write end is close-on-exec, so only this worker holds it: when the worker dies,
+    the watchdog reads end-of-file and ends every group it was told about.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lock = threading.Lock()
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self.proc is None or self.proc.poll() is not None:
+            me = os.getpid()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pytest_vllmqual.fleet.watchdog", "--owner", str(me),
+                 "--owner-start", process_start(me) or "unknown", "--stdin"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return self.proc
+
+    def tell(self, verb: str, group: int) -> None:
+        """``watch`` or ``done`` a process group (a line on the pipe; restarts a watchdog that died)."""
+        with self.lock:
+            for _ in range(2):
+                proc = self._running()
+                try:
+                    assert proc.stdin is not None
+                    proc.stdin.write(f"{verb} {group}\n".encode())
+                    proc.stdin.flush()
+                    return
+                except (BrokenPipeError, OSError):
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+
+WATCHDOG = _Watchdog()
+
+
+def _wait_for(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """``proc.wait(timeout)`` woken the moment the process ends (a pidfd), not on Popen's 50 ms poll."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        proc.wait(timeout=timeout_s)
+        return
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+    finally:
+        os.close(fd)
+    if not ready:
+        raise subprocess.TimeoutExpired(proc.args, timeout_s)
+    proc.wait(timeout=5)
 
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
@@ -162,10 +212,10 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     with open(workdir / "pytest.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    watchdog = _start_watchdog(proc.pid)
+    WATCHDOG.tell("watch", proc.pid)
     timed_out = False
     try:
-        proc.wait(timeout=max(1.0, float(request["deadline_epoch"]) - time.time()))
+        _wait_for(proc, max(1.0, float(request["deadline_epoch"]) - time.time()))
     except subprocess.TimeoutExpired:
         timed_out = True
         _end_group(proc)
@@ -173,8 +223,7 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     finally:
         if group_alive(proc.pid):
             _end_group(proc)
-        watchdog.kill()  # the group is gone: nothing left to watch (it would notice only at its next poll)
-        watchdog.wait(timeout=30)
+        WATCHDOG.tell("done", proc.pid)
     result = _outputs(workdir)
     result.update(exit_code=proc.returncode, timed_out=timed_out, elapsed_s=round(time.monotonic() - started, 3))
     return result

@@ -51,6 +51,24 @@ def processes_with(tag: str) -> list[int]:
     return found
 
 
+def machine_addresses() -> set[str]:
+    """This machine's addresses other than loopback: the outward one and what its host name resolves to."""
+    import socket
+
+    found = set()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # a UDP "connect" sends nothing: it only picks the outward interface
+            found.add(probe.getsockname()[0])
+        except OSError:
+            pass
+    try:
+        found.update(info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None))
+    except OSError:
+        pass
+    return {a for a in found if not a.startswith("127.") and a != "::1"}
+
+
 def cluster_env(tmp_path: Path) -> dict[str, str]:
     """What every node's workers see: this checkout first on sys.path, a work folder of the test's own."""
     return {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from conftest import REPORT_SAMPLE, ROOT, fake_argv
+from conftest import REPORT_SAMPLE, ROOT, fake_argv, machine_addresses
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs
@@ -62,7 +62,22 @@ jobs:
     assert record["comparisons"][0]["agree"] is True and record["decision"]["verdict"] == "consistent"
     assert any("was not in the cluster" in text for text in record["decision"]["does_not_prove"])
     text = json.dumps(record)
-    assert "127.0.0.1" not in text and three_nodes.own_ip() not in text
+    assert "127.0.0.1" not in text and not [a for a in machine_addresses() if a in text]
+    assert "vqfake" not in text  # nor the jobs' command lines
+
+
+def test_every_node_listens_on_loopback_only(three_nodes: LocalRayCluster, tmp_path: Path) -> None:
+    """The head, every node and their workers (started by a job here) bind 127.0.0.1, nothing else."""
+    run_fleet_file(three_nodes, tmp_path, """
+name: loopback
+max_parallel: 4
+jobs:
+  - {name: every, recipe: tiny-cpu, placement: {mode: each_node, resource: fleet_node}, deadline_s: 120}
+""")
+    assert three_nodes.node_addresses() == {"127.0.0.1"}
+    listening = three_nodes.listening()
+    assert len(listening) >= 8  # the GCS, two ports per raylet, the workers' own servers
+    assert all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")) for a in listening), listening
 
 
 def test_two_jobs_never_share_a_gpu(three_nodes: LocalRayCluster, tmp_path: Path) -> None:

@@ -93,6 +93,50 @@ def test_watchdog_ends_the_group_when_its_owner_dies() -> None:
                 proc.kill()
 
 
+def _sleeper(start_new_session: bool = True) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=start_new_session)
+
+
+def test_watchdog_ends_its_groups_the_moment_its_pipe_closes() -> None:
+    """The owner's pipe closing (what a dead worker's pipe does) ends the watched groups, not the done ones."""
+    owner, watched, finished = _sleeper(False), _sleeper(), _sleeper()
+    watchdog = subprocess.Popen([sys.executable, "-m", "pytest_vllmqual.fleet.watchdog", "--owner", str(owner.pid),
+                                 "--owner-start", process_start(owner.pid) or "?", "--stdin", "--grace", "2"],
+                                stdin=subprocess.PIPE)
+    try:
+        assert watchdog.stdin is not None
+        watchdog.stdin.write(f"watch {watched.pid}\nwatch {finished.pid}\ndone {finished.pid}\n".encode())
+        watchdog.stdin.flush()
+        time.sleep(1.5)
+        assert watchdog.poll() is None and group_alive(watched.pid)  # owner and pipe alive: it only watches
+        closed = time.monotonic()
+        watchdog.stdin.close()  # the owner still runs: only the pipe says it is gone
+        watched.wait(timeout=10)
+        assert time.monotonic() - closed < 1.0  # no poll interval: end-of-file wakes it
+        assert watchdog.wait(timeout=10) == 0
+        assert finished.poll() is None  # a group it was told is done is left alone
+    finally:
+        for proc in (owner, watched, finished, watchdog):
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_one_watchdog_serves_every_job_of_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two jobs in one worker start one watchdog (a job start spawns only its own command)."""
+    from pytest_vllmqual.fleet import node_task
+
+    monkeypatch.setenv("VLLMQUAL_FLEET_WORKDIR", str(tmp_path / "work"))
+    monkeypatch.setattr(node_task, "WATCHDOG", node_task._Watchdog())
+    first = run_on_node(_request(tmp_path, [sys.executable, "-c", "pass"]))
+    watchdog = node_task.WATCHDOG.proc
+    assert watchdog is not None and watchdog.poll() is None
+    second = run_on_node({**_request(tmp_path, [sys.executable, "-c", "pass"]), "attempt_id": "job-a2"})
+    assert node_task.WATCHDOG.proc is watchdog and first["exit_code"] == second["exit_code"] == 0
+    assert watchdog.stdin is not None
+    watchdog.stdin.close()  # as when this worker ends: the watchdog goes with it
+    assert watchdog.wait(timeout=10) == 0
+
+
 def test_a_gpu_job_is_pinned_to_the_gpus_ray_gave_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from pathlib import Path as _Path
 
