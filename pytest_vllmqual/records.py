@@ -221,6 +221,8 @@ class RungRecord:
     post_probe_smoke: str | None = None
     health_after: str | None = None
     server_ttft_s: float | None = None
+    #: Why ``decode_tok_s`` is not given although the request completed (the client read late).
+    decode_not_measured: str | None = None
     server_prompt_tokens: int | None = None
     prefix_cache_hits: int | None = None
     killed_server: bool = False

@@ -72,7 +72,7 @@ _TIMING_FIELDS = ("ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s", "decode_
 _RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration_error", "status_code",
                "finish_reason", "completion_tokens", "ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s",
                "decode_tok_s", "ok", "expected_rejection", "error", "post_probe_smoke", "health_after",
-               "server_ttft_s", "server_prompt_tokens", "prefix_cache_hits")
+               "server_ttft_s", "decode_not_measured", "server_prompt_tokens", "prefix_cache_hits")
 _GATE_MEASUREMENTS_IN_SECTIONS = ("ladder", LOAD_LEVELS)
 """Measurements reported as their own section (the capacity gate's rungs, the load gate's levels) are not
 repeated per gate."""
@@ -168,7 +168,7 @@ def _rung(rung: RungRecord) -> dict[str, Any]:
     if data.get("prefill_tok_s") is None and isinstance(pt, int) and isinstance(ttft, int | float) and ttft > 0:
         data["prefill_tok_s"] = round(pt / ttft, 2)
     ct, e2e = data.get("completion_tokens"), data.get("e2e_s")
-    if (data.get("decode_tok_s") is None and isinstance(ct, int) and ct > 1
+    if (data.get("decode_tok_s") is None and not data.get("decode_not_measured") and isinstance(ct, int) and ct > 1
             and isinstance(e2e, int | float) and isinstance(ttft, int | float) and e2e > ttft):
         data["decode_tok_s"] = round((ct - 1) / (e2e - ttft), 2)
     if data.get("calibration_error") is None and isinstance(pt, int):

@@ -63,7 +63,8 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         lines.append(
             f"largest actual prompt: {fmt_num(top['prompt_tokens'], 3)}; TTFT {fmt_num(top.get('ttft_s'), 3, ' s')}; "
             f"{fmt_num(top.get('prefill_tok_s'), 0, ' effective prefill tok/s')}; "
-            f"{fmt_num(top.get('decode_tok_s'), 2, ' decode tok/s')}")
+            + ("decode not measured (the client read the answer late)" if top.get("decode_not_measured")
+               else f"{fmt_num(top.get('decode_tok_s'), 2, ' decode tok/s')}"))
     load_line = load_summary_line(report)
     if load_line is not None:
         lines.append(load_line)
