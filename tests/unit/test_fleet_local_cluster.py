@@ -78,7 +78,8 @@ def test_the_clusters_processes_see_their_own_home() -> None:
 
 
 def test_the_driver_keeps_loopback_only_while_it_connects() -> None:
-    ray = pytest.importorskip("ray")
+    """Ray is in the dev tools (the fleet extra): without it this fails rather than skips."""
+    import ray
     import ray._private.services as services
 
     from pytest_vllmqual.fleet.cluster import is_loopback, loopback_kept
