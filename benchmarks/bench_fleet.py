@@ -10,7 +10,8 @@ and N = 4, 16, 64. Also measured: submission to the job's start on its node (the
 which wait for nothing), and the record assembly per job (validated, scrubbed, written).
 Each cluster first runs one unmeasured round with the same driver (Ray starts a worker per node
 for a driver's first task, about a second here: a fleet run pays it once per node).
-``--quick`` runs K=2, N=4 with 2-second jobs (seconds, for ``make test``).
+``--quick`` runs K=2, N=4 with 2-second jobs (seconds, for ``make test``) and exits 0 past the
+limit too; the exit code is the guard of a full run only.
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"bench": "fleet", "results": results}, indent=1) + "\n")
     # A wait-only job writes no report, so its row is `error` ("ended without a report"): expected here.
-    return 0 if all(r["within_limit"] for r in results) else 1
+    # --quick exits 0 past the limit as well: make test runs every quick mode at once, where a makespan
+    # is no measurement; the test that holds it to the limit (tests/fleet/test_bench_fleet_quick.py)
+    # runs it by itself and reads `within_limit` from the result.
+    return 0 if args.quick or all(r["within_limit"] for r in results) else 1
 
 
 if __name__ == "__main__":

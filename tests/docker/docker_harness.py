@@ -86,13 +86,6 @@ def containers(client: docker.DockerClient, label: str) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": label}))
 
 
-def run_shm_files(started_at: float) -> list[str]:
-    """/dev/shm files of vLLM's naming, Python's shared memory or its semaphores, created since
-    ``started_at`` (epoch seconds)."""
-    return sorted(p.name for p in Path("/dev/shm").iterdir()
-                  if p.name.startswith(("vllm_", "psm_", "sem.mp-")) and p.stat().st_ctime >= started_at)
-
-
 def owned_sleeper(client: docker.DockerClient, run_id: str, owner_pid: int, owner_start: str) -> Any:
     """A cheap container of the tiny-docker image labelled as a vllmqual run owned by ``owner_pid``."""
     labels = {RUN_LABEL: run_id, RECIPE_LABEL: "tiny-docker", OWNER_HOST_LABEL: os.uname().nodename,

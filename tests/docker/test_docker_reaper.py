@@ -19,10 +19,9 @@ from docker_harness import (
     image_reference,
     live_process,
     owned_sleeper,
-    run_shm_files,
 )
 from fault_harness import ROOT, Session
-from gatekit import wait_for
+from gatekit import run_shm_files, wait_for
 
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_unheld
 from pytest_vllmqual.launch.docker.reaper import kill_frozen

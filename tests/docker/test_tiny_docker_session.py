@@ -18,7 +18,8 @@ from typing import Any
 
 import docker.errors
 import pytest
-from docker_harness import DIGEST_FILE, RUN_LABEL, containers, engine, image_reference, run_shm_files
+from docker_harness import DIGEST_FILE, RUN_LABEL, containers, engine, image_reference
+from gatekit import run_shm_files, wait_for
 
 from pytest_vllmqual.report.public import validate_report
 
@@ -104,4 +105,6 @@ def test_teardown_leaves_no_container_and_no_shm_file(docker_run: DockerRun) -> 
     teardown = docker_run.report["lifecycle"]["teardown"]
     assert teardown["clean"] and teardown["containers_left"] == 0 and teardown["shm_leftover_files"] == 0, teardown
     assert teardown["shm_reclaim"] is not None and teardown["shm_reclaim"]["summary"].endswith("clean postcondition")
-    assert run_shm_files(docker_run.started_at - 1) == []
+    # a few seconds' grace: the files of a server that something else on the machine killed go
+    # when its own teardown reclaims them
+    assert wait_for(lambda: run_shm_files(docker_run.started_at - 1) == [], 10), run_shm_files(docker_run.started_at - 1)

@@ -152,3 +152,21 @@ def shm_files_held_by(pids: list[int]) -> list[str]:
     if inodes:
         names.update(entry.name for entry in os.scandir(SHM) if entry.inode() in inodes)
     return sorted(names)
+
+
+def run_shm_files(started_at: float) -> list[str]:
+    """/dev/shm files of vLLM's naming, Python's shared memory or its semaphores, created since
+    ``started_at`` (epoch seconds) and held by no live process: what a finished run left behind.
+    A file some process still maps or holds open is that process's (a server something else on the
+    machine runs), not a leftover."""
+    made = []
+    for entry in os.scandir(SHM):
+        try:  # its owner may remove a file between the listing and the look
+            if entry.name.startswith(("vllm_", "psm_", "sem.mp-")) and entry.stat().st_ctime >= started_at:
+                made.append(entry.name)
+        except FileNotFoundError:
+            continue
+    if not made:
+        return []
+    held = set(shm_files_held_by([int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()]))
+    return sorted(name for name in made if name not in held and (SHM / name).exists())

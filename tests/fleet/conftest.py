@@ -83,9 +83,6 @@ def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCl
              NodeSpec(2, resources={"fleet_node": 1}, labels={"kv": "small"}),
              NodeSpec(1, gpus=2, resources={"gpu_node": 1})]
     cluster = LocalRayCluster(nodes, env=cluster_env(tmp))
-    cluster.start()
-    try:
+    with cluster:  # a node that fails to join stops the nodes already started
         yield cluster
-    finally:
-        cluster.stop()
-        assert cluster.pids() == [], "the test cluster left processes behind"
+    assert cluster.pids() == [], "the test cluster left processes behind"

@@ -18,5 +18,6 @@ def test_quick_fleet_benchmark_is_within_its_makespan_limit(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (result,) = json.loads(out.read_text())["results"]
     assert result["kind"] == "wait-only jobs" and (result["nodes"], result["jobs"]) == (2, 4)
-    assert result["efficiency"] <= 1.15 and result["submit_to_start_median_s"] is not None
+    assert result["efficiency"] <= 1.15 and result["within_limit"] is True  # --quick exits 0 either way
+    assert result["submit_to_start_median_s"] is not None
     assert result["record_assembly_per_job_ms"] > 0
