@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -90,8 +89,8 @@ def start_tiny_server(directory: Path, timeout_s: float = READY_TIMEOUT_S) -> It
     tag = uuid.uuid4().hex
     env = {**os.environ, **recipe.server_env(), "FAULT_TAG": tag}
     env.pop("VLLM_API_KEY", None)
-    command = [part.replace("{python}", sys.executable) for part in recipe.launcher.command]
-    argv = [*command, "--model", served_root, *recipe.serve_flags(host="127.0.0.1", port=port)]
+    argv = recipe.subprocess_argv(host="127.0.0.1", port=port)
+    argv[argv.index("--model") + 1] = served_root  # the recipe resolves it to an absolute path
     log_path = directory / "server.log"
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
