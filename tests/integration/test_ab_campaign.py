@@ -60,34 +60,46 @@ def test_bracketed_ab_runs_a_b_a_and_compares(tmp_path: Path) -> None:
     assert replay["run"]["arm"].startswith("A2-")
 
 
-def test_campaign_runs_the_fallback_when_the_first_arm_fails_kv_pool(tmp_path: Path) -> None:
-    """Owns its servers: each campaign arm is a managed server of its own configuration."""
-    code, output = run_session(tmp_path, "--campaign=tiny-fallback")
+@pytest.fixture(scope="module")
+def fallback_campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
+    """`pytest --campaign=tiny-fallback`, run once: tiny-cpu-kvfail fails kv_pool on purpose, so
+    tiny-cpu runs as its fallback and passes, so tiny-cpu-4096 (the fallback for tiny-cpu) is not
+    needed. Both tests below read this one run: two real servers, not three.
+    Owns its servers: which servers the campaign starts (and does not) is what is tested."""
+    reports = tmp_path_factory.mktemp("campaign")
+    code, output = run_session(reports, "--campaign=tiny-fallback")
+    return code, output, reports
+
+
+def test_campaign_runs_the_fallback_when_the_first_arm_fails_kv_pool(
+        fallback_campaign: tuple[int, str, Path]) -> None:
+    code, output, reports = fallback_campaign
     # the first arm's kv_pool gate fails on purpose; its fallback qualifies, so the campaign exits 0
     assert code == 0, output[-6000:]
     assert "campaign: tiny-cpu qualified (fallback for tiny-cpu-kvfail, which failed); exit 0" in output
-    first = load(next(tmp_path.glob("tiny-cpu-kvfail-*.json")))
-    second = load(next(tmp_path.glob("tiny-cpu-2*.json")))
+    first = load(next(reports.glob("tiny-cpu-kvfail-*.json")))
+    second = load(next(reports.glob("tiny-cpu-2*.json")))
     kv_gate = next(g for g in first["gates"] if g["gate"] == "kv_pool")
     assert kv_gate["outcome"] == "failed" and "1,000,000,000" in kv_gate["reason"]
     assert all(g["outcome"] in ("passed", "skipped") for g in second["gates"])
-    record = load(next(tmp_path.glob("campaign-*.json")))
+    record = load(next(reports.glob("campaign-*.json")))
     assert record["ran"] == ["tiny-cpu-kvfail", "tiny-cpu"] and record["qualified"] == "tiny-cpu"
     assert any("tiny-cpu ran because tiny-cpu-kvfail failed kv_pool" in r for r in record["reasons"]), record
     for report in (first, second):
         assert processes_of_run(report["run"]["id"]) == []
 
 
-def test_campaign_skips_every_gate_of_a_fallback_that_is_not_needed(tmp_path: Path) -> None:
+def test_campaign_skips_every_gate_of_a_fallback_that_is_not_needed(
+        fallback_campaign: tuple[int, str, Path]) -> None:
     """Found on GPU (tiny-gpu-393k): the first arm passed, the fallback's first gate was skipped,
-    and its later gates then started the fallback's server anyway. A skip is decided once per arm.
-    Owns its server: which servers the campaign starts (and does not) is what is tested."""
-    code, output = run_session(tmp_path, "--campaign=tiny-cpu:startup+kv_pool,tiny-cpu-4096?fallback")
+    and its later gates then started the fallback's server anyway. A skip is decided once per arm:
+    here tiny-cpu passed, so its fallback tiny-cpu-4096 writes no report and starts no server."""
+    code, output, reports = fallback_campaign
     assert code == 0, output[-6000:]
-    assert list(tmp_path.glob("tiny-cpu-4096-*.json")) == [], "the unneeded fallback must not write a report"
+    assert list(reports.glob("tiny-cpu-4096-*.json")) == [], "the unneeded fallback must not write a report"
     assert "REPORT NOT WRITTEN" not in output
-    first = load(next(tmp_path.glob("tiny-cpu-2*.json")))
-    assert all(g["outcome"] == "passed" for g in first["gates"]), first["gates"]
-    record = load(next(tmp_path.glob("campaign-*.json")))
-    assert record["ran"] == ["tiny-cpu"] and record["qualified"] == "tiny-cpu", record
+    passed = load(next(reports.glob("tiny-cpu-2*.json")))
+    assert all(g["outcome"] in ("passed", "skipped") for g in passed["gates"]), passed["gates"]
+    record = load(next(reports.glob("campaign-*.json")))
+    assert "tiny-cpu-4096" not in record["ran"] and record["qualified"] == "tiny-cpu", record
     assert "waiting for tiny-cpu-4096" not in output  # its server never started
