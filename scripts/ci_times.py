@@ -82,21 +82,24 @@ def read_steps(folder: Path) -> list[tuple[str, float, int]]:
     return steps
 
 
-def read_tests(folder: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """(seconds per test tier, seconds per test) from the per-phase lines; a torn last line is skipped."""
+def read_tests(folder: Path) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """(seconds per test tier, per test, per worker) from the per-phase lines; a torn last line is skipped."""
     per_tier: dict[str, float] = defaultdict(float)
     per_test: dict[str, float] = defaultdict(float)
+    per_worker: dict[str, float] = defaultdict(float)
     path = folder / "tests.jsonl"
     if not path.is_file():
-        return per_tier, per_test
+        return per_tier, per_test, per_worker
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue
-        per_tier[str(entry.get("tier", "other"))] += float(entry.get("duration", 0.0))
-        per_test[str(entry.get("nodeid", "?"))] += float(entry.get("duration", 0.0))
-    return per_tier, per_test
+        seconds = float(entry.get("duration", 0.0))
+        per_tier[str(entry.get("tier", "other"))] += seconds
+        per_test[str(entry.get("nodeid", "?"))] += seconds
+        per_worker[str(entry.get("worker", "main"))] += seconds
+    return per_tier, per_test, per_worker
 
 
 def step_rows(folder: Path) -> list[tuple[str, float | None, str]]:
@@ -120,7 +123,7 @@ def step_rows(folder: Path) -> list[tuple[str, float | None, str]]:
 def table() -> int:
     folder = times_dir()
     rows = step_rows(folder)
-    per_tier, per_test = read_tests(folder)
+    per_tier, per_test, per_worker = read_tests(folder)
     if all(seconds is None for _, seconds, _ in rows) and not per_tier:
         print(f"[times] nothing was measured ({folder} is empty)")
         return 0
@@ -132,6 +135,11 @@ def table() -> int:
     print(f"\n{'test tier':<24}{'seconds':>9}")
     for tier in [*TEST_TIERS, *sorted(set(per_tier) - set(TEST_TIERS))]:
         print(f"{tier:<24}{f'{per_tier[tier]:.1f}' if tier in per_tier else 'not run':>9}")
+    if len(per_worker) > 1:
+        print("(tests ran on several workers at once: tiers add up to more than the tests step)")
+        print(f"\n{'worker':<24}{'busy s':>9}")
+        for worker, seconds in sorted(per_worker.items()):
+            print(f"{worker:<24}{seconds:>9.1f}")
     if per_test:
         print("\nten slowest tests (setup + call + teardown):")
         for nodeid, seconds in sorted(per_test.items(), key=lambda item: -item[1])[:10]:

