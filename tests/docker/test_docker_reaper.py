@@ -20,7 +20,7 @@ from docker_harness import (
     live_process,
     owned_sleeper,
 )
-from fault_harness import ROOT, Session
+from fault_harness import ROOT, Recipe, Session
 from gatekit import run_shm_files, wait_for
 
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_unheld
@@ -63,6 +63,13 @@ def test_sigkilled_pytest_leaves_no_container_after_30_s(tmp_path: Path) -> None
             leftover.remove(force=True)
 
 
+def one_core_recipe(directory: Path, name: str, core: str) -> Recipe:
+    """tiny-docker at TP=1 on one core of its own: two of them side by side on a 2-core machine
+    do not fight over the same cores (the sweep under test does not depend on TP)."""
+    return derive_docker_recipe(directory, name, {"serve": {"tensor_parallel_size": 1},
+                                                  "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": core}}})
+
+
 def test_two_concurrent_runs_keep_their_containers(tmp_path: Path) -> None:
     """Two real tiny-docker runs at once: the second starts while the first one's container
     serves, and its leftover sweep must leave that container (and a planted container whose
@@ -75,9 +82,9 @@ def test_two_concurrent_runs_keep_their_containers(tmp_path: Path) -> None:
     planted_dead = owned_sleeper(client, "planted-dead-owner", dead_pid, dead_start)
     first = second = None
     try:
-        first = Session(tmp_path / "a", derive_docker_recipe(tmp_path / "a", "tiny-docker-a"), [SMOKE]).start()
+        first = Session(tmp_path / "a", one_core_recipe(tmp_path / "a", "tiny-docker-a", "0"), [SMOKE]).start()
         assert wait_for(lambda: running_container(client, "tiny-docker-a"), 300), "run A has no container"
-        second = Session(tmp_path / "b", derive_docker_recipe(tmp_path / "b", "tiny-docker-b"), [SMOKE]).start()
+        second = Session(tmp_path / "b", one_core_recipe(tmp_path / "b", "tiny-docker-b", "1"), [SMOKE]).start()
         first.wait(900).snapshot()
         second.wait(900).snapshot()
         for session in (first, second):
