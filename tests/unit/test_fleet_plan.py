@@ -48,7 +48,8 @@ def test_each_node_without_a_filter_is_every_node_that_can_hold_the_job(tmp_path
     attempts = run.plan()
     every = [a for a in attempts if a.job.name == "every-node"]
     assert [a.pinned_node for a in every] == ["a", "b", "g"]  # the 0-core head is skipped
-    assert every[1].overrides and not every[0].overrides  # the kv=small node gets its node overrides
+    # every node gets the job's TP=1 overrides; the kv=small node its own on top
+    assert len(every[1].overrides) == len(every[0].overrides) + 2 and every[0].overrides == every[0].job.overrides
     assert all(not a.done for a in attempts)
 
 

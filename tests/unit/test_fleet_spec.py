@@ -45,8 +45,9 @@ def test_cpu_recipe_asks_for_cores_and_gpu_recipe_for_tp_times_dcp() -> None:
 
 def test_node_label_adds_its_overrides_and_they_validate() -> None:
     job = load_fleet(FLEETS / "tiny-cpu.yaml").jobs[0]
-    assert job.overrides_for({"kv": "big"}) == ()
+    assert job.overrides_for({"kv": "big"}) == job.overrides and job.overrides[0] == "serve.tensor_parallel_size=1"
     small = job.overrides_for({"kv": "small"})
+    assert small[:len(job.overrides)] == job.overrides and len(small) == len(job.overrides) + 2
     recipe = with_overrides(resolve_recipe(job.recipe, RECIPES), list(small))
     assert "VLLM_CPU_KVCACHE_SPACE" not in recipe.launcher.env
     assert recipe.serve.extra_args[-2:] == ("--kv-cache-memory-bytes", "536870912")
