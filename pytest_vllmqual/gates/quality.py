@@ -150,8 +150,9 @@ def quality_tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -
 
 def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
                       progress: ProgressFn) -> GateVerdict:
-    """Long context at an exact prompt length, k/N: in "needle" mode a fact at the start is recalled
-    at the end; in "smoke_after_filler" mode the smoke prompt is answered after filler (no recall)."""
+    """Long context at an exact prompt length, k/N (N is ``long_context_repeat``, else ``repeat``): in
+    "needle" mode a fact at the start is recalled at the end; in "smoke_after_filler" mode the smoke
+    prompt is answered after filler (no recall)."""
     skipped = _not_applicable(recipe, gate, "long_context")
     if skipped is not None:
         return skipped
@@ -166,7 +167,7 @@ def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
         question, expect, system = spec["question"], spec["expect"], spec["needle"]
     shape = ChatShape(question=question, system_prompt=system, reasoning_effort=settings.get("reasoning_effort"))
     builder = ExactPromptBuilder(ServerTokenCounter(client.http, client.model))
-    n = _repeat(recipe)
+    n = int(settings.get("long_context_repeat", _repeat(recipe)))
     passed, answers, sizes = 0, [], []
     # Built before the first request: calibration between requests would wait out the server's
     # post-step busy-poll (docs/PERFORMANCE.md).
