@@ -132,7 +132,12 @@ class LocalRayCluster:
         # HOME is the cluster's own folder: Ray 2.59+ writes a token to ~/.ray/auth_token when a
         # local ray.init() starts a cluster, and a head and its nodes that disagree on that file
         # refuse each other; this cluster's processes then all see the same (absent) token.
-        self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.temp_dir)}
+        # RAY_worker_niceness=0: Ray starts its workers at nice 15 by default, so a job's server ran
+        # at the lowest priority on a machine that was doing anything else (measured beside a
+        # second test worker: each boot took minutes); a qualification measures the server as it
+        # runs when it is alone, and the job runs nothing else.
+        self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.temp_dir),
+                    "RAY_worker_niceness": "0"}
         self.address = ""
 
     def _ray(self, *args: str) -> None:
