@@ -17,8 +17,7 @@ qualify:
 	$(PYTEST) --recipe=tiny-cpu
 
 ## Command 2: set up, lint, type-check, then run the project's own tests (CI runs exactly this).
-## Two at a time: a real server's boot leaves one core idle for about half of it, and tests that
-## share a server, a managed run or a Ray cluster stay in one worker (tests/xdist_groups.py).
+## The tests run two at a time, in two rounds (scripts/run_tests.sh).
 test:
 	@rm -rf "$(VLLMQUAL_TIMES_DIR)"
 	$(TIMED) setup scripts/setup.sh --browser
@@ -26,7 +25,7 @@ test:
 	$(TIMED) typecheck $(MYPY)
 	$(TIMED) model $(VENV)/bin/python fixtures/model/build_tiny_model.py
 	$(TIMED) docker-image scripts/docker_setup.sh
-	$(TIMED) tests $(PYTEST) -n 2 --dist loadgroup tests
+	$(TIMED) tests env PYTEST=$(PYTEST) scripts/run_tests.sh
 
 ## The quick loop after an edit (environment already set up): lint, type check, and the unit and
 ## pytester tests that need no server, two at a time.

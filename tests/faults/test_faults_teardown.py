@@ -40,15 +40,16 @@ def reapers_of(run_id: str) -> list[int]:
 def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, ProcessSampler, float]:
     """Start a real server through a gate, and end pytest by ``how`` once the tree exists."""
     # The server lists a name readiness never waits for, so it stays "starting" with its whole
-    # tree alive: the signal (or the 25 s pytest-timeout) always lands during startup, however
+    # tree alive: the signal (or the 60 s pytest-timeout) always lands during startup, however
     # fast the machine is. Without it, a run in CI once became ready and finished both gates
     # before the SIGINT arrived (exit 0).
     overrides: dict[str, Any] = {"startup": {"deadline_s": 300},
                                  "serve": {"extra_args": ["--served-model-name", "vllmqual-never-listed"]}}
     recipe = derive_recipe(directory, f"tiny-cpu-{how.lower()}", overrides, real_model=True)
-    # 25 s: the engine process is spawned about 10 s into an idle 2-core start; the test needs
-    # only that the timeout lands while the tree exists (it never becomes ready, see above).
-    args = ["--timeout=25", "--timeout-method=thread"] if how == "pytest-timeout" else []
+    # 60 s: the engine process is spawned about 10 s into an idle 2-core start and after more than
+    # 25 s beside a second test worker (where 25 s fired before it existed); the test needs only
+    # that the timeout lands while the tree exists (it never becomes ready, see above).
+    args = ["--timeout=60", "--timeout-method=thread"] if how == "pytest-timeout" else []
     session = Session(directory, recipe, ["startup_probe"], args=args)
     sampler = ProcessSampler(recipe.tag, interval_s=0.2)
     signalled = 0.0

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The project's own tests as `make test` runs them: two at a time (pytest-xdist; tests that share
+# a server, a managed run or a Ray cluster stay in one worker, see tests/xdist_groups.py), in two
+# rounds. A real server's boot leaves one core idle for about half of it, which the second worker
+# fills. The Ray fleet tests run in the second round, beside the quick tiers only (unit, plugin,
+# benchmarks): beside a second real server, a local Ray cluster missed its start-up deadlines.
+# Both rounds always run; the exit status is the first round's failure, else the second's.
+#   scripts/run_tests.sh [PYTEST ARGS...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTEST=${PYTEST:-.venv/bin/pytest}
+QUICK_AND_FLEET=(tests/fleet tests/unit tests/plugin tests/benchmarks)
+ignore=()
+for folder in "${QUICK_AND_FLEET[@]}"; do ignore+=("--ignore=$folder"); done
+
+echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time"
+"$PYTEST" -n 2 --dist loadgroup tests "${ignore[@]}" "$@"
+first=$?
+echo "[tests] round 2 of 2: the Ray fleet tests beside the unit, plugin and benchmark tests"
+"$PYTEST" -n 2 --dist loadgroup "${QUICK_AND_FLEET[@]}" "$@"
+second=$?
+[ "$first" -ne 0 ] && exit "$first"
+exit "$second"
