@@ -4,10 +4,14 @@
 # rounds. A real server's boot leaves one core idle for about half of it, which the second worker
 # fills. The Ray fleet tests run in the second round, beside the quick tiers only (unit, plugin,
 # benchmarks): beside a second real server, a local Ray cluster missed its start-up deadlines.
-# Both rounds always run; the exit status is the first round's failure, else the second's.
+# Both rounds run even when tests of the first fail; an interrupted first round (Ctrl-C, SIGTERM:
+# pytest's exit status 2) ends the run. The exit status is the first round's failure, else the
+# second's.
 #   scripts/run_tests.sh [PYTEST ARGS...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+trap 'exit 130' INT
+trap 'exit 143' TERM
 PYTEST=${PYTEST:-.venv/bin/pytest}
 QUICK_AND_FLEET=(tests/fleet tests/unit tests/plugin tests/benchmarks)
 ignore=()
@@ -16,6 +20,7 @@ for folder in "${QUICK_AND_FLEET[@]}"; do ignore+=("--ignore=$folder"); done
 echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time"
 "$PYTEST" -n 2 --dist loadgroup tests "${ignore[@]}" "$@"
 first=$?
+[ "$first" -eq 2 ] && { echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
 echo "[tests] round 2 of 2: the Ray fleet tests beside the unit, plugin and benchmark tests"
 "$PYTEST" -n 2 --dist loadgroup "${QUICK_AND_FLEET[@]}" "$@"
 second=$?

