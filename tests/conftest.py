@@ -103,7 +103,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
     worker = getattr(getattr(report, "node", None), "gateway", None)
     line = json.dumps({"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
-                       "tier": tier, "outcome": report.outcome, "worker": getattr(worker, "id", "main")})
+                       "tier": tier, "outcome": report.outcome, "worker": getattr(worker, "id", "main"),
+                       "stop": round(report.stop, 1)})
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "tests.jsonl"), "a", encoding="utf-8") as out:
         out.write(line + "\n")

