@@ -70,6 +70,7 @@ link_venv() {
   for script in "$SHARED"/bin/*; do
     name=$(basename "$script")
     case $name in python*|activate*|Activate.ps1) continue ;; esac
+    [ -f "$script" ] || continue  # a folder there (a __pycache__ a script left) is no command
     [ -e "$VENV/bin/$name" ] && continue
     if head -1 "$script" | grep -q "^#!$SHARED/bin/python"; then
       { echo "#!$here/python"; tail -n +2 "$script"; } > "$VENV/bin/$name"
