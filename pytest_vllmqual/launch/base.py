@@ -110,8 +110,17 @@ class Launcher(abc.ABC):
         return read_log(self.log_path)
 
     @abc.abstractmethod
-    def stop(self) -> TeardownResult:
-        """Kill everything the run started and verify that nothing survived."""
+    def stop(self, *, never_ready: bool = False) -> TeardownResult:
+        """Kill everything the run started and verify that nothing survived.
+
+        ``never_ready``: the server failed its start, so it has no request to drain; it gets
+        ``FAILED_START_GRACE_S`` to exit before it is killed, not the launcher's full grace."""
+
+
+FAILED_START_GRACE_S = 3
+"""Seconds a server that never became ready gets to exit on SIGTERM before SIGKILL. vLLM's API
+server can linger after its engine failed to start (seen: still running 30 s after the
+KV-insufficient error, in and out of containers), and there is nothing to drain."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -41,6 +41,6 @@ class ExternalLauncher(Launcher):
     def exit_code(self) -> int | None:
         return None
 
-    def stop(self) -> TeardownResult:
+    def stop(self, *, never_ready: bool = False) -> TeardownResult:
         return TeardownResult(launcher_kind=self.kind, stopped=False,
                               notes=["direct-only: the server was not started by this run and was left running"])

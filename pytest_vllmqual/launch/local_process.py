@@ -22,7 +22,15 @@ from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.loader import Recipe
 
-from .base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port, port_is_taken
+from .base import (
+    FAILED_START_GRACE_S,
+    Launcher,
+    ProgressFn,
+    ServerHandle,
+    TeardownResult,
+    free_port,
+    port_is_taken,
+)
 
 __all__ = ["STOP_GRACE_S", "SubprocessLauncher"]
 
@@ -121,14 +129,15 @@ class SubprocessLauncher(Launcher):
     def exit_code(self) -> int | None:
         return None if self._proc is None else self._proc.poll()
 
-    def stop(self) -> TeardownResult:
+    def stop(self, *, never_ready: bool = False) -> TeardownResult:
         if self._stopped is not None:
             return self._stopped
         started = time.monotonic()
         session = self._proc.pid if self._proc is not None else None
         exclude = {self._reaper.pid} if self._reaper is not None else set()
         observe = self._shm_ledger.observe if self._shm_ledger is not None else None
-        survivors = kill_run(self.run_id, session, grace_s=STOP_GRACE_S, exclude=exclude, observe=observe)
+        survivors = kill_run(self.run_id, session, grace_s=FAILED_START_GRACE_S if never_ready else STOP_GRACE_S,
+                             exclude=exclude, observe=observe)
         held = self._shm_ledger.stop() if self._shm_ledger is not None else set()
         if self._proc is not None:
             try:

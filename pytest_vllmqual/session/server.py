@@ -422,7 +422,7 @@ class ServerManager:
             return self.teardown
         if self.teardown is None:
             # startup_status keeps the startup outcome ("ready"); the teardown has its own record.
-            self.teardown = self.launcher.stop()
+            self.teardown = self.launcher.stop(never_ready=self.startup_status != "ready")
         return self.teardown
 
     def handoff(self, arm_key: str) -> dict[str, Any]:

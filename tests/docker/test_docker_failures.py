@@ -26,7 +26,9 @@ def assert_one_paragraph(session: Session, status: str, *needles: str) -> None:
 @pytest.mark.needs_docker
 def test_container_exiting_during_startup_is_kv_insufficient(tmp_path: Path) -> None:
     """The container's vLLM cannot fit max_model_len in its KV cache and exits: kv_insufficient,
-    with the needed and available GiB and the estimated length parsed from the container's log."""
+    with the needed and available GiB and the estimated length parsed from the container's log.
+    A container that never became ready is stopped with the short grace, not the recipe's 30 s
+    drain (its API server lingers after the engine failed: it was SIGKILLed after 31 s before)."""
     base = derive_docker_recipe(tmp_path / "base", "base").data
     recipe = derive_docker_recipe(tmp_path, "tiny-docker-kv", {
         "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": "auto", "-VLLM_CPU_KVCACHE_SPACE": None}},
@@ -48,6 +50,7 @@ def test_container_exiting_during_startup_is_kv_insufficient(tmp_path: Path) -> 
     assert_gates_errored(session, "kv_insufficient")
     teardown = session.report["lifecycle"]["teardown"]
     assert teardown["clean"] and teardown["containers_left"] == 0, teardown
+    assert teardown["seconds"] < recipe.data["launcher"]["docker"]["stop_timeout_s"], teardown
     assert containers(engine(), f"{RUN_LABEL}={session.run_id}") == []
 
 

@@ -31,6 +31,7 @@ import docker
 import pytest
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
+from pytest_vllmqual.launch.base import FAILED_START_GRACE_S
 from pytest_vllmqual.launch.cleanup.owner import owner_labels
 from pytest_vllmqual.launch.docker import launcher as docker_launch
 from pytest_vllmqual.launch.docker.launcher import DockerLauncher
@@ -376,6 +377,18 @@ def test_teardown_reports_containers_left_when_engine_keeps_one(
     deletes = [r.path for r in fake.requests if r.method == "DELETE"]
     assert deletes[-1] == f"/containers/{stuck}"  # the straggler removal was attempted
     assert launcher.stop().containers_left == 1  # still reported on the second call
+
+
+def test_a_container_that_never_became_ready_gets_the_short_grace(
+    engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path
+) -> None:
+    # Fake engine: the stop request's timeout is what is checked; no container is needed for it.
+    fake, url = engine
+    launcher = launcher_for(recipe, url, tmp_path)
+    launcher.start(lambda _line: None)
+    assert launcher.stop(never_ready=True).clean
+    stop = next(r for r in fake.requests if r.path.endswith("/stop"))
+    assert stop.query == {"t": [str(FAILED_START_GRACE_S)]}  # not the recipe's 180 s drain
 
 
 def test_gpu_list_shm_size_and_free_port(engine: tuple[FakeDockerEngine, str], recipe: Recipe, tmp_path: Path) -> None:

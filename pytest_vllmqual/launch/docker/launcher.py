@@ -41,7 +41,14 @@ from docker.models.containers import Container
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
 from pytest_vllmqual.launch import gpu
-from pytest_vllmqual.launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
+from pytest_vllmqual.launch.base import (
+    FAILED_START_GRACE_S,
+    Launcher,
+    ProgressFn,
+    ServerHandle,
+    TeardownResult,
+    free_port,
+)
 from pytest_vllmqual.launch.cleanup.owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
@@ -494,8 +501,9 @@ class DockerLauncher(Launcher):
         except docker.errors.APIError:
             pass
 
-    def stop(self) -> TeardownResult:
-        """Stop within the stop timeout, remove, then verify nothing labelled with the run id remains."""
+    def stop(self, *, never_ready: bool = False) -> TeardownResult:
+        """Stop within the stop timeout (``FAILED_START_GRACE_S`` for a container that never became
+        ready), remove, then verify nothing labelled with the run id remains."""
         started = time.monotonic()
         notes: list[str] = []
         stopped = False
@@ -503,7 +511,8 @@ class DockerLauncher(Launcher):
             if self._shm_ledger is not None:  # sampled through the stop's grace period too
                 self._shm_ledger.observe()
             try:
-                self.container.stop(timeout=self.recipe.launcher.docker.stop_timeout_s)
+                self.container.stop(timeout=FAILED_START_GRACE_S if never_ready
+                                    else self.recipe.launcher.docker.stop_timeout_s)
                 state = self._state() or {}
                 code = state.get("ExitCode")
                 self._last_exit_code = int(code) if code is not None else None
