@@ -14,6 +14,7 @@ The table always lists the steps and test tiers that ``make test`` has (a missin
     python3 scripts/ci_times.py start TIER
     python3 scripts/ci_times.py record TIER SECONDS EXIT_CODE
     python3 scripts/ci_times.py table
+    python3 scripts/ci_times.py files     # seconds per test file, for tests/xdist_groups.py
 
 The folder is ``$VLLMQUAL_TIMES_DIR``, else ``reports/ci-times`` (ignored by git).
 """
@@ -147,6 +148,18 @@ def table() -> int:
     return 0
 
 
+def files() -> int:
+    """Seconds per test file, slowest first, in the form ``FILE_SECONDS`` (tests/xdist_groups.py)
+    takes: the order in which ``make test`` starts its groups of tests."""
+    _per_tier, per_test, _per_worker = read_tests(times_dir())
+    per_file: dict[str, float] = defaultdict(float)
+    for nodeid, seconds in per_test.items():
+        per_file[nodeid.split("::")[0]] += seconds
+    for path, seconds in sorted(per_file.items(), key=lambda item: -item[1]):
+        print(f'    "{path}": {seconds:.0f},')
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["start"] and len(argv) == 2:
         start(argv[1])
@@ -156,6 +169,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["table"]:
         return table()
+    if argv == ["files"]:
+        return files()
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -37,9 +37,30 @@ SERIAL_FOLDERS = ("tests/docker/", "tests/fleet/")
 containers and /dev/shm files, and a Ray cluster does not start beside another CPU-heavy job."""
 
 HEAVY_WEIGHT = 30
-"""A test that boots a real server (``real_vllm``, ``needs_docker``) or a Ray cluster (tests/fleet/)
-weighs this many quick tests when groups are ordered: the heaviest groups start first, so that
-none is left to run alone at the end."""
+"""Seconds a test that boots a real server (``real_vllm``, ``needs_docker``) or a Ray cluster
+(tests/fleet/) is guessed to take when its file is not in ``FILE_SECONDS``; a quick test counts 1."""
+
+FILE_SECONDS: dict[str, float] = {
+    "tests/faults/test_faults_bad_input.py": 450,
+    "tests/integration/test_tiny_cpu_session.py": 350,
+    "tests/integration/test_ab_campaign.py": 320,
+    "tests/docker/test_tiny_docker_session.py": 300,
+    "tests/faults/test_faults_startup.py": 210,
+    "tests/faults/test_faults_teardown.py": 175,
+    "tests/docker/test_docker_failures.py": 175,
+    "tests/faults/test_faults_public_text.py": 155,
+    "tests/docker/test_docker_reaper.py": 135,
+    "tests/faults/test_faults_gates.py": 95,
+    "tests/packaging/test_wheel.py": 85,
+    "tests/identity/test_hand_started_endpoint.py": 70,
+    "tests/load/test_load_sessions.py": 35,
+    "tests/faults/test_faults_sdk.py": 25,
+}
+"""Seconds each slow file's tests took in the first round of ``make test`` (2-core machine, the
+shared fixtures' setup counted in the first file that used them; ``scripts/ci_times.py files``
+prints them again from a run). Groups start heaviest first (the longest-processing-time rule), so
+none of them is left to run alone at the end: counting a test that boots three servers as one test
+left the bracketed A/B to run alone for its last five minutes."""
 
 
 class _Union:
@@ -68,9 +89,14 @@ def _shared_fixtures(item: pytest.Item) -> list[str]:
     return shared
 
 
-def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, int]]:
-    """Each item's group (named by the first file in it) and weight."""
+def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, float]]:
+    """Each item's group (named by the first file in it) and weight in seconds: its share of its
+    file's ``FILE_SECONDS``, else ``HEAVY_WEIGHT`` or 1."""
     union = _Union()
+    per_file: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        per_file[path] = per_file.get(path, 0) + 1
     for item in items:
         path = item.nodeid.split("::")[0]
         keys = [f"file:{path}"]
@@ -84,9 +110,11 @@ def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, int]]:
     for item in items:
         root = union.find(f"file:{item.nodeid.split('::')[0]}")
         name = names.setdefault(root, item.nodeid.split("::")[0])
+        path = item.nodeid.split("::")[0]
         heavy = (item.get_closest_marker("real_vllm") or item.get_closest_marker("needs_docker")
                  or item.nodeid.startswith("tests/fleet/"))
-        groups[item.nodeid] = (name, HEAVY_WEIGHT if heavy else 1)
+        known = FILE_SECONDS.get(path)
+        groups[item.nodeid] = (name, known / per_file[path] if known else HEAVY_WEIGHT if heavy else 1)
     return groups
 
 
@@ -96,12 +124,12 @@ class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
     def __init__(self, config: pytest.Config, log: Any, groups_file: Path) -> None:
         super().__init__(config, log)
         self.groups_file = groups_file
-        self._groups: dict[str, tuple[str, int]] | None = None
+        self._groups: dict[str, tuple[str, float]] | None = None
 
-    def _group(self, nodeid: str) -> tuple[str, int]:
+    def _group(self, nodeid: str) -> tuple[str, float]:
         if self._groups is None:
             data = json.loads(self.groups_file.read_text()) if self.groups_file.is_file() else {}
-            self._groups = {key: (value[0], int(value[1])) for key, value in data.items()}
+            self._groups = {key: (value[0], float(value[1])) for key, value in data.items()}
         return self._groups.get(nodeid, (nodeid.split("::")[0], 1))
 
     def _split_scope(self, nodeid: str) -> str:
@@ -121,7 +149,7 @@ class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         if not self.collection:
             return
         units: dict[str, dict[str, bool]] = {}
-        weights: dict[str, int] = {}
+        weights: dict[str, float] = {}
         for nodeid in self.collection:
             scope, weight = self._group(nodeid)
             units.setdefault(scope, {})[nodeid] = False

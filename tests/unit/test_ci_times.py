@@ -113,3 +113,14 @@ def test_the_table_knows_every_step_the_makefile_times() -> None:
         sys.path.remove(str(SCRIPT.parent))
     recipe = (SCRIPT.parents[1] / "Makefile").read_text().split("\ntest:\n", 1)[1].split("\n\n", 1)[0]
     assert tuple(re.findall(r"^\t\$\(TIMED\) (\S+) ", recipe, re.M)) == ci_times.STEPS
+
+
+def test_files_lists_seconds_per_test_file_slowest_first(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    times.mkdir()
+    lines = [{"nodeid": "tests/a/test_x.py::test_1", "duration": 2.0}, {"nodeid": "tests/a/test_x.py::test_2", "duration": 3.0},
+             {"nodeid": "tests/b/test_y.py::test_1[p]", "duration": 40.4}]
+    (times / "tests.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = run(times, "files")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ['    "tests/b/test_y.py": 40,', '    "tests/a/test_x.py": 5,']
