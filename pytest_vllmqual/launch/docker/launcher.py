@@ -41,19 +41,12 @@ from docker.models.containers import Container
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
 from pytest_vllmqual.launch import gpu
-from pytest_vllmqual.launch.base import (
-    FAILED_START_GRACE_S,
-    Launcher,
-    ProgressFn,
-    ServerHandle,
-    TeardownResult,
-    free_port,
-)
 from pytest_vllmqual.launch.cleanup.owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.loader import Recipe
 
+from ..base import FAILED_START_GRACE_S, Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
 from .reaper import container_pids, kill_frozen, reaper_command
 from .spec import (
     CONTAINER_HOST,
@@ -69,11 +62,7 @@ from .spec import (
     vllm_shutdown_budget_s,
 )
 
-__all__ = [
-    "DOCKER_FIX",
-    "IMAGE_FIX",
-    "DockerLauncher",
-]
+__all__ = ["DOCKER_FIX", "IMAGE_FIX", "DockerLauncher"]
 
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 _GPU_RELEASE_WAIT_S = 10.0
@@ -502,8 +491,7 @@ class DockerLauncher(Launcher):
             pass
 
     def stop(self, *, never_ready: bool = False) -> TeardownResult:
-        """Stop within the stop timeout (``FAILED_START_GRACE_S`` for a container that never became
-        ready), remove, then verify nothing labelled with the run id remains."""
+        """Stop within the stop timeout (a never-ready one: ``FAILED_START_GRACE_S``), remove, verify."""
         started = time.monotonic()
         notes: list[str] = []
         stopped = False
@@ -511,8 +499,8 @@ class DockerLauncher(Launcher):
             if self._shm_ledger is not None:  # sampled through the stop's grace period too
                 self._shm_ledger.observe()
             try:
-                self.container.stop(timeout=FAILED_START_GRACE_S if never_ready
-                                    else self.recipe.launcher.docker.stop_timeout_s)
+                grace = FAILED_START_GRACE_S if never_ready else self.recipe.launcher.docker.stop_timeout_s
+                self.container.stop(timeout=grace)
                 state = self._state() or {}
                 code = state.get("ExitCode")
                 self._last_exit_code = int(code) if code is not None else None
