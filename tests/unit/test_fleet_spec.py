@@ -25,7 +25,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def test_tiny_cpu_fleet_loads_with_defaults() -> None:
     spec = load_fleet(FLEETS / "tiny-cpu.yaml")
-    assert spec.name == "tiny-cpu" and spec.max_parallel == 1
+    assert spec.name == "tiny-cpu" and spec.max_parallel == 2
     every, anywhere = spec.jobs
     assert every.placement.mode is PlacementMode.EACH_NODE and every.placement.resource is None
     assert anywhere.placement.mode is PlacementMode.ANY
