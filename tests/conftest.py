@@ -24,7 +24,15 @@ for folder in (FAULTS, TESTS):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from fault_harness import ROOT, ProcessSampler, Session, derive_recipe, kill_tagged, server_sessions  # noqa: E402
+from fault_harness import (  # noqa: E402
+    ONE_RANK_ARGS,
+    ROOT,
+    ProcessSampler,
+    Session,
+    derive_recipe,
+    kill_tagged,
+    server_sessions,
+)
 from shared_server import SharedTinyServer, start_tiny_server  # noqa: E402
 from tiny_run import SessionRun, run_tiny_cpu  # noqa: E402
 from xdist_groups import configure as configure_test_groups  # noqa: E402
@@ -82,7 +90,9 @@ def xdist_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]
     functional gates that run in parallel and capacity gates that must run alone.
 
     The recipe is the repo's tiny-cpu (a copy named tiny-cpu, with the model path made
-    absolute and a tag in the server's env); the sampler records every server process.
+    absolute and a tag in the server's env), served at TP=1 (``ONE_RANK_ARGS``): one server
+    tree handed to both workers, and measurements that never overlap other traffic, do not
+    depend on TP. The sampler records every server process.
     Owns its server: the managed ``-n 2`` run is what is tested (one tree, handed to both workers).
     """
     directory = tmp_path_factory.mktemp("xdist")
@@ -90,7 +100,7 @@ def xdist_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]
     recipe = derive_recipe(recipes, "tiny-cpu", real_model=True)
     session = Session(directory, None,
                       [ROOT / "suites" / "test_smoke.py", ROOT / "suites" / "test_engine.py", "xdist_traffic"],
-                      args=["-n", "2", "--recipe=tiny-cpu", "--vllmqual-recipes-dir", str(recipes)])
+                      args=["-n", "2", "--recipe=tiny-cpu", "--vllmqual-recipes-dir", str(recipes), *ONE_RANK_ARGS])
     session.recipe = recipe
     try:
         with ProcessSampler(recipe.tag) as sampler:

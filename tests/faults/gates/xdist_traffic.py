@@ -18,9 +18,11 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
 
-TRAFFIC = {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 48, "ignore_eos": True,
+TRAFFIC = {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 32, "ignore_eos": True,
            "temperature": 0}
-"""48 decoded tokens per request: long enough that gates on the two workers overlap in time."""
+"""32 decoded tokens per request, ``REQUESTS`` per gate: a gate's traffic lasts seconds, long enough
+that gates on the two workers overlap in time."""
+REQUESTS = 3
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "controller")
 
 
@@ -37,11 +39,11 @@ def _traffic(client: QualClient, server: ServerHandle, gate: GateRecorder, reque
 @pytest.mark.parametrize("n", range(6))
 def test_parallel_traffic(n: int, qual_client: QualClient, vllm_server: ServerHandle, gate: GateRecorder) -> None:
     """Functional traffic: may share the server with other functional gates."""
-    _traffic(qual_client, vllm_server, gate, 8, f"parallel-{n}")
+    _traffic(qual_client, vllm_server, gate, REQUESTS, f"parallel-{n}")
 
 
 @pytest.mark.capacity
 @pytest.mark.parametrize("n", range(2))
 def test_measurement_traffic(n: int, qual_client: QualClient, vllm_server: ServerHandle, gate: GateRecorder) -> None:
     """A measurement: holds the traffic lock exclusively, so nothing else talks to the server."""
-    _traffic(qual_client, vllm_server, gate, 8, f"measurement-{n}")
+    _traffic(qual_client, vllm_server, gate, REQUESTS, f"measurement-{n}")
