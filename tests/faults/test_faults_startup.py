@@ -29,7 +29,7 @@ from fault_harness import (
     tagged_processes,
 )
 
-from pytest_vllmqual.launch.cleanup.procs import read_proc
+from pytest_vllmqual.launch.cleanup.procs import ProcInfo, read_proc
 from pytest_vllmqual.launch.local_process import STOP_GRACE_S
 from pytest_vllmqual.vllm.startup_failure import last_startup_phase
 
@@ -232,15 +232,31 @@ def cmdline_of(pid: int) -> str:
         return ""
 
 
+def spawned_worker(procs: list[ProcInfo]) -> int | None:
+    """A TP worker of the server from the moment it is spawned, before it has imported vLLM and
+    taken its ``VLLM::Worker_TP<n>`` title: a ``spawn_main`` process whose parent (the engine
+    core) is a child of the API server, the leader of the server's session."""
+    by_pid = {p.pid: p for p in procs}
+    for proc in procs:
+        parent = by_pid.get(proc.ppid)
+        command = cmdline_of(proc.pid)
+        if parent is not None and parent.ppid == proc.session and ("spawn_main" in command
+                                                                  or "VLLM::Worker_TP" in command):
+            return proc.pid
+    return None
+
+
 @pytest.mark.real_vllm
 def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
     """A TP worker is SIGSTOPped while the real server starts: the deadline fires, the report
     shows the last startup phase reached, and the whole tree (the stopped worker too) is killed.
     Owns its server: it SIGSTOPs one of its workers during startup."""
-    # Long enough for TP worker 1 to appear with room to spare: it takes three vLLM imports in a
-    # row (API server, engine core, worker), 15 s on a fast 2-core machine, over 50 s on a slow
-    # one (where a 60 s deadline fired before the worker existed) and over 80 s beside another
-    # boot on a busy one. Waiting the deadline out costs time but no CPU: the tree is stopped.
+    # Long enough for a TP worker to be spawned with room to spare: that takes two vLLM imports in a
+    # row (API server, engine core). The worker is stopped as soon as it exists, not once it has
+    # imported vLLM in its turn (its title says Worker_TP1 only then): beside the managed tiny-cpu
+    # run's long prompts that third import alone took over a minute, and a 120 s deadline fired
+    # before the title appeared. Waiting the deadline out costs time but no CPU: the tree waits
+    # for the stopped worker.
     deadline_s = 120
     recipe = derive_recipe(tmp_path, "tiny-cpu-starthang", {"startup": {"deadline_s": deadline_s}}, real_model=True)
     session = Session(tmp_path, recipe, ["startup_probe"]).start()
@@ -248,15 +264,15 @@ def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
     try:
         limit = time.monotonic() + deadline_s - 10
         while not stopped and time.monotonic() < limit and session.proc.poll() is None:  # type: ignore[union-attr]
-            for proc in tagged_processes(recipe.tag):
-                if "Worker_TP1" in cmdline_of(proc.pid):
-                    try:
-                        os.kill(proc.pid, signal.SIGSTOP)
-                    except ProcessLookupError:
-                        continue
-                    stopped.append(proc.pid)
+            worker = spawned_worker(tagged_processes(recipe.tag))
+            if worker is not None:
+                try:
+                    os.kill(worker, signal.SIGSTOP)
+                    stopped.append(worker)
+                except ProcessLookupError:
+                    pass
             time.sleep(0.2)
-        assert stopped, (f"TP worker 1 never appeared in {deadline_s - 10} s "
+        assert stopped, (f"no TP worker was spawned in {deadline_s - 10} s "
                          f"(server exit code: {session.proc.poll()})")  # type: ignore[union-attr]
         session.wait(timeout_s=300).snapshot()
     finally:

@@ -43,14 +43,17 @@ def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, Proces
     # tree alive: the signal (or the 60 s pytest-timeout) always lands during startup, however
     # fast the machine is. Without it, a run in CI once became ready and finished both gates
     # before the SIGINT arrived (exit 0).
+    # A compile cache of its own: a server ended while torch compiles leaves an empty .so in the
+    # cache, which every later server that needs that kernel fails to load ("file too short").
     overrides: dict[str, Any] = {"startup": {"deadline_s": 300},
-                                 "serve": {"extra_args": ["--served-model-name", "vllmqual-never-listed"]}}
+                                 "serve": {"extra_args": ["--served-model-name", "vllmqual-never-listed"]},
+                                 "launcher": {"env": {"TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor")}}}
     if how == "pytest-timeout":
         # TP=1, one rank on both cores: the timeout's subject is pytest ending while a server tree
         # (API server and engine core) exists; the TP workers are SIGINT's and SIGKILL's to prove,
         # and a TP=1 start costs a third less CPU.
         overrides["serve"]["tensor_parallel_size"] = 1
-        overrides["launcher"] = {"env": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}}
+        overrides["launcher"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0-1"
     recipe = derive_recipe(directory, f"tiny-cpu-{how.lower()}", overrides, real_model=True)
     # 60 s: the engine process is spawned about 10 s into an idle 2-core start and after more than
     # 25 s beside a second test worker (where 25 s fired before it existed); the test needs only
