@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.launch.cleanup.procs import read_proc
+from pytest_vllmqual.launch.cleanup.shm import lines_with
 
 PROC = Path("/proc")
 SHM = Path("/dev/shm")
@@ -121,17 +121,6 @@ def listening_addresses(port: int) -> list[str]:
     return found
 
 
-def _lines_with(text: str, needle: str) -> Iterator[str]:
-    """The lines of ``text`` that contain ``needle``, by substring search: a vLLM process's maps
-    has thousands of lines and the samplers look several times a second."""
-    at = text.find(needle)
-    while at != -1:
-        end = text.find("\n", at)
-        end = len(text) if end == -1 else end
-        yield text[text.rfind("\n", 0, at) + 1:end]
-        at = text.find(needle, end)
-
-
 def shm_files_held_by(pids: list[int]) -> list[str]:
     """Names of /dev/shm files that ``pids`` map or hold open (the run's shared memory).
 
@@ -145,7 +134,7 @@ def shm_files_held_by(pids: list[int]) -> list[str]:
             maps = (PROC / str(pid) / "maps").read_text()
         except OSError:
             maps = ""
-        for line in _lines_with(maps, " /dev/shm/"):
+        for line in lines_with(maps, " /dev/shm/"):
             parts = line.split(maxsplit=5)
             if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
                 names.add(parts[5].split("/dev/shm/", 1)[1].removesuffix(" (deleted)"))

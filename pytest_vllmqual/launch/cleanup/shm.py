@@ -123,7 +123,7 @@ def _process_uid(status_path: Path) -> int | None:
     return None
 
 
-def _lines_with(text: str, needle: str) -> Iterator[str]:
+def lines_with(text: str, needle: str) -> Iterator[str]:
     """The lines of ``text`` that contain ``needle``, found by substring search (no per-line loop)."""
     at = text.find(needle)
     while at != -1:
@@ -142,7 +142,7 @@ def _mapped_keys(maps_text: str, wanted: set[tuple[int, int]]) -> Iterable[tuple
     every line took most of a sample)."""
     for device in {dev for dev, _ in wanted}:
         field = f"{os.major(device):02x}:{os.minor(device):02x}"
-        for line in _lines_with(maps_text, f" {field} "):
+        for line in lines_with(maps_text, f" {field} "):
             fields = line.split(maxsplit=5)
             if len(fields) >= 5 and fields[3] == field and fields[4].isdigit():
                 key = (device, int(fields[4]))
@@ -152,7 +152,7 @@ def _mapped_keys(maps_text: str, wanted: set[tuple[int, int]]) -> Iterable[tuple
 
 def _mapped_names(maps_text: str, prefix: str) -> Iterable[str]:
     """Names of the files directly under ``prefix`` that /proc/PID/maps lines map (by path)."""
-    for line in _lines_with(maps_text, " " + prefix):
+    for line in lines_with(maps_text, " " + prefix):
         fields = line.split(maxsplit=5)
         if len(fields) == 6 and fields[5].startswith(prefix):
             name = fields[5][len(prefix):].removesuffix(" (deleted)")
@@ -368,6 +368,7 @@ def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path 
         return set()
     prefix = str(root).rstrip("/") + "/"
     present = {f.key: f.name for f in _list_regular_files(root)}
+    keys = set(present)
     names: set[str] = set()
     for pid in pids:
         base = proc / str(pid)
@@ -376,7 +377,7 @@ def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path 
         except OSError:
             maps = ""
         names.update(_mapped_names(maps, prefix))
-        names.update(present[key] for key in _mapped_keys(maps, set(present)))
+        names.update(present[key] for key in _mapped_keys(maps, keys))
         names.update(_open_names(base, present, prefix))
     return names
 
@@ -499,4 +500,4 @@ def reclaim_run_shm(
         return [], {"summary": "found zero reclaimable files; clean postcondition", "reclaimed": []}
     return unheld_run_files(names, root=root), result
 
-__all__ = ["SHM_ROOT", "ShmFile", "fixture_name", "plant_fixture", "prove_reclaim_path", "reclaim_run_shm", "reclaim_shm", "reclaim_unheld", "same_node_probes", "scan_shm", "shm_files_of_run", "shm_names_held_by"]
+__all__ = ["SHM_ROOT", "ShmFile", "fixture_name", "lines_with", "plant_fixture", "prove_reclaim_path", "reclaim_run_shm", "reclaim_shm", "reclaim_unheld", "same_node_probes", "scan_shm", "shm_files_of_run", "shm_names_held_by"]
