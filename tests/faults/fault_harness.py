@@ -493,3 +493,11 @@ class ProcessSampler:
 
     def run_ids(self) -> set[str]:
         return {row["run_id"] for row in self.seen.values() if row["run_id"]}
+
+    def tp_workers(self) -> list[int]:
+        """The TP workers seen, from the moment they were spawned (before they import vLLM and take
+        their ``VLLM::Worker_TP<n>`` titles): spawned processes whose parent, the engine core, is a
+        child of the leader of the server's session."""
+        engine_cores = {row["pid"] for row in self.seen.values() if row["ppid"] == row["session"]}
+        return sorted(row["pid"] for row in self.seen.values() if row["ppid"] in engine_cores
+                      and any("spawn_main" in c or "VLLM::Worker_TP" in c for c in row["cmdlines"]))
