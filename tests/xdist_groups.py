@@ -41,18 +41,18 @@ HEAVY_WEIGHT = 30
 (tests/fleet/) is guessed to take when its file is not in ``FILE_SECONDS``; a quick test counts 1."""
 
 FILE_SECONDS: dict[str, float] = {
-    "tests/faults/test_faults_teardown.py": 254,
-    "tests/docker/test_tiny_docker_session.py": 219,
+    "tests/integration/test_ab_campaign.py": 236,
+    "tests/docker/test_tiny_docker_session.py": 215,
+    "tests/faults/test_faults_teardown.py": 210,
+    "tests/faults/test_faults_startup.py": 209,
     "tests/integration/test_tiny_cpu_session.py": 184,
-    "tests/integration/test_ab_campaign.py": 166,
-    "tests/faults/test_faults_public_text.py": 161,
-    "tests/faults/test_faults_startup.py": 158,
-    "tests/faults/test_faults_bad_input.py": 147,
-    "tests/docker/test_docker_reaper.py": 126,
-    "tests/packaging/test_wheel.py": 81,
-    "tests/faults/test_faults_sdk.py": 71,
-    "tests/faults/test_faults_gates.py": 63,
-    "tests/docker/test_docker_failures.py": 52,
+    "tests/faults/test_faults_bad_input.py": 161,
+    "tests/docker/test_docker_reaper.py": 113,
+    "tests/faults/test_faults_public_text.py": 104,
+    "tests/faults/test_faults_gates.py": 91,
+    "tests/faults/test_faults_sdk.py": 76,
+    "tests/packaging/test_wheel.py": 67,
+    "tests/docker/test_docker_failures.py": 62,
     "tests/load/test_load_sessions.py": 31,
 }
 """Seconds each slow file's tests took in the first round of ``make test`` (2-core machine, the
