@@ -75,9 +75,12 @@ def cluster_env(tmp_path: Path) -> dict[str, str]:
             "VLLMQUAL_FLEET_WORKDIR": str(tmp_path / "node-work")}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
-    """Three 2-core nodes offering ``fleet_node``; the third is labelled ``kv=small``; a fourth with 2 GPUs."""
+    """Three 2-core nodes offering ``fleet_node``; the third is labelled ``kv=small``; a fourth with 2 GPUs.
+
+    One cluster for every test that does not kill a node or need other nodes (the fleet tests run
+    one after another in one worker): a start of these four nodes takes about 20 s."""
     tmp = tmp_path_factory.mktemp("ray")
     nodes = [NodeSpec(2, resources={"fleet_node": 1}), NodeSpec(2, resources={"fleet_node": 1}),
              NodeSpec(2, resources={"fleet_node": 1}, labels={"kv": "small"}),

