@@ -340,5 +340,7 @@ def test_07_health_ok_generation_hangs(tmp_path: Path) -> None:
     assert_gates_errored(session, "startup_timeout")
     completions = [line for line in requests_file.read_text().splitlines() if "/v1/chat/completions" in line]
     assert 1 <= len(completions) <= 3, completions
-    assert 6 <= session.gate("first_gate")["duration_s"] < 10
+    # The 6 s deadline, one 2 s completion past it at most, plus starting and stopping the fault
+    # server: 10.03 s once beside round 1's servers. Far from a recipe's default 300 s.
+    assert 6 <= session.gate("first_gate")["duration_s"] < 14
     assert_nothing_left(session)
