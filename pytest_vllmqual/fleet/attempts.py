@@ -90,16 +90,28 @@ def evaluate_result(attempt: Attempt, result: dict[str, Any], at: float) -> None
     """Turn what the node sent back into the attempt's outcome (and its validated report)."""
     attempt.result = {k: v for k, v in result.items() if k != "report_text"}
     exit_code = result.get("exit_code")
-    if result.get("report_text") is None:
+    report, problem = (None, None) if result.get("report_text") is None else \
+        _report_problem(str(result["report_text"]))
+    status = (report.get("run") or {}).get("status") if report is not None else None
+    passed = exit_code == 0 and status == "complete"
+    if result.get("node_lost") and not passed:
+        # The node's raylet died while pytest ran, and pytest ended with it (the worker lived long
+        # enough to answer): that says nothing about the recipe, so the attempt is lost, not failed.
+        attempt.finish(Outcome.LOST, f"the attempt's node went away mid-job (its raylet ended; pytest exit "
+                                     f"{exit_code}); its partial results stay on that node", at)
+    elif result.get("report_text") is None:
         outcome = Outcome.DEADLINE if result.get("timed_out") else Outcome.ERROR
         attempt.finish(outcome, f"pytest ended (exit {exit_code}) without writing a report; its output stays in "
                                 "the node's work folder", at)
-        return
-    report, problem = _report_problem(str(result["report_text"]))
-    if report is None:
-        attempt.finish(Outcome.INVALID_REPORT, problem, at)
-        return
-    attempt.report = report
+    elif report is None:
+        attempt.finish(Outcome.INVALID_REPORT, str(problem), at)
+    else:
+        attempt.report = report
+        _judge_report(attempt, report, result, at)
+
+
+def _judge_report(attempt: Attempt, report: dict[str, Any], result: dict[str, Any], at: float) -> None:
+    exit_code = result.get("exit_code")
     status = (report.get("run") or {}).get("status")
     if result.get("timed_out"):
         attempt.finish(Outcome.DEADLINE, f"the job ran past its deadline of {attempt.job.deadline_s:g} s; the "

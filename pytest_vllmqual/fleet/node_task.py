@@ -209,6 +209,7 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     argv = [str(a).replace("{reports}", str(workdir / "reports")) for a in given] if given else \
         pytest_command(request, workdir)
     started = time.monotonic()
+    raylet = os.getppid()  # Ray's workers are the raylet's children: a new parent means the node died
     with open(workdir / "pytest.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -225,5 +226,6 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
             _end_group(proc)
         WATCHDOG.tell("done", proc.pid)
     result = _outputs(workdir)
-    result.update(exit_code=proc.returncode, timed_out=timed_out, elapsed_s=round(time.monotonic() - started, 3))
+    result.update(exit_code=proc.returncode, timed_out=timed_out, elapsed_s=round(time.monotonic() - started, 3),
+                  node_lost=os.getppid() != raylet)
     return result

@@ -58,6 +58,44 @@ def test_run_on_node_brings_back_public_outputs_and_names_private_ones(tmp_path:
     assert result["private"]["files"] == 1 and len(result["private"]["manifest_sha256"]) == 64
     assert "private text" not in json.dumps(result)  # private files never travel
     assert result["private"] == private_manifest(reports / "private" / "run-1")
+    assert result["node_lost"] is False
+
+
+NODE = """
+import pathlib, subprocess, sys, time
+worker, started = sys.argv[1], pathlib.Path(sys.argv[2])
+subprocess.Popen([sys.executable, "-c", worker])
+while not started.exists():
+    time.sleep(0.05)
+"""
+
+WORKER = """
+import json, os, sys
+from pytest_vllmqual.fleet.node_task import run_on_node
+request, out = json.loads(sys.argv[1]), sys.argv[2]
+with open(out + ".part", "w") as f:
+    json.dump(run_on_node(request), f)
+os.rename(out + ".part", out)
+"""
+
+
+def test_a_job_that_ends_after_its_node_died_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race a killed raylet leaves: its worker outlives it, sees pytest end by a signal and
+    sends that back. Here a stand-in raylet starts the worker and exits once the job runs; the job
+    then ends by SIGTERM. The worker notices its parent changed, so the attempt is lost, not failed."""
+    monkeypatch.setenv("VLLMQUAL_FLEET_WORKDIR", str(tmp_path / "work"))
+    started, out = tmp_path / "started", tmp_path / "result.json"
+    job = ["bash", "-c", f"touch {started}; sleep 1; kill -TERM $$"]
+    worker = WORKER.replace("sys.argv[1]", repr(json.dumps(_request(tmp_path, job)))).replace(
+        "sys.argv[2]", repr(str(out)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    node = subprocess.run([sys.executable, "-c", NODE, worker, str(started)], env=env, timeout=30, check=False)
+    assert node.returncode == 0
+    deadline = time.monotonic() + 30
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    result = json.loads(out.read_text())
+    assert result["exit_code"] == -15 and result["node_lost"] is True
 
 
 def test_run_past_deadline_is_ended_with_its_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,6 +99,23 @@ def test_failed_gate_is_a_failed_row() -> None:
     assert _record([attempt])["decision"]["verdict"] == "failed"
 
 
+
+@pytest.mark.parametrize("report_text", [SAMPLE.read_text(), None], ids=["partial-report", "no-report"])
+def test_a_run_ended_with_its_node_is_lost_not_failed(report_text: str | None) -> None:
+    # The race a killed raylet leaves: its worker outlives it long enough to send back pytest's
+    # exit by a signal (and the report it had written), where Ray usually reports the worker gone.
+    attempt = _attempt("id1", outcome_result={"exit_code": -15, "timed_out": False, "node_lost": True,
+                                              "report_text": report_text})
+    assert attempt.outcome is Outcome.LOST and "went away mid-job" in str(attempt.reason)
+    assert attempt.report is None
+    assert _record([attempt])["decision"]["verdict"] == "incomplete"
+
+
+def test_a_run_that_passed_before_its_node_died_stays_passed() -> None:
+    attempt = _attempt("id1", outcome_result={"exit_code": 0, "timed_out": False, "node_lost": True,
+                                              "report_text": SAMPLE.read_text()})
+    assert attempt.outcome is Outcome.PASSED
+
 def test_schema_refuses_a_host_name_as_node() -> None:
     record = _record([_attempt("id1")])
     bad = copy.deepcopy(record)
