@@ -13,6 +13,7 @@
 # VLLMQUAL_GPU_TP=1 rewrites the recipes to TP=1 for a one-GPU host (the reports then say TP=1).
 # The fleet step needs Ray importable too (offline: scripts/gpu/install_ray_bundle.sh); its fleet
 # file sets TP=1 per job itself, so it reads the project's own recipes whatever VLLMQUAL_GPU_TP says.
+# A step longer than one call of the device tool (the A/B at TP=2) runs under scripts/gpu/in_background.sh.
 set -uo pipefail
 out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench loadbench fleet]}; shift
 steps=${*:-suite 393k ab kvfail bench loadbench}

@@ -207,3 +207,43 @@ def test_one_gpu_load_fidelity_against_vllm_bench() -> None:
         assert 1.0 < gate["ttft_mean_over_server"] < bench["ttft_mean_over_server"]
     cpu = summary["client_cpu_at_highest_level"]
     assert cpu["gate_cpu_ms_per_request"] <= cpu["vllm_bench_cpu_ms_per_request"]
+
+
+RERUN = GPU_TP1 / "rerun-2026-12-04"
+RERUN_REPORTS = ["tiny-gpu.json", "tiny-gpu-393k-fp8kv.json", "ab-131k/A-control-8192.json",
+                 "ab-131k/B-candidate-4096.json", "ab-131k/A2-replay-8192.json"]
+
+
+@pytest.mark.parametrize("name", RERUN_REPORTS)
+def test_one_gpu_rerun_passes_every_applicable_gate(name: str) -> None:
+    report = load(RERUN / name)
+    assert (report["hardware"]["gpu_model"], report["hardware"]["gpu_count"]) == ("NVIDIA H200", 1)
+    assert report["recipe"]["content"]["serve"]["tensor_parallel_size"] == 1
+    outcomes = {g["gate"]: g["outcome"] for g in report["decision"]["gates"]}
+    assert {gate for gate, outcome in outcomes.items() if outcome != "passed"} == {
+        "quality_intelligence", "quality_session_recall"}
+    assert report["decision"]["verdict"] == "healthy" and report["lifecycle"]["teardown"]["clean"] is True
+
+
+def test_one_gpu_rerun_393k_keeps_its_tools_and_the_ladder_past_300k() -> None:
+    """The fixture model rebuilt with a bf16 answer margin keeps the tool the earlier build lost on FP8 KV."""
+    report = load(RERUN / "tiny-gpu-393k-fp8kv.json")
+    assert _gate(report, "tools")["measurements"]["passed"] == 20
+    assert _gate(load(GPU_TP1 / "tiny-gpu-393k-fp8kv.json"), "tools")["measurements"]["passed"] == 19
+    measured = [r for r in report["ladder"] if not r["expected_rejection"]]
+    assert max(r["prompt_tokens"] for r in measured) > 300_000
+    assert load(RERUN / "campaign-393k.json")["qualified"] == "tiny-gpu-393k-fp8kv"
+
+
+def test_one_gpu_rerun_kvfail_stops_the_never_ready_server_after_its_short_grace() -> None:
+    report = load(RERUN / "tiny-gpu-kvfail.json")
+    assert report["lifecycle"]["startup_error"]["status"] == "kv_insufficient"
+    assert report["lifecycle"]["teardown"]["seconds"] < 5 < load(GPU_TP1 / "tiny-gpu-kvfail.json")[
+        "lifecycle"]["teardown"]["seconds"]
+
+
+def test_one_gpu_rerun_ab_collected_from_the_background_reproduced_its_control() -> None:
+    comparison = load(RERUN / "ab-131k" / "comparison.json")
+    assert {f["id"]: f["status"] for f in comparison["findings"]}["replay"] == "reproduced"
+    assert comparison["controlled_variables"]["confounded"] is False
+    assert (RERUN / "ab-131k" / "tiny-gpu-ab.xml").is_file()
