@@ -99,24 +99,20 @@ def evaluate_result(attempt: Attempt, result: dict[str, Any], at: float) -> None
         # enough to answer): that says nothing about the recipe, so the attempt is lost, not failed.
         attempt.finish(Outcome.LOST, f"the attempt's node went away mid-job (its raylet ended; pytest exit "
                                      f"{exit_code}); its partial results stay on that node", at)
-    elif result.get("report_text") is None:
+        return
+    if result.get("report_text") is None:
         outcome = Outcome.DEADLINE if result.get("timed_out") else Outcome.ERROR
         attempt.finish(outcome, f"pytest ended (exit {exit_code}) without writing a report; its output stays in "
                                 "the node's work folder", at)
-    elif report is None:
+        return
+    if report is None:
         attempt.finish(Outcome.INVALID_REPORT, str(problem), at)
-    else:
-        attempt.report = report
-        _judge_report(attempt, report, result, at)
-
-
-def _judge_report(attempt: Attempt, report: dict[str, Any], result: dict[str, Any], at: float) -> None:
-    exit_code = result.get("exit_code")
-    status = (report.get("run") or {}).get("status")
+        return
+    attempt.report = report
     if result.get("timed_out"):
         attempt.finish(Outcome.DEADLINE, f"the job ran past its deadline of {attempt.job.deadline_s:g} s; the "
                                          f"run is {status}", at)
-    elif exit_code == 0 and status == "complete":
+    elif passed:
         attempt.finish(Outcome.PASSED, None, at)
     else:
         failed = _failed_gates(report)

@@ -60,16 +60,16 @@ wait_for() {
   local seconds=${1:-}; local copy_to=${2:-}
   [[ "$seconds" =~ ^[0-9]+$ ]] || usage
   [ -f "$dir/pid" ] || { echo "in_background: nothing was started in $dir" >&2; exit 2; }
-  local begin now last_note; begin=$(date +%s); last_note=$begin
+  local begin now last_note started; begin=$(date +%s); last_note=$begin; started=$(cat "$dir/started")
   while running; do
     show_new_lines
     now=$(date +%s)
     if [ $((now - begin)) -ge "$seconds" ]; then
-      echo "=== in_background: still running after $((now - $(cat "$dir/started"))) s; call wait again"
+      echo "=== in_background: still running after $((now - started)) s; call wait again"
       collect "$copy_to"; exit 75
     fi
     if [ $((now - last_note)) -ge 60 ]; then
-      echo "=== in_background: running for $((now - $(cat "$dir/started"))) s"; last_note=$now
+      echo "=== in_background: running for $((now - started)) s"; last_note=$now
     fi
     sleep 1
   done
@@ -79,7 +79,7 @@ wait_for() {
     collect "$copy_to"; exit 70
   fi
   local rc; rc=$(cat "$dir/rc")
-  echo "=== in_background: ended with exit $rc after $(( $(stat -c %Y "$dir/rc") - $(cat "$dir/started") )) s"
+  echo "=== in_background: ended with exit $rc after $(( $(stat -c %Y "$dir/rc") - started )) s"
   collect "$copy_to"; exit "$rc"
 }
 
