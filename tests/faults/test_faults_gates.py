@@ -17,6 +17,10 @@ from fault_harness import Session, survivors
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 
 OVER_LENGTH = "This model's maximum context length is"
+# A gate after the server was found gone ends without a request. Measured: 0.5 ms each on an
+# idle machine, 1.03 s once on a loaded 2-core CI runner (a docker build and a Ray cluster
+# beside it). 3 s still tells "at once" from waiting on a probe (5 s) or a request (60 s).
+ENDS_AT_ONCE_S = 3.0
 
 
 def attempts(gate: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,8 +55,8 @@ def test_08_engine_killed_mid_gate(kill_session: Session) -> None:
     for gate in remaining:
         assert (gate["outcome"], gate["status"]) == ("error", "server_dead"), gate
         assert gate["attempts"] == [] and "server dead" in gate["reason"]
-        assert gate["duration_s"] < 1.0, gate
-    assert sum(g["duration_s"] for g in remaining) < 3, "remaining gates did not end within seconds"
+        assert gate["duration_s"] < ENDS_AT_ONCE_S, gate
+    assert sum(g["duration_s"] for g in remaining) < 2 * ENDS_AT_ONCE_S, "remaining gates did not end within seconds"
     assert all(g["duration_s"] < timeout_s / 10 for g in remaining)
 
     assert report["run"]["status"] == "incomplete"
@@ -86,7 +90,7 @@ def test_09_worker_hangs_mid_run(hang_session: Session) -> None:
     for name in ("after_hang_chat", "after_hang_stream"):
         gate = session.gate(name)
         assert (gate["outcome"], gate["status"]) == ("error", "hung"), gate
-        assert gate["duration_s"] < 1.0 and gate["attempts"] == []
+        assert gate["duration_s"] < ENDS_AT_ONCE_S and gate["attempts"] == [], gate
     assert report["lifecycle"]["server_state"]["status"] == "hung"
     assert report["run"]["status"] == "incomplete"
     assert session.ended_at - session.notes["sigterm_sent_at"] < 45, "teardown waited on the stopped worker"

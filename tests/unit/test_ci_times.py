@@ -77,7 +77,8 @@ def test_a_step_stopped_by_sigterm_is_recorded_with_its_seconds(tmp_path: Path) 
     assert timed_under_timeout(times, "TERM").returncode == 124
     text = run(times, "table").stdout
     row = next(line for line in text.splitlines() if line.startswith("tests "))
-    assert row.split()[1] in ("1", "2") and "exit 143 (stopped by SIGTERM)" in row, text
+    # stopped after 1 s; recording the start and the stop each start Python (seconds on a busy machine)
+    assert 1 <= int(row.split()[1]) <= 4 and "exit 143 (stopped by SIGTERM)" in row, text
     assert "setup" in text and "12" in text
 
 
