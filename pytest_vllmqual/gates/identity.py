@@ -18,8 +18,8 @@ that one differed (gates may still pass, but the evidence is not about the recip
 model path is the same checkpoint when it names the same files (``gates.checkpoint``: resolved
 against the server's working directory, or a copy with the same content); a path this run
 cannot resolve is not checked, and marked not observable from here, which fails no gate. A local
-model directory also gets the SHA-256 of its ``config.json`` and weights index, so two runs
-can tell whether they served the same files. Local paths never appear in the result: a
+model directory also gets the SHA-256 of its ``config.json``, its weights index and its whole
+content, so two runs can tell whether they served the same files. Local paths never appear in the result: a
 directory is shown as the recipe's own (relative) ``model_path``, or ``<model-dir>``.
 """
 
@@ -36,9 +36,15 @@ from typing import Any
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
-from .checkpoint import LocationComparison, compare_model_locations, is_local_location
+from .checkpoint import (
+    LocationComparison,
+    compare_model_locations,
+    is_local_location,
+    model_directory_fingerprint,
+)
 
 __all__ = [
+    "CONTENT_KEY",
     "MODEL_DIR",
     "OTHER_DIR",
     "UNRESOLVED_DIR",
@@ -56,6 +62,8 @@ OTHER_DIR = "<another local directory>"
 UNRESOLVED_DIR = "<a local directory not resolved from here>"
 _SNAPSHOT_RE = re.compile(r"/snapshots/(?P<rev>[0-9a-f]{40})(?:/|$)")
 WEIGHTS_INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+CONTENT_KEY = "content"
+"""The ``model_files`` entry that digests every file of a local model directory."""
 
 
 @dataclass
@@ -208,7 +216,21 @@ def image_digest_matches(expected_image: str | None, reported: str | list[str] |
 def model_files_sha256(directory: Path) -> dict[str, str]:
     """SHA-256 of a local model's ``config.json`` and weights index (``*.index.json``); for a
     single-file safetensors model, of its header (the tensor index: names, dtypes, shapes,
-    offsets). Two runs with equal values loaded the same files' description."""
+    offsets). ``content`` is the SHA-256 of every file's name, size and digest
+    (``gates.checkpoint``: a shard over 64 MiB by its first and last MiB), so a model retrained
+    into the same shapes is told apart too. Two runs with equal values loaded the same files."""
+    out = _description_sha256(directory)
+    try:
+        files = model_directory_fingerprint(directory)
+    except OSError:
+        return out  # an unreadable file: the description above still says what it can
+    if files:
+        listing = "".join(f"{name}\t{digest}\n" for name, digest in sorted(files.items()))
+        out[CONTENT_KEY] = hashlib.sha256(listing.encode()).hexdigest()
+    return out
+
+
+def _description_sha256(directory: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     config = directory / "config.json"
     if config.is_file():

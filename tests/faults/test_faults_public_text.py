@@ -98,7 +98,7 @@ def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> N
         "checkpoint": "matched", "revision": "not pinned", "image_digest": "not pinned",
         "runtime_version": "matched", "tensor_parallel_size": "matched", "max_model_len": "matched",
         "served_model": "matched"}
-    assert set(identity["model_files"]) >= {"config.json"}
+    assert set(identity["model_files"]) >= {"config.json", "content"}
     # and the gates that had to fail, failed
     for name in ("kv_pool", "smoke", "unknown_model_is_refused", "over_the_context_limit"):
         assert outcomes[name] == "failed", (name, session.gate(name))

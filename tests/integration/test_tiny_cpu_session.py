@@ -119,4 +119,4 @@ def test_identity_lists_field_by_field_what_it_checked(tiny_run: SessionRun) -> 
     assert checks["checkpoint"]["source"] == "log non-default args 'model' and /v1/models root"
     assert checks["checkpoint"]["observed"] == "fixtures/model/build/tiny-chat"
     assert checks["tensor_parallel_size"]["source"] == "rank count in the log"
-    assert set(identity["model_files"]) >= {"config.json"}
+    assert set(identity["model_files"]) >= {"config.json", "content"}

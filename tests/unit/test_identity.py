@@ -9,7 +9,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.gates.checkpoint import model_directory_fingerprint
 from pytest_vllmqual.gates.identity import (
+    CONTENT_KEY,
     check_identity,
     image_digest_matches,
     logged_model_args,
@@ -125,7 +127,11 @@ def test_the_image_digest_hook_reads_a_digest_or_repo_digests() -> None:
 def test_model_files_are_hashed_config_and_weights_index(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"hidden_size": 64}')
     (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
-    assert model_files_sha256(tmp_path) == {
+    files = model_files_sha256(tmp_path)
+    assert files.pop(CONTENT_KEY) == hashlib.sha256(
+        "".join(f"{name}\t{digest}\n" for name, digest in sorted(model_directory_fingerprint(tmp_path).items()))
+        .encode()).hexdigest()
+    assert files == {
         "config.json": hashlib.sha256(b'{"hidden_size": 64}').hexdigest(),
         "model.safetensors.index.json": hashlib.sha256(b'{"weight_map": {}}').hexdigest()}
     single = tmp_path / "single"
@@ -133,7 +139,25 @@ def test_model_files_are_hashed_config_and_weights_index(tmp_path: Path) -> None
     header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
     (single / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0\0\0")
     files = model_files_sha256(single)
-    assert files == {"model.safetensors#header": hashlib.sha256(struct.pack("<Q", len(header)) + header).hexdigest()}
+    assert files["model.safetensors#header"] == hashlib.sha256(struct.pack("<Q", len(header)) + header).hexdigest()
+    assert set(files) == {"model.safetensors#header", CONTENT_KEY}
+
+
+def test_a_model_retrained_into_the_same_shapes_differs_only_in_content(tmp_path: Path) -> None:
+    """The header digest cannot tell two trainings of one architecture apart; the content can,
+    and a copy of the same files has the same content."""
+    header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    runs = {}
+    for name, weights in (("first", b"\0\0\0\1"), ("second", b"\0\0\0\2"), ("copy", b"\0\0\0\1")):
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "config.json").write_text('{"hidden_size": 64}')
+        (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + weights)
+        runs[name] = model_files_sha256(directory)
+    assert runs["first"]["model.safetensors#header"] == runs["second"]["model.safetensors#header"]
+    assert runs["first"]["config.json"] == runs["second"]["config.json"]
+    assert runs["first"][CONTENT_KEY] != runs["second"][CONTENT_KEY]
+    assert runs["first"] == runs["copy"]
 
 
 def test_logged_model_args_read_the_last_start_through_a_prefix() -> None:
