@@ -100,7 +100,7 @@ def test_01_port_already_taken(tmp_path: Path) -> None:
         assert f"port {port}" in error["message"] and "already in use" in error["message"]
         assert "launcher.port: 0" in error["hint"]
         assert_gates_errored(session, "port_in_use")
-        assert session.gate("first_gate")["duration_s"] < 5
+        assert session.gate("first_gate")["duration_s"] < 15  # refused before a start (one takes 60 s and more)
         assert not (session.private_dir() / "server.log").exists(), "a server was started on a taken port"
         assert_nothing_left(session)
         assert listener.poll() is None, "the process holding the port was killed"
@@ -316,8 +316,9 @@ def test_06_health_503_forever(tmp_path: Path) -> None:
     assert "health 503" in (session.private_dir() / "server.log").read_text()
     assert_gates_errored(session, "startup_timeout")
     # The 3 s deadline, plus starting and stopping the fault server: 6.9 s once beside the managed
-    # tiny-cpu run's long prompts. Far from the 300 s a recipe's default deadline would wait.
-    assert 3 <= session.gate("first_gate")["duration_s"] < 12
+    # tiny-cpu run's long prompts. Far from the 300 s a recipe's default deadline would wait; the
+    # bound leaves a loaded runner room and still tells the two apart.
+    assert 3 <= session.gate("first_gate")["duration_s"] < 30
     assert_nothing_left(session)
 
 
@@ -342,5 +343,5 @@ def test_07_health_ok_generation_hangs(tmp_path: Path) -> None:
     assert 1 <= len(completions) <= 3, completions
     # The 6 s deadline, one 2 s completion past it at most, plus starting and stopping the fault
     # server: 10.03 s once beside round 1's servers. Far from a recipe's default 300 s.
-    assert 6 <= session.gate("first_gate")["duration_s"] < 14
+    assert 6 <= session.gate("first_gate")["duration_s"] < 30
     assert_nothing_left(session)
