@@ -19,8 +19,9 @@ model path is the same checkpoint when it names the same files (``gates.checkpoi
 against the server's working directory, or a copy with the same content); a path this run
 cannot resolve is not checked, and marked not observable from here, which fails no gate. A local
 model directory also gets the SHA-256 of its ``config.json``, its weights index and its whole
-content, so two runs can tell whether they served the same files. Local paths never appear in the result: a
-directory is shown as the recipe's own (relative) ``model_path``, or ``<model-dir>``.
+content, so two runs can tell whether they served the same files. Local paths never appear in
+the result: a directory is shown as the recipe's own (relative) ``model_path``, or
+``<model-dir>``.
 """
 
 from __future__ import annotations
