@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -19,11 +19,11 @@ from typing import Any
 from pytest_vllmqual.atomic_io import write_json_atomic, write_text_atomic
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
-from pytest_vllmqual.fleet.record import build_record
+from pytest_vllmqual.fleet.record import FleetVerdict, build_record
 from pytest_vllmqual.fleet.runner import FleetRun, ProgressFn
 from pytest_vllmqual.fleet.spec import FleetSpec, load_fleet
 
-__all__ = ["EXIT_INTERRUPTED", "progress_line", "run_fleet", "write_outputs"]
+__all__ = ["EXIT_INTERRUPTED", "exit_code", "progress_line", "run_fleet", "write_outputs"]
 
 EXIT_INTERRUPTED = 130
 
@@ -86,7 +86,8 @@ def write_outputs(run: FleetRun, out_dir: Path, *, mode: str) -> dict[str, Any]:
 
 def run_fleet(path: Path, *, address: str | None, out_dir: Path, progress: ProgressFn = progress_line,
               project_dir: Path | None = None) -> int:
-    """The whole command; returns the exit code (0 consistent, 1 otherwise, 130 interrupted)."""
+    """The whole command; returns the exit code (0 consistent or not compared, both of which need every
+    job passed; 1 otherwise; 130 interrupted)."""
     spec = load_fleet(path)
     with RayCluster.connect(address) as cluster:
         run = FleetRun(spec=spec, cluster=cluster, progress=progress, project_dir=project_dir or Path.cwd())
@@ -100,8 +101,16 @@ def run_fleet(path: Path, *, address: str | None, out_dir: Path, progress: Progr
     decision = record["decision"]
     for comparison in record["comparisons"]:
         progress(f"cross-node, job {comparison['job']}: {comparison['summary']}")
+    for job in decision["not_compared"]:
+        progress(f"cross-node, job {job['job']}: not compared, {job['reason']}")
     progress(f"verdict {decision['verdict']} ({record['status']}); record: {folder / 'fleet.json'}; "
              f"page: {folder / 'fleet.html'}; junit: {folder / 'fleet.xml'}")
-    if run.interrupted:
+    return exit_code(decision, interrupted=run.interrupted)
+
+
+def exit_code(decision: Mapping[str, Any], *, interrupted: bool) -> int:
+    """0 when every job passed and nothing disagreed (``consistent``, or ``not compared`` where no job
+    ran on two nodes), 130 when interrupted, else 1."""
+    if interrupted:
         return EXIT_INTERRUPTED
-    return 0 if decision["verdict"] == "consistent" else 1
+    return 0 if decision["verdict"] in (FleetVerdict.CONSISTENT, FleetVerdict.NOT_COMPARED) else 1

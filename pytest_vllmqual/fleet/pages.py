@@ -3,7 +3,8 @@
 The page: the fleet verdict with what it proves and does not, the row table (a row per job
 attempt and node), the cross-node comparisons, the nodes. The junit file has a testsuite per
 job and a testcase per row; a row that did not pass is a failure (or an error for a run that
-never reported), with the record's own words, never a server's.
+never reported), with the record's own words, never a server's; each job's cross-node comparison
+is one more testcase, skipped with the reason when the job was not compared.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ tr.fail td{background:#ffebe9}tr.skip td{background:#fff8c5}
 .badge{display:inline-block;padding:.15rem .6rem;border-radius:1rem;font-weight:600;color:#fff;background:#57606a}
 .verdict-consistent .badge{background:#1a7f37}.verdict-inconsistent .badge{background:#bf8700}
 .verdict-failed .badge{background:#cf222e}.verdict-incomplete .badge{background:#8250df}
+.verdict-not-compared .badge{background:#57606a}
 .decision{border:1px solid #d0d7de;border-radius:.5rem;padding:.2rem 1.2rem 1rem;background:#fbfcfd}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem;word-break:break-all}
 """
@@ -79,6 +81,7 @@ def render_fleet_html(record: Mapping[str, Any]) -> str:
     fleet = record.get("fleet") or {}
     decision = record.get("decision") or {}
     verdict = str(decision.get("verdict"))
+    skipped = list(decision.get("not_compared") or [])
     rows = list(record.get("rows") or [])
     classes = ["" if r.get("outcome") == "passed" else "skip" if r.get("outcome") == "cancelled" else "fail"
                for r in rows]
@@ -90,7 +93,7 @@ def render_fleet_html(record: Mapping[str, Any]) -> str:
         f'<p class="meta">run <code>{_esc(fleet.get("run_id"))}</code> · {_esc(record.get("started_utc"))} → '
         f'{_esc(record.get("finished_utc"))} · status <b>{_esc(record.get("status"))}</b> · '
         f'{len(nodes)} node(s) · cluster {_esc(record.get("cluster", {}).get("mode"))}</p></header>',
-        f'<section class="decision verdict-{_esc(verdict)}"><h2>Fleet verdict <span class="badge">{_esc(verdict)}'
+        f'<section class="decision verdict-{_esc(verdict.replace(" ", "-"))}"><h2>Fleet verdict <span class="badge">{_esc(verdict)}'
         "</span></h2><h3>What this fleet run proves</h3><ul>"
         + "".join(f"<li>{_esc(p)}</li>" for p in decision.get("proves") or []) + "</ul>"
         "<h3>What it does not prove</h3><ul>"
@@ -99,7 +102,9 @@ def render_fleet_html(record: Mapping[str, Any]) -> str:
                                                               classes) + "</section>",
         '<section id="comparisons"><h2>Cross-node comparison</h2>'
         + ("".join(_comparison(c) for c in record.get("comparisons") or [])
-           or "<p>No job ran one recipe on two or more nodes.</p>") + "</section>",
+           or "<p>No job ran one recipe on two or more nodes.</p>")
+        + "".join(f"<h3>job {_esc(s.get('job'))}: not compared</h3><p>{_esc(s.get('reason'))}</p>" for s in skipped)
+        + "</section>",
         '<section id="nodes"><h2>Nodes</h2>' + _table(
             "fleet-nodes", ["Node", "Ray node id (SHA-256, 12 hex)", "CPU cores", "GPUs"],
             [[_esc(n.get("node")), f"<code>{_esc(n.get('node_id_sha256'))}</code>", _num(n.get("cpus"), 0),
@@ -112,8 +117,24 @@ def render_fleet_html(record: Mapping[str, Any]) -> str:
             "</head><body>" + "".join(body) + "</body></html>\n")
 
 
+def _cross_node_case(suite: ET.Element, job: str, record: Mapping[str, Any]) -> tuple[int, int]:
+    """The job's cross-node comparison as one more testcase: a failure when the nodes disagree,
+    skipped (with the record's reason) when it was not compared. Returns (failures, skipped)."""
+    case = ET.SubElement(suite, "testcase", classname=f"fleet.{job}", name="cross-node", time="0")
+    comparison = next((c for c in record.get("comparisons") or [] if c.get("job") == job), None)
+    if comparison is not None:
+        if comparison.get("agree"):
+            return 0, 0
+        ET.SubElement(case, "failure", message=str(comparison.get("summary")))
+        return 1, 0
+    reason = next((str(s.get("reason")) for s in (record.get("decision") or {}).get("not_compared") or []
+                   if s.get("job") == job), "")
+    ET.SubElement(case, "skipped", message=f"not compared: {reason}".rstrip(": "))
+    return 0, 1
+
+
 def render_fleet_junit(record: Mapping[str, Any]) -> str:
-    """One junit document: a testsuite per job, a testcase per row."""
+    """One junit document: a testsuite per job, a testcase per row and one for the cross-node comparison."""
     root = ET.Element("testsuites", name=f"vllmqual fleet {record.get('fleet', {}).get('name')}")
     jobs: dict[str, list[Mapping[str, Any]]] = {}
     for row in record.get("rows") or []:
@@ -122,8 +143,7 @@ def render_fleet_junit(record: Mapping[str, Any]) -> str:
         failures = sum(1 for r in rows if r["outcome"] == "failed")
         errors = sum(1 for r in rows if r["outcome"] not in ("passed", "failed", "cancelled"))
         skipped = sum(1 for r in rows if r["outcome"] == "cancelled")
-        suite = ET.SubElement(root, "testsuite", name=job, tests=str(len(rows)), failures=str(failures),
-                              errors=str(errors), skipped=str(skipped))
+        suite = ET.SubElement(root, "testsuite", name=job, tests=str(len(rows) + 1))
         for row in rows:
             case = ET.SubElement(suite, "testcase", classname=f"fleet.{job}",
                                  name=f"{row.get('node') or 'no-node'}-attempt-{row['attempt']}",
@@ -139,4 +159,8 @@ def render_fleet_junit(record: Mapping[str, Any]) -> str:
                 ET.SubElement(case, "skipped", message=message)
             elif row["outcome"] != "passed":
                 ET.SubElement(case, "error", message=message)
+        cross_failed, cross_skipped = _cross_node_case(suite, job, record)
+        suite.set("failures", str(failures + cross_failed))
+        suite.set("errors", str(errors))
+        suite.set("skipped", str(skipped + cross_skipped))
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -5,7 +5,9 @@ is written, and is scrubbed again like every public file. Nodes appear only as `
 hash of Ray's node id. A row carries what the node's sanitized report says (verdict, gates
 passed/failed/not applicable, cold start, KV pool, largest prompt and its TTFT); a report that
 did not validate is not in the record, only the reason. Private artifacts are named by node,
-run id and the SHA-256 of their manifest: they stay on the node.
+run id and the SHA-256 of their manifest: they stay on the node. A job whose reports came from
+fewer than two nodes is not compared, and the decision says so and why; a fleet in which no job
+was compared is ``not compared``, never ``consistent``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from pytest_vllmqual.fleet.attempts import Attempt, Outcome
 from pytest_vllmqual.fleet.crossnode import compare_nodes
 from pytest_vllmqual.layout import raise_if_invalid
 
-__all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "FleetVerdict", "build_record", "row_of", "validate_record"]
+__all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "RECORD_SCHEMA_VERSION", "FleetVerdict", "build_record", "decide_fleet",
+           "not_compared", "row_of", "validate_record"]
 
 RECORD_SCHEMA = "fleet-record.schema.json"
-RECORD_SCHEMA_ID = "https://pytest-vllmqual/schemas/fleet-record/1"
+RECORD_SCHEMA_VERSION = 2
+RECORD_SCHEMA_ID = f"https://pytest-vllmqual/schemas/fleet-record/{RECORD_SCHEMA_VERSION}"
 _PROBLEMS = {Outcome.LOST, Outcome.DEADLINE, Outcome.CANCELLED, Outcome.NOT_STARTED, Outcome.ERROR,
              Outcome.INVALID_REPORT}
 
@@ -35,7 +39,12 @@ class FleetVerdict(str, enum.Enum):
     INCOMPLETE = "incomplete"
     FAILED = "failed"
     INCONSISTENT = "inconsistent"
+    #: Every job passed, but no job's reports came from two or more nodes: nothing was compared.
+    NOT_COMPARED = "not compared"
     CONSISTENT = "consistent"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 def _utc(epoch: float | None) -> str | None:
@@ -110,13 +119,35 @@ def row_of(attempt: Attempt, node_label: str | None, node_id_sha256: str | None)
     return row
 
 
+def _latest_by_node(rows: Sequence[Mapping[str, Any]], job: str) -> dict[str, Mapping[str, Any]]:
+    """The last row with a report on each node, for one job."""
+    latest: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        if row["job"] == job and row["report"] is not None and row["node"]:
+            latest[str(row["node"])] = row
+    return latest
+
+
+def not_compared(rows: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, str]]:
+    """Every job whose reports came from fewer than two nodes, with why (``jobs``: the record's
+    ``fleet.jobs``, for each job's placement)."""
+    placement = {str(j.get("name")): str(j.get("placement") or "") for j in jobs}
+    out: list[dict[str, str]] = []
+    for job in dict.fromkeys(str(r["job"]) for r in rows):
+        latest = _latest_by_node(rows, job)
+        if len(latest) >= 2:
+            continue
+        where = f" (placement {placement[job]})" if placement.get(job) else ""
+        reason = (f"one node ran the job ({next(iter(latest))}){where}: there is no other node's report to "
+                  "compare it with" if latest else "no attempt of the job wrote a report")
+        out.append({"job": job, "reason": reason})
+    return out
+
+
 def _comparisons(rows: Sequence[dict[str, Any]], attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for job in dict.fromkeys(a.job.name for a in attempts):
-        latest: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            if row["job"] == job and row["report"] is not None and row["node"]:
-                latest[row["node"]] = row
+        latest = _latest_by_node(rows, job)
         if len(latest) < 2:
             continue
         report = next(a.report for a in attempts if a.job.name == job and a.report)
@@ -125,8 +156,10 @@ def _comparisons(rows: Sequence[dict[str, Any]], attempts: Sequence[Attempt]) ->
     return out
 
 
-def _verdict(rows: Sequence[dict[str, Any]], comparisons: Sequence[dict[str, Any]],
-             interrupted: bool) -> tuple[FleetVerdict, list[str], list[str]]:
+def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]],
+                 skipped: Sequence[Mapping[str, str]], interrupted: bool) -> tuple[FleetVerdict, list[str], list[str]]:
+    """The verdict with what it proves and does not, from the rows, the comparisons and the jobs
+    not compared (``skipped``, from :func:`not_compared`)."""
     proves: list[str] = []
     not_proven: list[str] = []
     problems = [r for r in rows if Outcome(r["outcome"]) in _PROBLEMS and not r["retried_as"]]
@@ -141,6 +174,8 @@ def _verdict(rows: Sequence[dict[str, Any]], comparisons: Sequence[dict[str, Any
                       f"passed on {row['node']} with verdict {row['verdict']}")
     for comparison in comparisons:
         (proves if comparison["agree"] else not_proven).append(f"job {comparison['job']}: {comparison['summary']}")
+    for job in skipped:
+        not_proven.append(f"that job {job['job']} gives the same result on another node: not compared, {job['reason']}")
     not_proven.append("any node that was not in the cluster, or did not match a job's placement, when the fleet ran")
     if any(r["selection"] for r in rows):
         not_proven.append("the gates a job's -m/-k selection left out (each row's own report lists them)")
@@ -151,6 +186,8 @@ def _verdict(rows: Sequence[dict[str, Any]], comparisons: Sequence[dict[str, Any
         return FleetVerdict.FAILED, proves, not_proven
     if any(not c["agree"] for c in comparisons):
         return FleetVerdict.INCONSISTENT, proves, not_proven
+    if not comparisons:
+        return FleetVerdict.NOT_COMPARED, proves, not_proven
     return FleetVerdict.CONSISTENT, proves, not_proven
 
 
@@ -165,14 +202,16 @@ def build_record(*, fleet: Mapping[str, Any], attempts: Sequence[Attempt], label
         label, tag = labels.get(attempt.node_id or "", (None, None))
         rows.append(row_of(attempt, label, tag))
     comparisons = _comparisons(rows, attempts)
-    verdict, proves, not_proven = _verdict(rows, comparisons, interrupted)
+    skipped = not_compared(rows, fleet.get("jobs") or ())
+    verdict, proves, not_proven = decide_fleet(rows, comparisons, skipped, interrupted)
     record: dict[str, Any] = {
-        "schema": RECORD_SCHEMA_ID, "schema_version": 1, "tool": {"name": "pytest-vllmqual", "version": __version__},
+        "schema": RECORD_SCHEMA_ID, "schema_version": RECORD_SCHEMA_VERSION, "tool": {"name": "pytest-vllmqual", "version": __version__},
         "fleet": dict(fleet), "cluster": {"mode": mode, "nodes": list(nodes)},
         "status": "incomplete" if interrupted or verdict is FleetVerdict.INCOMPLETE else "complete",
         "interrupted": interrupted, "started_utc": _utc(started), "finished_utc": _utc(finished),
         "rows": rows, "comparisons": comparisons,
-        "decision": {"verdict": verdict.value, "proves": proves, "does_not_prove": not_proven},
+        "decision": {"verdict": verdict.value, "proves": proves, "does_not_prove": not_proven,
+                     "not_compared": skipped},
     }
     scrubbed: dict[str, Any] = Sanitizer().scrub_obj(record)
     validate_record(scrubbed)
@@ -183,4 +222,4 @@ def validate_record(record: Any) -> None:
     """FleetError naming the first violation of the fleet record schema."""
     from pytest_vllmqual.errors import FleetError
 
-    raise_if_invalid(record, RECORD_SCHEMA, error=FleetError, where="fleet record", what="fleet record schema 1")
+    raise_if_invalid(record, RECORD_SCHEMA, error=FleetError, where="fleet record", what=f"fleet record schema {RECORD_SCHEMA_VERSION}")

@@ -43,8 +43,8 @@ from .query import ok_rungs, preflight_summary
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "migration_hint", "resanitize",
            "validate_report", "validation_errors", "verify_report", "write_report_atomic"]
 
-SCHEMA_ID = "https://pytest-vllmqual/schemas/report/3"
-SCHEMA_VERSION = 3
+SCHEMA_ID = "https://pytest-vllmqual/schemas/report/4"
+SCHEMA_VERSION = 4
 TOOL_NAME = "pytest-vllmqual"
 
 _MAX_TEXT = 2000
@@ -484,9 +484,9 @@ def validation_errors(report: Any) -> list[str]:
 
 
 def migration_hint(report: Any) -> str:
-    """How to read a report of an older schema version (report/1, report/2): carry it forward."""
+    """How to read a report of an older schema version (report/1 to report/3): carry it forward."""
     schema = report.get("schema") if isinstance(report, Mapping) else None
-    if isinstance(schema, str) and re.fullmatch(r"https://pytest-vllmqual/schemas/report/[12]", schema):
+    if isinstance(schema, str) and re.fullmatch(r"https://pytest-vllmqual/schemas/report/[123]", schema):
         return (" It was written by an older version of pytest-vllmqual. Fix: carry it forward with "
                 "scripts/gpu/migrate_report_v1.py from the source tree (it adds nothing the run did not measure).")
     return ""

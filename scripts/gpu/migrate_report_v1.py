@@ -1,4 +1,4 @@
-"""Carry a report/1 or report/2 record forward to the current report schema (report/3).
+"""Carry a report/1, report/2 or report/3 record forward to the current report schema (report/4).
 
 It adds nothing the run did not measure. The real GPU runs (2× H200, vLLM 0.24.0) were made
 with the tree of commit 11c44f8, which wrote report/1; the schema then moved to report/2 and to report/3. GPU time is scarce, so those runs
@@ -16,7 +16,20 @@ are carried forward instead of repeated. From report/1 to report/2:
 From report/2 to report/3 only the verdict's word changed: the top single-run verdict
 ``candidate`` is now ``promotable`` (``candidate`` only names the B arm of an A/B). A report/2
 record keeps its decision as it was judged and gets the new word; a report/1 record is decided
-again by the current rules, which use it already. A record of any other version is refused.
+again by the current rules, which use it already.
+
+From report/3 to report/4 two meanings changed:
+
+- ``slos_set_by``: report/3 wrote ``operator`` both when a recipe said so and when it said nothing
+  (the default), so a report/3 ``operator`` cannot be told from an unstated one. It is carried
+  forward as ``not stated`` (load section, load gate, recipe content); ``project`` and
+  ``placeholder`` stay as they were.
+- the stored decision stays as the run wrote it. When today's rules decide the record
+  differently, the recomputation is kept beside it as ``decision_recomputed`` (the rules' tool
+  version and schema, and the date it last changed); when they agree, there is no such block.
+
+A report/4 record is refreshed the same way (its recomputation follows today's rules), so
+running this again after the rules change is safe. A record of any other version is refused.
 
     python scripts/gpu/migrate_report_v1.py IN.json OUT.json
 """
@@ -24,11 +37,13 @@ again by the current rules, which use it already. A record of any other version 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual import __version__
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.report.decision import with_decision
@@ -81,11 +96,42 @@ def migrate(report: dict[str, Any]) -> dict[str, Any]:
         out = with_decision(_v1_to_v2(out))
     elif version == 2:
         out["decision"] = _v2_to_v3_decision(out["decision"])
-    else:
-        raise SystemExit(f"not a report/1 or report/2 record (schema_version {version!r})")
+    elif version not in (3, 4):
+        raise SystemExit(f"not a report/1 to report/4 record (schema_version {version!r})")
+    if version != 4:
+        _v3_to_v4_slos(out)
     out["schema"], out["schema_version"] = SCHEMA_ID, SCHEMA_VERSION
+    _recompute(out)
     validate_report(out)
     return out
+
+
+def _v3_to_v4_slos(out: dict[str, Any]) -> None:
+    """report/3's ``operator`` may have been a default nobody stated: report/4 says ``not stated``."""
+    def carry(section: Any) -> None:
+        if isinstance(section, dict) and section.get("slos_set_by") == "operator":
+            section["slos_set_by"] = "not stated"
+
+    carry(out.get("load"))
+    carry(((out.get("recipe") or {}).get("content") or {}).get("gates", {}).get("load"))
+    for gate in out.get("gates") or []:
+        if gate.get("gate") == "load":
+            carry(gate.get("measurements"))
+
+
+def _recompute(out: dict[str, Any]) -> None:
+    """Keep the stored decision; put today's recomputation beside it when it differs (dated when it
+    last changed, so running this again with the same rules changes nothing)."""
+    previous = out.pop("decision_recomputed", None)
+    decision = with_decision({k: v for k, v in out.items()})["decision"]
+    if decision == out["decision"]:
+        return
+    if isinstance(previous, dict) and previous.get("decision") == decision:
+        out["decision_recomputed"] = previous
+        return
+    out["decision_recomputed"] = {"rules": f"pytest-vllmqual {__version__}, report/{SCHEMA_VERSION}",
+                                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                                  "decision": decision}
 
 
 def _v2_to_v3_decision(decision: dict[str, Any]) -> dict[str, Any]:

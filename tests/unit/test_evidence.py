@@ -108,7 +108,7 @@ def test_an_unwritable_private_folder_is_an_artifact_error(tmp_path: Path) -> No
 
 def test_report_validates_and_carries_every_section(report: dict[str, Any]) -> None:
     assert validation_errors(report) == []
-    assert report["schema"] == SCHEMA_ID and report["schema_version"] == 3
+    assert report["schema"] == SCHEMA_ID and report["schema_version"] == 4
     assert report["tool"]["name"] == "pytest-vllmqual"
     assert list(report) == ["schema", "schema_version", "tool", "run", "recipe", "identity", "hardware",
                             "lifecycle", "engine", "gates", "preflight", "ladder", "ladder_summary", "decision",
@@ -411,6 +411,7 @@ def test_load_report_errors_are_one_clear_report_error(tmp_path: Path) -> None:
     bad.write_text('{"schema": "x"}')
     with pytest.raises(ReportError, match="does not match the report schema"):
         load_report(bad)
-    bad.write_text('{"schema": "https://pytest-vllmqual/schemas/report/2"}')
-    with pytest.raises(ReportError, match=r"older version of pytest-vllmqual\. Fix: carry it forward"):
-        load_report(bad)
+    for old in ("report/2", "report/3"):
+        bad.write_text(f'{{"schema": "https://pytest-vllmqual/schemas/{old}"}}')
+        with pytest.raises(ReportError, match=r"older version of pytest-vllmqual\. Fix: carry it forward"):
+            load_report(bad)

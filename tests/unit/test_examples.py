@@ -3,14 +3,16 @@ evidence of the real GPU runs says what they proved (hardware, runtime, the 393K
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_vllmqual.ab.compare import validate_comparison
+from pytest_vllmqual.ab.compare import report_digest, validate_comparison
 from pytest_vllmqual.fleet.record import validate_record as validate_fleet_record
+from pytest_vllmqual.report.decision import with_decision
 from pytest_vllmqual.report.public import validate_report
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "reports" / "examples"
@@ -21,6 +23,9 @@ GPU_TP1 = EXAMPLES / "gpu-tp1"
 def load(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+REPORTS = [p for p in sorted(EXAMPLES.rglob("*.json")) if '"https://pytest-vllmqual/schemas/report/' in p.read_text()[:200]]
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("*.json")), ids=lambda p: str(p.relative_to(EXAMPLES)))
@@ -48,11 +53,16 @@ def test_gpu_reports_name_two_h200_and_runtime_0_24_0(name: str) -> None:
     runtime = next(c for c in report["identity"]["checks"] if c["field"] == "runtime_version")
     assert runtime["observed"] == "0.24.0" and runtime["status"] == "matched"
     assert report["recipe"]["content"]["serve"]["tensor_parallel_size"] == 2
-    # Every gate passed or is named as not applicable; nothing overclaims.
+    # Every gate passed or is named as not applicable; nothing overclaims. The decision as written
+    # predates the openai_sdk and load gates; today's rules list them as not run, beside it.
     outcomes = {g["gate"]: g["outcome"] for g in report["decision"]["gates"]}
     assert {gate for gate, outcome in outcomes.items() if outcome != "passed"} == {
         "quality_intelligence", "quality_session_recall"}
-    assert report["decision"]["verdict"] == "healthy"
+    recomputed = {g["gate"]: g["outcome"] for g in report["decision_recomputed"]["decision"]["gates"]}
+    assert {gate for gate, outcome in recomputed.items() if outcome != "passed"} == {
+        "quality_intelligence", "quality_session_recall", "openai_sdk", "load"}
+    assert recomputed["openai_sdk"] == recomputed["load"] == "absent"
+    assert report["decision"]["verdict"] == report["decision_recomputed"]["decision"]["verdict"] == "healthy"
     assert report["lifecycle"]["teardown"]["clean"] is True
 
 
@@ -92,18 +102,70 @@ def test_the_migration_carries_report_2_forward_renaming_its_candidate_verdict()
     """report/2 called the top single-run verdict candidate; report/3 calls it promotable, nothing else moves."""
     migrate = _migrate_script().migrate
     old = load(GPU / "tiny-gpu.json")
+    old.pop("decision_recomputed", None)
     old["schema"], old["schema_version"] = "https://pytest-vllmqual/schemas/report/2", 2
     old["decision"] = {**old["decision"], "verdict": "candidate", "summary": "candidate; no-promotion",
                        "reasons": ["every registered gate passed; a single run is at most a candidate (...)"]}
     new = migrate(old)
     validate_report(new)
     assert (new["schema_version"], new["decision"]["verdict"], new["decision"]["summary"]) == (
-        3, "promotable", "promotable; no-promotion")
+        4, "promotable", "promotable; no-promotion")
     assert new["decision"]["reasons"] == ["every registered gate passed; a single run is at most promotable (...)"]
-    assert {k: v for k, v in new.items() if k not in ("schema", "schema_version", "decision")} == {
-        k: v for k, v in old.items() if k not in ("schema", "schema_version", "decision")}
-    with pytest.raises(SystemExit, match="schema_version 3"):
-        migrate(new)
+    moved = ("schema", "schema_version", "decision", "decision_recomputed")
+    assert {k: v for k, v in new.items() if k not in moved} == {k: v for k, v in old.items() if k not in moved}
+    old["schema_version"] = 5
+    with pytest.raises(SystemExit, match="schema_version 5"):
+        migrate(old)
+
+
+def _as_report_3(report: dict[str, Any]) -> dict[str, Any]:
+    old = json.loads(json.dumps(report))
+    old.pop("decision_recomputed", None)
+    old["schema"], old["schema_version"] = "https://pytest-vllmqual/schemas/report/3", 3
+    for section in (old["load"], old["recipe"]["content"]["gates"]["load"], _gate(old, "load")["measurements"]):
+        section["slos_set_by"] = "operator"
+    return old
+
+
+def test_the_migration_to_report_4_keeps_the_stored_decision_and_puts_a_different_recomputation_beside_it() -> None:
+    """report/3 wrote operator also where the recipe said nothing: carried forward it is 'not stated'. The
+    decision stays as the run wrote it; today's rules' decision sits beside it only where it differs, and
+    running the migration again changes nothing."""
+    migrate = _migrate_script().migrate
+    old = _as_report_3(load(GPU_TP1 / "tiny-gpu.json"))
+    new = migrate(old)
+    validate_report(new)
+    assert new["decision"] == old["decision"] and new["schema_version"] == 4
+    assert {new["load"]["slos_set_by"], _gate(new, "load")["measurements"]["slos_set_by"],
+            new["recipe"]["content"]["gates"]["load"]["slos_set_by"]} == {"not stated"}
+    assert new["decision_recomputed"]["decision"] == with_decision(new)["decision"] != new["decision"]
+    assert new["decision_recomputed"]["rules"].endswith("report/4")
+    assert migrate(new) == new
+    agreeing = {**new, "decision": new["decision_recomputed"]["decision"]}
+    assert "decision_recomputed" not in migrate(agreeing)
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_every_committed_report_decision_recomputed_is_what_today_s_rules_decide(path: Path) -> None:
+    """The stored decision is kept as the run wrote it; where today's rules decide otherwise, the
+    recomputation sits beside it. When the rules change, this fails until the migration is run again
+    (scripts/migrate_examples.py), so the examples never claim a recomputation they do not carry."""
+    report = load(path)
+    recomputed = with_decision(report)["decision"]
+    stored = report.get("decision_recomputed", {}).get("decision", report["decision"])
+    assert recomputed == stored, "run scripts/migrate_examples.py: today's rules decide this report differently"
+    assert recomputed["verdict"] == report["decision"]["verdict"], "a recomputation changed a verdict"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("comparison.json")), ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_every_committed_comparison_names_its_arm_reports_by_their_sha256(path: Path) -> None:
+    comparison = load(path)
+    arms = {load(p)["run"]["id"]: p for p in path.parent.glob("*.json") if p.name != "comparison.json"}
+    for role in ("control", "candidate", "replay"):
+        ref = comparison[role]
+        arm = arms[ref["run_id"]]
+        digest = hashlib.sha256(arm.read_bytes()).hexdigest() if ref["hashed"] == "file" else report_digest(load(arm))
+        assert ref["report_sha256"] == digest, f"{role}: {arm.name}"
 
 
 TP1_REPORTS = ["tiny-gpu.json", "tiny-gpu-393k-fp8kv.json", "tiny-gpu-kvfail.json", "ab-131k/A-control-8192.json",
@@ -176,7 +238,11 @@ def test_one_gpu_fleet_ran_both_recipes_one_after_the_other_on_the_one_gpu() -> 
     """Ray gave each TP=1 job the node's one GPU in turn: the second waited in the queue for about
     the first job's run, and both passed; the 393K job's ladder went past 300,000 on FP8 KV."""
     record = load(GPU_FLEET / "fleet.json")
-    assert record["status"] == "complete" and record["decision"]["verdict"] == "consistent"
+    assert record["status"] == "complete" and record["decision"]["verdict"] == "not compared"
+    assert record["comparisons"] == [] and [(j["job"], j["reason"].split(":")[0]) for j in
+                                            record["decision"]["not_compared"]] == [
+        ("tiny-gpu", "one node ran the job (node-1) (placement any (any node))"),
+        ("tiny-gpu-393k-fp8kv", "one node ran the job (node-1) (placement any (any node))")]
     assert [n["gpus"] for n in record["cluster"]["nodes"]] == [1.0]
     rows = {row["job"]: row for row in record["rows"]}
     assert set(rows) == {"tiny-gpu", "tiny-gpu-393k-fp8kv"}
@@ -184,7 +250,9 @@ def test_one_gpu_fleet_ran_both_recipes_one_after_the_other_on_the_one_gpu() -> 
         assert (row["outcome"], row["verdict"], row["tp_size_seen"]) == ("passed", "healthy", 1)
         assert row["resources"]["gpus"] == 1 and row["overrides"] == ["serve.tensor_parallel_size=1"]
         assert row["gates"]["failed"] == 0
-        validate_report(load(GPU_FLEET / row["report"]["file"]))
+        job_report = load(GPU_FLEET / row["report"]["file"])
+        validate_report(job_report)
+        assert row["report"]["sha256"] == hashlib.sha256(json.dumps(job_report, sort_keys=True).encode()).hexdigest()
     first, second = rows["tiny-gpu"], rows["tiny-gpu-393k-fp8kv"]
     assert second["queue_s"] >= 0.9 * first["elapsed_s"], "the second job held no GPU while the first ran"
     assert second["largest_prompt_tokens"] > 300_000

@@ -16,6 +16,7 @@ import pytest
 
 from pytest_vllmqual.errors import FleetError
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome, evaluate_result
+from pytest_vllmqual.fleet.command import exit_code
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
 from pytest_vllmqual.fleet.record import build_record, validate_record
 from pytest_vllmqual.fleet.spec import JobSpec, Placement, PlacementMode
@@ -132,5 +133,35 @@ def test_html_and_junit() -> None:
     assert "http://" not in page and "https://" not in page.replace(record["schema"], "")  # offline
     root = ET.fromstring(render_fleet_junit(record))
     suites = root.findall("testsuite")
-    assert [s.get("name") for s in suites] == ["every"] and suites[0].get("tests") == "3"
-    assert [c.get("name") for c in suites[0].findall("testcase")] == [f"node-{i}-attempt-1" for i in (1, 2, 3)]
+    assert [s.get("name") for s in suites] == ["every"] and suites[0].get("tests") == "4"
+    assert [c.get("name") for c in suites[0].findall("testcase")] == [f"node-{i}-attempt-1" for i in (1, 2, 3)] + [
+        "cross-node"]
+    cross = suites[0].findall("testcase")[-1]
+    assert suites[0].get("failures") == "1" and "node-3" in str(cross.find("failure").get("message"))  # type: ignore[union-attr]
+
+
+def test_one_node_is_not_compared_never_consistent_and_says_why() -> None:
+    """A job whose reports came from one node has nothing to compare: the verdict is 'not compared'
+    (fleet-record/1 said 'consistent' with no comparison), the decision names the job and why, and
+    the page and the junit say so."""
+    record = _record([_attempt("id1")])
+    assert record["comparisons"] == [] and record["decision"]["verdict"] == "not compared"
+    assert exit_code(record["decision"], interrupted=False) == 0  # every job passed
+    assert record["decision"]["not_compared"] == [
+        {"job": "every", "reason": "one node ran the job (node-1): there is no other node's report to compare it with"}]
+    assert any("not compared, one node ran the job" in t for t in record["decision"]["does_not_prove"])
+    page = render_fleet_html(record)
+    assert 'class="decision verdict-not-compared"' in page and "job every: not compared" in page
+    suite = ET.fromstring(render_fleet_junit(record)).findall("testsuite")[0]
+    cross = suite.findall("testcase")[-1]
+    assert cross.get("name") == "cross-node" and suite.get("skipped") == "1"
+    assert str(cross.find("skipped").get("message")).startswith("not compared: one node ran the job")  # type: ignore[union-attr]
+
+
+def test_two_nodes_that_agree_are_consistent_and_nothing_is_left_uncompared() -> None:
+    record = _record([_attempt("id1"), _attempt("id2")])
+    assert record["decision"]["verdict"] == "consistent" and record["decision"]["not_compared"] == []
+    assert exit_code(record["decision"], interrupted=False) == 0
+    assert exit_code(record["decision"], interrupted=True) == 130
+    assert exit_code(_record([_attempt("id1"), _attempt("id2"), _attempt("id3", kv=1)])["decision"],
+                     interrupted=False) == 1

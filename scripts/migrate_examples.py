@@ -1,0 +1,147 @@
+"""Carry every committed record under a folder (default ``reports/examples``) forward to today's schemas.
+
+Safe to run again at any time (after a schema bump, or after the rules that decide a report
+change): it rewrites only what today's code says differently, and adds nothing a run did not
+measure.
+
+- arm reports (``report/1`` to ``report/4``): ``scripts/gpu/migrate_report_v1.py``'s ``migrate``
+  (the stored decision stays as written; a recomputation that differs sits beside it);
+- fleet records (``fleet-record/1``, ``/2``): the verdict decided again from the stored rows and
+  comparisons, with the jobs that were not compared and why (``fleet-record/1`` called a fleet in
+  which nothing was compared ``consistent``); each row's report hash follows its migrated job
+  report; the fleet page and junit rendered again;
+- comparisons: each arm reference's SHA-256 follows its migrated arm report in the same folder
+  (found by run id); everything else stays as it was compared;
+- each report's and comparison's HTML page beside it rendered again.
+
+    .venv/bin/python scripts/migrate_examples.py [FOLDER]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.ab.compare import report_digest
+from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
+from pytest_vllmqual.fleet.record import (
+    RECORD_SCHEMA_ID,
+    RECORD_SCHEMA_VERSION,
+    decide_fleet,
+    not_compared,
+    validate_record,
+)
+from pytest_vllmqual.report.html_page import render_html
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _report_migrator() -> Any:
+    path = ROOT / "scripts" / "gpu" / "migrate_report_v1.py"
+    spec = importlib.util.spec_from_file_location("migrate_report_v1", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _dump(data: Any, path: Path) -> bool:
+    """Write ``data`` as the file was written (indented, keys in their order, non-ASCII escaped or
+    not as before); False when the file already says it."""
+    before = path.read_text(encoding="utf-8") if path.is_file() else ""
+    ascii_only = bool(before) and before == json.dumps(json.loads(before), indent=2, ensure_ascii=True) + "\n"
+    text = json.dumps(data, indent=2, ensure_ascii=ascii_only) + "\n"
+    if before == text:
+        return False
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+def _kind(data: dict[str, Any]) -> str:
+    schema = str(data.get("schema") or "")
+    return schema.rsplit("/", 2)[-2] if schema else ""
+
+
+def migrate_fleet_record(record: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The fleet record at today's schema, decided again from its own rows and comparisons."""
+    out = json.loads(json.dumps(record))
+    for row in out["rows"]:
+        report = row.get("report")
+        if report and (folder / report["file"]).is_file():
+            text = json.dumps(_load(folder / report["file"]), sort_keys=True)
+            report["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    skipped = not_compared(out["rows"], (out.get("fleet") or {}).get("jobs") or ())
+    verdict, proves, not_proven = decide_fleet(out["rows"], out["comparisons"], skipped, bool(out["interrupted"]))
+    out["decision"] = {"verdict": verdict.value, "proves": proves, "does_not_prove": not_proven,
+                       "not_compared": skipped}
+    out["schema"], out["schema_version"] = RECORD_SCHEMA_ID, RECORD_SCHEMA_VERSION
+    validate_record(out)
+    return out
+
+
+def _refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, Any]:
+    out = json.loads(json.dumps(comparison))
+    arms = {_load(p)["run"]["id"]: p for p in folder.glob("*.json") if _kind(_load(p)) == "report"}
+    for role in ("control", "candidate", "replay"):
+        ref = out.get(role)
+        if not ref or ref.get("run_id") not in arms:
+            continue
+        path = arms[ref["run_id"]]
+        ref["report_sha256"] = (hashlib.sha256(path.read_bytes()).hexdigest() if ref.get("hashed") == "file"
+                                else report_digest(_load(path)))
+    return out
+
+
+def migrate_folder(root: Path) -> list[Path]:
+    """Every record under ``root`` carried forward; returns the files that changed."""
+    migrate = _report_migrator().migrate
+    changed: list[Path] = []
+    paths = sorted(root.rglob("*.json"))
+    for path in paths:  # arm reports first: comparisons, fleets and campaigns hash or read them
+        data = _load(path)
+        if _kind(data) == "report":
+            report = migrate(data)
+            if _dump(report, path):
+                changed.append(path)
+            page = path.with_suffix(".html")
+            if page.is_file():
+                page.write_text(render_html(report), encoding="utf-8")
+    for path in paths:
+        data = _load(path)
+        if _kind(data) == "comparison":
+            comparison = _refresh_comparison(data, path.parent)
+            if _dump(comparison, path):
+                changed.append(path)
+            page = path.with_suffix(".html")
+            candidate = next((p for p in path.parent.glob("*.json")
+                              if _kind(_load(p)) == "report"
+                              and _load(p)["run"]["id"] == comparison["candidate"]["run_id"]), None)
+            if page.is_file() and candidate is not None:
+                page.write_text(render_html(_load(candidate), comparison=comparison), encoding="utf-8")
+        elif _kind(data) == "fleet-record":
+            record = migrate_fleet_record(data, path.parent)
+            if _dump(record, path):
+                changed.append(path)
+            (path.parent / "fleet.html").write_text(render_fleet_html(record), encoding="utf-8")
+            (path.parent / "fleet.xml").write_text(render_fleet_junit(record), encoding="utf-8")
+    return changed
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]) if argv else ROOT / "reports" / "examples"
+    for path in migrate_folder(root):
+        print(f"carried forward: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
