@@ -136,8 +136,8 @@ def _load(gate: Mapping[str, Any]) -> str:
     best = _measured(gate, "max_at_slo")
     if isinstance(best, int):
         text += f"; the highest level found at SLO was {best:,}"
-    if _measured(gate, "slos_set_by") == "placeholder":
-        text += " (placeholder levels and SLOs, not set by an operator)"
+    if _measured(gate, "slos_set_by") != "operator":
+        text += f" (levels and SLOs: {_measured(gate, 'slos_set_by') or 'not stated'}, not an operator's)"
     return text
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from pytest_vllmqual.errors import RecipeError
 
 __all__ = ["MIN_REQUESTS_PER_LEVEL", "REQUESTS_PER_IN_FLIGHT", "LoadSettings", "SloSource", "check_load_section",
-           "load_settings", "requests_floor"]
+           "load_settings", "requests_floor", "slo_caveat"]
 
 MIN_REQUESTS_PER_LEVEL = 32
 """The fewest requests a level is measured with: a p95 of fewer is one or two requests."""
@@ -27,15 +27,43 @@ REQUESTS_PER_IN_FLIGHT = 4
 
 
 class SloSource(str, Enum):
-    """Who set a recipe's load levels and SLOs."""
+    """Who set a recipe's load levels and SLOs (``gates.load.slos_set_by``). Only ``operator``
+    makes them a target a promotion can rest on; every other value is a caveat in the report."""
 
     OPERATOR = "operator"
     """An operator chose them for the load this configuration is promoted for."""
+    PROJECT = "project"
+    """This project's own, set for its fixture model: they show the gate works, not a target."""
     PLACEHOLDER = "placeholder"
     """This project's placeholder (not in the reference campaign) until an operator sets them."""
+    NOT_STATED = "not stated"
+    """The recipe does not say who set them (the default)."""
 
     def __str__(self) -> str:
         return self.value
+
+    @property
+    def caveat(self) -> str:
+        """What a report says of load figures judged against these SLOs; empty for an operator's."""
+        return _SLO_CAVEATS[self]
+
+
+_SLO_CAVEATS = {
+    SloSource.OPERATOR: "",
+    SloSource.PROJECT: "the load levels and SLOs are this project's own, set for its fixture model, not an "
+                       "operator's target",
+    SloSource.PLACEHOLDER: "the load levels and SLOs are placeholders, not in the reference campaign",
+    SloSource.NOT_STATED: "the recipe does not say who set the load levels and SLOs (gates.load.slos_set_by), so "
+                          "they are not taken as an operator's target",
+}
+
+
+def slo_caveat(value: Any) -> str:
+    """The caveat for a recorded ``slos_set_by`` word; a missing or unknown word is not stated."""
+    try:
+        return SloSource(value).caveat
+    except ValueError:
+        return SloSource.NOT_STATED.caveat
 
 
 def requests_floor(level: int) -> int:
@@ -58,7 +86,7 @@ class LoadSettings:
     find_max: bool = False
     max_ceiling: int | None = None
     max_steps: int = 6
-    slos_set_by: SloSource = SloSource.OPERATOR
+    slos_set_by: SloSource = SloSource.NOT_STATED
 
     def requests_at(self, level: int) -> int:
         """Requests measured at ``level``: the recipe's count, raised to the floor for a searched level."""

@@ -52,6 +52,7 @@ from pytest_vllmqual.gates.registry import (
     title_of,
 )
 from pytest_vllmqual.gates.registry import proves as gate_proves
+from pytest_vllmqual.recipe.load_settings import slo_caveat
 from pytest_vllmqual.records import GateOutcome, GateRecord, RungRecord, RunRecord, Verdict, worst_outcome
 
 from .number_format import fmt_num, short_tokens
@@ -356,9 +357,9 @@ def _load_gaps(record: RunRecord) -> list[str]:
     top = best if isinstance(best, int) else max(levels) if isinstance(levels, list) and levels else None
     items = [f"sustained load above {top} requests in flight within the SLOs" if isinstance(top, int)
              else "sustained load above the measured levels"]
-    if measured.get("slos_set_by") == "placeholder":
-        items.append("load at an operator's target: the load levels and SLOs are placeholders, not in the "
-                     "reference campaign")
+    caveat = slo_caveat(measured.get("slos_set_by"))
+    if caveat:
+        items.append(f"load at an operator's target: {caveat}")
     return items
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_vllmqual.recipe.load_settings import slo_caveat
+
 from .html_svg import esc, nice_ticks
 from .load_section import load_of
 from .number_format import fmt_num
@@ -147,8 +149,8 @@ def load_html(report: Mapping[str, Any]) -> str:
         found = (f" Highest level at SLO found: <b>{esc(search.get('max_at_slo'))}</b>{esc(bound)}, "
                  f"first failing {esc(search.get('first_failing'))}, ceiling {esc(search.get('ceiling'))}, "
                  f"levels tried {esc(search.get('tried'))}.")
-    placeholder = (" These levels and SLOs are placeholders, not in the reference campaign, until an operator "
-                   "sets them." if section.get("slos_set_by") == "placeholder" else "")
+    caveat = slo_caveat(section.get("slos_set_by"))
+    placeholder = f" Caveat: {caveat}." if caveat else ""
     rows = [_row(row) for row in section.get("levels") or []]
     classes = ["" if row.get("met_slo") else "fail" for row in section.get("levels") or []]
     headers = ["In flight", "Phase", "Requests", "Errors", "TTFT ms p50/p95/p99", "TPOT ms p50/p95/p99",

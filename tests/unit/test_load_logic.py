@@ -219,7 +219,7 @@ def test_the_settings_are_typed_with_their_defaults(tmp_path: Path) -> None:
     settings = load_settings(recipe.gates)
     assert settings is not None
     assert settings.levels == (1, 4) and settings.requests_per_level == 32 and settings.min_goodput_pct == 99
-    assert settings.slo() == {"ttft_ms": 500.0} and settings.slos_set_by is SloSource.OPERATOR
+    assert settings.slo() == {"ttft_ms": 500.0} and settings.slos_set_by is SloSource.NOT_STATED
     assert settings.requests_at(1) == 32 and settings.requests_at(16) == 64 == requests_floor(16)
 
 
@@ -239,3 +239,22 @@ def test_impossible_settings_are_refused_with_the_key_and_the_fix(tmp_path: Path
         load_recipe(_recipe_with(tmp_path, load))
     assert caught.value.key == key
     assert needle in str(caught.value) and "Fix:" in str(caught.value)
+
+
+def test_slos_set_by_defaults_to_not_stated_and_only_operator_carries_no_caveat(tmp_path: Path) -> None:
+    """A recipe that does not say who set its SLOs is not an operator's target; it says so when it is one."""
+    stated = load_settings(load_recipe(_recipe_with(tmp_path, {"levels": [1], "ttft_ms": 500,
+                                                               "slos_set_by": "operator"})).gates)
+    assert stated is not None and stated.slos_set_by is SloSource.OPERATOR and stated.slos_set_by.caveat == ""
+    assert all(source.caveat for source in SloSource if source is not SloSource.OPERATOR)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "fixtures" / "recipes").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_recipe_with_a_load_gate_says_who_set_its_slos(path: Path) -> None:
+    """The shipped recipes state it in the file: the project's own for the fixture model, placeholders for
+    the reference campaign's arms (it measured no load); none claims an operator."""
+    load = (yaml.safe_load(path.read_text()).get("gates") or {}).get("load")
+    if load is None:
+        return
+    expected = "project" if path.stem.startswith("tiny-") else "placeholder"
+    assert load.get("slos_set_by") == expected

@@ -125,6 +125,20 @@ def test_the_decision_names_the_load_it_did_not_measure_and_placeholder_slos(tmp
             "campaign") in items
 
 
+def test_slos_nobody_stated_are_a_caveat_in_the_decision_and_on_the_page(tmp_path: Path) -> None:
+    """Until a recipe says operator, the report says whose SLOs the load was judged against."""
+    run = run_with_load(tmp_path)
+    next(g for g in run.gates if g.gate == "load").measurements["slos_set_by"] = "not stated"
+    report = build(run)
+    caveat = ("load at an operator's target: the recipe does not say who set the load levels and SLOs "
+              "(gates.load.slos_set_by), so they are not taken as an operator's target")
+    assert caveat in report["decision"]["does_not_prove"]
+    assert "Caveat: the recipe does not say who set the load levels and SLOs" in render_html(report)
+    operator = build(run_with_load(tmp_path / "op"))
+    assert not any("operator's target" in item for item in operator["decision"]["does_not_prove"])
+    assert "Caveat:" not in render_html(operator)
+
+
 def test_a_passed_load_gate_replaces_the_burst_bound_in_what_is_not_proven(tmp_path: Path) -> None:
     """The concurrency burst proved 4 at once; a passed load gate held 16 within SLOs: saying
     'concurrency beyond 4' beside 'sustained load above 16' would understate what was measured."""
