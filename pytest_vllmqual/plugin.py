@@ -554,10 +554,11 @@ class RunHooks:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         outcome = self.run.finish_session(
             interrupted=bool(session.shouldstop or session.shouldfail) or exitstatus == pytest.ExitCode.INTERRUPTED,
-            tests_failed=session.exitstatus == pytest.ExitCode.TESTS_FAILED)
-        if outcome == "qualified_by_fallback":
+            failed_tests=int(session.testsfailed))
+        judged = session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        if outcome == "campaign_passed" and judged:  # every failure is one a qualified fallback stood in for
             session.exitstatus = pytest.ExitCode.OK
-        elif outcome == "report_not_written":
+        elif outcome == "report_not_written" or (outcome == "campaign_failed" and judged):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -53,7 +53,7 @@ class Verdict(_Word):
     #: The evidence can support a promotion (the opposite of ``no-promotion``); the run itself
     #: promotes nothing. Report schema 2 called this ``candidate``, the word that now only names
     #: the B arm of an A/B; ``qualified`` was not taken because a campaign's record already uses it
-    #: for the arm that met the campaign's requirements, whatever that arm's verdict.
+    #: for the arm that qualified the campaign (its requirements met and its verdict at least healthy).
     PROMOTABLE = "promotable"
     #: Awarded only by an A/B comparison: a promotable B arm that held up against its control.
     PRIORITY_CHALLENGER = "priority-challenger"

@@ -12,6 +12,8 @@ measure.
   report; the fleet page and junit rendered again;
 - comparisons: each arm reference's SHA-256 follows its migrated arm report in the same folder
   (found by run id); everything else stays as it was compared;
+- campaign records: which arm qualifies, and the exit code that gives, decided again by today's
+  rule from the arm reports beside them (found by run id);
 - each report's and comparison's HTML page beside it rendered again.
 
     .venv/bin/python scripts/migrate_examples.py [FOLDER]
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.ab.compare import report_digest
+from pytest_vllmqual.campaign.plan import requalify
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
 from pytest_vllmqual.fleet.record import (
     RECORD_SCHEMA_ID,
@@ -58,8 +61,10 @@ def _dump(data: Any, path: Path) -> bool:
     """Write ``data`` as the file was written (indented, keys in their order, non-ASCII escaped or
     not as before); False when the file already says it."""
     before = path.read_text(encoding="utf-8") if path.is_file() else ""
-    ascii_only = bool(before) and before == json.dumps(json.loads(before), indent=2, ensure_ascii=True) + "\n"
-    text = json.dumps(data, indent=2, ensure_ascii=ascii_only) + "\n"
+    old = json.loads(before) if before else None
+    ascii_only = old is not None and before == json.dumps(old, indent=2, ensure_ascii=True) + "\n"
+    ordered = old is not None and before == json.dumps(old, indent=2, ensure_ascii=ascii_only, sort_keys=True) + "\n"
+    text = json.dumps(data, indent=2, ensure_ascii=ascii_only, sort_keys=ordered) + "\n"
     if before == text:
         return False
     path.write_text(text, encoding="utf-8")
@@ -101,6 +106,14 @@ def _refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, A
     return out
 
 
+def _requalify_campaign(record: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The campaign record decided again by today's rule from its arms' reports in ``folder``
+    (found by run id: the examples may rename a report after its recipe)."""
+    by_run = {_load(p)["run"]["id"]: _load(p) for p in folder.glob("*.json") if _kind(_load(p)) == "report"}
+    reports = {str(a["name"]): by_run[a["run_id"]] for a in record.get("arms") or [] if a.get("run_id") in by_run}
+    return requalify(record, reports)
+
+
 def migrate_folder(root: Path) -> list[Path]:
     """Every record under ``root`` carried forward; returns the files that changed."""
     migrate = _report_migrator().migrate
@@ -133,6 +146,9 @@ def migrate_folder(root: Path) -> list[Path]:
                 changed.append(path)
             (path.parent / "fleet.html").write_text(render_fleet_html(record), encoding="utf-8")
             (path.parent / "fleet.xml").write_text(render_fleet_junit(record), encoding="utf-8")
+        elif path.name.startswith("campaign-") and "spec" in data:
+            if _dump(_requalify_campaign(data, path.parent), path):
+                changed.append(path)
     return changed
 
 

@@ -21,6 +21,10 @@ Rules, in arm order:
   follows or the arm says ``stop_on_failure=False``; after an arm passes, the campaign stops
   when the arm says ``stop_on_success=True``.
 
+"Passed" and "failed" here are about an arm's ``requires`` only: they decide which arm runs next.
+Which arm *qualifies* the campaign (its own verdict at least ``healthy`` over the gates that ran)
+and the exit code that gives are decided in ``campaign.qualify``.
+
 Requirements (``requires``) are gate names, evaluated by ``campaign_requirements``. When the
 report has gates of that name, their outcome decides (all passed = met); otherwise these names are evaluated from the report's
 sections: ``startup`` (the server became ready), ``kv_pool`` (engine-reported KV tokens ≥ the
@@ -59,11 +63,12 @@ import yaml
 from pytest_vllmqual.errors import CampaignError
 from pytest_vllmqual.report.query import first_line
 
+from .qualify import arm_facts, campaign_exit, qualified_arm
 from .requirements import BUILTIN_REQUIREMENTS, Requirement, evaluate_requirement
 
 __all__ = ["DEFAULT_REQUIREMENTS", "ArmDecision", "Campaign", "CampaignArm", "CampaignPlan",
            "campaign_from_mapping", "campaigns_dir", "load_campaign", "load_campaign_file", "parse_arm_spec",
-           "parse_campaign_spec", "qualified_arm", "qualified_by_fallback"]
+           "parse_campaign_spec", "requalify"]
 
 DEFAULT_REQUIREMENTS = ("gates",)
 ARM_KEYS = ("name", "recipe", "requires", "fallback_for", "stop_on_failure", "stop_on_success")
@@ -160,7 +165,7 @@ class ArmDecision:
             "reason": self.reason,
             "requirements": [r.to_dict() for r in self.requirements],
             "run_id": run.get("id") if self.report is not None else None,
-            "verdict": (report.get("decision") or {}).get("verdict") if self.report is not None else None,
+            **arm_facts(self.report if self.ran else None, met_requirements=self.status == "passed"),
         }
 
 
@@ -309,8 +314,9 @@ class CampaignPlan:
     def decisions(self) -> list[ArmDecision]:
         return self.campaign.decide_arms(self._reports)
 
-    def record(self) -> dict[str, Any]:
-        """Which arm ran and why, per arm, and the campaign's outcome (plain JSON)."""
+    def record(self, *, failed_tests: int | None = None) -> dict[str, Any]:
+        """Which arm ran and why, per arm, which arm qualified, and the exit code that gives
+        (plain JSON; ``failed_tests``: pytest's count, when the session knows it)."""
         decisions = self.decisions()
         pending = next((d.arm.name for d in decisions if d.status == "pending"), None)
         passed = [d for d in decisions if d.status == "passed"]
@@ -320,9 +326,9 @@ class CampaignPlan:
             outcome = f"in progress: {pending} runs next"
         elif passed:
             last = passed[-1]
-            outcome = f"{last.arm.name} passed {', '.join(last.arm.requires)}"
+            outcome = f"{last.arm.name} met its requirements ({', '.join(last.arm.requires)})"
         else:
-            outcome = "no arm passed its required gates"
+            outcome = "no arm met its requirements"
         record: dict[str, Any] = {
             "campaign": self.campaign.name,
             "description": self.campaign.description,
@@ -337,43 +343,8 @@ class CampaignPlan:
             "reasons": [d.reason for d in decisions if d.status != "waiting"],
         }
         record["qualified"] = qualified_arm(record)
+        record["exit"] = campaign_exit(record, self.campaign._by_arm(self._reports), failed_tests)
         return record
-
-
-def qualified_arm(record: dict[str, Any]) -> str | None:
-    """The arm that qualified the campaign: the fallback that passed in place of every failed arm,
-    or, with no arm failed, the last arm that passed its required gates (None while pending or when
-    no arm qualified)."""
-    if not record.get("complete"):
-        return None
-    rescued = qualified_by_fallback(record)
-    if rescued is not None:
-        return rescued
-    arms = list(record.get("arms") or [])
-    if any(a.get("status") == "failed" for a in arms):
-        return None
-    passed = [a for a in arms if a.get("status") == "passed"]
-    return str(passed[-1]["name"]) if passed else None
-
-
-def qualified_by_fallback(record: dict[str, Any]) -> str | None:
-    """The fallback arm that qualified in place of every arm that failed, or None.
-
-    A campaign whose primary arm failed and whose fallback for it passed has done its job: the
-    session's exit is 0 and this names the arm that qualified. Any other failed arm (one with
-    no passed fallback) keeps the exit non-zero.
-    """
-    if not record.get("complete"):
-        return None
-    arms = list(record.get("arms") or [])
-    failed = [a["name"] for a in arms if a.get("status") == "failed"]
-    passed = [a for a in arms if a.get("status") == "passed"]
-    if not failed or not passed:
-        return None
-    rescued = {a.get("fallback_for") for a in passed if a.get("fallback_for")}
-    if not set(failed) <= rescued:
-        return None
-    return str(passed[-1]["name"])
 
 
 # -- parsing -------------------------------------------------------------------------------------
@@ -493,3 +464,14 @@ def load_campaign(value: str, *, search_dirs: Iterable[Path] = ()) -> Campaign:
                 if candidate.is_file():
                     return load_campaign_file(candidate)
     return parse_campaign_spec(text)
+
+
+def requalify(record: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A written campaign record decided again by today's rules from its arms' reports (by arm
+    name); its description and report file names are kept."""
+    plan = parse_campaign_spec(str(record["spec"]), name=str(record["campaign"])).plan()
+    plan.next_arm(reports)
+    again = plan.record()
+    again["description"] = record.get("description", "")
+    again["reports"] = dict(record.get("reports") or {})
+    return again

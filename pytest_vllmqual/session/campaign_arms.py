@@ -1,6 +1,6 @@
 """A campaign's arms within the session: which of them really run, decided arm by arm from the
-reports written so far (a skipped arm keeps its reason), and at the end the campaign record and
-the line that says how the campaign ended."""
+reports written so far (a skipped arm keeps its reason), and at the end the campaign record, with
+the arm that qualified and the exit code that gives (``campaign.qualify``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.campaign.plan import (
-    Campaign,
-    CampaignPlan,
-    campaigns_dir,
-    load_campaign,
-    qualified_by_fallback,
-)
+from pytest_vllmqual.campaign.plan import Campaign, CampaignPlan, campaigns_dir, load_campaign
 from pytest_vllmqual.layout import shipped_campaigns_dir
 
 from .arms import ArmSpec
@@ -51,23 +45,11 @@ class CampaignArms:
         self.skips[key] = reason
         return reason
 
-    def record(self, reports: Reports, report_files: Mapping[str, str]) -> dict[str, Any]:
-        """The campaign record: which arm ran and why, and the file name of each arm's report."""
+    def record(self, reports: Reports, report_files: Mapping[str, str], *,
+               failed_tests: int | None = None) -> dict[str, Any]:
+        """The campaign record: which arm ran and why, which qualified, the exit code that gives
+        (``failed_tests``: pytest's count), and the file name of each arm's report."""
         self.plan.next_arm(reports)
-        record = self.plan.record()
+        record = self.plan.record(failed_tests=failed_tests)
         record["reports"] = dict(report_files)
         return record
-
-    def outcome(self, reports: Reports) -> tuple[str | None, bool]:
-        """At the end: the line to print, and whether a fallback arm qualified in place of the
-        failed one (then the session exits 0)."""
-        self.plan.next_arm(reports)
-        record = self.plan.record()
-        arm = qualified_by_fallback(record)
-        if arm is not None:
-            failed = [a["name"] for a in record["arms"] if a.get("status") == "failed"]
-            return f"campaign: {arm} qualified (fallback for {', '.join(failed)}, which failed); exit 0", True
-        if record.get("complete"):
-            passed = [a["name"] for a in record["arms"] if a.get("status") == "passed"]
-            return f"campaign: {'qualified: ' + ', '.join(passed) if passed else 'no arm qualified'}", False
-        return None, False

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_vllmqual.campaign.qualify import campaign_line
 from pytest_vllmqual.errors import LaunchError, RecipeError, VllmQualError
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
 from pytest_vllmqual.recipe.loader import Recipe
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ControllerRun", "SessionEnd"]
 
-SessionEnd = Literal["qualified_by_fallback", "report_not_written"] | None
-"""What ``finish_session`` tells the plugin: ``qualified_by_fallback``, ``report_not_written`` or None."""
+SessionEnd = Literal["campaign_passed", "campaign_failed", "report_not_written"] | None
+"""What ``finish_session`` tells the plugin: a campaign's exit (``campaign_passed``: 0,
+``campaign_failed``: 1), ``report_not_written`` (it must fail) or None (pytest's own exit)."""
 
 
 class ControllerRun(QualRun):
@@ -190,10 +192,10 @@ class ControllerRun(QualRun):
 
     # -- the end ------------------------------------------------------------------------
 
-    def finish_session(self, *, interrupted: bool, tests_failed: bool) -> SessionEnd:
+    def finish_session(self, *, interrupted: bool, failed_tests: int) -> SessionEnd:
         """The session ends: stop every server, then write the reports, the campaign record or the
-        comparison. Returns ``qualified_by_fallback`` (a campaign's fallback arm qualified in place
-        of the failed one: the session exits 0), ``report_not_written`` (it must fail), or None."""
+        comparison. Returns the campaign's exit as its record states it, ``report_not_written``
+        (it must fail), or None. ``failed_tests``: pytest's count of failed tests."""
         if interrupted:
             self.mark_interrupted()
         self.stop_all()
@@ -202,7 +204,7 @@ class ControllerRun(QualRun):
         try:
             self.write_reports()
             if self.campaign is not None:
-                return self._finish_campaign(self.campaign, tests_failed=tests_failed)
+                return self._finish_campaign(self.campaign, failed_tests=failed_tests)
             if self.plan:
                 self.write_comparison()
         except (VllmQualError, OSError) as exc:
@@ -210,18 +212,17 @@ class ControllerRun(QualRun):
             return "report_not_written"
         return None
 
-    def _finish_campaign(self, campaign: CampaignArms, *, tests_failed: bool) -> SessionEnd:
-        """Write the campaign record and say how the campaign ended."""
+    def _finish_campaign(self, campaign: CampaignArms, *, failed_tests: int) -> SessionEnd:
+        """Write the campaign record, print its last line, and return the exit it states."""
         reports = self._reports_so_far()
         files = {k: str(a.report_path.name) for k, a in self.arms.items() if a.report_path}
-        self.reports.write_campaign_record(campaign.record(reports, files))
-        line, by_fallback = campaign.outcome(reports)
-        if by_fallback and tests_failed:
-            self.progress(str(line))
-            return "qualified_by_fallback"
-        if line and not by_fallback:
-            self.progress(line)
-        return None
+        record = campaign.record(reports, files, failed_tests=failed_tests)
+        self.reports.write_campaign_record(record)
+        line = campaign_line(record)
+        if line is None:
+            return None
+        self.progress(line)
+        return "campaign_passed" if record["exit"]["code"] == 0 else "campaign_failed"
 
     def write_reports(self) -> list[Path]:
         """Write every arm's report not written yet (see ``write_arm_report``)."""

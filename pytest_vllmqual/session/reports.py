@@ -150,7 +150,7 @@ class SessionReports:
         from pytest_vllmqual.report.writer import write_campaign_record
 
         path = write_campaign_record(record, self.reports_dir / f"campaign-{self.stamp}.json")
-        self.progress(f"campaign record written: {path} ({record['outcome']})")
+        self.progress(f"campaign record written: {path} ({record['outcome']}; qualified: {record['qualified'] or 'none'})")
         return path
 
     def summary_sections(self, arms: Sequence[Arm]) -> list[tuple[str, list[str]]]:

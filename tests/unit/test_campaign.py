@@ -16,8 +16,9 @@ from pytest_vllmqual.campaign.plan import (
     load_campaign,
     load_campaign_file,
     parse_campaign_spec,
-    qualified_by_fallback,
+    requalify,
 )
+from pytest_vllmqual.campaign.qualify import campaign_line, qualified_by_fallback
 from pytest_vllmqual.campaign.requirements import evaluate_requirement
 from pytest_vllmqual.errors import CampaignError
 from pytest_vllmqual.report.decision import decide, public_record
@@ -103,7 +104,7 @@ def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
     assert record["arms"][0]["requirements"][1] == {"name": "kv_pool", "ok": False, "detail": "283,917 < 393,216"}
     assert record["arms"][1]["requirements"][1]["detail"] == (
         "largest actual prompt 310,000 > 300,000; post-probe smoke passed after 5/5 probes; 1 retained failed rung(s)")
-    assert record["outcome"] == "393k-offload passed startup, ladder"
+    assert record["outcome"] == "393k-offload met its requirements (startup, ladder)"
     assert record["qualified"] == "393k-offload", "the record names the arm that qualified"
     assert record["complete"] is True and record["stopped"] is None
     assert json.loads(json.dumps(record)) == record
@@ -143,7 +144,7 @@ def test_when_the_fallback_also_fails_no_arm_passed() -> None:
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)}
     assert plan.next_arm(reports) is None
     record = plan.record()
-    assert record["outcome"] == "no arm passed its required gates"
+    assert record["outcome"] == "no arm met its requirements"
     assert record["qualified"] is None
     assert record["ran"] == ["393k-fp8kv", "393k-offload"]
 
@@ -277,3 +278,100 @@ def test_a_qualified_fallback_is_named_for_the_exit_code() -> None:
     plan.next_arm({"131k-control": arm_report("131k-control", kv_tokens=400000, largest=310000),
                    "393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)})
     assert qualified_by_fallback(plan.record()) is None  # a failed arm without a fallback
+
+
+# -- which arm qualifies, and the exit code ------------------------------------------------------------
+
+
+def with_failed_gate(report: dict[str, Any], gate: str, reason: str = "a real failure") -> dict[str, Any]:
+    """The report with one more gate failed, decided again (its verdict drops to no-promotion)."""
+    report = copy.deepcopy(report)
+    for record in report["gates"]:
+        if record["gate"] == gate:
+            record["outcome"], record["reason"] = "failed", reason
+    report["preflight"] = preflight_summary(report)
+    report["decision"] = decide(public_record(report)).to_dict()
+    validate_report(report)
+    return report
+
+
+EXAMPLES_TP1 = ROOT / "reports" / "examples" / "gpu-tp1"
+
+
+def test_the_committed_393k_campaign_does_not_qualify_an_arm_whose_tools_gate_failed() -> None:
+    """reports/examples/gpu-tp1/campaign-393k.json: the FP8-KV arm met startup, kv_pool and ladder, but its
+    own report is no-promotion (tools 19/20). It does not qualify, its fallback is not run (requires
+    decide only that), and the campaign's exit is 1 with the reason."""
+    record = json.loads((EXAMPLES_TP1 / "campaign-393k.json").read_text())
+    report = json.loads((EXAMPLES_TP1 / "tiny-gpu-393k-fp8kv.json").read_text())
+    assert report["decision"]["verdict"] == "no-promotion"
+    again = requalify(record, {"tiny-gpu-393k-fp8kv": report})
+    arm = again["arms"][0]
+    assert arm["status"] == "passed" and arm["qualifies"] is False and arm["failed_gates"] == ["tools"]
+    assert arm["qualification"].startswith("met its requirements, but its verdict is no-promotion (failed: tools)")
+    assert again["arms"][1]["status"] == "skipped" and again["qualified"] is None
+    assert again["exit"]["code"] == 1 and again["exit"]["reason"].startswith(
+        "no arm qualified: tiny-gpu-393k-fp8kv met its requirements, but its verdict is no-promotion")
+    assert campaign_line(again) == f"campaign: {again['exit']['reason']}; exit 1"
+    assert record == {**again, "reports": record["reports"]}, "the committed record is carried forward"
+
+
+def test_a_fallback_that_stood_in_for_the_kind_of_failure_it_exists_for_exits_0() -> None:
+    plan = REFERENCE_CAMPAIGN.plan()
+    primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
+    reports = {"393k-fp8kv": primary,
+               "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
+    plan.next_arm(reports)
+    record = plan.record(failed_tests=1)
+    assert record["qualified"] == "393k-offload" and record["arms"][1]["qualifies"] is True
+    assert record["exit"] == {"code": 0, "accepted_failures": 1, "reason": "393k-offload qualified (fallback for "
+                                                                            "393k-fp8kv, which failed kv_pool)"}
+    assert plan.record(failed_tests=2)["exit"]["code"] == 1, "a failed test outside what the fallback stands in for"
+
+
+def test_a_primary_that_also_failed_another_gate_keeps_the_exit_1_though_its_fallback_qualifies() -> None:
+    """The tiny-cpu fallback campaign once printed "2 failed, 10 passed" and exited 0: the fallback
+    stands in for the primary's KV pool, not for a second failure the primary had besides."""
+    plan = REFERENCE_CAMPAIGN.plan()
+    primary = with_failed_gate(arm_report("393k-fp8kv", kv_tokens=283917, largest=310000), "tools")
+    reports = {"393k-fp8kv": primary,
+               "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
+    plan.next_arm(reports)
+    record = plan.record(failed_tests=2)
+    assert record["qualified"] == "393k-offload"
+    assert record["exit"]["code"] == 1
+    assert record["exit"]["reason"] == ("393k-offload qualified, but 393k-fp8kv also failed tools, which its fallback "
+                                        "does not stand in for (it failed kv_pool)")
+
+
+def test_a_fallback_that_met_its_requirements_with_a_failed_gate_does_not_qualify() -> None:
+    plan = REFERENCE_CAMPAIGN.plan()
+    fallback = with_failed_gate(arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None), "json")
+    plan.next_arm({"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000),
+                   "393k-offload": fallback})
+    record = plan.record(failed_tests=2)
+    assert record["arms"][1]["status"] == "passed" and record["arms"][1]["qualifies"] is False
+    assert record["qualified"] is None and qualified_by_fallback(record) is None and record["exit"]["code"] == 1
+
+
+def test_a_primary_that_never_started_is_stood_in_for_whatever_its_gates_say() -> None:
+    plan = REFERENCE_CAMPAIGN.plan()
+    primary = startup_failed("393k-fp8kv")
+    primary["gates"] = [{**g, "outcome": "error", "reason": "the server did not start"}
+                        for g in arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)["gates"][:3]]
+    plan.next_arm({"393k-fp8kv": primary,
+                   "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)})
+    record = plan.record(failed_tests=3)
+    assert record["qualified"] == "393k-offload"
+    assert record["exit"]["code"] == 0 and record["exit"]["accepted_failures"] == 3
+
+
+def test_the_record_names_the_gates_each_arm_did_not_run() -> None:
+    report = arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)
+    report["decision"]["gates"].append({"gate": "load", "family": "load", "title": "Load at SLO (goodput)",
+                                        "outcome": "absent", "reason": "deselected by -m 'not load'"})
+    plan = REFERENCE_CAMPAIGN.plan()
+    plan.next_arm({"393k-fp8kv": report})
+    arm = plan.record()["arms"][0]
+    assert {"gate": "load", "reason": "deselected by -m 'not load'"} in arm["gates_not_run"]
+    assert "did not run: " in arm["qualification"] and "load" in arm["qualification"]

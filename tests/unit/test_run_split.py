@@ -61,7 +61,7 @@ def test_the_controller_calls_the_hooks_it_was_built_with(tmp_path: Path) -> Non
     hooks = Hooks()
     run = ControllerRun(settings_for(tmp_path), tiny(), progress=lines.append, invocation_args=[], hooks=hooks)
     run.add_gate("tiny-cpu", passed_gate("tiny-cpu"))
-    assert run.finish_session(interrupted=False, tests_failed=False) is None
+    assert run.finish_session(interrupted=False, failed_tests=0) is None
     (path,) = tmp_path.glob("tiny-cpu-*.json")
     report = json.loads(path.read_text())
     assert report["extensions"]["ticket"] == "QUAL-123"
@@ -80,7 +80,7 @@ def test_a_report_a_hook_broke_is_not_written_and_the_session_says_why(tmp_path:
     run.finish_arm("tiny-cpu")
     assert any(line.startswith("REPORT NOT WRITTEN for tiny-cpu:") and "not_a_section" in line for line in lines)
     assert not list(tmp_path.glob("tiny-cpu-*.json"))
-    assert run.finish_session(interrupted=False, tests_failed=False) == "report_not_written"
+    assert run.finish_session(interrupted=False, failed_tests=0) == "report_not_written"
 
 
 def test_an_arm_that_never_started_gets_no_report(tmp_path: Path) -> None:
@@ -195,3 +195,46 @@ def test_a_guard_verdict_is_written_whole_and_read_by_every_process(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == [STATE_FILE], "no temp file is left behind"
     gone = ServerGuard(info.guard.handle, tmp_path / STATE_FILE).gone_error()
     assert gone is not None and gone.status == "server_dead"
+
+
+def _fallback_session(tmp_path: Path, primary_failures: list[str]) -> tuple[ControllerRun, list[str]]:
+    """A campaign of tiny-cpu-kvfail (required: kv_pool) with tiny-cpu as its fallback, gates added by hand."""
+    lines: list[str] = []
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lines.append, invocation_args=[])
+    run.plan_arms(ab=None, bracket=False, campaign="tiny-cpu-kvfail:kv_pool,tiny-cpu?fallback", rootdir=tmp_path)
+    first, second = (spec.key for spec in run.plan)
+    assert run.campaign_skip_reason(first) is None
+    for gate in ("kv_pool", "identity", "smoke"):
+        outcome = "failed" if gate in primary_failures else "passed"
+        run.add_gate(first, {"nodeid": f"t.py::test_{gate}", "gate": gate, "arm": first, "outcome": outcome,
+                             "reason": "below the recipe minimum" if outcome == "failed" else ""})
+    run.finish_arm(first)
+    assert run.campaign_skip_reason(second) is None
+    for gate in ("kv_pool", "identity", "smoke"):
+        run.add_gate(second, {"nodeid": f"t.py::test_{gate}", "gate": gate, "arm": second, "outcome": "passed"})
+    return run, lines
+
+
+def test_a_campaign_exits_0_only_when_its_fallback_stood_in_for_the_failure_it_exists_for(tmp_path: Path) -> None:
+    run, lines = _fallback_session(tmp_path, ["kv_pool"])
+    assert run.finish_session(interrupted=False, failed_tests=1) == "campaign_passed"
+    record = json.loads(next(tmp_path.glob("campaign-*.json")).read_text())
+    assert record["qualified"] == "tiny-cpu" and record["exit"]["code"] == 0
+    assert lines[-1] == "campaign: tiny-cpu qualified (fallback for tiny-cpu-kvfail, which failed kv_pool); exit 0"
+
+
+def test_a_campaign_whose_primary_failed_more_than_its_fallback_stands_in_for_exits_1(tmp_path: Path) -> None:
+    """The tiny-cpu fallback campaign once ended "2 failed, 10 passed" with exit 0: the record, the
+    terminal's last line and the exit now say 1, naming the failure no fallback stands in for."""
+    run, lines = _fallback_session(tmp_path, ["kv_pool", "identity"])
+    assert run.finish_session(interrupted=False, failed_tests=2) == "campaign_failed"
+    record = json.loads(next(tmp_path.glob("campaign-*.json")).read_text())
+    assert record["qualified"] == "tiny-cpu" and record["exit"]["code"] == 1
+    assert lines[-1] == ("campaign: tiny-cpu qualified, but tiny-cpu-kvfail also failed identity, which its fallback "
+                         "does not stand in for (it failed kv_pool); exit 1")
+
+
+def test_a_campaign_with_a_failed_test_outside_its_arms_gates_exits_1(tmp_path: Path) -> None:
+    run, lines = _fallback_session(tmp_path, ["kv_pool"])
+    assert run.finish_session(interrupted=False, failed_tests=2) == "campaign_failed"
+    assert lines[-1].endswith("2 test(s) failed where a fallback stands in for 1; exit 1")
