@@ -282,8 +282,21 @@ def _decision_section(report: Mapping[str, Any]) -> str:
         + "<h3>What this proves</h3>" + _list(decision.get("proves") or [], "proves")
         + "<h3>What it does not prove</h3>" + _list(decision.get("does_not_prove") or [], "does-not-prove")
         + "<h3>Caveats</h3>" + _list(decision.get("caveats") or [], "caveats")
-        + f'<p class="boundary">{esc(decision.get("boundary"))}</p></section>'
+        + f'<p class="boundary">{esc(decision.get("boundary"))}</p>' + _recomputed(report) + "</section>"
     )
+
+
+def _recomputed(report: Mapping[str, Any]) -> str:
+    """A carried-forward record's decision by later rules, beside the one the run wrote: what it adds."""
+    again = report.get("decision_recomputed")
+    if not isinstance(again, Mapping):
+        return ""
+    stored, later = report.get("decision") or {}, again.get("decision") or {}
+    new = [item for key in ("reasons", "does_not_prove", "caveats") for item in later.get(key) or []
+           if item not in (stored.get(key) or [])]
+    return (f'<h3>Decided again ({esc(again.get("rules"))}, {esc(again.get("date"))})</h3>'
+            f'<p>The decision above is the one the run wrote. The rules of {esc(again.get("rules"))} decide '
+            f'<b>{esc(later.get("verdict"))}</b>, and say besides:</p>' + _list(new, "decided-again"))
 
 
 def _ladder_section(report: Mapping[str, Any]) -> str:
