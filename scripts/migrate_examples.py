@@ -10,8 +10,9 @@ measure.
   comparisons, with the jobs that were not compared and why (``fleet-record/1`` called a fleet in
   which nothing was compared ``consistent``); each row's report hash follows its migrated job
   report; the fleet page and junit rendered again;
-- comparisons: each arm reference's SHA-256 follows its migrated arm report in the same folder
-  (found by run id); everything else stays as it was compared;
+- comparisons: computed again by today's code from the migrated arm reports in the same folder
+  (found by run id; with the code of report/4 this changed only each arm's SHA-256), so a section
+  a later version adds to comparisons appears in the committed ones;
 - campaign records: which arm qualifies, and the exit code that gives, decided again by today's
   rule from the arm reports beside them (found by run id);
 - each report's and comparison's HTML page beside it rendered again.
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.ab.compare import report_digest
+from pytest_vllmqual.ab.compare import compare_reports
 from pytest_vllmqual.campaign.plan import requalify
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
 from pytest_vllmqual.fleet.record import (
@@ -93,17 +94,20 @@ def migrate_fleet_record(record: dict[str, Any], folder: Path) -> dict[str, Any]
     return out
 
 
-def _refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, Any]:
-    out = json.loads(json.dumps(comparison))
+def refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The comparison computed again by today's code from the arm reports beside it (found by run
+    id, hashed as the comparison hashed them: the file, or canonical JSON); as it was when an arm
+    is missing."""
     arms = {_load(p)["run"]["id"]: p for p in folder.glob("*.json") if _kind(_load(p)) == "report"}
-    for role in ("control", "candidate", "replay"):
-        ref = out.get(role)
-        if not ref or ref.get("run_id") not in arms:
-            continue
-        path = arms[ref["run_id"]]
-        ref["report_sha256"] = (hashlib.sha256(path.read_bytes()).hexdigest() if ref.get("hashed") == "file"
-                                else report_digest(_load(path)))
-    return out
+    roles = [r for r in ("control", "candidate", "replay") if comparison.get(r)]
+    if any(comparison[r]["run_id"] not in arms for r in roles):
+        return comparison
+    paths = {r: arms[comparison[r]["run_id"]] for r in roles}
+    hashes = {r: hashlib.sha256(paths[r].read_bytes()).hexdigest() for r in roles
+              if comparison[r].get("hashed") == "file"}
+    reports = {r: _load(paths[r]) for r in roles}
+    return compare_reports(reports["control"], reports["candidate"], replay=reports.get("replay"),
+                           report_hashes=hashes)
 
 
 def _requalify_campaign(record: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -131,7 +135,7 @@ def migrate_folder(root: Path) -> list[Path]:
     for path in paths:
         data = _load(path)
         if _kind(data) == "comparison":
-            comparison = _refresh_comparison(data, path.parent)
+            comparison = refresh_comparison(data, path.parent)
             if _dump(comparison, path):
                 changed.append(path)
             page = path.with_suffix(".html")

@@ -326,3 +326,17 @@ def test_a_recomputed_decision_is_shown_beside_the_stored_one_on_the_page() -> N
     assert "Decided again (pytest-vllmqual" in page and "The decision above is the one the run wrote" in page
     assert "Load at SLO (goodput) (gate load, load): not run" in page
     assert "Decided again" not in render_html({k: v for k, v in report.items() if k != "decision_recomputed"})
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("comparison.json")), ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_every_committed_comparison_is_what_today_s_code_computes_from_its_arms(path: Path) -> None:
+    """When the comparison code changes, this fails until scripts/migrate_examples.py is run again."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "migrate_examples.py"
+    spec = importlib.util.spec_from_file_location("migrate_examples", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    comparison = load(path)
+    assert module.refresh_comparison(comparison, path.parent) == comparison
