@@ -55,10 +55,13 @@ def reasoning_fingerprints_gate(client: QualClient, recipe: Recipe, gate: GateRe
         if token_count != usage_count:
             disagreements.append(f"effort {effort}: usage.prompt_tokens {usage_count} but /tokenize {token_count}")
         counts[effort] = usage_count
-    gate.measure(fingerprints=counts, **{f"prompt_tokens_{e}": n for e, n in counts.items()})
-    gate.threshold(fingerprints=expected or "not pinned: counts must differ between efforts")
+    compared = bool(expected) or not recipe.discovered
+    gate.measure(fingerprints=counts, fingerprints_pinned=bool(expected), efforts_compared=compared,
+                 **{f"prompt_tokens_{e}": n for e, n in counts.items()})
+    gate.threshold(fingerprints=expected or ("not pinned: counts must differ between efforts" if compared
+                                             else "not pinned (discovered recipe): measured only"))
     gate.summary("/".join(str(counts[e]) for e in efforts) + " prompt tokens (" + "/".join(efforts) + ")")
-    if recipe.discovered and not expected:
+    if not compared:
         gate.summary(f"{gate.record.summary}; nothing pinned (discovered recipe), measured only")
         problems = disagreements
     else:

@@ -26,10 +26,12 @@ from pytest_vllmqual import (
     json_gate,
     kv_pool_gate,
     load_recipe,
+    reasoning_fingerprints_gate,
     repeated_check_gate,
     shipped_tool_fixtures,
     smoke_gate,
 )
+from pytest_vllmqual.gates.registry import proves
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,6 +128,75 @@ def test_kv_pool_below_the_recipe_minimum_fails(tiny: Recipe, recorder: GateReco
     assert verdict.failure == "engine-reported KV pool 1,000 tokens is below the recipe minimum 32,768"
     assert recorder.record.summary == "1,000 tokens (from log)"
     assert kv_pool_gate(facts(kv_cache_tokens=40000), tiny, recorder).passed
+
+
+def passed_record(name: str, recorder: GateRecorder) -> dict[str, Any]:
+    """The public shape ``proves`` reads: the gate's measurements and thresholds, as passed."""
+    record = recorder.record
+    return {"gate": name, "outcome": "passed", "measurements": record.measurements, "thresholds": record.thresholds}
+
+
+def test_kv_pool_proves_a_minimum_only_where_the_recipe_sets_one(tiny: Recipe, recorder: GateRecorder) -> None:
+    assert kv_pool_gate(facts(kv_cache_tokens=40000), tiny, recorder).passed
+    assert proves(passed_record("kv_pool", recorder)) == ("the engine reported a KV pool of 40,000 tokens, at or "
+                                                          "above the recipe minimum of 32,768")
+    control = load_recipe(ROOT / "fixtures" / "recipes" / "131k-control.yaml")
+    assert kv_pool_gate(facts(kv_cache_tokens=283917), control, recorder).passed
+    said = proves(passed_record("kv_pool", recorder))
+    assert said == "the engine reported a KV pool of 283,917 tokens (measured only: the recipe sets no minimum)"
+
+
+def fingerprint_server(counts: dict[str, int]) -> Callable[[httpx.Request], httpx.Response]:
+    """Answers a 1-token chat and /tokenize with each effort's prompt length."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            return httpx.Response(200, json={"count": counts[body["chat_template_kwargs"]["reasoning_effort"]]})
+        n = counts[body["reasoning_effort"]]
+        return httpx.Response(200, json={"id": "c", "object": "chat.completion", "model": "m", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1}})
+    return answer
+
+
+def test_reasoning_fingerprints_proves_a_pin_only_where_one_was_pinned(tiny: Recipe, recorder: GateRecorder) -> None:
+    pinned = {"low": 42, "high": 82, "max": 175}
+    assert reasoning_fingerprints_gate(client(fingerprint_server(pinned)), tiny, recorder).passed
+    assert proves(passed_record("reasoning_fingerprints", recorder)) == (
+        "each reasoning effort's prompt-token count equals its pinned fingerprint (low 42, high 82, max 175), "
+        "by usage and /tokenize")
+    unpinned = dataclasses.replace(tiny, gates={**tiny.gates, "reasoning": {}})
+    assert reasoning_fingerprints_gate(client(fingerprint_server(pinned)), unpinned, recorder).passed
+    assert proves(passed_record("reasoning_fingerprints", recorder)).startswith(
+        "nothing was pinned: the reasoning efforts' prompt-token counts (low 42, high 82, max 175) differ")
+    discovered = dataclasses.replace(unpinned, discovered=True)
+    same = {"low": 7, "high": 7, "max": 7}
+    assert reasoning_fingerprints_gate(client(fingerprint_server(same)), discovered, recorder).passed
+    said = proves(passed_record("reasoning_fingerprints", recorder))
+    assert said == ("nothing was pinned: each reasoning effort's prompt-token count (low 7, high 7, max 7) was "
+                    "measured, usage and /tokenize agreeing")
+    assert recorder.record.thresholds["fingerprints"] == "not pinned (discovered recipe): measured only"
+
+
+def test_engine_ranks_proves_the_kv_of_the_ranks_that_logged_it(tiny: Recipe, recorder: GateRecorder) -> None:
+    gpu = {"ranks": 2, "min_rank_kv_gib": 125.04, "ranks_reporting_kv": ["Worker_TP0"],
+           "ranks_not_reporting_kv": ["Worker_TP1"]}
+    assert proves({"gate": "engine_ranks", "outcome": "passed", "measurements": gpu}) == (
+        "the log shows 2 rank(s); Worker_TP0 logged its KV allocation (minimum 125.04 GiB), Worker_TP1 logged "
+        "none (GPU vLLM logs it on rank 0 only)")
+    cpu = {**gpu, "ranks_reporting_kv": ["Worker_TP0", "Worker_TP1"], "ranks_not_reporting_kv": []}
+    assert proves({"gate": "engine_ranks", "outcome": "passed", "measurements": cpu}) == (
+        "the log shows 2 rank(s), each with its KV allocation (minimum 125.04 GiB)")
+
+
+def test_tool_continuation_proves_what_it_checked() -> None:
+    gate = {"gate": "tool_continuation", "outcome": "passed",
+            "measurements": {"finish_reason": "stop", "answer_chars": 31, "repeated_calls": 0}}
+    said = proves(gate)
+    assert said is not None and "answered from a tool result" not in said
+    assert said == ("after a tool call and its result, the model's next turn ended with finish_reason stop and 31 "
+                    "characters of text, without repeating the call (whether the answer used the result is not "
+                    "checked)")
 
 
 def test_per_rank_facts_are_skipped_without_a_server_log(tiny: Recipe, recorder: GateRecorder) -> None:
