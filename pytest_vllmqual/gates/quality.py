@@ -20,7 +20,7 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.layout import fixtures_dir
-from pytest_vllmqual.privacy.public_text import public_failure
+from pytest_vllmqual.privacy.public_text import public_failure, quote_answers
 from pytest_vllmqual.recipe.loader import Recipe
 
 from .checks import GateVerdict, check_fingerprints, check_tool_call, recipe_tool_fixtures
@@ -122,7 +122,7 @@ def repeated_check_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, 
     gate.measure(passed=passed, repeat=n, answers_distinct=len(set(answers)))
     gate.threshold(required=f"{n}/{n}")
     if passed != n:
-        return GateVerdict(f"{label}: {passed}/{n} answers matched /{expect}/; answers: {answers}")
+        return GateVerdict(f"{label}: {passed}/{n} answers matched /{expect}/; answers: {quote_answers(answers)}")
     return GateVerdict()
 
 
@@ -187,5 +187,5 @@ def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
     gate.measure(passed=passed, repeat=n, target_tokens=target, prompt_tokens=sizes, check=mode)
     if passed != n:
         return GateVerdict(f"long context ({mode}) {passed}/{n} at {target:,} tokens matched /{expect}/; "
-                           f"answers: {answers}")
+                           f"answers: {quote_answers(answers)}")
     return GateVerdict()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.records import GateOutcome
+from pytest_vllmqual.records import GateOutcome, RungSource
 
 FAMILIES = ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle", "load")
 """Every gate family, in the order a report lists them; each is also the marker of its gates."""
@@ -118,14 +118,18 @@ def _kv_pool(gate: Mapping[str, Any]) -> str:
 
 def _cold_start(gate: Mapping[str, Any]) -> str:
     seconds = _measured(gate, "cold_start_s")
+    ceiling = (gate.get("thresholds") or {}).get("cold_start_max_s")
     at = f" in {seconds:.1f} s" if isinstance(seconds, int | float) else ""
-    return f"a cold managed start passed health, the model list and a real completion{at}"
+    within = f", within the recipe's ceiling of {ceiling:g} s" if isinstance(ceiling, int | float) else ""
+    return f"a cold managed start passed health, the model list and a real completion{at}{within}"
 
 
 def _ladder(gate: Mapping[str, Any]) -> str:
     largest = _measured(gate, "largest_prompt_tokens")
+    derived = (" (rungs derived from max_model_len: the recipe sets none)"
+               if _measured(gate, "rungs_from") == RungSource.MAX_MODEL_LEN else "")
     return (f"every ladder rung was exact and answered, the largest at {_count(largest)} API-reported prompt "
-            "tokens, each followed by a passing smoke")
+            f"tokens, each followed by a passing smoke{derived}")
 
 
 def _concurrency(gate: Mapping[str, Any]) -> str:

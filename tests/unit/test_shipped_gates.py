@@ -22,6 +22,7 @@ from pytest_vllmqual import (
     QualClient,
     Recipe,
     ServerHandle,
+    cold_start_gate,
     engine_ranks_gate,
     json_gate,
     kv_pool_gate,
@@ -199,6 +200,30 @@ def test_tool_continuation_proves_what_it_checked() -> None:
                     "checked)")
 
 
+def test_cold_start_is_judged_against_the_recipes_ceiling(tiny: Recipe, recorder: GateRecorder) -> None:
+    assert tiny.startup.cold_start_max_s == 240
+    assert cold_start_gate({"cold_start_s": 51.94}, tiny, recorder).passed
+    assert recorder.record.thresholds == {"deadline_s": 300, "cold_start_max_s": 240}
+    assert proves(passed_record("cold_start", recorder)) == ("a cold managed start passed health, the model list and "
+                                                             "a real completion in 51.9 s, within the recipe's "
+                                                             "ceiling of 240 s")
+    slow = cold_start_gate({"cold_start_s": 250.0}, tiny, recorder)
+    assert slow.failure == ("cold start took 250.0 s, above the recipe's ceiling of 240 s "
+                            "(startup.cold_start_max_s)")
+
+
+def test_cold_start_without_a_ceiling_is_recorded_not_passed(tiny: Recipe, recorder: GateRecorder) -> None:
+    open_ended = dataclasses.replace(tiny, startup=dataclasses.replace(tiny.startup, cold_start_max_s=None))
+    verdict = cold_start_gate({"cold_start_s": 51.94}, open_ended, recorder)
+    assert not verdict.passed and verdict.failure is None
+    assert verdict.skip_reason == ("not judged: recipe tiny-cpu sets no startup.cold_start_max_s, so the cold start "
+                                   "of 51.9 s is recorded but held to no ceiling")
+    assert recorder.record.measurements["cold_start_s"] == 51.94
+    assert recorder.record.summary == "ready in 51.9 s; no ceiling set"
+    direct = cold_start_gate({"cold_start_s": None}, tiny, recorder)
+    assert direct.skip_reason is not None and direct.skip_reason.startswith("direct-only")
+
+
 def test_per_rank_facts_are_skipped_without_a_server_log(tiny: Recipe, recorder: GateRecorder) -> None:
     verdict = engine_ranks_gate(facts(sources={"ranks": "not observable from the endpoint"}), tiny, recorder)
     assert verdict.skip_reason == "per-rank memory is not observable from the endpoint: only the server log reports it"
@@ -208,3 +233,28 @@ def test_per_rank_facts_are_skipped_without_a_server_log(tiny: Recipe, recorder:
 def test_the_shipped_tools_are_read_once() -> None:
     first, second = shipped_tool_fixtures(), shipped_tool_fixtures()
     assert len(first) == 20 and first == second and first[0] is second[0]
+
+
+def test_a_failure_reason_quotes_an_answer_bounded(tiny: Recipe, recorder: GateRecorder) -> None:
+    """The README's policy: at most ANSWER_QUOTE_CHARS characters of each answer, at most ANSWER_QUOTES answers."""
+    from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, ANSWER_QUOTES
+
+    long_answer = "The answer, as I see it, is certainly five. " * 6
+    recipe = dataclasses.replace(tiny, gates={**tiny.gates, "quality": {"repeat": 5}})
+    verdict = repeated_check_gate(client(chat_answer(long_answer)), recipe, recorder, "intelligence",
+                                  {"name": "sum", "prompt": "2+2?", "expect": "4"})
+    quote = repr(long_answer[:ANSWER_QUOTE_CHARS]) + f"... ({len(long_answer):,} characters)"
+    assert verdict.failure == f"sum: 0/5 answers matched /4/; answers: [{quote}, {quote}, {quote}, and 2 more]"
+    assert long_answer[:ANSWER_QUOTE_CHARS + 1] not in str(verdict.failure) and ANSWER_QUOTES == 3
+    not_json = json_gate(client(chat_answer("x" * 500)), tiny, recorder)
+    assert not_json.failure is not None and not_json.failure.endswith(f"{'x' * ANSWER_QUOTE_CHARS!r}... (500 characters)")
+    readme = (ROOT / "README.md").read_text()
+    assert f"at most {ANSWER_QUOTE_CHARS} characters" in readme and f"at most {ANSWER_QUOTES} answers" in readme
+
+
+def test_a_schema_violation_quotes_a_long_value_bounded(tiny: Recipe, recorder: GateRecorder) -> None:
+    long_country = "Peru " * 40
+    verdict = json_gate(client(chat_answer(json.dumps({"city": 7, "country": long_country}))), tiny, recorder)
+    assert verdict.failure is not None and "at city: 7 is not of type 'string'" in verdict.failure
+    assert long_country[:41] not in verdict.failure
+    assert f"at country: {long_country[:40]!r}... (200 characters) fails its 'maxLength' rule" in verdict.failure
