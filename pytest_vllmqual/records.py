@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
-__all__ = ["HEALTH_OK", "Attempt", "FigureSource", "GateOutcome", "GateRecord", "RunRecord", "RungRecord",
+__all__ = ["HEALTH_OK", "Attempt", "FigureSource", "GateOutcome", "GateRecord", "LevelJudgement", "RunRecord", "RungRecord",
            "RungSource", "RungVerdict", "ServerStatus", "Verdict", "rung_verdict", "worst_outcome"]
 
 _T = TypeVar("_T")
@@ -124,6 +124,15 @@ class FigureSource(_Word):
     CLIENT = "client"
     SERVER_METRICS = "server_metrics"
     #: Neither view could give it (the client read late and the server's view was not there).
+    NOT_MEASURED = "not measured"
+
+
+class LevelJudgement(_Word):
+    """A load level against its SLOs, judged only on figures that were measured."""
+
+    MET = "met"
+    MISSED = "missed"
+    #: The client could not see a figure and the server's buckets cannot tell which side it is on.
     NOT_MEASURED = "not measured"
 
 

@@ -150,6 +150,10 @@ def _load(gate: Mapping[str, Any]) -> str:
     best = _measured(gate, "max_at_slo")
     if isinstance(best, int):
         text += f"; the highest level found at SLO was {best:,}"
+    judged = _measured(gate, "slos_judged_on_server")
+    if isinstance(judged, list) and judged:
+        text += (f" ({', '.join(map(str, judged))} judged on the server's own histograms, to their bucket "
+                 "resolution: the client could not see them)")
     if _measured(gate, "slos_set_by") == "placeholder":
         text += " (placeholder levels and SLOs, not set by an operator)"
     return text
