@@ -40,7 +40,7 @@ if TYPE_CHECKING:
         recipe_tool_fixtures,
         shipped_tool_fixtures,
     )
-    from pytest_vllmqual.gates.engine import engine_ranks_gate, identity_gate, kv_pool_gate
+    from pytest_vllmqual.gates.engine import cold_start_gate, engine_ranks_gate, identity_gate, kv_pool_gate
     from pytest_vllmqual.gates.functional import (
         json_gate,
         openai_sdk_gate,
@@ -79,7 +79,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                                       "reasoning_fingerprints_gate", "repeated_check_gate"),
     "pytest_vllmqual.gates.ladder": ("concurrency_gate", "ladder_gate"),
     "pytest_vllmqual.gates.load": ("load_gate",),
-    "pytest_vllmqual.gates.engine": ("engine_ranks_gate", "identity_gate", "kv_pool_gate"),
+    "pytest_vllmqual.gates.engine": ("cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -98,6 +98,7 @@ __all__ = [
     "ToolFixture",
     "VllmQualError",
     "__version__",
+    "cold_start_gate",
     "concurrency_gate",
     "engine_ranks_gate",
     "identity_gate",

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
-__all__ = ["HEALTH_OK", "Attempt", "GateOutcome", "GateRecord", "RunRecord", "RungRecord", "RungVerdict",
-           "ServerStatus", "Verdict", "rung_verdict", "worst_outcome"]
+__all__ = ["HEALTH_OK", "Attempt", "FigureSource", "GateOutcome", "GateRecord", "LevelJudgement", "RunRecord", "RungRecord",
+           "RungSource", "RungVerdict", "ServerStatus", "Verdict", "rung_verdict", "worst_outcome"]
 
 _T = TypeVar("_T")
 
@@ -107,6 +107,33 @@ class ServerStatus(_Word):
     @property
     def gone(self) -> bool:
         return self is not ServerStatus.OK
+
+
+class RungSource(_Word):
+    """Where the context ladder's rungs came from."""
+
+    #: The recipe's ``gates.capacity.rungs``.
+    RECIPE = "recipe"
+    #: Derived from ``max_model_len`` for a managed run whose recipe sets no rungs.
+    MAX_MODEL_LEN = "max_model_len"
+
+
+class FigureSource(_Word):
+    """Whose view a timing figure is: the client's clock, or the server's own histograms."""
+
+    CLIENT = "client"
+    SERVER_METRICS = "server_metrics"
+    #: Neither view could give it (the client read late and the server's view was not there).
+    NOT_MEASURED = "not measured"
+
+
+class LevelJudgement(_Word):
+    """A load level against its SLOs, judged only on figures that were measured."""
+
+    MET = "met"
+    MISSED = "missed"
+    #: The client could not see a figure and the server's buckets cannot tell which side it is on.
+    NOT_MEASURED = "not measured"
 
 
 def _from_dict(cls: type[_T], data: Mapping[str, Any]) -> _T:
@@ -223,6 +250,13 @@ class RungRecord:
     server_ttft_s: float | None = None
     #: Why ``decode_tok_s`` is not given although the request completed (the client read late).
     decode_not_measured: str | None = None
+    #: Whose view ``decode_tok_s`` is (a ``FigureSource`` word): the client's clock, or the
+    #: server's ``vllm:request_decode_time_seconds`` where the client read the answer late.
+    decode_source: str | None = None
+    #: The server's decode rate for this request: (completion_tokens - 1) / its decode time.
+    server_decode_tok_s: float | None = None
+    #: Why the client's own decode figure was not used (it read the answer late).
+    client_decode_not_measured: str | None = None
     server_prompt_tokens: int | None = None
     prefix_cache_hits: int | None = None
     killed_server: bool = False

@@ -21,6 +21,7 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.client.sdk_findings import json_kind
 from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
 from pytest_vllmqual.recipe.loader import Recipe
 
 __all__ = ["ArgumentViolation", "GateVerdict", "SmokeResult", "ToolFixture", "ToolProblem", "check_fingerprints",
@@ -133,7 +134,10 @@ def schema_problems(instance: Any, schema: dict[str, Any], what: str) -> list[st
     problems = []
     for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        problems.append(f"{what} violates the schema at {where}: {error.message}")
+        # The message quotes the value; one longer than an answer quote is quoted bounded instead.
+        said = (error.message if len(repr(error.instance)) <= ANSWER_QUOTE_CHARS
+                else f"{quote_answer(error.instance)} fails its {error.validator!r} rule")
+        problems.append(f"{what} violates the schema at {where}: {said}")
     return problems
 
 
@@ -145,7 +149,7 @@ def check_json_content(content: str, schema: dict[str, Any], finish_reason: str 
     try:
         value = json.loads(content)
     except json.JSONDecodeError as exc:
-        return [*problems, f"content is not JSON ({exc.msg} at char {exc.pos}): {content[:120]!r}"]
+        return [*problems, f"content is not JSON ({exc.msg} at char {exc.pos}): {quote_answer(content)}"]
     return problems + schema_problems(value, schema, "content")
 
 
@@ -227,13 +231,14 @@ def tool_call_problems(calls: list[dict[str, Any]], fixture: ToolFixture, *, val
     try:
         arguments = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as exc:
-        return [*problems, ToolProblem(f"arguments of {fixture.name} are not JSON ({exc.msg}): {str(raw)[:120]!r}",
+        return [*problems, ToolProblem(f"arguments of {fixture.name} are not JSON ({exc.msg}): {quote_answer(str(raw))}",
                                        "not JSON", "arguments")]
     violations = schema_violations(arguments, fixture.parameters)
     problems += [ToolProblem(f"arguments of {fixture.name} violate the schema at {v.path}: {v.kind}", v.kind, v.path)
                  for v in violations]
     if value_checks and not problems and arguments != fixture.expected:
-        problems.append(ToolProblem(f"arguments of {fixture.name} are {arguments}, expected {fixture.expected}",
+        problems.append(ToolProblem(f"arguments of {fixture.name} are {quote_answer(arguments)}, expected "
+                                    f"{fixture.expected}",
                                     "other values than expected", "arguments"))
     return problems
 
@@ -271,7 +276,7 @@ class SmokeResult:
         if chat.status_code != 200:
             return f"failed: HTTP {chat.status_code}"
         if chat.finish_reason != "stop" or not chat.content.strip():
-            return f"failed: finish_reason {chat.finish_reason!r}, content {chat.content[:40]!r}"
+            return f"failed: finish_reason {chat.finish_reason!r}, content {quote_answer(chat.content)}"
         return "passed"
 
 

@@ -19,7 +19,7 @@ from .identity import IdentityResult
 from .kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
 from .recorder import GateRecorder
 
-__all__ = ["engine_ranks_gate", "identity_gate", "kv_pool_gate"]
+__all__ = ["cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"]
 
 
 def identity_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
@@ -94,4 +94,27 @@ def kv_pool_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateReco
     gate.summary(summary)
     if minimum and tokens < minimum:
         return GateVerdict(f"engine-reported KV pool {tokens:,} tokens is below the recipe minimum {minimum:,}")
+    return GateVerdict()
+
+
+def cold_start_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
+    """Cold managed start: ready (health, models, a 1-token completion) within the recipe's ceiling
+    (``startup.cold_start_max_s``). Readiness past the deadline already failed the start; without a
+    ceiling the figure is recorded and the gate skipped, since nothing would have judged it."""
+    seconds = server_facts.get("cold_start_s")
+    if seconds is None:
+        gate.summary("direct-only")
+        return GateVerdict(skip_reason="direct-only: the server was not started by this run, so there is no cold "
+                                       "start to measure")
+    ceiling = recipe.startup.cold_start_max_s
+    gate.measure(cold_start_s=round(seconds, 3))
+    gate.threshold(deadline_s=recipe.startup.deadline_s, cold_start_max_s=ceiling)
+    if ceiling is None:
+        gate.summary(f"ready in {seconds:.1f} s; no ceiling set")
+        return GateVerdict(skip_reason=f"not judged: recipe {recipe.name} sets no startup.cold_start_max_s, so the "
+                                       f"cold start of {seconds:.1f} s is recorded but held to no ceiling")
+    gate.summary(f"ready in {seconds:.1f} s (ceiling {ceiling:g} s)")
+    if seconds > ceiling:
+        return GateVerdict(f"cold start took {seconds:.1f} s, above the recipe's ceiling of {ceiling:g} s "
+                           "(startup.cold_start_max_s)")
     return GateVerdict()

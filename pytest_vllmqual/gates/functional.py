@@ -24,7 +24,7 @@ from pytest_vllmqual.client.sdk import (
 )
 from pytest_vllmqual.client.sdk_findings import SdkFinding
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.privacy.public_text import public_failure
+from pytest_vllmqual.privacy.public_text import public_failure, quote_answer
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import Attempt
 
@@ -83,7 +83,7 @@ def smoke_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVe
         return GateVerdict(f"smoke usage is incomplete: {result.usage}")
     expected = settings.get("expect_substring")
     if expected and expected.lower() not in result.content.lower():
-        return GateVerdict(f"smoke answer {result.content!r} lacks {expected!r}")
+        return GateVerdict(f"smoke answer {quote_answer(result.content)} lacks {expected!r}")
     gate.summary("pass")
     return GateVerdict()
 
@@ -270,7 +270,7 @@ def responses_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
     if result.status != "completed":
         return GateVerdict(f"Responses status is {result.status!r}, not 'completed'")
     if not result.output_text.strip():
-        return GateVerdict(f"Responses output has no output_text: {result.output}")
+        return GateVerdict(f"Responses output has no output_text: {quote_answer(result.output)}")
     if not ((result.input_tokens or 0) > 0 and (result.output_tokens or 0) > 0):
         return GateVerdict(f"Responses usage: {result.usage}")
     if settings.get("function_call", False):

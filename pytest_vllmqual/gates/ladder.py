@@ -27,20 +27,24 @@ from pytest_vllmqual.errors import CalibrationError, ServerGoneError
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.privacy.public_text import public_rung_error
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import RungRecord
-from pytest_vllmqual.vllm.endpoints import MetricsSnapshot, parse_metrics
+from pytest_vllmqual.records import FigureSource, RungRecord, RungSource
+from pytest_vllmqual.vllm.endpoints import MetricsDelta, MetricsSnapshot, parse_metrics
 
 from .checks import GateVerdict, run_smoke
 from .recorder import GateRecorder
 
 __all__ = [
+    "DERIVED_RUNGS",
     "OVER_LENGTH_PREFIX",
+    "SERVER_DECODE_HISTOGRAM",
     "ConcurrencyResult",
+    "LadderPlan",
     "LadderResult",
     "concurrency_gate",
     "fetch_metrics",
     "fetch_metrics_text",
     "ladder_gate",
+    "ladder_plan",
     "parse_metrics_text",
     "run_concurrency",
     "run_ladder",
@@ -50,12 +54,40 @@ __all__ = [
 OVER_LENGTH_PREFIX = "This model's maximum context length is"
 
 
-def rung_targets(recipe: Recipe) -> list[tuple[int, str]]:
-    """(target tokens, label) per rung: absolute targets, or fractions of max_model_len."""
+DERIVED_RUNGS: tuple[str, ...] = ("0.125", "0.25", "0.5", "0.99")
+"""The rungs of a managed run whose recipe sets none: fractions of ``max_model_len``, as tiny-cpu's."""
+
+
+@dataclass(frozen=True)
+class LadderPlan:
+    """The rungs a ladder climbs and where they came from, or why it sends nothing."""
+
+    rungs: tuple[int | str, ...]
+    source: RungSource
+    #: Set when no rung may be sent: the gate is then skipped as not measured, with this reason.
+    not_measured: str | None = None
+
+
+def ladder_plan(recipe: Recipe, *, direct_only: bool) -> LadderPlan:
+    """The recipe's rungs; where it sets none, rungs derived from ``max_model_len`` for a server this
+    run started, and none at all for someone's running endpoint: a large prompt is sent there
+    only when the operator's recipe asks for it."""
+    configured = tuple(recipe.gate("capacity").get("rungs") or ())
+    if configured:
+        return LadderPlan(configured, RungSource.RECIPE)
+    if direct_only:
+        return LadderPlan((), RungSource.RECIPE, not_measured=(
+            f"not measured: recipe {recipe.name} sets no gates.capacity.rungs, and against a server this run did "
+            "not start the ladder sends only the prompts a recipe asks for (none were sent)"))
+    return LadderPlan(DERIVED_RUNGS, RungSource.MAX_MODEL_LEN)
+
+
+def rung_targets(recipe: Recipe, rungs: tuple[int | str, ...] | None = None) -> list[tuple[int, str]]:
+    """(target tokens, label) per rung (the recipe's unless given): absolute targets, or fractions of
+    max_model_len."""
     mml = recipe.serve.max_model_len
-    settings = recipe.gate("capacity")
     targets: list[tuple[int, str]] = []
-    for rung in settings.get("rungs", []):
+    for rung in recipe.gate("capacity").get("rungs", []) if rungs is None else rungs:
         if isinstance(rung, str):
             target = int(float(rung) * mml)
             targets.append((target, f"{rung} x max_model_len"))
@@ -133,6 +165,8 @@ class LadderResult:
                 problems.append(f"{name}: post-probe smoke {rung.post_probe_smoke}")
             if rung.prefix_cache_hits:
                 problems.append(f"{name}: {rung.prefix_cache_hits} prefix-cache hit tokens despite the nonce")
+        if not any(not rung.expected_rejection for rung in self.rungs) and self.server_gone is None:
+            problems.append("no ladder rung was sent: a ladder passes only on a rung it measured")
         if min_largest_prompt:
             largest = self.largest_ok
             seen = largest.prompt_tokens if largest and largest.prompt_tokens else 0
@@ -160,8 +194,13 @@ def _apply_stream(rung: RungRecord, result: StreamResult) -> None:
     rung.e2e_s = metrics["e2e_s"]
     rung.prefill_tok_s = metrics["prefill_tok_s"]
     rung.decode_tok_s = metrics["decode_tok_s"]
+    rung.decode_source = FigureSource.CLIENT if rung.decode_tok_s is not None else None
     if rung.prompt_tokens is not None:
         rung.calibration_error = rung.prompt_tokens - rung.target
+
+
+SERVER_DECODE_HISTOGRAM = "vllm:request_decode_time_seconds"
+"""The server's per-request decode time (first to last output token), observed when a request ends."""
 
 
 def _cross_check(rung: RungRecord, before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> None:
@@ -169,26 +208,45 @@ def _cross_check(rung: RungRecord, before: MetricsSnapshot | None, after: Metric
         return
     delta = after.delta(before)
     rung.server_ttft_s = delta.histogram_mean("vllm:time_to_first_token_seconds")
-    _drop_unmeasured_decode(rung)
+    rung.server_decode_tok_s = _server_decode_rate(rung, delta)
+    _settle_decode(rung)
     prompt = delta.counter("vllm:prompt_tokens_total")
     rung.server_prompt_tokens = int(prompt) if prompt is not None else None
     hits = delta.counter("vllm:prefix_cache_hits_total")
     rung.prefix_cache_hits = int(hits) if hits is not None else None
 
 
-def _drop_unmeasured_decode(rung: RungRecord) -> None:
-    """A decode rate the client could not time is not reported. The client times decode from the
-    first token it reads to the end of the stream; when it read the first token later than the
-    server sent it by more than that whole window (a starved client on a busy machine reads the
-    finished answer in one go), the tokens were generated while it was not reading, and the rate
-    would be that of its read loop (48,755 tok/s was seen on 2 busy cores), not the server's."""
+def _server_decode_rate(rung: RungRecord, delta: MetricsDelta) -> float | None:
+    """The rung's decode rate by the server's clock: one decode-time observation in the window (the
+    rung was the only request in flight), over the rung's own ``completion_tokens - 1`` steps."""
+    decode = delta.histograms.get(SERVER_DECODE_HISTOGRAM)
+    tokens = rung.completion_tokens
+    if decode is None or decode.count != 1 or decode.sum <= 0 or not tokens or tokens < 2:
+        return None
+    return (tokens - 1) / decode.sum
+
+
+def _settle_decode(rung: RungRecord) -> None:
+    """A decode rate the client could not time is not the client's figure. The client times decode
+    from the first token it reads to the end of the stream; when it read the first token later than
+    the server sent it by more than that whole window (a starved client on a busy machine, or output
+    tokens arriving in one burst, reads the finished answer in one go), the tokens were generated
+    while it was not reading, and the rate would be that of its read loop (48,755 tok/s was seen on 2
+    busy cores). The server's own decode time for the request is then the figure, named as such;
+    without it, decode is not measured."""
     if rung.decode_tok_s is None or rung.ttft_s is None or rung.e2e_s is None or rung.server_ttft_s is None:
         return
     lag, window = rung.ttft_s - rung.server_ttft_s, rung.e2e_s - rung.ttft_s
-    if lag > window:
-        rung.decode_tok_s = None
-        rung.decode_not_measured = (f"the client read the first token {lag:.3f} s after the server sent it, longer "
-                                    f"than the {window:.3f} s it would have timed decode over")
+    if lag <= window:
+        return
+    late = (f"the client read the first token {lag:.3f} s after the server sent it, longer than the "
+            f"{window:.3f} s it would have timed decode over")
+    rung.client_decode_not_measured = late
+    rung.decode_tok_s = rung.server_decode_tok_s
+    if rung.server_decode_tok_s is not None:
+        rung.decode_source = FigureSource.SERVER_METRICS
+    else:
+        rung.decode_source, rung.decode_not_measured = FigureSource.NOT_MEASURED, late
 
 
 def run_ladder(
@@ -198,14 +256,15 @@ def run_ladder(
     progress: ProgressFn,
     shape: ChatShape | None = None,
     seed: int = 0,
+    rungs: tuple[int | str, ...] | None = None,
 ) -> LadderResult:
-    """Climb the recipe's ladder (and the max_model_len + 1 rung) on a live server."""
+    """Climb the recipe's ladder (or ``rungs``), then the max_model_len + 1 rung, on a live server."""
     settings = recipe.gate("capacity")
     mml = recipe.serve.max_model_len
     max_tokens = int(settings.get("max_tokens", 16))
     shape = shape or ChatShape()
     builder = ExactPromptBuilder(ServerTokenCounter(client.http, client.model), seed=seed)
-    plan = [(t, label, False) for t, label in rung_targets(recipe)]
+    plan = [(t, label, False) for t, label in rung_targets(recipe, rungs)]
     if settings.get("max_len_plus_one", True):
         plan.append((mml + 1, "max_model_len + 1", True))
     # Every prompt is built before the first probe: calibration asks /tokenize many times, and
@@ -358,7 +417,15 @@ def run_concurrency(client: QualClient, recipe: Recipe, *, progress: ProgressFn,
 def ladder_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progress: ProgressFn) -> GateVerdict:
     """Ladder: every rung exact (calibration error 0), answered, followed by a passing smoke."""
     settings = recipe.gate("capacity")
-    result = run_ladder(client, recipe, progress=progress)
+    plan = ladder_plan(recipe, direct_only=client.handle.direct_only)
+    gate.measure(rungs_from=str(plan.source))
+    if plan.not_measured is not None:
+        gate.summary("not measured")
+        return GateVerdict(skip_reason=plan.not_measured)
+    if plan.source is RungSource.MAX_MODEL_LEN:
+        progress(f"ladder: recipe {recipe.name} sets no gates.capacity.rungs; climbing {', '.join(map(str, plan.rungs))} "
+                 f"x max_model_len {recipe.serve.max_model_len:,}")
+    result = run_ladder(client, recipe, progress=progress, rungs=plan.rungs)
     gate.measure(ladder=[r.to_dict() for r in result.rungs])
     largest = result.largest_ok
     minimum = settings.get("min_largest_prompt")

@@ -6,10 +6,14 @@ requests in flight until the level's requests are done. Every prompt is an exact
 prompt with its own nonce (no prefix-cache hit flatters a level), every request asks for the
 same number of output tokens (``ignore_eos``), and nothing is retried: a failed request is
 an error of its level and stays in the record as a retained failure. The server's own
-histograms (``/metrics``) are read before and after each level as a cross-check.
+histograms (``/metrics``) are read after the warm-up and after the counted requests, so they
+see exactly those requests.
 
-A level passes when its goodput (``load_stats``) reaches ``min_goodput_pct`` with no errors;
-the gate passes when every promoted level does. A level above ``serve.max_num_seqs`` is
+A level passes when its goodput (``load_stats``) reaches ``min_goodput_pct`` with no errors,
+each SLO judged on the figures that were measured: where the client's view differs from the
+server's beyond the histogram's resolution, on the server's (``load_views``). The gate passes
+when every promoted level does, fails when one missed, and is skipped as not measured when a
+level's goodput bounds straddle the minimum. A level above ``serve.max_num_seqs`` is
 measured like any other: its requests queue in the server, which the report says. With
 ``find_max`` the gate also searches the highest level that meets the SLOs, up to
 ``max_ceiling``; that search is reported and never fails the gate.
@@ -29,6 +33,7 @@ from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.recipe.load_settings import LoadSettings, load_settings
 from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.records import FigureSource, LevelJudgement
 
 from .checks import GateVerdict
 from .ladder import fetch_metrics_text, parse_metrics_text
@@ -40,6 +45,7 @@ from .load_stats import (
     search_max_level,
     server_cross_check,
 )
+from .load_views import SLO_FIGURES, compare_views, judge_level
 from .recorder import GateRecorder
 
 __all__ = ["LevelRunner", "LoadResult", "load_gate", "run_load"]
@@ -90,7 +96,12 @@ class LevelRunner:
         queued = self.max_num_seqs is not None and level > self.max_num_seqs
         note = f" (above max_num_seqs {self.max_num_seqs}: requests queue in the server)" if queued else ""
         self.progress(f"load level {level} ({phase}): {count} requests, {level} in flight{note}")
-        before = fetch_metrics_text(self.client.http)
+        before: list[str | None] = []
+
+        def warmup() -> StreamResult:
+            result = self._send(prompts[0], f"load-{level}-warmup")
+            before.append(fetch_metrics_text(self.client.http))  # the window then holds only the counted requests
+            return result
 
         def send(i: int) -> StreamResult:
             return self._send(prompts[i + 1], f"load-{level}-{i}")
@@ -99,23 +110,29 @@ class LevelRunner:
             if not done.result.ok:
                 self.failures.append(f"level {level} request {done.index}: {done.result.attempt.error_kind or 'failed'}")
 
-        loop = run_closed_loop(level, count, send, warmup=lambda: self._send(prompts[0], f"load-{level}-warmup"),
-                               on_done=failed)
+        loop = run_closed_loop(level, count, send, warmup=warmup, on_done=failed)
         after = fetch_metrics_text(self.client.http)
-        figures = level_figures(level, [_figures(r.result) for r in sorted(loop.requests, key=lambda r: r.index)],
-                                loop.wall_s, self.settings.slo())
+        snapshot_before, snapshot_after = parse_metrics_text(before[0] if before else None), parse_metrics_text(after)
+        delta = snapshot_after.delta(snapshot_before) if snapshot_before and snapshot_after else None
+        requests = [_figures(r.result) for r in sorted(loop.requests, key=lambda r: r.index)]
+        slo = self.settings.slo()
+        views = compare_views(requests, delta, slo)
+        figures = level_figures(level, requests, loop.wall_s, {key: slo[key] for key in views.client_slo_keys})
         warmup_ok = loop.warmup is not None and loop.warmup.ok
         if not warmup_ok:
             figures.errors += 1
             self.failures.append(f"level {level} warm-up request: "
                                  f"{loop.warmup.attempt.error_kind if loop.warmup is not None else 'not sent'}")
-        snapshot_before, snapshot_after = parse_metrics_text(before), parse_metrics_text(after)
-        delta = snapshot_after.delta(snapshot_before) if snapshot_before and snapshot_after else None
+        figures.judgement, low, high = judge_level(figures.requests, figures.errors, figures.good, views,
+                                                   self.settings.min_goodput_pct)
         met = figures.meets(self.settings.min_goodput_pct)
+        figures.row.update(**views.row(), slo_judgement=str(figures.judgement),
+                           goodput_pct_low=round(low, 3) if views.server_shares else None,
+                           goodput_pct_high=round(high, 3) if views.server_shares else None)
         figures.row.update(phase=phase, errors=figures.errors, warmup_ok=warmup_ok, met_slo=met,
                            above_max_num_seqs=queued, max_in_flight=loop.max_in_flight,
                            sustained_starts=loop.sustained_starts, **server_cross_check(delta))
-        self.progress(_level_line(figures, met))
+        self.progress(_level_line(figures, met) + (f" ({'; '.join(views.notes)})" if views.notes else ""))
         return figures
 
 
@@ -130,7 +147,8 @@ def _level_line(figures: LevelFigures, met: bool) -> str:
     return (f"load level {figures.level}: {figures.requests} requests, {figures.errors} errors, "
             f"TTFT p95 {_ms(row.get('ttft_p95_s'))}, TPOT p95 {_ms(row.get('tpot_p95_s'))}, "
             f"goodput {figures.goodput_pct:.1f}%{per_second}"
-            + (" - meets the SLOs" if met else " - BELOW the SLOs"))
+            + (" - meets the SLOs" if met else " - SLOs not measured" if figures.judgement is LevelJudgement.NOT_MEASURED
+               else " - BELOW the SLOs"))
 
 
 @dataclass
@@ -163,6 +181,11 @@ def run_load(client: QualClient, recipe: Recipe, settings: LoadSettings, *, prog
     return LoadResult(measured, met, search, runner.failures)
 
 
+def _server_judged(row: dict[str, Any]) -> list[str]:
+    """The SLOs of a level row judged on the server's histograms (the client could not see them)."""
+    return [key for key, (short, _) in SLO_FIGURES.items() if row.get(f"{short}_source") == FigureSource.SERVER_METRICS]
+
+
 def _search_measurements(search: SearchResult | None) -> dict[str, Any]:
     if search is None:
         return {"max_at_slo": None}
@@ -185,11 +208,20 @@ def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progres
                  levels_met=[level for level, ok in result.met.items() if ok],
                  min_level_goodput_pct=min((f.goodput_pct for f in promoted), default=None),
                  errors=sum(f.errors for f in result.levels), slos_set_by=str(settings.slos_set_by),
-                 max_num_seqs=recipe.serve.max_num_seqs, **_search_measurements(result.search))
-    failing = [level for level, ok in result.met.items() if not ok]
+                 max_num_seqs=recipe.serve.max_num_seqs, **_search_measurements(result.search),
+                 slos_judged_on_server=sorted({key for f in promoted for key in _server_judged(f.row)}))
+    unmeasured = [f.level for f in promoted if f.judgement is LevelJudgement.NOT_MEASURED]
+    failing = [level for level, ok in result.met.items() if not ok and level not in unmeasured]
     found = "" if result.search is None else (
         f"; max at SLO {result.search.best}" if result.search.best else "; no level met the SLOs in the search")
-    gate.summary(f"{len(settings.levels) - len(failing)}/{len(settings.levels)} promoted levels met the SLOs{found}")
+    met = len(settings.levels) - len(failing) - len(unmeasured)
+    gate.summary(f"{met}/{len(settings.levels)} promoted levels met the SLOs"
+                 + (f", {len(unmeasured)} not measured" if unmeasured else "") + found)
+    if not failing and unmeasured:
+        return GateVerdict(skip_reason="not measured: " + "; ".join(
+            f"level {f.level}: goodput between {f.row.get('goodput_pct_low')}% and {f.row.get('goodput_pct_high')}% "
+            f"(minimum {settings.min_goodput_pct:g}%): {f.row.get('views_differ')}"
+            for f in promoted if f.level in unmeasured))
     if not failing:
         return GateVerdict()
     parts = []

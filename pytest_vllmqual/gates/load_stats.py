@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_vllmqual.records import LevelJudgement
 from pytest_vllmqual.vllm.endpoints import HistogramDelta, MetricsDelta
 
 __all__ = ["DEFINITIONS", "PERCENTILES", "SERVER_HISTOGRAMS", "LevelFigures", "RequestFigures", "SearchResult",
@@ -35,7 +36,9 @@ DEFINITIONS = {
                "last streamed delta carrying output, where vllm bench serve ends a request (e2e_s when not recorded)"),
     "itl_s": "each gap between two streamed chunks that carry output, pooled over the level's requests",
     "e2e_s": "time from sending the request to the end of the stream",
-    "goodput_pct": "the share of the level's requests that met every set SLO (a failed request meets none), in %",
+    "goodput_pct": ("the share of the level's requests that met every set SLO judged on the client's figures (a "
+                    "failed request meets none), in %; where the client could not see a figure (its *_source is "
+                    "server_metrics), goodput_pct_low and goodput_pct_high bound the share that met every SLO"),
     "goodput_req_s": "the requests that met every set SLO, per second of the level's wall time",
     "output_tok_s": "completion tokens of the level's completed requests per second of its wall time",
     "wall_s": "from the first counted request's start to the last one's end (the warm-up is not counted)",
@@ -130,13 +133,17 @@ class LevelFigures:
     good: int
     wall_s: float
     row: dict[str, Any] = field(default_factory=dict)
+    #: The level's judgement where the server's view was compared (``load_views.judge_level``).
+    judgement: LevelJudgement | None = None
 
     @property
     def goodput_pct(self) -> float:
         return 100.0 * self.good / self.requests if self.requests else 0.0
 
     def meets(self, min_goodput_pct: float) -> bool:
-        """The level's verdict: goodput at or above the minimum, and no errors."""
+        """The level's verdict: goodput at or above the minimum, and no errors (as judged, where judged)."""
+        if self.judgement is not None:
+            return self.judgement is LevelJudgement.MET
         return self.errors == 0 and self.requests > 0 and self.goodput_pct >= min_goodput_pct
 
 

@@ -20,7 +20,7 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.layout import fixtures_dir
-from pytest_vllmqual.privacy.public_text import public_failure
+from pytest_vllmqual.privacy.public_text import public_failure, quote_answers
 from pytest_vllmqual.recipe.loader import Recipe
 
 from .checks import GateVerdict, check_fingerprints, check_tool_call, recipe_tool_fixtures
@@ -55,10 +55,13 @@ def reasoning_fingerprints_gate(client: QualClient, recipe: Recipe, gate: GateRe
         if token_count != usage_count:
             disagreements.append(f"effort {effort}: usage.prompt_tokens {usage_count} but /tokenize {token_count}")
         counts[effort] = usage_count
-    gate.measure(fingerprints=counts, **{f"prompt_tokens_{e}": n for e, n in counts.items()})
-    gate.threshold(fingerprints=expected or "not pinned: counts must differ between efforts")
+    compared = bool(expected) or not recipe.discovered
+    gate.measure(fingerprints=counts, fingerprints_pinned=bool(expected), efforts_compared=compared,
+                 **{f"prompt_tokens_{e}": n for e, n in counts.items()})
+    gate.threshold(fingerprints=expected or ("not pinned: counts must differ between efforts" if compared
+                                             else "not pinned (discovered recipe): measured only"))
     gate.summary("/".join(str(counts[e]) for e in efforts) + " prompt tokens (" + "/".join(efforts) + ")")
-    if recipe.discovered and not expected:
+    if not compared:
         gate.summary(f"{gate.record.summary}; nothing pinned (discovered recipe), measured only")
         problems = disagreements
     else:
@@ -119,7 +122,7 @@ def repeated_check_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, 
     gate.measure(passed=passed, repeat=n, answers_distinct=len(set(answers)))
     gate.threshold(required=f"{n}/{n}")
     if passed != n:
-        return GateVerdict(f"{label}: {passed}/{n} answers matched /{expect}/; answers: {answers}")
+        return GateVerdict(f"{label}: {passed}/{n} answers matched /{expect}/; answers: {quote_answers(answers)}")
     return GateVerdict()
 
 
@@ -184,5 +187,5 @@ def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
     gate.measure(passed=passed, repeat=n, target_tokens=target, prompt_tokens=sizes, check=mode)
     if passed != n:
         return GateVerdict(f"long context ({mode}) {passed}/{n} at {target:,} tokens matched /{expect}/; "
-                           f"answers: {answers}")
+                           f"answers: {quote_answers(answers)}")
     return GateVerdict()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.records import GateOutcome
+from pytest_vllmqual.records import GateOutcome, RungSource
 
 FAMILIES = ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle", "load")
 """Every gate family, in the order a report lists them; each is also the marker of its gates."""
@@ -97,25 +97,39 @@ def _identity(gate: Mapping[str, Any]) -> str:
 def _ranks(gate: Mapping[str, Any]) -> str:
     ranks = _measured(gate, "ranks")
     kv = _measured(gate, "min_rank_kv_gib")
-    return (f"the log shows {_count(ranks)} rank(s), each with its KV allocation"
-            + (f" (minimum {kv} GiB)" if isinstance(kv, int | float) else ""))
+    reporting, silent = _measured(gate, "ranks_reporting_kv"), _measured(gate, "ranks_not_reporting_kv")
+    minimum = f" (minimum {kv} GiB)" if isinstance(kv, int | float) else ""
+    if not isinstance(reporting, list) or not reporting:
+        return f"the log shows {_count(ranks)} rank(s)"
+    if isinstance(silent, list) and silent:
+        return (f"the log shows {_count(ranks)} rank(s); {', '.join(map(str, reporting))} logged its KV allocation"
+                f"{minimum}, {', '.join(map(str, silent))} logged none (GPU vLLM logs it on rank 0 only)")
+    return f"the log shows {_count(ranks)} rank(s), each with its KV allocation{minimum}"
 
 
 def _kv_pool(gate: Mapping[str, Any]) -> str:
     tokens = _measured(gate, "kv_cache_tokens")
-    return f"the engine reported a KV pool of {_count(tokens)} tokens, at or above the recipe minimum"
+    minimum = (gate.get("thresholds") or {}).get("min_kv_tokens")
+    text = f"the engine reported a KV pool of {_count(tokens)} tokens"
+    if isinstance(minimum, int) and not isinstance(minimum, bool):
+        return f"{text}, at or above the recipe minimum of {minimum:,}"
+    return f"{text} (measured only: the recipe sets no minimum)"
 
 
 def _cold_start(gate: Mapping[str, Any]) -> str:
     seconds = _measured(gate, "cold_start_s")
+    ceiling = (gate.get("thresholds") or {}).get("cold_start_max_s")
     at = f" in {seconds:.1f} s" if isinstance(seconds, int | float) else ""
-    return f"a cold managed start passed health, the model list and a real completion{at}"
+    within = f", within the recipe's ceiling of {ceiling:g} s" if isinstance(ceiling, int | float) else ""
+    return f"a cold managed start passed health, the model list and a real completion{at}{within}"
 
 
 def _ladder(gate: Mapping[str, Any]) -> str:
     largest = _measured(gate, "largest_prompt_tokens")
+    derived = (" (rungs derived from max_model_len: the recipe sets none)"
+               if _measured(gate, "rungs_from") == RungSource.MAX_MODEL_LEN else "")
     return (f"every ladder rung was exact and answered, the largest at {_count(largest)} API-reported prompt "
-            "tokens, each followed by a passing smoke")
+            f"tokens, each followed by a passing smoke{derived}")
 
 
 def _concurrency(gate: Mapping[str, Any]) -> str:
@@ -136,9 +150,36 @@ def _load(gate: Mapping[str, Any]) -> str:
     best = _measured(gate, "max_at_slo")
     if isinstance(best, int):
         text += f"; the highest level found at SLO was {best:,}"
+    judged = _measured(gate, "slos_judged_on_server")
+    if isinstance(judged, list) and judged:
+        text += (f" ({', '.join(map(str, judged))} judged on the server's own histograms, to their bucket "
+                 "resolution: the client could not see them)")
     if _measured(gate, "slos_set_by") != "operator":
         text += f" (levels and SLOs: {_measured(gate, 'slos_set_by') or 'not stated'}, not an operator's)"
     return text
+
+
+def _continuation(gate: Mapping[str, Any]) -> str:
+    chars = _measured(gate, "answer_chars")
+    said = f"{_count(chars)} characters of text" if isinstance(chars, int) else "text"
+    return (f"after a tool call and its result, the model's next turn ended with finish_reason stop and {said}, "
+            "without repeating the call (whether the answer used the result is not checked)")
+
+
+def _fingerprints(gate: Mapping[str, Any]) -> str:
+    counts = _measured(gate, "fingerprints")
+    shown = (" (" + ", ".join(f"{effort} {_count(n)}" for effort, n in counts.items()) + ")"
+             if isinstance(counts, Mapping) and counts else "")
+    pinned = _measured(gate, "fingerprints_pinned")
+    if pinned is None:  # a record from before the rule was measured: pinned when the threshold is a table
+        pinned = isinstance((gate.get("thresholds") or {}).get("fingerprints"), Mapping)
+    if pinned:
+        return f"each reasoning effort's prompt-token count equals its pinned fingerprint{shown}, by usage and /tokenize"
+    if _measured(gate, "efforts_compared") is False:
+        return (f"nothing was pinned: each reasoning effort's prompt-token count{shown} was measured, usage and "
+                "/tokenize agreeing")
+    return (f"nothing was pinned: the reasoning efforts' prompt-token counts{shown} differ from each other, usage "
+            "and /tokenize agreeing")
 
 
 def _fixed(text: str) -> ProvesFn:
@@ -154,13 +195,12 @@ REGISTRY: tuple[GateSpec, ...] = (
     GateSpec("tools", "functional", "Typed tool calls", _tools, "typed tool calls"),
     GateSpec("streaming_tool", "functional", "Streaming tool call",
              _fixed("a streamed tool call reassembled into one valid typed call"), "streaming tool"),
-    GateSpec("tool_continuation", "functional", "Tool-result continuation",
-             _fixed("the model answered from a tool result it was given"), "tool-result continuation"),
+    GateSpec("tool_continuation", "functional", "Tool-result continuation", _continuation,
+             "tool-result continuation"),
     GateSpec("responses", "functional", "Responses API",
              _fixed("the Responses API answered the smoke prompt"), "Responses API"),
     GateSpec("openai_sdk", "functional", "The official openai SDK", _openai_sdk),
-    GateSpec("reasoning_fingerprints", "reasoning", "Reasoning prompt contract",
-             _fixed("each reasoning effort's prompt-token count equals its pinned fingerprint")),
+    GateSpec("reasoning_fingerprints", "reasoning", "Reasoning prompt contract", _fingerprints),
     GateSpec("quality_intelligence", "quality", "Intelligence",
              lambda g: f"a known-answer question was answered correctly {_k_of_n(g)}"),
     GateSpec("quality_session_recall", "quality", "Session recall",

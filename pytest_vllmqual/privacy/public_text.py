@@ -11,18 +11,27 @@ Where a server message must be quoted (an HTTP 400 "maximum context length is N 
 passes through :data:`TEMPLATES`: known vLLM message templates whose numbers are parsed and
 re-rendered into the template's fixed words, so nothing but those words and numbers survives.
 A message no template knows is withheld.
+
+A model's answer is the one kind of server text a gate's failure reason may quote, so that a
+failed check says what the model said: :func:`quote_answer` keeps at most
+:data:`ANSWER_QUOTE_CHARS` characters of it (a longer answer is cut and its length given), a
+reason quotes at most :data:`ANSWER_QUOTES` answers, and the public outputs scrub every reason
+like all free text.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_vllmqual.records import ServerStatus
 
 __all__ = [
+    "ANSWER_QUOTES",
+    "ANSWER_QUOTE_CHARS",
     "HARNESS_ERROR_KINDS",
     "PUBLIC_DETAIL_KEYS",
     "STARTUP_CAUSES",
@@ -34,11 +43,35 @@ __all__ = [
     "public_failure",
     "public_rung_error",
     "public_startup_details",
+    "quote_answer",
+    "quote_answers",
     "quote_server_message",
     "startup_cause",
 ]
 
 WITHHELD = "the server's message is withheld from public outputs (kept in the private folder)"
+
+ANSWER_QUOTE_CHARS = 40
+"""The most characters of one model answer a failure reason quotes."""
+ANSWER_QUOTES = 3
+"""The most answers one failure reason quotes; the others are counted."""
+
+
+def quote_answer(answer: object) -> str:
+    """A model's answer (content, tool arguments, a value a schema rejected) as a failure reason may
+    quote it: at most ``ANSWER_QUOTE_CHARS`` characters, in quotes; a longer one is cut and its length
+    given. A value that is not text is quoted as its JSON."""
+    text = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False, default=str)
+    if len(text) <= ANSWER_QUOTE_CHARS:
+        return repr(text)
+    return f"{text[:ANSWER_QUOTE_CHARS]!r}... ({len(text):,} characters)"
+
+
+def quote_answers(answers: Sequence[object]) -> str:
+    """Several answers, each quoted by :func:`quote_answer`, the first ``ANSWER_QUOTES`` of them."""
+    shown = ", ".join(quote_answer(a) for a in answers[:ANSWER_QUOTES])
+    more = len(answers) - ANSWER_QUOTES
+    return f"[{shown}" + (f", and {more} more]" if more > 0 else "]")
 
 
 @dataclass(frozen=True)
@@ -170,6 +203,11 @@ STARTUP_CAUSES: dict[str, str] = {
     "prepare_failed": "the recipe's prepare command failed",
     "image_not_pinned": "the recipe's image is not pinned by digest",
     "gpu_refused": "the GPU exclusivity preflight refused the start",
+    "docker_unavailable": "no Docker engine answered, so no container was started",
+    "image_unavailable": "the recipe's image is not on the Docker engine and could not be pulled",
+    "docker_error": "the Docker engine could not create or start the container",
+    "not_run": "no server was handed to this worker for its arm",
+    "stopped": "the arm's server had already been stopped when its tests ran",
 }
 """Every classified startup outcome, in the harness's words."""
 

@@ -102,6 +102,8 @@ class StartupConfig:
     deadline_s: float = 900.0
     poll_interval_s: float = 0.2
     ready_completion_timeout_s: float = 60.0
+    #: The longest cold start the recipe accepts (the cold_start gate's ceiling); None: none set.
+    cold_start_max_s: float | None = None
 
 
 @dataclass(frozen=True)

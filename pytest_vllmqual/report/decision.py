@@ -55,7 +55,7 @@ from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.recipe.load_settings import slo_caveat
 from pytest_vllmqual.records import GateOutcome, GateRecord, RungRecord, RunRecord, Verdict, worst_outcome
 
-from .number_format import fmt_num, short_tokens
+from .number_format import fmt_decode, fmt_num, short_tokens
 from .query import first_line, largest_of, preflight_of
 
 __all__ = ["BOUNDARY", "CoverageRow", "Decision", "coverage", "decide", "max_model_len", "public_record",
@@ -287,7 +287,8 @@ def _proves_capacity(record: RunRecord) -> list[str]:
             f"a request of {fmt_num(top.prompt_tokens)} API-reported prompt tokens completed "
             f"({fmt_num(top.ttft_s, 3)} s TTFT, {fmt_num(top.e2e_s, 3)} s E2E, "
             f"{fmt_num(top.prefill_tok_s, 0)} effective prefill tok/s, "
-            f"{fmt_num(top.decode_tok_s, 2)} decode tok/s); {len(_completed(record))} ladder rung(s) completed")
+            f"{fmt_decode(top.decode_tok_s, top.decode_source, top.decode_not_measured)}); "
+            f"{len(_completed(record))} ladder rung(s) completed")
         probed = [r.verdict.smoke for r in record.ladder if r.verdict.smoke is not None]
         if probed and all(probed):
             proves.append(f"a short functional smoke passed after every context probe ({len(probed)}/{len(probed)})")

@@ -131,7 +131,7 @@ def _row(row: Mapping[str, Any]) -> tuple[Any, ...]:
             ms("itl"), "/".join(fmt_num(row.get(f"e2e_{q}_s"), 3) for q in ("p50", "p95", "p99")),
             fmt_num(row.get("goodput_pct"), 1), fmt_num(row.get("goodput_req_s"), 2), fmt_num(row.get("output_tok_s"), 1),
             fmt_num(_ms(row.get("server_ttft_mean_s")), 1),
-            ("met" if row.get("met_slo") else "missed") + (", queued in the server" if row.get("above_max_num_seqs")
+            ("met" if row.get("met_slo") else "not measured" if row.get("slo_judgement") == "not measured" else "missed") + (", queued in the server" if row.get("above_max_num_seqs")
                                                            else ""))
 
 

@@ -31,7 +31,7 @@ from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     family_of,
 )
-from pytest_vllmqual.report.number_format import fmt_num, fmt_places, short_tokens
+from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, short_tokens
 from pytest_vllmqual.report.query import (
     first_line,
     gate_outcome,
@@ -178,7 +178,7 @@ def result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if top is not None:
         text = (f"{fmt_num(top.get('prompt_tokens'))} actual prompt tokens; {fmt_num(top.get('ttft_s'), 3)} s TTFT; "
                 f"{fmt_num(top.get('e2e_s'), 3)} s E2E; {fmt_num(top.get('prefill_tok_s'), 0)} effective prefill tok/s; "
-                f"{fmt_num(top.get('decode_tok_s'), 2)} decode tok/s")
+                + fmt_decode(top.get("decode_tok_s"), top.get("decode_source"), top.get("decode_not_measured")))
         if capacity in ("failed", "error"):
             text = f"Capacity gate {capacity}; largest completed: " + text
         rows.append(("Near-limit capacity", text, _outcome_class(capacity)))
@@ -254,7 +254,8 @@ def measurement_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("Largest-request TTFT", f"{fmt_num(top.get('ttft_s'), 3)} s"),
             ("Largest-request E2E", f"{fmt_num(top.get('e2e_s'), 3)} s"),
             ("Largest-request effective prefill", f"{fmt_num(top.get('prefill_tok_s'), 0)} tok/s"),
-            ("Largest-request decode", f"{fmt_num(top.get('decode_tok_s'), 2)} tok/s"),
+            ("Largest-request decode", fmt_decode(top.get("decode_tok_s"), top.get("decode_source"),
+                                                  top.get("decode_not_measured"), unit=" tok/s")),
         ]
     cold = (report.get("lifecycle") or {}).get("cold_start_s")
     if cold is not None:

@@ -68,11 +68,13 @@ def load_summary_line(report: Mapping[str, Any]) -> str | None:
         return None
     promoted = [row for row in section.get("levels") or [] if row.get("phase") == "promoted"]
     met = [str(row.get("level")) for row in promoted if row.get("met_slo")]
-    missed = [str(row.get("level")) for row in promoted if not row.get("met_slo")]
+    unmeasured = [str(row.get("level")) for row in promoted if row.get("slo_judgement") == "not measured"]
+    missed = [str(row.get("level")) for row in promoted if not row.get("met_slo") and str(row.get("level")) not in unmeasured]
     goodputs = [row["goodput_pct"] for row in promoted if isinstance(row.get("goodput_pct"), int | float)]
     line = f"load: {len(met)}/{len(promoted)} promoted levels met the SLOs"
     line += f" ({', '.join(met)} in flight)" if met else ""
     line += f"; missed at {', '.join(missed)}" if missed else ""
+    line += f"; not measured at {', '.join(unmeasured)} (the client could not see a figure)" if unmeasured else ""
     line += f"; lowest goodput {min(goodputs):.1f}%" if goodputs else ""
     search = section.get("search")
     if isinstance(search, Mapping):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
-__all__ = ["fixed", "fmt_num", "fmt_places", "rounded", "short_tokens", "signed", "signed_percent", "to_decimal"]
+__all__ = ["fixed", "fmt_decode", "fmt_num", "fmt_places", "rounded", "short_tokens", "signed", "signed_percent", "to_decimal"]
 
 
 def fmt_num(value: Any, digits: int = 2, unit: str = "") -> str:
@@ -26,6 +26,15 @@ def fmt_num(value: Any, digits: int = 2, unit: str = "") -> str:
     if isinstance(value, float):
         return f"{value:,.{digits}f}{unit}"
     return f"{value}{unit}"
+
+
+def fmt_decode(decode_tok_s: Any, source: Any = None, not_measured: Any = None, unit: str = " decode tok/s") -> str:
+    """A rung's decode rate with whose view it is: "73.86 decode tok/s (server metrics)" where the
+    server's histogram gave it, "decode not measured (...)" where neither view did."""
+    if decode_tok_s is None and not_measured:
+        return "decode not measured (the client read the answer late)"
+    figure = fmt_num(decode_tok_s, 2, unit)
+    return f"{figure} (server metrics: the client read the answer late)" if source == "server_metrics" else figure
 
 
 def fmt_places(value: Any, digits: int = 2) -> str:

@@ -72,7 +72,8 @@ _TIMING_FIELDS = ("ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s", "decode_
 _RUNG_FIELDS = ("index", "target", "target_label", "prompt_tokens", "calibration_error", "status_code",
                "finish_reason", "completion_tokens", "ttft_s", "ttft_content_s", "e2e_s", "prefill_tok_s",
                "decode_tok_s", "ok", "expected_rejection", "error", "post_probe_smoke", "health_after",
-               "server_ttft_s", "decode_not_measured", "server_prompt_tokens", "prefix_cache_hits")
+               "server_ttft_s", "decode_not_measured", "server_prompt_tokens", "prefix_cache_hits",
+               "decode_source", "server_decode_tok_s", "client_decode_not_measured")
 _GATE_MEASUREMENTS_IN_SECTIONS = ("ladder", LOAD_LEVELS)
 """Measurements reported as their own section (the capacity gate's rungs, the load gate's levels) are not
 repeated per gate."""

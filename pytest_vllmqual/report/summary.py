@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .load_section import load_summary_line
-from .number_format import fmt_num
+from .number_format import fmt_decode, fmt_num
 from .query import largest_rung
 
 __all__ = ["summary_lines"]
@@ -63,8 +63,7 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         lines.append(
             f"largest actual prompt: {fmt_num(top['prompt_tokens'], 3)}; TTFT {fmt_num(top.get('ttft_s'), 3, ' s')}; "
             f"{fmt_num(top.get('prefill_tok_s'), 0, ' effective prefill tok/s')}; "
-            + ("decode not measured (the client read the answer late)" if top.get("decode_not_measured")
-               else f"{fmt_num(top.get('decode_tok_s'), 2, ' decode tok/s')}"))
+            + fmt_decode(top.get("decode_tok_s"), top.get("decode_source"), top.get("decode_not_measured")))
     load_line = load_summary_line(report)
     if load_line is not None:
         lines.append(load_line)

@@ -22,14 +22,14 @@ pytestmark = [pytest.mark.real_vllm]
 GATES = ["suites/test_smoke.py", "suites/test_engine.py", "suites/test_openai_sdk.py"]
 
 
-def run(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def run(cwd: Path, *args: str, gates: list[str] = GATES) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLMQUAL_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # An empty ini in the empty directory: the checkout's own ini (vllmqual_recipe = tiny-cpu) must not apply.
     (cwd / "pytest.ini").write_text("[pytest]\n")
     result = subprocess.run([sys.executable, "-m", "pytest", "-c", "pytest.ini", "--rootdir", str(cwd),
                              "-p", "no:cacheprovider", "-rA",
-                             *(str(ROOT / g) for g in GATES), "--junitxml=junit.xml", *args],
+                             *(str(ROOT / g) for g in gates), "--junitxml=junit.xml", *args],
                             cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     reports = sorted((cwd / "reports").glob("*.json"))
     assert reports, result.stdout[-4000:] + result.stderr[-2000:]
@@ -65,3 +65,14 @@ def test_endpoint_without_recipe_discovers_one(shared_tiny_server: SharedTinySer
     assert "nothing was pinned" in gates["identity"]["summary"]
     assert gates["kv_pool"]["thresholds"]["min_kv_tokens"] == "nothing pinned (discovered recipe)"
     assert "DISCOVERED from the endpoint, not pinned" in result.stdout
+
+
+def test_endpoint_without_recipe_sends_no_ladder_it_was_not_asked_for(shared_tiny_server: SharedTinyServer,
+                                                                       tmp_path: Path) -> None:
+    """A discovered recipe sets no rungs: the ladder sends nothing to someone's server and says not measured."""
+    result, report = run(tmp_path, "--vllmqual-endpoint", shared_tiny_server.base_url, "-k", "ladder",
+                         gates=["suites/test_capacity.py"])
+    assert result.returncode == 0, result.stdout[-4000:]
+    ladder = next(g for g in report["gates"] if g["gate"] == "ladder")
+    assert ladder["outcome"] == "skipped" and ladder["reason"].startswith("not measured: recipe discovered-"), ladder
+    assert ladder["proves"] is None and report["ladder"] == []

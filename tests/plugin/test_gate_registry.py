@@ -61,7 +61,8 @@ def test_renaming_a_test_function_changes_nothing_in_a_report(pytester: pytest.P
     assert gate_view(original) == gate_view(renamed)
     continuation = next(g for g in renamed["gates"] if g["gate"] == "tool_continuation")
     assert continuation["family"] == "functional" and continuation["title"] == "Tool-result continuation"
-    assert continuation["proves"] == "the model answered from a tool result it was given"
+    assert continuation["proves"].startswith("after a tool call and its result, the model's next turn ended with "
+                                             "finish_reason stop")
     assert original["decision"]["gates"] == renamed["decision"]["gates"]
     assert original["decision"]["proves"] == renamed["decision"]["proves"]
     assert original["decision"]["does_not_prove"] == renamed["decision"]["does_not_prove"]

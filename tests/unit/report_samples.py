@@ -153,7 +153,8 @@ def reference_run(private_dir: Path, *, arm: str = "control", canaries: bool = F
     gates.append(GateRecord(nodeid="suites/test_reasoning.py::test_reasoning", gate="reasoning_fingerprints",
                             title="Reasoning prompt contract", arm=arm, outcome="passed", duration_s=0.4,
                             summary="Low/high/max fingerprints passed at 6/85/98 prompt tokens",
-                            measurements={"fingerprints": {"low": 6, "high": 85, "max": 98}}))
+                            measurements={"fingerprints": {"low": 6, "high": 85, "max": 98}},
+                            thresholds={"fingerprints": {"low": 6, "high": 85, "max": 98}}))
     gates.append(GateRecord(nodeid="suites/test_quality.py::test_quality", gate="quality", markers=["quality"],
                             title="Repeated high-reasoning quality", arm=arm, outcome="passed", duration_s=88.0,
                             summary="Intelligence 2 checks × 3/3; session recall 3/3; tools 3/3; 32K context pass"))

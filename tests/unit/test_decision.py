@@ -54,7 +54,8 @@ def test_proves_lists_what_was_measured(run: RunRecord) -> None:
             "continuation, Responses API") in proves
     assert any(p.startswith("a request of 119,503 API-reported prompt tokens completed (17.445 s TTFT") for p in proves)
     assert ("Reasoning prompt contract: each reasoning effort's prompt-token count equals its pinned fingerprint "
-            "(Low/high/max fingerprints passed at 6/85/98 prompt tokens)") in proves
+            "(low 6, high 85, max 98), by usage and /tokenize (Low/high/max fingerprints passed at 6/85/98 prompt "
+            "tokens)") in proves
     assert "a short functional smoke passed after every context probe (5/5)" in proves
     assert any("131,073-token prompt beyond max_model_len was rejected with HTTP 400" in p for p in proves)
     assert any(p.startswith("the engine reported a KV pool of 283,917 tokens (2.17x concurrency at 131,072") for p in proves)

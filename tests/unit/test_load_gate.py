@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 class WordServer:
     """/tokenize counts words (3 per message + 2), chat streams ``max_tokens`` one-word chunks."""
 
-    def __init__(self, fail_every: int = 0) -> None:
+    def __init__(self, fail_every: int = 0, server_ttft: float | None = None) -> None:
         self.fail_every = fail_every
+        #: Where set, /metrics reports this TTFT for every chat served so far (the server's own view).
+        self.server_ttft = server_ttft
         self.chats: list[dict[str, Any]] = []
         self.words: list[str] = []
         self.lock = threading.Lock()
@@ -40,7 +42,7 @@ class WordServer:
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/metrics":
-            return httpx.Response(404)
+            return self.metrics()
         body = json.loads(request.content or b"{}")
         if request.url.path == "/detokenize":
             return httpx.Response(200, json={"prompt": " ".join(self.words[i] for i in body["tokens"])})
@@ -60,6 +62,19 @@ class WordServer:
         chunks.append({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": body["max_tokens"]}})
         text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
         return httpx.Response(200, stream=httpx.ByteStream(text.encode()), headers={"content-type": "text/event-stream"})
+
+
+    def metrics(self) -> httpx.Response:
+        if self.server_ttft is None:
+            return httpx.Response(404)
+        with self.lock:
+            n = len(self.chats)
+        edges = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+        name = "vllm:time_to_first_token_seconds"
+        lines = [f"# TYPE {name} histogram"]
+        lines += [f'{name}_bucket{{le="{edge}"}} {n if self.server_ttft <= edge else 0}' for edge in edges]
+        lines += [f'{name}_bucket{{le="+Inf"}} {n}', f"{name}_sum {n * self.server_ttft}", f"{name}_count {n}"]
+        return httpx.Response(200, text="\n".join(lines) + "\n")
 
 
 def client_of(server: WordServer, *, retries: int = 0) -> QualClient:
@@ -152,3 +167,31 @@ def test_a_recipe_without_gates_load_skips_with_the_reason(tiny: Recipe, tmp_pat
     recipe = dataclasses.replace(tiny, gates={k: v for k, v in tiny.gates.items() if k != "load"})
     verdict = load_gate(client_of(WordServer()), recipe, recorder_in(tmp_path), progress=lambda _: None)
     assert verdict.skip_reason is not None and "sets no gates.load" in verdict.skip_reason
+
+
+def test_a_ttft_the_client_could_not_see_is_judged_on_the_servers_view(tiny: Recipe, tmp_path: Path) -> None:
+    """The server says each first token took 50 ms; the in-process client read it within a few: the
+    views differ by more than a bucket, the row says so, and the TTFT SLO is judged on the server's."""
+    rec, lines = recorder_in(tmp_path), []
+    verdict = load_gate(client_of(WordServer(server_ttft=0.05)), with_load(tiny, levels=[1], ttft_ms=3000), rec,
+                        progress=lines.append)
+    assert verdict.passed, verdict.failure
+    row = rec.record.measurements["load_levels"][0]
+    assert row["server_ttft_count"] == 32, "the window holds the counted requests, not the warm-up"
+    assert row["ttft_source"] == "server_metrics" and row["e2e_source"] == "client"
+    assert row["views_differ"].startswith("TTFT: the client's p50 ") and row["slo_judgement"] == "met"
+    assert row["server_ttft_within_slo_pct_low"] == 100.0 and row["goodput_pct_low"] == 100.0
+    assert rec.record.measurements["slos_judged_on_server"] == ["ttft_ms"]
+    assert any("judged on the server's vllm:time_to_first_token_seconds" in line for line in lines)
+
+
+def test_a_level_the_buckets_cannot_judge_is_not_measured(tiny: Recipe, tmp_path: Path) -> None:
+    """The server's TTFTs lie in its (2.5, 5] s bucket and the SLO is 3 s: neither pass nor fail."""
+    rec = recorder_in(tmp_path)
+    verdict = load_gate(client_of(WordServer(server_ttft=2.7)), with_load(tiny, levels=[1], ttft_ms=3000), rec,
+                        progress=lambda _: None)
+    assert verdict.failure is None and verdict.skip_reason is not None
+    assert verdict.skip_reason.startswith("not measured: level 1: goodput between 0.0% and 100.0% (minimum 99%): "
+                                          "TTFT: the client's p50")
+    assert rec.record.summary == "0/1 promoted levels met the SLOs, 1 not measured"
+    assert rec.record.measurements["load_levels"][0]["slo_judgement"] == "not measured"

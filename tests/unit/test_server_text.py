@@ -88,6 +88,22 @@ def test_a_quoted_template_keeps_its_own_words_and_the_failure_line_adds_the_sta
     assert "Please reduce" not in repr(attempt) and "32768" not in repr(attempt)
 
 
+def test_every_launch_status_the_package_raises_has_its_words() -> None:
+    """A start that fails with a status no entry words would fall through to a generic line."""
+    import re
+    from pathlib import Path
+
+    from pytest_vllmqual.privacy.public_text import STARTUP_CAUSES
+
+    package = Path(__file__).resolve().parents[2] / "pytest_vllmqual"
+    raised = {word for path in package.rglob("*.py")
+              for expression in re.findall(r'status=("[a-z_]+"(?: if \w+ else "[a-z_]+")?)', path.read_text())
+              for word in re.findall(r'"([a-z_]+)"', expression)}
+    assert {"docker_unavailable", "image_unavailable", "docker_error", "port_in_use"} <= raised
+    assert raised - set(STARTUP_CAUSES) == set(), "statuses without words"
+    assert startup_cause("docker_unavailable") == "no Docker engine answered, so no container was started"
+
+
 def test_startup_phases_and_causes_cannot_drift_from_their_words() -> None:
     """The phase and cause words are the public text's; the log patterns cover exactly those
     phases (``none`` aside: no line names it), and every failure kind has its words."""

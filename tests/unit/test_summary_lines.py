@@ -39,17 +39,17 @@ def test_a_decode_the_client_could_not_time_is_not_reported() -> None:
     """Measured on 2 busy cores: the server sent the first token of the 32,440-token rung at 8.997 s,
     the client read it at 9.191 s and the stream's end 0.3 ms later: '48,755 decode tok/s' was the
     client's read loop. The ladder drops the figure and says why; the summary says so too."""
-    from pytest_vllmqual.gates.ladder import _drop_unmeasured_decode
+    from pytest_vllmqual.gates.ladder import _settle_decode
     from pytest_vllmqual.records import RungRecord
 
     late = RungRecord(index=3, target=32440, target_label="0.99", prompt_tokens=32440, completion_tokens=16,
                       ttft_s=9.190706976, e2e_s=9.191014634, decode_tok_s=48755.44, server_ttft_s=8.996742964, ok=True)
-    _drop_unmeasured_decode(late)
+    _settle_decode(late)
     assert late.decode_tok_s is None and late.decode_not_measured is not None
     assert "0.194 s after the server sent it" in late.decode_not_measured
     timely = RungRecord(index=2, target=16384, target_label="0.5", prompt_tokens=16384, completion_tokens=16,
                         ttft_s=2.503, e2e_s=2.648, decode_tok_s=103.5, server_ttft_s=2.494, ok=True)
-    _drop_unmeasured_decode(timely)
+    _settle_decode(timely)
     assert timely.decode_tok_s == 103.5 and timely.decode_not_measured is None
     from pytest_vllmqual.report.public import _rung
 
