@@ -134,3 +134,15 @@ def test_the_shipped_cpu_recipes_are_pinned_by_the_digest_their_build_writes(nam
     recipe = load_recipe(RECIPES / f"{name}.yaml")
     assert recipe.pinned and recipe.identity.revision is None
     assert recipe.identity.content_digest_file == f"{recipe.identity.model_path}.content-digest"
+
+
+def test_the_terminal_header_names_the_content_pin() -> None:
+    from pytest_vllmqual.session.invocation import header_lines
+
+    def identity_line(name: str) -> str:
+        recipe = load_recipe(RECIPES / f"{name}.yaml")
+        return header_lines(recipe, recipe_source="--recipe", endpoint=None, reproduce="pytest")[1]
+
+    assert identity_line("tiny-cpu").startswith("vllmqual: identity vllmqual/tiny-chat@content from "
+                                                "tiny-chat.content-digest, ")
+    assert identity_line("smollm2-cpu").startswith("vllmqual: identity smollm2-135m-instruct@content sha256:c7906f84")
