@@ -11,27 +11,43 @@ The content is compared file by file (every file below the directory, hidden one
 names, sizes and SHA-256; a file over ``FULL_HASH_MAX_BYTES`` (a weights shard) is hashed over
 its first and last ``SAMPLE_BYTES`` and its size, which tells a different shard from a copy
 without reading hundreds of GiB.
+
+The content is the model (weights, tokenizer, chat template, configuration), not the stamp its
+writer left: a JSON file's top-level ``transformers_version`` and a safetensors header's
+``__metadata__`` are left out (a safetensors file is read as its tensor index and its data), and
+so is a build's own record (``WRITER_RECORDS``). A conversion by another transformers version
+that yields the same tensors is the same content.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "FULL_HASH_MAX_BYTES",
     "SAMPLE_BYTES",
+    "WRITER_RECORDS",
     "LocationComparison",
     "compare_model_locations",
     "is_local_location",
     "model_directory_fingerprint",
 ]
 
-FULL_HASH_MAX_BYTES = 64 * 1024 * 1024
+FULL_HASH_MAX_BYTES = 512 * 1024 * 1024
+"""A file up to this size is hashed whole (a small model's single weights file, about a third of
+a second per 270 MB); a larger shard by samples."""
 SAMPLE_BYTES = 1024 * 1024
+WRITER_RECORDS = frozenset({"BUILD_STAMP.json"})
+"""Files a model build writes about itself (inputs, timings), not part of the model."""
+_VERSION_STAMP = "transformers_version"
+_SAFETENSORS_METADATA = "__metadata__"
+_HEADER_MAX_BYTES = 100 * 1024 * 1024
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?$")
 """A hub model id: ``name`` or ``namespace/name``; a value with more parts is a path."""
 
@@ -117,29 +133,77 @@ def _difference(expected: dict[str, str], observed: dict[str, str], limit: int =
 
 
 def model_directory_fingerprint(directory: Path) -> dict[str, str]:
-    """Relative file name -> ``size:sha256`` for every file below ``directory`` (symlinks
-    followed, as a hub cache's snapshot links to its blobs; hidden names left out)."""
+    """Relative file name -> ``size:sha256`` of its content for every file of the model below
+    ``directory`` (symlinks followed, as a hub cache's snapshot links to its blobs; hidden names
+    and ``WRITER_RECORDS`` left out; version stamps left out of the content, see the module)."""
     out: dict[str, str] = {}
     for root, dirs, files in os.walk(directory, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if name.startswith("."):
+            if name.startswith(".") or name in WRITER_RECORDS:
                 continue
             path = Path(root) / name
             relative = path.relative_to(directory).as_posix()
-            out[relative] = _file_digest(path)
+            out[relative] = _content_digest(path)
     return out
 
 
-def _file_digest(path: Path) -> str:
+def _content_digest(path: Path) -> str:
+    """A file's ``size:sha256``; a config's without its writer's version, a safetensors file's over
+    its tensor index (no metadata) and its data."""
     size = path.stat().st_size
+    if path.suffix == ".json" and size <= _HEADER_MAX_BYTES:
+        return _json_digest(path, size)
+    if path.suffix == ".safetensors":
+        return _safetensors_digest(path, size)
+    return _file_digest(path, size)
+
+
+def _json_digest(path: Path, size: int) -> str:
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict) or _VERSION_STAMP not in data:
+        return _file_digest(path, size)
+    data.pop(_VERSION_STAMP)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return f"{len(canonical)}:{hashlib.sha256(canonical).hexdigest()}"
+
+
+def _safetensors_digest(path: Path, size: int) -> str:
+    """The tensor index (names, dtypes, shapes, offsets; sorted, without ``__metadata__``) and the
+    data after the header, by the same rule as any file; a file that is not safetensors as bytes."""
+    with open(path, "rb") as handle:
+        raw = handle.read(8)
+        length = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
+        header = handle.read(length) if 0 <= length <= min(_HEADER_MAX_BYTES, size - 8) else b""
+    try:
+        index = json.loads(header) if header else None
+    except (ValueError, UnicodeDecodeError):
+        index = None
+    if not isinstance(index, dict):
+        return _file_digest(path, size)
+    index.pop(_SAFETENSORS_METADATA, None)
+    digest = hashlib.sha256(json.dumps(index, sort_keys=True, separators=(",", ":")).encode())
+    data_size, data = _file_digest(path, size, start=8 + length).split(":", 1)
+    digest.update(data.encode())
+    return f"{data_size}:{digest.hexdigest()}"
+
+
+def _file_digest(path: Path, size: int, start: int = 0) -> str:
+    """``size:sha256`` of the bytes from ``start``: all of them up to ``FULL_HASH_MAX_BYTES``, else
+    the first and last ``SAMPLE_BYTES``."""
+    length = size - start
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        if size <= FULL_HASH_MAX_BYTES:
+        handle.seek(start)
+        if length <= FULL_HASH_MAX_BYTES:
             for block in iter(lambda: handle.read(SAMPLE_BYTES), b""):
                 digest.update(block)
         else:
             digest.update(handle.read(SAMPLE_BYTES))
             handle.seek(size - SAMPLE_BYTES)
             digest.update(handle.read(SAMPLE_BYTES))
-    return f"{size}:{digest.hexdigest()}"
+    return f"{length}:{digest.hexdigest()}"

@@ -6,6 +6,9 @@ from:
 
 - the checkpoint: the model argument in the server's log, and ``/v1/models`` ``root``;
 - the revision: the ``revision`` argument, or the ``snapshots/<commit>`` part of the model path;
+- the content digest of a local model folder (``model_files``' ``content``): weights, tokenizer,
+  chat template and configuration, without a writer's version stamp, against the recipe's
+  ``identity.content_digest`` (or the digest file its build wrote);
 - the image digest: the container's image and RepoDigests, as the docker launcher reports them
   (not applicable to the subprocess launcher, which runs no container);
 - the runtime version: ``/version`` (the log's version line when it does not answer);
@@ -19,7 +22,11 @@ model path is the same checkpoint when it names the same files (``gates.checkpoi
 against the server's working directory, or a copy with the same content); a path this run
 cannot resolve is not checked, and marked not observable from here, which fails no gate. A local
 model directory also gets the SHA-256 of its ``config.json``, its weights index and its whole
-content, so two runs can tell whether they served the same files. Local paths never appear in
+content, so two runs can tell whether they served the same files.
+
+The model is *pinned* when the recipe names it by content: a hub checkpoint by its revision, a
+local folder by its content digest; a container image by its digest (``IdentityResult.unpinned``
+says what is not, and the decision caps an unpinned run at healthy). Local paths never appear in
 the result: a directory is shown as the recipe's own (relative) ``model_path``, or
 ``<model-dir>``.
 """
@@ -47,12 +54,14 @@ from .checkpoint import (
 __all__ = [
     "CONTENT_KEY",
     "MODEL_DIR",
+    "MODEL_PIN_FIELDS",
     "OTHER_DIR",
     "UNRESOLVED_DIR",
     "WEIGHTS_INDEX_NAMES",
     "IdentityCheck",
     "IdentityResult",
     "check_identity",
+    "content_digest",
     "image_digest_matches",
     "logged_model_args",
     "model_files_sha256",
@@ -65,6 +74,8 @@ _SNAPSHOT_RE = re.compile(r"/snapshots/(?P<rev>[0-9a-f]{40})(?:/|$)")
 WEIGHTS_INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 CONTENT_KEY = "content"
 """The ``model_files`` entry that digests every file of a local model directory."""
+MODEL_PIN_FIELDS = ("revision", "content_digest")
+"""The checks that pin the model itself: a hub revision, or a local folder's content digest."""
 
 
 @dataclass
@@ -136,6 +147,18 @@ class IdentityResult:
         """Pinned fields nothing observed (``ok`` is None)."""
         return [c for c in self.checks if c.pinned and c.ok is None]
 
+    @property
+    def unpinned(self) -> list[str]:
+        """What the recipe leaves unpinned, in words (empty when the model, and a container's image,
+        are pinned): read from the checks, so a report read back from disk gives the same answer."""
+        out: list[str] = []
+        if not any(c.pinned for c in self.checks if c.field in MODEL_PIN_FIELDS):
+            out.append("the model is pinned neither by a hub revision nor by a content digest")
+        image = next((c for c in self.checks if c.field == "image_digest"), None)
+        if image is not None and not image.pinned and image.source != "n/a":
+            out.append("the container image is not pinned by digest")
+        return out
+
     def describe(self) -> str:
         """"checkpoint matched; revision not pinned; ..." — one line per run."""
         return "; ".join(f"{c.field} {c.status}" for c in self.checks)
@@ -153,6 +176,7 @@ class IdentityResult:
                 "checkpoint": recipe.identity.checkpoint,
                 "revision": recipe.identity.revision,
                 "image": recipe.identity.image,
+                "content_digest": next((c.expected for c in self.checks if c.field == "content_digest"), None),
                 "runtime_version": recipe.identity.runtime_version,
                 "served_model_name": recipe.identity.served_model_name,
                 "max_model_len": recipe.serve.max_model_len,
@@ -217,9 +241,10 @@ def image_digest_matches(expected_image: str | None, reported: str | list[str] |
 def model_files_sha256(directory: Path) -> dict[str, str]:
     """SHA-256 of a local model's ``config.json`` and weights index (``*.index.json``); for a
     single-file safetensors model, of its header (the tensor index: names, dtypes, shapes,
-    offsets). ``content`` is the SHA-256 of every file's name, size and digest
-    (``gates.checkpoint``: a shard over 64 MiB by its first and last MiB), so a model retrained
-    into the same shapes is told apart too. Two runs with equal values loaded the same files."""
+    offsets). ``content`` is the SHA-256 of every model file's name, size and digest
+    (``gates.checkpoint``: without a writer's version stamp; a shard over 512 MiB by its first and
+    last MiB), so a model retrained into the same shapes is told apart too, and a conversion by
+    another transformers version into the same tensors is not. What a content pin compares."""
     out = _description_sha256(directory)
     try:
         files = model_directory_fingerprint(directory)
@@ -229,6 +254,13 @@ def model_files_sha256(directory: Path) -> dict[str, str]:
         listing = "".join(f"{name}\t{digest}\n" for name, digest in sorted(files.items()))
         out[CONTENT_KEY] = hashlib.sha256(listing.encode()).hexdigest()
     return out
+
+
+def content_digest(directory: Path) -> str | None:
+    """A local model folder's content digest as a recipe pins it (``sha256:<64 hex>``), the
+    ``content`` of :func:`model_files_sha256`; None for a folder with no model file."""
+    content = model_files_sha256(directory).get(CONTENT_KEY)
+    return f"sha256:{content}" if content else None
 
 
 def _description_sha256(directory: Path) -> dict[str, str]:
@@ -282,18 +314,21 @@ def check_identity(
     observations = [(str(args["model"]), "log non-default args 'model'")] if isinstance(args.get("model"), str) else []
     if entry and isinstance(entry.get("root"), str):
         observations.append((str(entry["root"]), "/v1/models root"))
+    # the files: a container reads the recipe's folder mounted from this machine
+    model_dir = recipe.model_location() if launcher_kind == "docker" else expected_location
+    if _is_local(model_dir) and Path(model_dir).is_dir():
+        result.model_files = model_files_sha256(Path(model_dir))
     result.checks.extend([
         _checkpoint_check(recipe, expected_location, observations,
                           _location_comparer(launcher_kind, server_cwd, server_cwd_unknown)),
         _revision_check(recipe, args, observations),
+        *_content_check(recipe, _is_local(model_dir), result.model_files),
         _image_digest_check(recipe, launcher_kind, image_digest),
         _runtime_version_check(recipe, version, log_version),
         _tensor_parallel_check(recipe, tp_size_seen),
         _max_model_len_check(recipe, entry),
         _served_model_check(served, entry, models),
     ])
-    if _is_local(expected_location) and Path(expected_location).is_dir():
-        result.model_files = model_files_sha256(Path(expected_location))
     return result
 
 
@@ -349,6 +384,26 @@ def _revision_check(recipe: Recipe, args: dict[str, Any], observations: list[tup
         "revision", pinned_rev, observed_rev, None if observed_rev is None else observed_rev == pinned_rev,
         "" if observed_rev else "neither a revision argument nor a snapshot path was seen",
         source=rev_source or "log, /v1/models")
+
+
+def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str]) -> list[IdentityCheck]:
+    """A local folder's content digest against the recipe's pin (none for a hub model the recipe
+    does not pin by content). The pin file is read now, after the build wrote it."""
+    pin = recipe.content_pin()
+    if pin is None and not local:
+        return []
+    observed = f"sha256:{model_files[CONTENT_KEY]}" if model_files.get(CONTENT_KEY) else None
+    source = "the model folder's files (weights, tokenizer, template, configuration; no version stamps)"
+    if pin is None:
+        return [IdentityCheck("content_digest", None, observed, None, "the recipe pins no content digest",
+                              source=source, pinned=False)]
+    if pin.digest is None:
+        return [IdentityCheck("content_digest", None, observed, None, f"the pin cannot be read: {pin.problem}",
+                              source=source)]
+    note = "" if observed else ("the model folder cannot be read from here" if local
+                                else "the model is not a local folder")
+    return [IdentityCheck("content_digest", pin.digest, observed, None if observed is None else observed == pin.digest,
+                          note or f"pinned by {pin.source}", source=source)]
 
 
 def _image_digest_check(recipe: Recipe, launcher_kind: str, image_digest: str | list[str] | None) -> IdentityCheck:

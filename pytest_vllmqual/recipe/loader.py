@@ -24,7 +24,7 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.layout import RECIPE_SCHEMA, load_schema
 from pytest_vllmqual.recipe.load_settings import check_load_section
 
-__all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
+__all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "ContentPin", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
            "ServeConfig", "StartupConfig", "available_recipes", "effective_yaml", "load_recipe", "parse_override",
            "recipes_dir", "resolve_recipe", "resolve_recipe_path", "validate_raw", "with_overrides"]
 
@@ -32,6 +32,7 @@ DEFAULT_RECIPE = "tiny-cpu"
 RECIPE_SUFFIXES = (".yaml", ".yml")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+_CONTENT_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,18 @@ class Identity:
     revision: str | None = None
     model_path: str | None = None
     image: str | None = None
+    content_digest: str | None = None
+    content_digest_file: str | None = None
+
+
+@dataclass(frozen=True)
+class ContentPin:
+    """The content digest a local model is pinned to (``sha256:<64 hex>``), and where it came from;
+    ``digest`` is None, with ``problem`` saying why, when the pin file cannot be read."""
+
+    digest: str | None
+    source: str
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,27 @@ class Recipe:
             path = Path(self.identity.model_path)
             return str(path if path.is_absolute() else resolve_project_path(self.project_root, path))
         return self.identity.checkpoint
+
+    def content_pin(self) -> ContentPin | None:
+        """The model's content pin, read now (a build's digest file exists only after ``prepare``);
+        None when the recipe pins no content."""
+        if self.identity.content_digest:
+            return ContentPin(self.identity.content_digest, "identity.content_digest")
+        name = self.identity.content_digest_file
+        if not name:
+            return None
+        from pytest_vllmqual.layout import resolve_project_path
+
+        file = Path(name) if Path(name).is_absolute() else resolve_project_path(self.project_root, Path(name))
+        source, shown = "identity.content_digest_file", file.name  # a local path never reaches the report
+        try:
+            digest = file.read_text(encoding="utf-8").strip()
+        except OSError:
+            return ContentPin(None, source, f"{shown} does not exist: the model's build writes it (run the "
+                                            "recipe's prepare step, or build the model)")
+        if not _CONTENT_DIGEST.match(digest):
+            return ContentPin(None, source, f"{shown} holds {digest[:80]!r}, not sha256:<64 hex>: rebuild the model")
+        return ContentPin(digest, source)
 
     def serve_flags(self, *, host: str, port: int) -> list[str]:
         """vLLM serve flags for this recipe, excluding the model argument."""
@@ -328,21 +362,32 @@ def _with_defaults(schema: dict[str, Any], data: Any) -> Any:
 
 
 def _check_pinning(path: Path, raw: dict[str, Any]) -> None:
-    """A pinned recipe names the checkpoint by its full commit and a docker image by digest."""
+    """A pinned recipe names its model by content: a hub checkpoint by its full commit, a local
+    folder by its content digest (or the file its build writes it to); a docker image by digest."""
+    identity = raw["identity"]
+    if identity.get("content_digest") and identity.get("content_digest_file"):
+        raise RecipeError(f"recipe {path}: keys 'identity.content_digest' and 'identity.content_digest_file' are "
+                          "both set. Fix: keep one (the digest itself, or the file a local build writes it to).",
+                          path=str(path), key="identity.content_digest")
     if not raw.get("pinned", True):
         return
-    identity = raw["identity"]
-    pins = [("revision", _HEX40, "but a pinned recipe needs the checkpoint's full 40-hex commit. Fix: write the "
-             "40-character revision, or set 'pinned: false' for an unpinned experiment.")]
-    if raw["launcher"]["kind"] == "docker":
-        pins.append(("image", _DIGEST, "but a pinned docker recipe must name the image by digest "
-                     "(repo@sha256:<64 hex>); a tag can move. Fix: replace the tag with the digest, e.g. "
-                     "`docker buildx imagetools inspect IMAGE` shows it."))
-    for key, pattern, need in pins:
-        value = identity.get(key)
-        if not isinstance(value, str) or not pattern.match(value):
-            raise RecipeError(f"recipe {path}: key 'identity.{key}' is {value!r}, {need}",
-                              path=str(path), key=f"identity.{key}")
+    revision = identity.get("revision")
+    by_content = bool(identity.get("content_digest") or identity.get("content_digest_file"))
+    if revision is not None or not by_content:
+        need = ("but a pinned recipe needs the checkpoint's full 40-hex commit" if revision is not None else
+                "and the model has no content pin either: a pinned recipe needs the checkpoint's full 40-hex commit "
+                "(a hub model) or identity.content_digest / content_digest_file (a local model folder)")
+        if not isinstance(revision, str) or not _HEX40.match(revision):
+            raise RecipeError(f"recipe {path}: key 'identity.revision' is {revision!r}, {need}. Fix: write the "
+                              "40-character revision or the content digest, or set 'pinned: false' for an unpinned "
+                              "experiment.", path=str(path), key="identity.revision")
+    built_image = bool((raw["launcher"].get("docker") or {}).get("image_digest_file"))
+    image = identity.get("image")
+    if raw["launcher"]["kind"] == "docker" and not built_image and not (isinstance(image, str) and _DIGEST.match(image)):
+        raise RecipeError(
+            f"recipe {path}: key 'identity.image' is {image!r}, but a pinned docker recipe must name the image by "
+            "digest (repo@sha256:<64 hex>); a tag can move. Fix: replace the tag with the digest, e.g. "
+            "`docker buildx imagetools inspect IMAGE` shows it.", path=str(path), key="identity.image")
 
 
 def _check_launcher(path: Path, raw: dict[str, Any]) -> None:

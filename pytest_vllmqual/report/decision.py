@@ -20,12 +20,13 @@ has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verd
 ``healthy``
     Managed, and every gate that ran passed, but the qualification is incomplete: a gate of
     the registry (``gates.REGISTRY``) was not applicable, skipped or deselected, the identity
-    is not verified, there is no completed capacity rung, no cold start was measured, or the
-    engine's KV pool was not read. Every gate that did not pass is named, with its reason,
+    is not verified, the run is not pinned (the model named neither by a hub revision nor by a
+    content digest, a container image not by digest, or the recipe says ``pinned: false``), there
+    is no completed capacity rung, no cold start was measured, or the engine's KV pool was not read. Every gate that did not pass is named, with its reason,
     under ``does_not_prove``.
 ``promotable``
-    Every registered gate of every family passed, on a managed cold start with a verified
-    identity, a completed capacity rung, engine facts read and a clean teardown. This is the
+    Every registered gate of every family passed, on a managed cold start with a verified and
+    pinned identity, a completed capacity rung, engine facts read and a clean teardown. This is the
     most a single run can earn. (Report schema 2 called it ``candidate``; that word now only
     names the B arm of an A/B.)
 ``priority-challenger``
@@ -43,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_vllmqual.gates.identity import IdentityResult
 from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     PREFLIGHT_LABELS,
@@ -242,6 +244,9 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
         unchecked = [str(f) for f in identity.get("not_checked") or []]
         missing.append(f"the identity is {identity.get('status') or 'unverified'}"
                        + (f" (not checked: {', '.join(unchecked)})" if unchecked else ""))
+    unpinned = _unpinned(record)
+    if unpinned:
+        missing.append("the run is not pinned: " + "; ".join(unpinned))
     if record.lifecycle.get("cold_start_s") is None:
         missing.append("no cold start was measured")
     if not _completed(record):
@@ -251,6 +256,13 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
     return missing
 
 
+def _unpinned(record: RunRecord) -> list[str]:
+    """Why the served model is not pinned by content: the recipe says so, or its identity checks
+    pin neither the model nor a container's image (a pinned run names both)."""
+    said = ["the recipe says pinned: false"] if _recipe_value(record, "pinned") is False else []
+    return said + IdentityResult.from_dict(record.identity).unpinned
+
+
 def _proves_identity_and_gates(record: RunRecord) -> list[str]:
     proves: list[str] = []
     identity = record.identity
@@ -258,8 +270,13 @@ def _proves_identity_and_gates(record: RunRecord) -> list[str]:
     if matched:
         parts = [f"{c.get('field')} {_shown(c.get('expected'))} (from {c.get('source') or 'the server'})"
                  for c in matched]
-        lead = ("the server that answered is the recipe's pinned identity, every pinned field checked"
-                if identity.get("status") == "verified" else "these pinned identity fields matched")
+        unpinned = _unpinned(record)
+        if identity.get("status") != "verified":
+            lead = "these pinned identity fields matched"
+        elif unpinned:
+            lead = f"every identity field the recipe names was checked and matched ({'; '.join(unpinned)})"
+        else:
+            lead = "the server that answered is the recipe's pinned identity, every pinned field checked"
         proves.append(f"{lead}: " + ", ".join(parts))
     cold = record.lifecycle.get("cold_start_s")
     if record.mode == "managed" and cold is not None:
@@ -470,7 +487,7 @@ def _verdict(record: RunRecord, rows: Sequence[CoverageRow]) -> tuple[Verdict, l
         return Verdict.HEALTHY, ["every gate that ran passed, but the qualification is incomplete: "
                                  + "; ".join(missing)]
     return Verdict.PROMOTABLE, ["every registered gate of every family passed on a managed cold start, with a "
-                               "verified identity, a completed capacity ladder, engine facts and a clean "
+                               "verified and pinned identity, a completed capacity ladder, engine facts and a clean "
                                "teardown; a single run is at most promotable (priority-challenger needs an A/B "
                                "against the control arm)"]
 

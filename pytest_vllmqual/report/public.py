@@ -51,7 +51,7 @@ _MAX_TEXT = 2000
 """Free text (errors, reasons) is cut to this many characters; the full text stays private."""
 
 _IDENTITY_FIELDS = ("checkpoint", "revision", "image", "runtime_version", "served_model_name", "max_model_len",
-                   "tensor_parallel_size", "served_model", "image_digest")
+                   "tensor_parallel_size", "served_model", "image_digest", "content_digest")
 _HARDWARE_FIELDS = ("source", "gpu_model", "gpu_count", "gpu_memory_gib", "interconnect", "driver_version")
 _ENGINE_FIELDS = ("device", "kv_pool", "kv_cache_tokens", "max_concurrency", "concurrency_at_tokens",
                  "min_rank_kv_gib", "tp_size_seen", "init_engine_seconds", "compilation_seconds", "vllm_version",

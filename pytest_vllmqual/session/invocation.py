@@ -71,7 +71,9 @@ def _relative_or_placeholder(path: str, run_dir: Path | None) -> str:
 
 def header_lines(recipe: Recipe, *, recipe_source: str, endpoint: object, reproduce: str) -> list[str]:
     """What the terminal header says: the recipe, its identity and how to reproduce the run."""
-    rev = recipe.identity.revision or "unpinned"
+    pin_file = recipe.identity.content_digest_file
+    content = recipe.identity.content_digest or (f"from {Path(pin_file).name}" if pin_file else None)
+    rev = recipe.identity.revision or (f"content {content}" if content else "unpinned")
     image = recipe.identity.image or "no image (subprocess)"
     launcher = "external" if endpoint else recipe.launcher.kind
     lines = [

@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import docker.errors
 import yaml
-from fault_harness import Recipe, deep_merge, tiny_model_dir
+from fault_harness import Recipe, deep_merge, model_pin, tiny_model_dir
 from gatekit import wait_for
 
 from pytest_vllmqual.launch.cleanup.owner import (
@@ -65,12 +65,16 @@ def derive_docker_recipe(directory: Path, name: str, overrides: dict[str, Any] |
     """The repo's tiny-docker recipe named ``name``, with absolute paths and ``overrides``.
 
     Like ``fault_harness.derive_recipe`` for tiny-cpu: the copy lives outside fixtures/recipes,
-    so the model, the cache and the digest file are made absolute and ``prepare`` is dropped.
+    so the model and its content pin, the cache and the image digest file are made absolute and
+    ``prepare`` is dropped.
     """
     data: dict[str, Any] = yaml.safe_load(TINY_DOCKER.read_text())
     data["name"] = name
     data.pop("prepare", None)
-    data["identity"]["model_path"] = str(tiny_model_dir())
+    model = tiny_model_dir()
+    data["identity"]["model_path"] = str(model)
+    pin = model_pin(model)
+    data["pinned"], data["identity"]["content_digest_file"] = pin["pinned"], pin["content_digest_file"]
     options = data["launcher"]["docker"]
     options["model_cache"] = str(ROOT / options["model_cache"])
     options["image_digest_file"] = str(ROOT / options["image_digest_file"])

@@ -71,10 +71,19 @@ def tiny_model_dir() -> Path:
         return Path(override).resolve()
     data = yaml.safe_load(TINY_RECIPE.read_text())
     model = ROOT / data["identity"]["model_path"]
-    if not (model / "config.json").is_file():
+    if not (model / "config.json").is_file() or not (ROOT / data["identity"]["content_digest_file"]).is_file():
         argv = [expand_placeholders(part.replace("{python}", PYTHON)) for part in data["prepare"]]
         subprocess.run(argv, cwd=ROOT, check=True)
     return model
+
+
+def model_pin(model: Path | None) -> dict[str, Any]:
+    """The identity keys a derived recipe pins ``model`` with: the content digest file its build
+    wrote beside it (absolute, as the model path is), else nothing (``pinned: false``)."""
+    digest = model.with_name(model.name + ".content-digest") if model is not None else None
+    if digest is not None and digest.is_file():
+        return {"pinned": True, "content_digest_file": str(digest)}
+    return {"pinned": False, "content_digest_file": None}
 
 
 @dataclass
@@ -92,15 +101,18 @@ def derive_recipe(directory: Path, name: str, overrides: dict[str, Any] | None =
     """A copy of the repo's tiny-cpu recipe, named ``name``, with ``overrides`` applied.
 
     The copy lives outside ``fixtures/recipes``, so relative paths would resolve against the
-    tmp dir: ``prepare`` is dropped, and with ``real_model`` the model path is made absolute
-    (the model is built once by :func:`tiny_model_dir`); without it the recipe points at a
-    model that does not exist (for sessions whose server never loads one).
+    tmp dir: ``prepare`` is dropped, and with ``real_model`` the model path and its content pin are
+    made absolute (the model is built once by :func:`tiny_model_dir`); without it the recipe points
+    at a model that does not exist (for sessions whose server never loads one) and is unpinned.
     """
     data: dict[str, Any] = yaml.safe_load(TINY_RECIPE.read_text())
     data["name"] = name
     data.pop("prepare", None)
     tag = uuid.uuid4().hex
-    data["identity"]["model_path"] = str(tiny_model_dir()) if real_model else str(directory / "no-model")
+    model = tiny_model_dir() if real_model else None
+    data["identity"]["model_path"] = str(model) if model is not None else str(directory / "no-model")
+    pin = model_pin(model)
+    data["pinned"], data["identity"]["content_digest_file"] = pin["pinned"], pin["content_digest_file"]
     data["launcher"]["env"] = {**data["launcher"].get("env", {}), "FAULT_TAG": tag}
     data = deep_merge(data, overrides or {})
     data["launcher"]["env"]["FAULT_TAG"] = tag

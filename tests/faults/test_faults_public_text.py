@@ -95,7 +95,7 @@ def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> N
     identity = report["identity"]
     assert identity["status"] == "verified"
     assert {c["field"]: c["status"] for c in identity["checks"]} == {
-        "checkpoint": "matched", "revision": "not pinned", "image_digest": "not pinned",
+        "checkpoint": "matched", "revision": "not pinned", "content_digest": "matched", "image_digest": "not pinned",
         "runtime_version": "matched", "tensor_parallel_size": "matched", "max_model_len": "matched",
         "served_model": "matched"}
     assert set(identity["model_files"]) >= {"config.json", "content"}

@@ -117,7 +117,7 @@ def test_identity_lists_field_by_field_what_it_checked(tiny_run: SessionRun) -> 
     identity = tiny_run.report["identity"]
     checks = {c["field"]: c for c in identity["checks"]}
     assert {f: c["status"] for f, c in checks.items()} == {
-        "checkpoint": "matched", "revision": "not pinned", "image_digest": "not pinned",
+        "checkpoint": "matched", "revision": "not pinned", "content_digest": "matched", "image_digest": "not pinned",
         "runtime_version": "matched", "tensor_parallel_size": "matched", "max_model_len": "matched",
         "served_model": "matched"}
     assert checks["checkpoint"]["source"] == "log non-default args 'model' and /v1/models root"

@@ -223,6 +223,8 @@ def reference_run(private_dir: Path, *, arm: str = "control", canaries: bool = F
              "expected": "sha256:fdde59fed7f9fc12f9fd5ef1b3b3ea8d5097bf10ebad54b348497102c3a83f82",
              "observed": "sha256:fdde59fed7f9fc12f9fd5ef1b3b3ea8d5097bf10ebad54b348497102c3a83f82", "ok": True,
              "note": f"container {c['container'][:12]}" if canaries else ""},
+            {"field": "revision", "expected": RECIPE_CONTENT["identity"]["revision"],
+             "observed": RECIPE_CONTENT["identity"]["revision"], "ok": True, "note": ""},
         ],
     }
     recipe = {**RECIPE_CONTENT, "serve": dict(RECIPE_CONTENT["serve"])}

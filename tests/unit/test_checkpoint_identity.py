@@ -42,7 +42,8 @@ def build_model(directory: Path) -> Path:
 
 def recipe_with_model(model_dir: Path) -> Recipe:
     recipe = load_recipe(RECIPES / "tiny-cpu.yaml")
-    return dataclasses.replace(recipe, identity=dataclasses.replace(recipe.identity, model_path=str(model_dir)))
+    return dataclasses.replace(recipe, identity=dataclasses.replace(recipe.identity, model_path=str(model_dir),
+                                                                    content_digest_file=None))
 
 
 def checkpoint_of(recipe: Recipe, reported: str, **kwargs: Any) -> IdentityResult:

@@ -341,6 +341,10 @@ def test_a_clean_bracketed_candidate_is_a_priority_challenger(
     managed = with_every_gate(copy.deepcopy(candidate))
     managed["lifecycle"]["cold_start_s"] = 318.0
     redecide(managed)
+    assert managed["decision"]["verdict"] == "healthy", "the published identity has no revision check: not pinned"
+    revision = managed["identity"]["expected"]["revision"]
+    managed["identity"]["checks"].append({"field": "revision", "expected": revision, "observed": revision, "ok": True})
+    redecide(managed)
     assert managed["decision"]["verdict"] == "promotable"
     result = compare_reports(control, managed, replay=replay, sanitizer=quiet())
     assert result["verdict"] == "priority-challenger"

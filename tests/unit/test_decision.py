@@ -47,6 +47,26 @@ def test_reference_control_with_every_gate_is_promotable_and_never_more(run: Run
     assert decision["boundary"].startswith("No route or promotion changed")
 
 
+def test_an_unpinned_run_with_every_gate_passed_is_at_most_healthy_and_says_why(run: RunRecord,
+                                                                               tmp_path: Path) -> None:
+    """Pinned means the model is named by content (a hub revision or a content digest): a run whose
+    identity pins neither, or whose recipe says ``pinned: false``, is not promotable."""
+    passed = with_every_gate_passed(run)
+    passed.identity["checks"] = [c for c in passed.identity["checks"] if c["field"] != "revision"]
+    decision = build(passed)["decision"]
+    assert decision["verdict"] == "healthy"
+    assert ("the run is not pinned: the model is pinned neither by a hub revision nor by a content digest"
+            in decision["reasons"][0])
+    assert not any(p.startswith("the server that answered is the recipe's pinned identity") for p in decision["proves"])
+    assert any(p.startswith("every identity field the recipe names was checked and matched (the model is pinned "
+                            "neither") for p in decision["proves"])
+    said_unpinned = with_every_gate_passed(reference_control_run(tmp_path / "again"))
+    said_unpinned.recipe_content = {**said_unpinned.recipe_content, "pinned": False}
+    decision = build(said_unpinned)["decision"]
+    assert decision["verdict"] == "healthy"
+    assert "the run is not pinned: the recipe says pinned: false" in decision["reasons"][0]
+
+
 def test_proves_lists_what_was_measured(run: RunRecord) -> None:
     proves = build(run)["decision"]["proves"]
     assert any(p.startswith("a cold managed start passed health and a real completion in 323.5 seconds") for p in proves)
@@ -224,7 +244,7 @@ def test_incomplete_evidence_is_healthy_not_candidate(run: RunRecord) -> None:
 def test_unverified_identity_and_cpu_engine_are_stated(run: RunRecord) -> None:
     run.identity["status"] = "partially-verified"
     run.identity["not_checked"] = ["max_model_len", "tensor_parallel_size", "image_digest"]
-    for check in run.identity["checks"][2:]:
+    for check in run.identity["checks"][2:5]:
         check["ok"] = None
     run.engine["device"] = "CPU"  # engine_log.py writes the pool name as the log does
     decision = build(run)["decision"]

@@ -84,3 +84,21 @@ def test_an_up_to_date_build_is_kept_in_the_cache_too(builder: ModuleType, tmp_p
     assert not entry.exists()
     assert builder.ensure_model(out, "e" * 64, build_fn=fake_build(calls)) == "current"
     assert builder.stamp_matches(entry, "e" * 64)
+
+
+def test_the_build_writes_its_content_digest_beside_the_model(builder: ModuleType, tmp_path: Path) -> None:
+    """The recipes are pinned to the digest the build recorded: a folder changed after its build
+    keeps the recorded pin, so the identity check sees the change."""
+    from pytest_vllmqual.gates.identity import content_digest
+
+    calls: list[Path] = []
+    out = tmp_path / "clone" / "tiny-chat"
+    builder.ensure_model(out, "f" * 64, build_fn=fake_build(calls))
+    pin = (tmp_path / "clone" / "tiny-chat.content-digest").read_text().strip()
+    assert pin == content_digest(out) == json.loads((out / "BUILD_STAMP.json").read_text())["content_digest"]
+    copy = tmp_path / "clone-2" / "tiny-chat"
+    assert builder.ensure_model(copy, "f" * 64, build_fn=fake_build(calls)) == "cached"
+    assert (tmp_path / "clone-2" / "tiny-chat.content-digest").read_text().strip() == pin
+    (out / "model.safetensors").write_bytes(b"changed after the build")
+    assert builder.ensure_model(out, "f" * 64, build_fn=fake_build(calls)) == "current"
+    assert (tmp_path / "clone" / "tiny-chat.content-digest").read_text().strip() == pin != content_digest(out)

@@ -3,6 +3,7 @@ source; verified only when every pinned field was checked and matched."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -33,7 +34,9 @@ def by_field(result: Any) -> dict[str, dict[str, Any]]:
 
 
 def tiny() -> Recipe:
-    return load_recipe(RECIPES / "tiny-cpu.yaml")
+    """tiny-cpu without its content pin: the pin file exists only where the model was built."""
+    recipe = load_recipe(RECIPES / "tiny-cpu.yaml")
+    return dataclasses.replace(recipe, identity=dataclasses.replace(recipe.identity, content_digest_file=None))
 
 
 def test_a_local_tiny_cpu_server_is_verified_field_by_field_and_shows_no_path() -> None:
@@ -44,14 +47,15 @@ def test_a_local_tiny_cpu_server_is_verified_field_by_field_and_shows_no_path() 
                             models=[{"id": "tiny-chat", "root": location, "max_model_len": 32768}])
     assert result.status == "verified" and result.not_checked == []
     checks = by_field(result)
-    assert list(checks) == ["checkpoint", "revision", "image_digest", "runtime_version", "tensor_parallel_size",
-                            "max_model_len", "served_model"]
+    assert list(checks) == ["checkpoint", "revision", "content_digest", "image_digest", "runtime_version",
+                            "tensor_parallel_size", "max_model_len", "served_model"]
     assert checks["checkpoint"] == {
         "field": "checkpoint", "expected": "vllmqual/tiny-chat (fixtures/model/build/tiny-chat)",
         "observed": "fixtures/model/build/tiny-chat", "ok": True, "status": "matched",
         "source": "log non-default args 'model' and /v1/models root", "pinned": True, "note": "",
         "observable": True}
-    assert checks["revision"]["status"] == "not pinned"
+    assert checks["revision"]["status"] == "not pinned" and checks["content_digest"]["status"] == "not pinned"
+    assert result.unpinned == ["the model is pinned neither by a hub revision nor by a content digest"]
     assert checks["image_digest"]["status"] == "not pinned"
     assert checks["image_digest"]["note"] == "not applicable: the subprocess launcher runs no container"
     assert checks["runtime_version"]["source"] == "/version"
