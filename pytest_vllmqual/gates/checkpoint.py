@@ -13,7 +13,7 @@ its first and last ``SAMPLE_BYTES`` and its size, which tells a different shard 
 without reading hundreds of GiB.
 
 The content is the model (weights, tokenizer, chat template, configuration), not the stamp its
-writer left: a JSON file's top-level ``transformers_version`` and a safetensors header's
+writer left: a JSON file's top-level ``transformers_version`` (and ``_WRITER_KEYS``' other loading flags) and a safetensors header's
 ``__metadata__`` are left out (a safetensors file is read as its tensor index and its data), and
 so is a build's own record (``WRITER_RECORDS``). A conversion by another transformers version
 that yields the same tensors is the same content.
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "CONTENT_SCHEME",
     "FULL_HASH_MAX_BYTES",
     "SAMPLE_BYTES",
     "WRITER_RECORDS",
@@ -40,12 +41,17 @@ __all__ = [
 ]
 
 FULL_HASH_MAX_BYTES = 512 * 1024 * 1024
+CONTENT_SCHEME = 2
+"""The version of the content rules above; a digest recorded under another version is measured
+again (2: a JSON file is hashed as canonical JSON without the writer's keys)."""
 """A file up to this size is hashed whole (a small model's single weights file, about a third of
 a second per 270 MB); a larger shard by samples."""
 SAMPLE_BYTES = 1024 * 1024
 WRITER_RECORDS = frozenset({"BUILD_STAMP.json"})
 """Files a model build writes about itself (inputs, timings), not part of the model."""
-_VERSION_STAMP = "transformers_version"
+_WRITER_KEYS = frozenset({"transformers_version", "is_local", "local_files_only"})
+"""Top-level JSON keys a writer stamps (its version, and whether it loaded from a local folder),
+not part of the model: transformers 5 writes the last two into ``tokenizer_config.json``."""
 _SAFETENSORS_METADATA = "__metadata__"
 _HEADER_MAX_BYTES = 100 * 1024 * 1024
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?$")
@@ -165,9 +171,10 @@ def _json_digest(path: Path, size: int) -> str:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         data = None
-    if not isinstance(data, dict) or _VERSION_STAMP not in data:
+    if not isinstance(data, dict):
         return _file_digest(path, size)
-    data.pop(_VERSION_STAMP)
+    for key in _WRITER_KEYS:
+        data.pop(key, None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return f"{len(canonical)}:{hashlib.sha256(canonical).hexdigest()}"
 

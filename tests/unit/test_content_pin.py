@@ -29,13 +29,17 @@ CPU_RECIPES = ("tiny-cpu", "tiny-cpu-4096", "tiny-cpu-kvfail", "tiny-docker")
 def write_model(directory: Path, *, writer: str = "5.19.0", weights: float = 0.5,
                 metadata: dict[str, str] | None = None) -> Path:
     """A converted model folder as transformers writes one: its version stamped into the configs and
-    the safetensors metadata, and a build stamp beside the files."""
+    the safetensors metadata, its loading flags into the tokenizer's config (newer writers only), and
+    a build stamp beside the files."""
     directory.mkdir(parents=True)
     config = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "transformers_version": writer}
     (directory / "config.json").write_text(json.dumps(config, indent=2 if writer >= "5.18" else None))
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 2, "transformers_version": writer}))
     (directory / "tokenizer.json").write_text('{"model": {"vocab": {"a": 0, "b": 1}}}')
     (directory / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    tokenizer_config = {"eos_token": "<|im_end|>", **({"is_local": True, "local_files_only": False}
+                                                      if writer >= "5.18" else {})}
+    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     tensors = {"embed.weight": np.full((4, 8), weights, dtype=np.float32), "norm.weight": np.ones(8, dtype=np.float32)}
     save_file(tensors, str(directory / "model.safetensors"), metadata=metadata or {"format": "pt"})
     (directory / "BUILD_STAMP.json").write_text(json.dumps({"input_hash": writer, "seconds": 35.2}))
@@ -145,4 +149,4 @@ def test_the_terminal_header_names_the_content_pin() -> None:
 
     assert identity_line("tiny-cpu").startswith("vllmqual: identity vllmqual/tiny-chat@content from "
                                                 "tiny-chat.content-digest, ")
-    assert identity_line("smollm2-cpu").startswith("vllmqual: identity smollm2-135m-instruct@content sha256:c7906f84")
+    assert identity_line("smollm2-cpu").startswith("vllmqual: identity smollm2-135m-instruct@content sha256:faa9cfc8")
