@@ -19,7 +19,10 @@ has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verd
     run neither started nor stopped it, so cold start and teardown are not evidence.
 ``healthy``
     Managed, and every gate that ran passed, but the qualification is incomplete: a gate of
-    the registry (``gates.REGISTRY``) was not applicable, skipped or deselected, the identity
+    the registry (``gates.REGISTRY``) was not applicable, skipped or deselected (a gate the
+    recipe declares not applicable that ran and failed is skipped: the claim held, and the
+    reasons name it as measured failing; one that passed counts as passed, with a caveat that
+    the declaration no longer holds), the identity
     is not verified, there is no completed capacity rung, no cold start was measured, or the
     engine's KV pool was not read. Every gate that did not pass is named, with its reason,
     under ``does_not_prove``.
@@ -236,6 +239,10 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
               if row.outcome is not GateOutcome.PASSED and row.family != "functional"]
     if others:
         missing.append("not every gate passed: " + ", ".join(others))
+    failing = _declared(record, GateOutcome.FAILED)
+    if failing:
+        missing.append("declared not applicable by the recipe and measured failing in this run (a claim, not a "
+                       "pass): " + ", ".join(failing))
     identity = record.identity
     if identity.get("status") != "verified":
         unchecked = [str(f) for f in identity.get("not_checked") or []]
@@ -440,8 +447,16 @@ def _ladder_caveats(record: RunRecord) -> list[str]:
     return caveats
 
 
+def _declared(record: RunRecord, measured: GateOutcome) -> list[str]:
+    """Gates the recipe declares not applicable whose run measured ``measured``, by name."""
+    return sorted({g.gate for g in record.gates if g.measurements.get("declared_not_applicable")
+                   and g.measurements.get("measured_outcome") == measured.value})
+
+
 def _caveats(record: RunRecord) -> list[str]:
     caveats = _failure_caveats(record) + _ladder_caveats(record)
+    caveats += [f"gate {name} is declared not applicable in the recipe but passed in this run: the declaration "
+                "no longer holds" for name in _declared(record, GateOutcome.PASSED)]
     for check in record.identity.get("checks") or []:
         if check.get("ok") is False:
             caveats.append(f"provenance mismatch: {check.get('field')} expected {check.get('expected')!r}, "
