@@ -161,6 +161,7 @@ def public_rung_error(error: str | None, status_code: int | None) -> str | None:
 STARTUP_CAUSES: dict[str, str] = {
     "kv_insufficient": "the KV cache cannot hold one request of max_model_len",
     "gpu_busy": "the GPU did not have the free memory gpu_memory_utilization asks for",
+    "cpu_memory_busy": "the node did not have the free memory gpu_memory_utilization asks for on the CPU backend",
     "out_of_memory": "the GPU ran out of memory during startup",
     "port_in_use": "the server could not bind its port: address already in use",
     "engine_core_failed": "the engine core failed to initialise",
@@ -234,7 +235,7 @@ def startup_cause(status: str | None, details: Mapping[str, Any] | None = None) 
         return text
     if status == "exited" and d.get("exception"):
         return f"{base} with a Python exception: {d['exception']}"
-    if status == "gpu_busy" and d.get("free_gib") is not None:
+    if status in ("gpu_busy", "cpu_memory_busy") and d.get("free_gib") is not None:
         return (f"{base}: {d.get('free_gib')} of {d.get('total_gib')} GiB free, {d.get('requested_gib')} GiB asked "
                 f"for at gpu_memory_utilization {d.get('gpu_memory_utilization')}")
     return base

