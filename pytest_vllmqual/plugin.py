@@ -501,14 +501,10 @@ def _session_sanitizer(config: pytest.Config) -> Sanitizer:
 
 
 def _startup_failure_said_once(item: pytest.Item, report: pytest.TestReport, error: BaseException) -> None:
-    """A server that did not start fails every gate of its arm with the same account: the
-    terminal shows it in full at the first gate, and points there from the others."""
+    """A failed start fails every gate of its arm alike: shown in full at the first, pointed to after."""
     status = getattr(error, "vllmqual_status", None)
-    if status is None:
-        return
-    said = item.config.stash.setdefault(STARTUP_SAID_KEY, {})
-    first = said.setdefault(f"{_arm_of(item) or ''}\n{error}", item.nodeid)
-    if first != item.nodeid:
+    first = item.config.stash.setdefault(STARTUP_SAID_KEY, {}).setdefault(f"{_arm_of(item)}\n{error}", item.nodeid)
+    if status is not None and first != item.nodeid:
         report.longrepr = f"not run: the server did not start [{status}], as reported in full at {first}"
 
 
