@@ -253,7 +253,10 @@ def _run_recipe_from_command(args: argparse.Namespace) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     name = args.name or (args.output.stem if args.output else None) or "recipe"
-    conversion = recipe_from_command(argv, name=name, runtime_version=args.runtime_version)
+    from pytest_vllmqual.recipe.installed_vllm import installed_vllm
+
+    conversion = recipe_from_command(argv, name=name, runtime_version=args.runtime_version,
+                                     installed=installed_vllm())
     raw = conversion.raw
     if not args.name and not args.output:
         served = str(raw["identity"].get("served_model_name") or "recipe")

@@ -64,6 +64,7 @@ RUN_KEY = pytest.StashKey[QualRun]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
 RECORD_KEY = pytest.StashKey[GateRecorder]()
 SANITIZER_KEY = pytest.StashKey[Sanitizer]()
+STARTUP_SAID_KEY = pytest.StashKey[dict[str, str]]()
 
 MARKERS = {
     "functional": "functional preflight gates (smoke, JSON, tools, streaming tool, continuation, Responses)",
@@ -458,6 +459,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "setup" and record.status is None and call.excinfo is not None:
         error = call.excinfo.value
         record.status = getattr(error, "vllmqual_status", None) or getattr(error, "status", None)
+    if report.when == "setup" and report.failed and call.excinfo is not None:
+        _startup_failure_said_once(item, report, call.excinfo.value)
     if (record.outcome in ("failed", "error") and record.status is None
             and not item.config.getoption("vllmqual_no_fail_fast")):  # a startup failure has its own status
         from pytest_vllmqual.session.gate_order import record_stop
@@ -495,6 +498,14 @@ def _session_sanitizer(config: pytest.Config) -> Sanitizer:
         cached = config.stash[SANITIZER_KEY] = Sanitizer()
     run = config.stash.get(RUN_KEY, None)
     return run.public_text_sanitizer(cached) if run is not None else cached
+
+
+def _startup_failure_said_once(item: pytest.Item, report: pytest.TestReport, error: BaseException) -> None:
+    """A failed start fails every gate of its arm alike: shown in full at the first, pointed to after."""
+    status = getattr(error, "vllmqual_status", None)
+    first = item.config.stash.setdefault(STARTUP_SAID_KEY, {}).setdefault(f"{_arm_of(item)}\n{error}", item.nodeid)
+    if status is not None and first != item.nodeid:
+        report.longrepr = f"not run: the server did not start [{status}], as reported in full at {first}"
 
 
 def _drop_repeated_causes(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException],

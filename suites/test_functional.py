@@ -48,6 +48,8 @@ def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
     """Typed tools N/N: every tool called by name with schema-valid arguments, every one of the
     ``gates.tools.repeat`` times it is asked (default once)."""
     verdict = tools_gate(qual_client, recipe, gate, tool_fixtures)
+    if verdict.skip_reason:  # declared not applicable, and measured failing
+        pytest.skip(verdict.skip_reason)
     assert verdict.passed, verdict.failure
 
 
@@ -56,6 +58,8 @@ def test_streaming_tool(qual_client: QualClient, recipe: Recipe, gate: GateRecor
                         tool_fixtures: list[ToolFixture]) -> None:
     """Streaming tool: deltas reassemble into one valid call; [DONE] and a usage chunk arrive."""
     verdict = streaming_tool_gate(qual_client, recipe, gate, tool_fixtures)
+    if verdict.skip_reason:  # declared not applicable, and measured failing
+        pytest.skip(verdict.skip_reason)
     assert verdict.passed, verdict.failure
 
 
@@ -64,6 +68,8 @@ def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRe
                            tool_fixtures: list[ToolFixture]) -> None:
     """Tool-result continuation: after the tool's result the model answers and does not call again."""
     verdict = tool_continuation_gate(qual_client, recipe, gate, tool_fixtures)
+    if verdict.skip_reason:  # declared not applicable, and measured failing
+        pytest.skip(verdict.skip_reason)
     assert verdict.passed, verdict.failure
 
 
@@ -72,4 +78,6 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                    tool_fixtures: list[ToolFixture]) -> None:
     """Responses API at the recipe's reasoning effort, with a function-call round trip if enabled."""
     verdict = responses_gate(qual_client, recipe, gate, tool_fixtures)
+    if verdict.skip_reason:  # declared not applicable, and measured failing
+        pytest.skip(verdict.skip_reason)
     assert verdict.passed, verdict.failure

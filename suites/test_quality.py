@@ -1,6 +1,8 @@
 """Repeated quality checks reported as k/N (the reference campaign's "intelligence 2 checks ×
 3/3; session recall 3/3; tools 3/3; 32K context pass"). A check the recipe declares not
-applicable is reported as skipped with the recipe's reason, never as passed."""
+applicable still runs when it is cheap: failing, it is reported as skipped with the recipe's
+reason and what was measured, never as passed; passing, it passes and the record says the
+declaration no longer holds."""
 
 from __future__ import annotations
 

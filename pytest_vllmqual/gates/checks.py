@@ -9,7 +9,9 @@ here once (``run_smoke``): the smoke gate and the ladder's post-probe smoke both
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
 from pytest_vllmqual.recipe.loader import Recipe
 
-__all__ = ["ArgumentViolation", "GateVerdict", "SmokeResult", "ToolFixture", "ToolProblem", "check_fingerprints",
+__all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolFixture", "ToolProblem", "check_fingerprints",
            "check_json_content", "check_stream_tool", "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures",
            "recipe_tool_fixtures_path", "run_smoke", "schema_problems", "schema_violations", "shipped_tool_fixtures",
            "tool_call_problems", "warm_up_validation"]
@@ -262,31 +264,72 @@ def check_stream_tool(result: StreamResult, fixture: ToolFixture, *, value_check
     return problems
 
 
+SMOKE_PROMPT = "Say cloud."
+"""The smoke prompt when the recipe sets none (``gates.smoke.prompt``)."""
+
+
+@dataclass(frozen=True)
+class SmokeRule:
+    """What a smoke answer must be, from the recipe's ``gates.smoke``: how it may finish
+    (``finish_reasons``, default ``[stop]``) and the text it must hold (``expect_substring``)."""
+
+    prompt: str = SMOKE_PROMPT
+    max_tokens: int = 32
+    finish_reasons: tuple[str, ...] = ("stop",)
+    expect: str | None = None
+
+    @classmethod
+    def of(cls, recipe: Recipe) -> SmokeRule:
+        settings = recipe.gate("smoke")
+        return cls(prompt=settings.get("prompt", SMOKE_PROMPT), max_tokens=int(settings.get("max_tokens", 32)),
+                   finish_reasons=tuple(settings.get("finish_reasons") or ("stop",)),
+                   expect=settings.get("expect_substring") or None)
+
+    def finish_problem(self, finish_reason: str | None) -> str | None:
+        """Why the answer's finish reason breaks the rule, or None."""
+        if finish_reason in self.finish_reasons:
+            return None
+        allowed = " or ".join(repr(r) for r in self.finish_reasons)
+        why = (f": the model did not end its answer within {self.max_tokens} tokens"
+               if finish_reason == "length" else "")
+        return f"finished with {finish_reason!r}, not {allowed}{why}"
+
+    def text_problem(self, content: str) -> str | None:
+        """Why the answer's text breaks the rule (empty, or without the expected text), or None."""
+        if not content.strip():
+            return "returned empty content"
+        if self.expect and self.expect.lower() not in content.lower():
+            return f"answer {quote_answer(content)} lacks {self.expect!r}"
+        return None
+
+
 @dataclass(frozen=True)
 class SmokeResult:
-    """The recipe's smoke request and its answer: one short chat completion that must stop."""
+    """The recipe's smoke request and its answer, judged by the recipe's smoke rule."""
 
     chat: ChatResult
     max_tokens: int
+    rule: SmokeRule = SmokeRule()
 
     @property
     def outcome(self) -> str:
-        """'passed' (HTTP 200, finish_reason stop, content) or what went wrong, as a rung records it."""
+        """'passed' (HTTP 200, an allowed finish reason, the expected text) or what went wrong, as a
+        rung records it."""
         chat = self.chat
         if chat.status_code != 200:
             return f"failed: HTTP {chat.status_code}"
-        if chat.finish_reason != "stop" or not chat.content.strip():
+        if self.rule.finish_problem(chat.finish_reason) or not chat.content.strip():
             return f"failed: finish_reason {chat.finish_reason!r}, content {quote_answer(chat.content)}"
-        return "passed"
+        lacking = self.rule.text_problem(chat.content)
+        return f"failed: {lacking}" if lacking else "passed"
 
 
 def run_smoke(client: QualClient, recipe: Recipe, *, label: str) -> SmokeResult:
     """Send the recipe's smoke prompt (``gates.smoke``: prompt, max_tokens) at temperature 0."""
-    settings = recipe.gate("smoke")
-    max_tokens = settings.get("max_tokens", 32)
-    chat = client.chat({"messages": [{"role": "user", "content": settings.get("prompt", "Say cloud.")}],
-                        "max_tokens": max_tokens, "temperature": 0}, label=label)
-    return SmokeResult(chat, max_tokens)
+    rule = SmokeRule.of(recipe)
+    chat = client.chat({"messages": [{"role": "user", "content": rule.prompt}],
+                        "max_tokens": rule.max_tokens, "temperature": 0}, label=label)
+    return SmokeResult(chat, rule.max_tokens, rule)
 
 
 def check_fingerprints(counts: dict[str, int], expected: dict[str, int]) -> list[str]:
@@ -303,3 +346,48 @@ def check_fingerprints(counts: dict[str, int], expected: dict[str, int]) -> list
         if got != want:
             problems.append(f"effort {effort}: {got} prompt tokens, expected fingerprint {want}")
     return problems
+
+
+_NUMBER = re.compile(r"(?<![\w.])[-\u2212]?\d+(?:[.,]\d+)?(?![\w.]\d)")
+_NEGATED = re.compile(r"(?:\bnot|\bnever|\bno|n't|\bisn't|\bwouldn't)\W*(?:\w+\W+)?$", re.IGNORECASE)
+_ALTERNATIVE = re.compile(r"^\W*(?:or|and/or)\W*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class NumberAnswer:
+    """An answer to a known-answer arithmetic question, judged by its final number."""
+
+    correct: bool
+    """The last number the answer affirms is the expected one, and no alternative is offered."""
+    number_only: bool
+    """The answer is the number alone (the prompt asks for it; a finding, not a pass rule)."""
+    why: str
+    """What decided it, in the harness's words (no model text)."""
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        return float(text.replace("\u2212", "-").replace(",", "."))
+    except ValueError:
+        return None
+
+
+def judge_final_number(answer: str, expected: float) -> NumberAnswer:
+    """Judge an arithmetic answer by its final number: "3 + 4 = 7" and "7." are correct; "not 7"
+    (negated) and "7 or 8" / "8 or 7" (an alternative offered) are not. Whether the model
+    followed "number only" is reported beside, never part of the judgement."""
+    stripped = answer.strip().rstrip(".!").strip()
+    found = list(_NUMBER.finditer(answer))
+    only = len(found) == 1 and _NUMBER.fullmatch(stripped) is not None
+    if not found:
+        return NumberAnswer(False, False, "no number in the answer")
+    for left, right in itertools.pairwise(found):
+        if _ALTERNATIVE.match(answer[left.end():right.start()]):
+            return NumberAnswer(False, only, "the answer offers alternatives")
+    affirmed = [m for m in found if not _NEGATED.search(answer[:m.start()][-24:])]
+    if not affirmed:
+        return NumberAnswer(False, only, "the answer negates its only number")
+    value = _as_number(affirmed[-1].group())
+    if value is None or abs(value - float(expected)) > 1e-9:
+        return NumberAnswer(False, only, "the final number is not the expected one")
+    return NumberAnswer(True, only, "the final number is the expected one")

@@ -29,6 +29,7 @@ from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import Attempt
 
 from .checks import (
+    SMOKE_PROMPT,
     GateVerdict,
     ToolFixture,
     ToolProblem,
@@ -39,6 +40,7 @@ from .checks import (
     run_smoke,
     tool_call_problems,
 )
+from .declared import declaration, judged
 from .recorder import GateRecorder
 
 __all__ = ["JSON_PROMPT", "JSON_SCHEMA", "json_gate", "openai_sdk_gate", "responses_gate", "smoke_gate",
@@ -65,26 +67,28 @@ def _tool_choice(recipe: Recipe, fixture: ToolFixture) -> Any:
 
 
 def smoke_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVerdict:
-    """Smoke: a short chat completion finishes with content and usage."""
-    settings = recipe.gate("smoke")
+    """Smoke: a short chat completion finishes as the recipe allows (``gates.smoke.finish_reasons``,
+    default stop) with content, usage and the recipe's expected text (``expect_substring``)."""
     smoke = run_smoke(client, recipe, label="smoke")
-    result = smoke.chat
+    result, rule = smoke.chat, smoke.rule
     if result.status_code != 200:
         return GateVerdict(f"smoke returned {public_failure(result.attempt)}")
     gate.measure(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
                  latency_s=round(result.attempt.latency_s or 0.0, 4),
                  finish_reason=result.finish_reason)
-    if result.finish_reason != "stop":
-        return GateVerdict(f"smoke finished with {result.finish_reason!r}, not 'stop': the model did not end "
-                           f"its answer within {smoke.max_tokens} tokens")
+    gate.threshold(finish_reasons=list(rule.finish_reasons), expect_substring=rule.expect)
+    finish = rule.finish_problem(result.finish_reason)
+    if finish:
+        return GateVerdict(f"smoke {finish}")
     if not result.content.strip():
         return GateVerdict("smoke returned empty content")
     if not ((result.prompt_tokens or 0) > 0 and (result.completion_tokens or 0) > 0):
         return GateVerdict(f"smoke usage is incomplete: {result.usage}")
-    expected = settings.get("expect_substring")
-    if expected and expected.lower() not in result.content.lower():
-        return GateVerdict(f"smoke answer {quote_answer(result.content)} lacks {expected!r}")
-    gate.summary("pass")
+    lacking = rule.text_problem(result.content)
+    if lacking:
+        return GateVerdict(f"smoke {lacking}")
+    gate.summary("pass" if result.finish_reason == "stop" else f"pass (finished with {result.finish_reason!r}, "
+                 "which the recipe allows)")
     return GateVerdict()
 
 
@@ -167,7 +171,15 @@ def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
     case, so a recipe can ask whether a failure reproduces; the gate passes only when every case
     passes every time (R = 1, the default, asks each case once). A failed case is recorded with
     the schema path and the kind of value that broke, and its first failed answer by SHA-256.
+
+    Declared not applicable (``gates.tools.not_applicable``), it still runs and is judged against
+    the declaration.
     """
+    return judged(recipe, gate, declaration(recipe, "tools"), _typed_tools(client, recipe, gate, tool_fixtures))
+
+
+def _typed_tools(client: QualClient, recipe: Recipe, gate: GateRecorder,
+               tool_fixtures: list[ToolFixture]) -> GateVerdict:
     settings = recipe.gate("tools")
     runs = int(settings.get("repeat", 1))
     chosen = tool_fixtures[:settings.get("count", 20)]
@@ -191,7 +203,15 @@ def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
 
 def streaming_tool_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
                         tool_fixtures: list[ToolFixture]) -> GateVerdict:
-    """Streaming tool: deltas reassemble into one valid call; [DONE] and a usage chunk arrive."""
+    """Streaming tool: deltas reassemble into one valid call; [DONE] and a usage chunk arrive.
+    Declared not applicable (``gates.streaming_tool.not_applicable``), it still runs and is judged
+    against the declaration."""
+    verdict = _streaming_tool(client, recipe, gate, tool_fixtures)
+    return judged(recipe, gate, declaration(recipe, "streaming_tool"), verdict)
+
+
+def _streaming_tool(client: QualClient, recipe: Recipe, gate: GateRecorder,
+                        tool_fixtures: list[ToolFixture]) -> GateVerdict:
     settings = recipe.gate("streaming_tool")
     name = settings.get("tool", tool_fixtures[0].name)
     fixture = next(f for f in tool_fixtures if f.name == name)
@@ -214,7 +234,15 @@ def streaming_tool_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
 
 def tool_continuation_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
                            tool_fixtures: list[ToolFixture]) -> GateVerdict:
-    """Tool-result continuation: after the tool's result the model answers and does not call again."""
+    """Tool-result continuation: after the tool's result the model answers and does not call again.
+    Declared not applicable (``gates.tool_continuation.not_applicable``), it still runs and is
+    judged against the declaration."""
+    verdict = _tool_continuation(client, recipe, gate, tool_fixtures)
+    return judged(recipe, gate, declaration(recipe, "tool_continuation"), verdict)
+
+
+def _tool_continuation(client: QualClient, recipe: Recipe, gate: GateRecorder,
+                           tool_fixtures: list[ToolFixture]) -> GateVerdict:
     fixture = tool_fixtures[0]
     tools = [f.openai_tool() for f in tool_fixtures]
     messages: list[dict[str, Any]] = [{"role": "user", "content": fixture.prompt}]
@@ -256,10 +284,14 @@ def _with_effort(body: dict[str, Any], effort: Any) -> dict[str, Any]:
 
 def responses_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
                    tool_fixtures: list[ToolFixture]) -> GateVerdict:
-    """Responses API at the recipe's reasoning effort, with a function-call round trip if enabled."""
+    """Responses API at the recipe's reasoning effort, with a function-call round trip if enabled.
+
+    ``gates.responses.not_applicable`` declares the function call alone: it still runs and is
+    judged against the declaration, while the plain answer must pass as always.
+    """
     settings = recipe.gate("responses")
     effort = settings.get("reasoning_effort")
-    body = _with_effort({"input": recipe.gate("smoke").get("prompt", "Say cloud."),
+    body = _with_effort({"input": recipe.gate("smoke").get("prompt", SMOKE_PROMPT),
                          "max_output_tokens": settings.get("max_output_tokens", 256), "temperature": 0}, effort)
     result = client.responses(body, label=f"responses-{effort or 'default'}")
     if result.status_code != 200:
@@ -273,12 +305,12 @@ def responses_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
         return GateVerdict(f"Responses output has no output_text: {quote_answer(result.output)}")
     if not ((result.input_tokens or 0) > 0 and (result.output_tokens or 0) > 0):
         return GateVerdict(f"Responses usage: {result.usage}")
-    if settings.get("function_call", False):
-        failure = _responses_round_trip(client, gate, tool_fixtures[0], settings, effort)
-        if failure is not None:
-            return GateVerdict(failure)
-    gate.summary("pass")
-    return GateVerdict()
+    if not settings.get("function_call", False):
+        gate.summary("pass")
+        return GateVerdict()
+    failure = _responses_round_trip(client, gate, tool_fixtures[0], settings, effort)
+    gate.summary("pass" if failure is None else "the plain answer passed; the function call round trip did not")
+    return judged(recipe, gate, declaration(recipe, "responses"), GateVerdict(failure))
 
 
 def _responses_round_trip(client: QualClient, gate: GateRecorder, fixture: ToolFixture,
@@ -328,11 +360,11 @@ def openai_sdk_gate(server: ServerHandle, recipe: Recipe, gate: GateRecorder) ->
     fixtures = recipe_tool_fixtures(recipe)
     responses = recipe.gate("responses")
     gate.measure(sdk_version=version, strict=strict)
-    chat = sdk_chat(client, model, smoke.get("prompt", "Say cloud."), max_tokens=smoke.get("max_tokens", 16))
+    chat = sdk_chat(client, model, smoke.get("prompt", SMOKE_PROMPT), max_tokens=smoke.get("max_tokens", 16))
     tool = sdk_stream_tool_call(client, model, fixtures[0].prompt, [f.openai_tool() for f in fixtures],
                                 tool_choice=_tool_choice(recipe, fixtures[0]),
                                 max_tokens=recipe.gate("streaming_tool").get("max_tokens", 256))
-    answer = sdk_responses(client, model, smoke.get("prompt", "Say cloud."),
+    answer = sdk_responses(client, model, smoke.get("prompt", SMOKE_PROMPT),
                            max_output_tokens=responses.get("max_output_tokens", 256),
                            reasoning_effort=responses.get("reasoning_effort"))
     for result in (chat, tool, answer):
@@ -344,17 +376,23 @@ def openai_sdk_gate(server: ServerHandle, recipe: Recipe, gate: GateRecorder) ->
                  strict_findings=len(findings), findings=[f.to_dict() for f in findings])
     gate.threshold(strict=strict)
     failures = [r.failure for r in (chat, tool, answer) if r.failure]
-    if failures:
+    declared = declaration(recipe, "openai_sdk")  # covers the streamed tool call alone
+    if failures and not (declared and failures == [tool.failure]):
         gate.summary(f"openai {version} as shipped could not give an application what it reads")
         return GateVerdict(f"openai {version} as shipped (lenient parsing): " + "; ".join(failures))
     noted = _findings_text(findings)
     if strict and findings:
         gate.summary(f"openai {version} strict validation: {len(findings)} finding(s)")
         return GateVerdict(f"strict validation (gates.openai_sdk.strict: true): {noted}")
+    if tool.failure:
+        gate.summary(f"chat and Responses read by openai {version} as an application does; the streamed tool "
+                     "call was not")
+        return judged(recipe, gate, declared, GateVerdict(f"openai {version} as shipped (lenient parsing): "
+                                                          f"{tool.failure}"))
     gate.summary(f"chat, streamed tool call ({tool.chunks} chunks) and Responses read by openai {version} "
                  "as an application does" + (f"; strict validation noted {noted}" if findings else
                                              "; strict validation found nothing"))
-    return GateVerdict()
+    return judged(recipe, gate, declared, GateVerdict())
 
 
 def _findings_text(findings: list[SdkFinding], shown: int = 3) -> str:

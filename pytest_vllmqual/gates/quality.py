@@ -2,9 +2,10 @@
 contract (per-effort prompt-token fingerprints) and the repeated quality checks reported as
 k/N (known-answer questions, session recall, a repeated tool call, long context).
 
-A quality check the recipe declares not applicable (``gates.quality.not_applicable``) ends
-as skipped with the recipe's reason, never as passed. Each function writes its gate's
-measurements and summary and returns a ``GateVerdict``.
+A quality check the recipe declares not applicable (``gates.quality.not_applicable``) still
+runs when it is cheap and is judged against the declaration (``gates.declared``); the
+long-context check, a full prefill per request, is skipped with the recipe's reason. Each
+function writes its gate's measurements and summary and returns a ``GateVerdict``.
 """
 
 from __future__ import annotations
@@ -18,15 +19,25 @@ import yaml
 from pytest_vllmqual.client.prompts import ChatShape, ExactPromptBuilder, new_nonce
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
+from pytest_vllmqual.errors import CalibrationError
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.privacy.public_text import public_failure, quote_answers
 from pytest_vllmqual.recipe.loader import Recipe
 
-from .checks import GateVerdict, check_fingerprints, check_tool_call, recipe_tool_fixtures
+from .checks import (
+    SMOKE_PROMPT,
+    GateVerdict,
+    check_fingerprints,
+    check_tool_call,
+    judge_final_number,
+    recipe_tool_fixtures,
+)
+from .declared import declaration, judged, not_run, quality_declaration
 from .recorder import GateRecorder
 
-__all__ = ["DEFAULT_MESSAGES", "long_context_gate", "quality_checks", "quality_tools_gate",
+__all__ = ["ANSWER_ROOM_TOKENS", "DEFAULT_LONG_CONTEXT_TOKENS", "DEFAULT_MESSAGES", "long_context_gate",
+           "long_context_target", "quality_checks", "quality_tools_gate",
            "reasoning_fingerprints_gate", "repeated_check_gate"]
 
 DEFAULT_MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Hello"}]
@@ -34,7 +45,12 @@ DEFAULT_MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Hello"}]
 
 
 def reasoning_fingerprints_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVerdict:
-    """Each effort's prompt-token count, from usage and /tokenize, equals its pinned fingerprint."""
+    """Each effort's prompt-token count, from usage and /tokenize, equals its pinned fingerprint
+    (``gates.reasoning.not_applicable`` declares a template without reasoning efforts: it still runs)."""
+    return judged(recipe, gate, declaration(recipe, "reasoning_fingerprints"), _fingerprints(client, recipe, gate))
+
+
+def _fingerprints(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     settings = recipe.gate("reasoning")
     expected: dict[str, int] = dict(settings.get("fingerprints") or {})
     efforts: list[str] = list(expected) or list(settings.get("efforts") or ["low", "high", "max"])
@@ -81,15 +97,6 @@ def quality_checks(family: str) -> Any:
     return _checks_file()[family]
 
 
-def _not_applicable(recipe: Recipe, gate: GateRecorder, check: str) -> GateVerdict | None:
-    reasons: dict[str, str] = recipe.gate("quality").get("not_applicable") or {}
-    reason = reasons.get(check) or reasons.get(check.split("[")[0].split(".")[0])
-    if not reason:
-        return None
-    gate.summary("not applicable")
-    return GateVerdict(skip_reason=f"not applicable to recipe {recipe.name}: {reason}")
-
-
 def _repeat(recipe: Recipe) -> int:
     return int(recipe.gate("quality").get("repeat", 3))
 
@@ -102,35 +109,49 @@ def _effort_body(recipe: Recipe) -> dict[str, Any]:
 def repeated_check_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, family: str,
                         check: dict[str, Any]) -> GateVerdict:
     """One known-answer check, asked ``gates.quality.repeat`` times: ``intelligence`` asks its
-    prompt, ``session_recall`` replays its turns (a fact from the first turn, recalled later)."""
-    skipped = _not_applicable(recipe, gate, family)
-    if skipped is not None:
-        return skipped
-    label, expect = check["name"], check["expect"]
+    prompt, ``session_recall`` replays its turns (a fact from the first turn, recalled later).
+
+    A check with ``answer`` (a number) is judged by the answer's final number, so "3 + 4 = 7" is
+    right and "not 7" or "7 or 8" is not; whether the model gave the number alone, as asked, is
+    recorded beside (``number_only``). A check with ``expect`` is matched as a regular expression.
+    A check the recipe declares not applicable still runs (it is cheap) and is judged against
+    the declaration.
+    """
+    label = check["name"]
     messages = list(check["turns"]) if family == "session_recall" else [{"role": "user", "content": check["prompt"]}]
     n = _repeat(recipe)
     answers: list[str] = []
-    passed = 0
+    passed = number_only = 0
     for i in range(n):
         result = client.chat({"messages": messages, "max_tokens": 32, "temperature": 0,
                               **_effort_body(recipe)}, label=f"{label}-{i + 1}")
         answer = result.content if result.status_code == 200 else f"HTTP {result.status_code}"
         answers.append(answer)
-        if result.status_code == 200 and re.search(expect, answer, re.IGNORECASE):
-            passed += 1
+        if result.status_code != 200:
+            continue
+        if "answer" in check:
+            judgement = judge_final_number(answer, float(check["answer"]))
+            passed += judgement.correct
+            number_only += judgement.number_only
+        else:
+            passed += bool(re.search(check["expect"], answer, re.IGNORECASE))
     gate.summary(f"{passed}/{n}")
     gate.measure(passed=passed, repeat=n, answers_distinct=len(set(answers)))
+    rule = f"final number {check['answer']}" if "answer" in check else f"/{check['expect']}/"
+    if "answer" in check:
+        gate.measure(number_only=number_only)
+        if number_only < n:
+            gate.measure(finding=f"{n - number_only}/{n} answers were not the number alone, as the prompt asks; "
+                                 "judged by their final number")
     gate.threshold(required=f"{n}/{n}")
-    if passed != n:
-        return GateVerdict(f"{label}: {passed}/{n} answers matched /{expect}/; answers: {quote_answers(answers)}")
-    return GateVerdict()
+    verdict = GateVerdict(f"{label}: {passed}/{n} answers matched {rule}; answers: {quote_answers(answers)}") if passed != n \
+        else GateVerdict()
+    return judged(recipe, gate, quality_declaration(recipe, family), verdict)
 
 
 def quality_tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVerdict:
-    """Tools, repeated: the same typed call is made correctly every time, k/N."""
-    skipped = _not_applicable(recipe, gate, "tools")
-    if skipped is not None:
-        return skipped
+    """Tools, repeated: the same typed call is made correctly every time, k/N (declared not
+    applicable under ``gates.quality.not_applicable.tools``, it still runs)."""
     fixtures = recipe_tool_fixtures(recipe)
     fixture = fixtures[1 % len(fixtures)]
     n = _repeat(recipe)
@@ -143,48 +164,102 @@ def quality_tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -
         problems = (check_tool_call(result.tool_calls, fixture, value_checks=False)
                     if result.status_code == 200 else [f"HTTP {result.status_code}"])
         passed += not problems
-        problems_seen += problems
+        problems_seen += [p for p in problems if p not in problems_seen]
     gate.summary(f"{passed}/{n}")
     gate.measure(passed=passed, repeat=n, tool=fixture.name)
-    if passed != n:
-        return GateVerdict(f"tools {passed}/{n}: {'; '.join(problems_seen)}")
-    return GateVerdict()
+    verdict = GateVerdict(f"tools {passed}/{n}: {'; '.join(problems_seen)}") if passed != n else GateVerdict()
+    return judged(recipe, gate, quality_declaration(recipe, "tools"), verdict)
+
+
+ANSWER_ROOM_TOKENS = 32
+"""Tokens the long-context check lets the model answer in (its ``max_tokens``)."""
+
+
+def long_context_target(settings: dict[str, Any], served_max_model_len: int | None) -> tuple[int | None, str]:
+    """The long-context check's prompt size and how it was chosen, or None and why it cannot run.
+
+    ``gates.quality.long_context_tokens`` when the recipe sets it and it fits; otherwise the
+    served ``max_model_len`` minus room for the answer (the default 32,768 sized down to an
+    8,192-token model). A size set by the recipe above what the server serves is the recipe's
+    mistake, said as such.
+    """
+    limit = served_max_model_len
+    room = (limit - ANSWER_ROOM_TOKENS) if limit is not None else None
+    if "long_context_tokens" in settings:
+        target = int(settings["long_context_tokens"])
+        if room is not None and target > room:
+            return None, (f"gates.quality.long_context_tokens {target:,} does not fit the served max_model_len "
+                          f"{limit:,} with {ANSWER_ROOM_TOKENS} tokens left for the answer; lower it to at most "
+                          f"{room:,}, or leave it unset to size the check to the server")
+        return target, "set by the recipe"
+    if room is None:
+        return DEFAULT_LONG_CONTEXT_TOKENS, "the default (the served max_model_len is unknown)"
+    if room < 1:
+        return None, f"the served max_model_len {limit:,} leaves no room for a long prompt and its answer"
+    if room >= DEFAULT_LONG_CONTEXT_TOKENS:
+        return DEFAULT_LONG_CONTEXT_TOKENS, "the default"
+    return room, f"sized to the served max_model_len {limit:,} minus {ANSWER_ROOM_TOKENS} tokens for the answer"
+
+
+DEFAULT_LONG_CONTEXT_TOKENS = 32768
+"""The long-context check's size when the recipe sets none and the server serves at least this much."""
+
+
+def _long_context_question(recipe: Recipe, mode: str) -> tuple[str, str, str | None] | str:
+    """(question, expected regular expression, system prompt), or why the mode cannot be judged."""
+    if mode != "smoke_after_filler":
+        spec = quality_checks("long_context")
+        return spec["question"], spec["expect"], spec["needle"]
+    # For models without a copy skill: the long prompt must not break the answer to the smoke prompt.
+    smoke = recipe.gate("smoke")
+    expected = smoke.get("expect_substring")
+    if not expected:
+        return ("smoke_after_filler compares the answer with gates.smoke.expect_substring, which the recipe "
+                "does not set")
+    return smoke.get("prompt", SMOKE_PROMPT), re.escape(str(expected)), None
 
 
 def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
                       progress: ProgressFn) -> GateVerdict:
     """Long context at an exact prompt length, k/N (N is ``long_context_repeat``, else ``repeat``): in
     "needle" mode a fact at the start is recalled at the end; in "smoke_after_filler" mode the smoke
-    prompt is answered after filler (no recall)."""
-    skipped = _not_applicable(recipe, gate, "long_context")
-    if skipped is not None:
-        return skipped
-    spec = quality_checks("long_context")
+    prompt is answered after filler (no recall). Without ``long_context_tokens`` the prompt is sized
+    to what the server serves; a size that cannot be built is a failure that says why, not an error."""
+    reason = quality_declaration(recipe, "long_context")
+    if reason is not None:
+        return not_run(recipe, gate, reason, "each long prompt costs a full prefill")
     settings = recipe.gate("quality")
-    target = int(settings.get("long_context_tokens", 32768))
     mode = settings.get("long_context_check", "needle")
-    if mode == "smoke_after_filler":
-        # For models without a copy skill: the long prompt must not break the answer to the smoke prompt.
-        question, expect, system = recipe.gate("smoke").get("prompt", "Say cloud."), spec["smoke_expect"], None
-    else:
-        question, expect, system = spec["question"], spec["expect"], spec["needle"]
-    shape = ChatShape(question=question, system_prompt=system, reasoning_effort=settings.get("reasoning_effort"))
-    builder = ExactPromptBuilder(ServerTokenCounter(client.http, client.model))
+    question = _long_context_question(recipe, mode)
+    if isinstance(question, str):
+        return GateVerdict(f"long context ({mode}): {question}")
+    text, expect, system = question
+    shape = ChatShape(question=text, system_prompt=system, reasoning_effort=settings.get("reasoning_effort"))
+    counter = ServerTokenCounter(client.http, client.model)
+    builder = ExactPromptBuilder(counter)
     n = int(settings.get("long_context_repeat", _repeat(recipe)))
+    try:
+        counter.count_chat(shape.messages(text), shape)  # learns the served max_model_len
+        target, sized = long_context_target(settings, counter.max_model_len)
+        if target is None:
+            return GateVerdict(f"long context ({mode}) cannot run: {sized}")
+        # Built before the first request: calibration between requests would wait out the server's
+        # post-step busy-poll (docs/PERFORMANCE.md).
+        prompts = [builder.build(target, shape, nonce=new_nonce(f"long-{i}")) for i in range(n)]
+    except CalibrationError as exc:
+        return GateVerdict(f"long context ({mode}): no prompt of the asked size could be built: {exc}")
+    gate.measure(target_tokens=target, sized=sized)
     passed, answers, sizes = 0, [], []
-    # Built before the first request: calibration between requests would wait out the server's
-    # post-step busy-poll (docs/PERFORMANCE.md).
-    prompts = [builder.build(target, shape, nonce=new_nonce(f"long-{i}")) for i in range(n)]
     for i, prompt in enumerate(prompts):
         progress(f"long-context check {i + 1}/{n}: {prompt.measured_tokens:,} prompt tokens")
-        result = client.chat({**prompt.request_fields(), "max_tokens": 32, "temperature": 0},
+        result = client.chat({**prompt.request_fields(), "max_tokens": ANSWER_ROOM_TOKENS, "temperature": 0},
                              label=f"long-context-{i + 1}")
         sizes.append(result.prompt_tokens)
         answer = result.content if result.status_code == 200 else f"HTTP {result.status_code}"
         answers.append(answer)
         passed += result.status_code == 200 and bool(re.search(expect, answer, re.IGNORECASE))
     gate.summary(f"{passed}/{n} at {target:,} tokens ({mode.replace('_', ' ')})")
-    gate.measure(passed=passed, repeat=n, target_tokens=target, prompt_tokens=sizes, check=mode)
+    gate.measure(passed=passed, repeat=n, prompt_tokens=sizes, check=mode)
     if passed != n:
         return GateVerdict(f"long context ({mode}) {passed}/{n} at {target:,} tokens matched /{expect}/; "
                            f"answers: {quote_answers(answers)}")

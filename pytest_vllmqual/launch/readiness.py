@@ -19,7 +19,13 @@ from pytest_vllmqual.errors import LaunchError
 from pytest_vllmqual.privacy.public_text import STARTUP_PHASES, quote_server_message
 from pytest_vllmqual.recipe.loader import StartupConfig
 from pytest_vllmqual.vllm.server_log import log_tail
-from pytest_vllmqual.vllm.startup_failure import StartupFailure, classify_startup_failure, last_startup_phase
+from pytest_vllmqual.vllm.startup_failure import (
+    StartupFailure,
+    classify_startup_failure,
+    exception_at_exit,
+    exception_hint,
+    last_startup_phase,
+)
 
 from .base import Launcher, ProgressFn, ServerHandle
 
@@ -168,16 +174,7 @@ def wait_until_ready(
         if failure is not None:
             raise _failure_error(failure, launcher, recipe_name, log)
         if launcher.alive() is False:
-            code = launcher.exit_code()
-            raise LaunchError(
-                f"the server for recipe {recipe_name!r} exited during startup"
-                + (" with status 0, which is never success for a server" if code == 0 else ""),
-                status="exited",
-                exit_code=code,
-                log_tail=log_tail(log),
-                hint="read the server log in the run's private folder (its path is printed above).",
-                details={"last_phase": last_startup_phase(log) or _NO_PHASE},
-            )
+            raise _exited_error(launcher, recipe_name, log)
         now = time.monotonic()
         if now >= deadline:
             phase = last_startup_phase(log) or _NO_PHASE
@@ -205,6 +202,27 @@ def wait_until_ready(
             phase = last_startup_phase(log) or "starting"
             progress(f"waiting for {recipe_name}: {now - started:5.1f} s elapsed, phase: {phase}")
         time.sleep(startup.poll_interval_s)
+
+
+def _exited_error(launcher: Launcher, recipe_name: str, log: str) -> LaunchError:
+    """The LaunchError of a server that exited before it was ready: named by the Python exception
+    it died of when its log ends in a traceback (the type only), with that exception's hint."""
+    code = launcher.exit_code()
+    exception = exception_at_exit(log)
+    details: dict[str, object] = {"last_phase": last_startup_phase(log) or _NO_PHASE}
+    if exception is not None:
+        details["exception"] = exception
+    return LaunchError(
+        f"the server for recipe {recipe_name!r} exited during startup"
+        + (f" with a Python exception: {exception}" if exception else "")
+        + (" with status 0, which is never success for a server" if code == 0 else ""),
+        status="exited",
+        exit_code=code,
+        log_tail=log_tail(log),
+        hint=(exception_hint(exception) + "." if exception
+              else "read the server log in the run's private folder (its path is printed above)."),
+        details=details,
+    )
 
 
 def _failure_error(failure: StartupFailure, launcher: Launcher, recipe_name: str, log: str) -> LaunchError:

@@ -194,6 +194,7 @@ def public_rung_error(error: str | None, status_code: int | None) -> str | None:
 STARTUP_CAUSES: dict[str, str] = {
     "kv_insufficient": "the KV cache cannot hold one request of max_model_len",
     "gpu_busy": "the GPU did not have the free memory gpu_memory_utilization asks for",
+    "cpu_memory_busy": "the node did not have the free memory gpu_memory_utilization asks for on the CPU backend",
     "out_of_memory": "the GPU ran out of memory during startup",
     "port_in_use": "the server could not bind its port: address already in use",
     "engine_core_failed": "the engine core failed to initialise",
@@ -233,8 +234,10 @@ STARTUP_PHASES: dict[str, str] = {
 has one log pattern for each (but ``none``) and takes its words from here."""
 
 PUBLIC_DETAIL_KEYS = ("max_seq_len", "needed_gib", "available_gib", "estimated_max_len", "free_gib", "total_gib",
-                      "requested_gib", "gpu_memory_utilization", "last_phase", "kind")
-"""Startup-failure details a public output may carry: numbers parsed from the log, and labels."""
+                      "requested_gib", "gpu_memory_utilization", "last_phase", "kind", "exception")
+"""Startup-failure details a public output may carry: numbers parsed from the log, labels, and
+the class name of the Python exception a server died of (never its message)."""
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,79}")
 
 
 def public_startup_details(details: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -251,6 +254,8 @@ def public_startup_details(details: Mapping[str, Any] | None) -> dict[str, Any]:
             value = value if value in STARTUP_PHASES.values() else "unrecognised phase"
         elif isinstance(value, str) and key == "kind":
             value = value if value in STARTUP_CAUSES else "unclassified"
+        elif isinstance(value, str) and key == "exception":
+            value = value if _EXCEPTION_NAME.fullmatch(value) else "unrecognised exception"
         out[key] = value
     return out
 
@@ -266,7 +271,9 @@ def startup_cause(status: str | None, details: Mapping[str, Any] | None = None) 
         if d.get("estimated_max_len") is not None:
             text += f"; the engine estimates the maximum length at {d['estimated_max_len']} tokens"
         return text
-    if status == "gpu_busy" and d.get("free_gib") is not None:
+    if status == "exited" and d.get("exception"):
+        return f"{base} with a Python exception: {d['exception']}"
+    if status in ("gpu_busy", "cpu_memory_busy") and d.get("free_gib") is not None:
         return (f"{base}: {d.get('free_gib')} of {d.get('total_gib')} GiB free, {d.get('requested_gib')} GiB asked "
                 f"for at gpu_memory_utilization {d.get('gpu_memory_utilization')}")
     return base

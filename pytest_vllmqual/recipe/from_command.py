@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.recipe.installed_vllm import MODULE_FORM, InstalledVllm
 
 SECRET_NAME = re.compile(r"((^|_)TOKEN$|(^|_)TOKEN_|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL)",
                          re.IGNORECASE)
@@ -201,8 +202,14 @@ def _finish(raw: dict[str, Any], notes: list[str], runtime_version: str | None) 
     return Conversion(raw, notes)
 
 
-def recipe_from_command(argv: list[str], *, name: str, runtime_version: str | None = None) -> Conversion:
-    """A recipe mapping from a ``vllm serve`` / ``python -m vllm…`` / ``docker run`` argv."""
+def recipe_from_command(argv: list[str], *, name: str, runtime_version: str | None = None,
+                        installed: InstalledVllm | None = None) -> Conversion:
+    """A recipe mapping from a ``vllm serve`` / ``python -m vllm…`` / ``docker run`` argv.
+
+    ``installed`` is the vLLM of the machine the recipe is written on (``installed_vllm()``):
+    a subprocess recipe then gets its version as ``runtime_version`` (unless one is given), and
+    a ``vllm serve`` line becomes the module form where that console script cannot start.
+    """
     if not argv:
         raise RecipeError("no command given. Fix: vllmqual recipe from-command -- vllm serve MODEL --flag ...")
     raw = _base(name, runtime_version)
@@ -226,12 +233,30 @@ def recipe_from_command(argv: list[str], *, name: str, runtime_version: str | No
         raise RecipeError(f"the command starts {shlex.join(tokens[:3])!r}; from-command reads `vllm serve MODEL ...`, "
                           "`python -m vllm.entrypoints.openai.api_server --model ...` or `docker run ... IMAGE ...`. "
                           "Fix: pass one of those after `--`.")
+    if installed is not None:
+        command, runtime_version = _for_installed(command, runtime_version, installed, raw, notes)
     raw["launcher"] = {"kind": "subprocess", "command": command}
     model = _serve_args(rest, raw, notes)
     _identity_from_model(raw, model, notes)
     if env:
         raw["launcher"]["env"] = env
     return _finish(raw, notes, runtime_version)
+
+
+def _for_installed(command: list[str], runtime_version: str | None, installed: InstalledVllm,
+                   raw: dict[str, Any], notes: list[str]) -> tuple[list[str], str | None]:
+    """The command and runtime version that work with the vLLM installed here."""
+    if runtime_version is None:
+        runtime_version = installed.version
+        raw["identity"]["runtime_version"] = runtime_version
+        notes.append(f"identity.runtime_version {runtime_version} is the installed {installed.distribution} "
+                     "distribution's version")
+    if Path(command[0]).name == "vllm" and not installed.console_script_starts:
+        notes.append(f"launcher.command is the module form: vLLM is installed here as {installed.distribution}, "
+                     "without the `vllm` package metadata its console script asks for, so `vllm serve` "
+                     "dies at start (PackageNotFoundError)")
+        command = list(MODULE_FORM)
+    return command, runtime_version
 
 
 def _from_docker(tokens: list[str], raw: dict[str, Any], env: dict[str, str], notes: list[str],

@@ -22,6 +22,7 @@ import yaml
 
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.layout import RECIPE_SCHEMA, load_schema
+from pytest_vllmqual.recipe.gate_settings import check_gate_settings
 from pytest_vllmqual.recipe.load_settings import check_load_section
 
 __all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "ContentPin", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
@@ -442,6 +443,7 @@ def load_recipe(path: Path) -> Recipe:
     _check_launcher(path, raw)
     _check_pinning(path, raw)
     check_load_section(path, raw)
+    check_gate_settings(path, raw)
     return _typed(path, data, raw)
 
 
@@ -535,6 +537,7 @@ def with_overrides(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Re
         _check_launcher(recipe.path, raw)
         _check_pinning(recipe.path, raw)
         check_load_section(recipe.path, raw)
+        check_gate_settings(recipe.path, raw)
     except RecipeError as exc:
         raise RecipeError(f"{exc} (after --vllmqual-set {', '.join(overrides)})", path=str(recipe.path)) from None
     data = effective_yaml(raw).encode()

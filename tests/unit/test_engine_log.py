@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_vllmqual.privacy.public_text import public_startup_details, startup_cause
 from pytest_vllmqual.privacy.sanitize import REDACTED_PLACEHOLDER as REDACTED
 from pytest_vllmqual.privacy.sanitize import redact_args
 from pytest_vllmqual.vllm.log_facts import EngineFacts, parse_engine_log
@@ -563,3 +564,17 @@ def test_real_prefixed_kv_insufficient_start_is_classified() -> None:
         (32768, 0.03, 0.0, 3968)
     assert "node-a" not in failure.evidence
     assert last_startup_phase(excerpt("cpu_0.32.0_kv_insufficient_prefix.log")) == "engine core failed"
+
+
+def test_a_cpu_node_without_the_memory_gpu_memory_utilization_asks_for_is_named() -> None:
+    line = ("(VllmWorker-0 pid=31302) ERROR 12-04 18:03:00 [multiproc_executor.py:953] ValueError: Available memory "
+            "on node 0 (11.11/23.54 GiB) on startup is less than desired CPU memory utilization (0.92, 21.66 GiB). "
+            "On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved\n"
+            "(EngineCore pid=1) ERROR Engine core initialization failed. See root cause above.\n")
+    failure = classify_startup_failure(line)
+    assert failure is not None
+    assert failure.kind == "cpu_memory_busy"
+    assert failure.message == ("only 11.11 of 23.54 GiB were free on the CPU node at startup, less than the 21.66 GiB "
+                               "that gpu_memory_utilization 0.92 asks for")
+    assert startup_cause("cpu_memory_busy", public_startup_details(failure.to_dict())).startswith(
+        "the node did not have the free memory gpu_memory_utilization asks for on the CPU backend: 11.11 of 23.54")

