@@ -19,7 +19,7 @@ Each fixture has one name (their types are importable from ``pytest_vllmqual``):
 - ``progress`` -> ProgressFn: prints a ``[vllmqual]`` line to the terminal, past output capture.
 
 Two more are autouse and private: one ends a test that talks to a server found gone, one holds
-the traffic lock (exclusively for measurement gates).
+the traffic lock (exclusively for measurement gates and the equivalence probe).
 """
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ MARKERS = {
     "engine": "engine facts and identity gates",
     "lifecycle": "startup, teardown and cleanup gates",
     "load": "measurement gate: sustained concurrency levels under per-request SLOs (goodput); run alone",
+    "equivalence": "the output-equivalence probe (log probabilities for an A/B comparison); run alone",
     "recipe(name)": "run this module/class against the named recipe's server (one server at a time)",
     "gate(name)": "the evidence name of a gate (defaults to the test name without test_)",
 }
-MEASUREMENT_MARKERS = ("capacity", "load")
+MEASUREMENT_MARKERS = ("capacity", "load", "equivalence")
 VLLMQUAL_FIXTURES = frozenset({"gate", "vllm_server", "qual_client", "server_facts", "recipe", "vllmqual_arm"})
 """A test using any of these touches the server: its report text is scrubbed like a gate's."""
 
@@ -557,7 +558,7 @@ class RunHooks:
             tests_failed=session.exitstatus == pytest.ExitCode.TESTS_FAILED)
         if outcome == "qualified_by_fallback":
             session.exitstatus = pytest.ExitCode.OK
-        elif outcome == "report_not_written":
+        elif outcome in ("report_not_written", "not_equivalent"):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["CONFIDENCE", "Interval", "ratio_interval", "unit_interval"]
 
 CONFIDENCE = 0.95
-RESAMPLES = 4000
+RESAMPLES = 2000
 SEED = 20261204
 
 

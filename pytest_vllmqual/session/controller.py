@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ControllerRun", "SessionEnd"]
 
-SessionEnd = Literal["qualified_by_fallback", "report_not_written"] | None
-"""What ``finish_session`` tells the plugin: ``qualified_by_fallback``, ``report_not_written`` or None."""
+SessionEnd = Literal["qualified_by_fallback", "report_not_written", "not_equivalent"] | None
+"""What ``finish_session`` tells the plugin: ``qualified_by_fallback``, ``report_not_written``,
+``not_equivalent`` (the A/B's candidate does not answer as its control does: the session fails) or None."""
 
 
 class ControllerRun(QualRun):
@@ -208,7 +209,7 @@ class ControllerRun(QualRun):
         except (VllmQualError, OSError) as exc:
             self.progress(f"REPORT NOT WRITTEN: {exc}")
             return "report_not_written"
-        return None
+        return "not_equivalent" if self.reports.not_equivalent else None
 
     def _finish_campaign(self, campaign: CampaignArms, *, tests_failed: bool) -> SessionEnd:
         """Write the campaign record and say how the campaign ended."""
