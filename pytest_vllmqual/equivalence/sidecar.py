@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.atomic_io import write_json_atomic
+from pytest_vllmqual.atomic_io import write_text_atomic
 
 __all__ = ["FORMAT", "PRIVATE_NAME", "checkpoint_pin", "load", "logprobs_mode", "prefix_caching", "publish",
            "sidecar_name"]
@@ -71,7 +71,7 @@ def publish(private_file: Path, report: Mapping[str, Any], report_path: Path) ->
            "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}
     sidecar = {"format": FORMAT, **body, "arm": arm}
     path = Path(report_path).parent / sidecar_name(report_path)
-    write_json_atomic(sidecar, path, what="probe sidecar")
+    write_text_atomic(json.dumps(sidecar, separators=(",", ":")) + "\n", path, what="probe sidecar")  # compact: MBs
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return {"file": path.name, "sha256": digest, "probe_sha256": body.get("probe_sha256"),
             "tokenizer_sha256": body.get("tokenizer_sha256"), "top_k": body.get("top_k"), **arm}

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_vllmqual.atomic_io import write_json_atomic
+from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
 from pytest_vllmqual.equivalence.runner import run_probe
@@ -70,7 +70,8 @@ def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
         gate.summary(f"not measurable: {result.reason}")
         return GateVerdict(skip_reason=f"equivalence not measurable on this server: {result.reason}")
     body = result.body
-    write_json_atomic(body, Path(gate.private_dir) / PRIVATE_NAME, what="probe answers")
+    write_text_atomic(json.dumps(body, separators=(",", ":")), Path(gate.private_dir) / PRIVATE_NAME,
+                      what="probe answers")
     positions = sum(len(chunk["positions"]) for chunk in body["chunks"])
     gate.measure(probe_sha256=body["probe_sha256"], chunks=len(body["chunks"]), scored_positions=positions,
                  greedy_prompts=len(body["greedy"]), sidecar=PRIVATE_NAME,
