@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         shipped_tool_fixtures,
     )
     from pytest_vllmqual.gates.engine import cold_start_gate, engine_ranks_gate, identity_gate, kv_pool_gate
+    from pytest_vllmqual.gates.equivalence import equivalence_gate
     from pytest_vllmqual.gates.functional import (
         json_gate,
         openai_sdk_gate,
@@ -80,6 +81,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.gates.ladder": ("concurrency_gate", "ladder_gate"),
     "pytest_vllmqual.gates.load": ("load_gate",),
     "pytest_vllmqual.gates.engine": ("cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"),
+    "pytest_vllmqual.gates.equivalence": ("equivalence_gate",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -101,6 +103,7 @@ __all__ = [
     "cold_start_gate",
     "concurrency_gate",
     "engine_ranks_gate",
+    "equivalence_gate",
     "identity_gate",
     "json_gate",
     "kv_pool_gate",

@@ -19,7 +19,7 @@ Each fixture has one name (their types are importable from ``pytest_vllmqual``):
 - ``progress`` -> ProgressFn: prints a ``[vllmqual]`` line to the terminal, past output capture.
 
 Two more are autouse and private: one ends a test that talks to a server found gone, one holds
-the traffic lock (exclusively for measurement gates).
+the traffic lock (exclusively for measurement gates and the equivalence probe).
 """
 
 from __future__ import annotations
@@ -74,10 +74,11 @@ MARKERS = {
     "engine": "engine facts and identity gates",
     "lifecycle": "startup, teardown and cleanup gates",
     "load": "measurement gate: sustained concurrency levels under per-request SLOs (goodput); run alone",
+    "equivalence": "the output-equivalence probe (log probabilities for an A/B comparison); run alone",
     "recipe(name)": "run this module/class against the named recipe's server (one server at a time)",
     "gate(name)": "the evidence name of a gate (defaults to the test name without test_)",
 }
-MEASUREMENT_MARKERS = ("capacity", "load")
+MEASUREMENT_MARKERS = ("capacity", "load", "equivalence")
 VLLMQUAL_FIXTURES = frozenset({"gate", "vllm_server", "qual_client", "server_facts", "recipe", "vllmqual_arm"})
 """A test using any of these touches the server: its report text is scrubbed like a gate's."""
 
@@ -569,7 +570,7 @@ class RunHooks:
         judged = session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
         if outcome == "campaign_passed" and judged:  # every failure is one a qualified fallback stood in for
             session.exitstatus = pytest.ExitCode.OK
-        elif outcome == "report_not_written" or (outcome == "campaign_failed" and judged):
+        elif outcome in ("report_not_written", "not_equivalent") or (outcome == "campaign_failed" and judged):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

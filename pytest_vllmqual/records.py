@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
-__all__ = ["HEALTH_OK", "Attempt", "FigureSource", "GateOutcome", "GateRecord", "LevelJudgement", "RunRecord", "RungRecord",
-           "RungSource", "RungVerdict", "ServerStatus", "Verdict", "rung_verdict", "worst_outcome"]
+__all__ = ["HEALTH_OK", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource", "FigureStatus", "GateOutcome",
+           "GateRecord", "LevelJudgement", "RunRecord", "RungRecord", "RungSource", "RungVerdict", "ServerStatus",
+           "Verdict", "rung_verdict", "worst_outcome"]
 
 _T = TypeVar("_T")
 
@@ -57,6 +58,40 @@ class Verdict(_Word):
     PROMOTABLE = "promotable"
     #: Awarded only by an A/B comparison: a promotable B arm that held up against its control.
     PRIORITY_CHALLENGER = "priority-challenger"
+
+
+class EquivalenceVerdict(_Word):
+    """Whether a candidate answers as its control does, on the same checkpoint (a comparison's finding)."""
+
+    #: Every exact figure's far 95% bound is within its threshold.
+    EQUIVALENT = "equivalent"
+    #: A figure's near 95% bound is beyond its threshold (or the KL lower bound's lower bound is).
+    NOT_EQUIVALENT = "not equivalent"
+    #: Measured, but some interval straddles its threshold: neither shown equivalent nor not.
+    INCONCLUSIVE = "inconclusive"
+    #: No comparison was possible: no probe, no log probabilities (K = 0), or the arms differ in
+    #: checkpoint pin, tokenizer or probe.
+    NOT_MEASURABLE = "not measurable"
+
+
+class FigureStatus(_Word):
+    """One equivalence figure against its threshold."""
+
+    WITHIN = "within"
+    BEYOND = "beyond"
+    UNDECIDED = "undecided"
+    #: A figure that can only show a difference (the KL lower bound) and did not.
+    NOT_SHOWN = "not shown"
+    NOT_MEASURED = "not measured"
+
+
+class Divergence(_Word):
+    """How two greedy answers to one prompt compare."""
+
+    IDENTICAL = "identical"
+    #: The candidate's token was in the control's top-K, within 0.5 nats of the control's top token.
+    NEAR_TIE = "near tie"
+    HARD = "hard"
 
 
 class GateOutcome(_Word):

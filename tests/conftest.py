@@ -127,3 +127,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "tests.jsonl"), "a", encoding="utf-8") as out:
         out.write(line + "\n")
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir() -> Path:
+    """The SmolLM2-135M-Instruct folder (bf16, LlamaForCausalLM, 8,192 positions) the real-model
+    tests serve: ``$VLLMQUAL_SMOLLM2_DIR``, else /tmp/smollm2-hf. The one place its path is named;
+    a test that needs it is skipped where it is absent."""
+    path = Path(os.environ.get("VLLMQUAL_SMOLLM2_DIR") or "/tmp/smollm2-hf")
+    if not (path / "config.json").is_file():
+        pytest.skip(f"no SmolLM2 model folder at {path} (set VLLMQUAL_SMOLLM2_DIR)")
+    return path

@@ -42,6 +42,7 @@ HEAVY_WEIGHT = 30
 
 FILE_SECONDS: dict[str, float] = {
     "tests/integration/test_smollm2_cpu_session.py": 305,
+    "tests/integration/test_equivalence_real.py": 607,
     "tests/integration/test_ab_campaign.py": 236,
     "tests/docker/test_tiny_docker_session.py": 215,
     "tests/faults/test_faults_teardown.py": 210,

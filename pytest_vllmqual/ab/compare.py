@@ -2,7 +2,7 @@
 
 :func:`compare_reports` reads two public reports (control, candidate) and an optional replay
 of the control, and returns the comparison record (``schemas/comparison.schema.json``,
-``$id`` …/comparison/3); :func:`compare_files` does the same for report files, each
+``$id`` …/comparison/4); :func:`compare_files` does the same for report files, each
 referenced by its SHA-256. :func:`render_markdown` prints the record the way the reference campaign's A/B write-up lays it out.
 The record is assembled from the concerns' modules: the rows (:mod:`.compare_rows`), the
 controlled variables (:mod:`.compare_variables`), the retained findings
@@ -29,6 +29,7 @@ from pytest_vllmqual.report.public import SCHEMA_ID as REPORT_SCHEMA_ID
 from pytest_vllmqual.report.public import TOOL_NAME, load_report, migration_hint, validate_report
 
 from .decision import ABEvidence, Targets, arm_verdict, decide_comparison
+from .equivalence import equivalence_section, load_sidecars, summary_line
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
 from .rows import Tolerances, compare_rows
 from .variables import controlled_variables, fmt_setting
@@ -36,8 +37,8 @@ from .variables import controlled_variables, fmt_setting
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "compare_files", "compare_reports", "comparison_errors",
            "load_arm_report", "render_markdown", "report_digest", "validate_comparison", "write_comparison_atomic"]
 
-SCHEMA_ID = "https://pytest-vllmqual/schemas/comparison/3"
-SCHEMA_VERSION = 3
+SCHEMA_ID = "https://pytest-vllmqual/schemas/comparison/4"
+SCHEMA_VERSION = 4
 _ROLES = ("control", "candidate", "replay")
 
 
@@ -98,12 +99,14 @@ def _check_report(report: Any, role: str) -> None:
 def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
                     replay: Mapping[str, Any] | None = None, targets: Targets | None = None,
                     report_hashes: Mapping[str, str] | None = None,
-                    sanitizer: Sanitizer | None = None) -> dict[str, Any]:
+                    sanitizer: Sanitizer | None = None,
+                    folders: Mapping[str, Path | None] | None = None) -> dict[str, Any]:
     """The comparison record of two arm reports (and a replay of the control), schema-valid.
 
     ``targets`` defaults to :meth:`Targets.from_reports`; ``report_hashes`` maps ``control`` /
     ``candidate`` / ``replay`` to the SHA-256 of each report file (the CLI passes them; without
     them each report is hashed as canonical JSON). ``sanitizer`` scrubs every string once more.
+    ``folders`` maps a role to the folder its report lies in, where its probe sidecar is.
     """
     for role, report in (("control", control), ("candidate", candidate), ("replay", replay)):
         if report is not None:
@@ -125,8 +128,10 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
     else:
         findings.append(retained_finding("replay", "absent", "no replay of the control ran: the baseline may be a stale log."))
     findings.append(timing_noise(rows, tolerances.timing_noise_floor_pct))
+    found = load_sidecars({"control": control, "candidate": candidate, "replay": replay}, dict(folders or {}))
+    equivalence = equivalence_section(control, candidate, replay, found)
     decision = decide_comparison(ABEvidence(control, candidate, replay, rows, variables, findings, replay_section,
-                                             targets))
+                                             targets, equivalence))
     labels, changed_text = _arm_labels(control, candidate, variables)
     notes = [f"{r['measurement']}: {r['label']} ({r['change']} against the "
              f"{tolerances.timing_noise_floor_pct:g}% noise floor)" for r in rows if r["label"]]
@@ -154,6 +159,7 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
         "findings": findings,
         "replay_check": replay_section,
         "decision": decision,
+        "equivalence": equivalence,
         "notes": notes,
     })
     comparison: dict[str, Any] = {
@@ -193,6 +199,11 @@ def render_markdown(comparison: Mapping[str, Any]) -> str:
     lines += ["", "### Retained findings", ""]
     for finding in comparison.get("findings") or []:
         lines.append(f"- **{finding['id']}** ({finding['status']}): {finding['summary']}")
+    equivalence = comparison.get("equivalence")
+    if isinstance(equivalence, Mapping):
+        lines += ["", "### Output equivalence", "", summary_line(equivalence)]
+        lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
+                  for f in equivalence.get("figures") or []]
     decision = comparison.get("decision") or {}
     lines += ["", f"### Decision: {decision.get('verdict')} ({decision.get('summary')})", ""]
     lines += [f"- {r}" for r in decision.get("reasons") or []]
@@ -248,7 +259,8 @@ def compare_files(control: Path, candidate: Path, *, replay: Path | None = None,
         raise ComparisonError(f"the control and the candidate are the same report ({paths['control']}, "
                               f"{paths['candidate']}). Fix: pass two different arms.")
     return compare_reports(reports["control"], reports["candidate"], replay=reports.get("replay"),
-                           targets=targets, report_hashes=hashes)
+                           targets=targets, report_hashes=hashes,
+                           folders={role: path.parent for role, path in paths.items()})
 
 
 def write_comparison_atomic(comparison: Mapping[str, Any], path: Path) -> Path:

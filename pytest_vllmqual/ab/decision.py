@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.records import Verdict
+from pytest_vllmqual.records import EquivalenceVerdict, Verdict
 from pytest_vllmqual.report.decision import BOUNDARY, max_model_len, verdict_summary
 from pytest_vllmqual.report.number_format import short_tokens
 from pytest_vllmqual.report.query import gates_named, ok_rungs, recipe_value
@@ -143,6 +143,8 @@ class ABEvidence:
     findings: list[dict[str, Any]]
     replay_section: Mapping[str, Any] | None
     targets: Targets
+    #: The comparison's equivalence section (None: not assessed, as in a record older than schema 4).
+    equivalence: Mapping[str, Any] | None = None
 
     @property
     def arms(self) -> list[Mapping[str, Any]]:
@@ -315,10 +317,33 @@ def _caveats(ev: ABEvidence) -> list[str]:
     return caveats
 
 
+def _with_equivalence(section: Mapping[str, Any] | None, verdict: Verdict, reasons: list[str],
+                      proves: list[str], does_not: list[str]) -> Verdict:
+    """``not equivalent`` makes the comparison no-promotion; any verdict short of ``equivalent``
+    caps it below promotable; each says why."""
+    if section is None:
+        return verdict
+    word = EquivalenceVerdict(str(section.get("verdict")))
+    why = "; ".join(str(r) for r in section.get("reasons") or []) or "no figure"
+    if word is EquivalenceVerdict.EQUIVALENT:
+        proves.append(f"the candidate answers the equivalence probe as the control does: {why}")
+        return verdict
+    does_not.append(f"that the candidate answers as the control does (equivalence {word}: {why})")
+    if word is EquivalenceVerdict.NOT_EQUIVALENT:
+        reasons.append(f"the candidate is not equivalent to the control: {why}")
+        return Verdict.NO_PROMOTION
+    if verdict in (Verdict.PROMOTABLE, Verdict.PRIORITY_CHALLENGER):
+        reasons.append(f"capped below promotable: equivalence {word} ({why})")
+        return Verdict.HEALTHY
+    return verdict
+
+
 def decide_comparison(evidence: ABEvidence) -> dict[str, Any]:
     """The comparison's decision block: verdict, proves / does not prove, caveats (all generated)."""
     regressions = _regressions(evidence.rows)
     verdict, reasons = _verdict(evidence, regressions)
+    proves, does_not = _proves(evidence, regressions), _does_not_prove(evidence)
+    verdict = _with_equivalence(evidence.equivalence, verdict, reasons, proves, does_not)
     return {"verdict": verdict.value, "summary": verdict_summary(verdict), "scope": "A/B comparison",
-            "reasons": reasons, "proves": _proves(evidence, regressions), "does_not_prove": _does_not_prove(evidence),
+            "reasons": reasons, "proves": proves, "does_not_prove": does_not,
             "caveats": _caveats(evidence), "boundary": BOUNDARY}

@@ -193,7 +193,8 @@ def _typed_tools(client: QualClient, recipe: Recipe, gate: GateRecorder,
     gate.measure(passed=passed, total=len(chosen), tool_choice=mode,
                  value_checks=bool(settings.get("value_checks", False)), repeat=runs,
                  passed_runs=sum(case.passed for case in cases), total_runs=len(chosen) * runs,
-                 failed_cases=[case.record() for case in failed])
+                 failed_cases=[case.record() for case in failed],
+                 items={case.name: case.passed == case.runs for case in cases})  # per item, for flips
     gate.threshold(required=f"{len(chosen)}/{len(chosen)}" + (f", each {runs}/{runs}" if runs > 1 else ""))
     if failed:
         return GateVerdict(f"typed tools {passed}/{len(chosen)} (tool_choice={mode}{each}): "

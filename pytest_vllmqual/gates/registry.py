@@ -217,6 +217,9 @@ REGISTRY: tuple[GateSpec, ...] = (
 )
 
 BY_NAME: dict[str, GateSpec] = {spec.name: spec for spec in REGISTRY}
+COMPARISON_GATES: dict[str, str] = {"equivalence": "Equivalence probe"}
+"""Shipped gates whose evidence only a comparison judges (name → title). They are not in the
+registry: a single run's verdict neither needs them nor counts their absence."""
 EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
 """smoke, identity, functional, reasoning, quality, engine, lifecycle, capacity, load: the order gates run in."""
 
@@ -251,7 +254,7 @@ def family_of(name: str, markers: list[str] | tuple[str, ...] = ()) -> str | Non
 
 def title_of(name: str, fallback: str = "") -> str:
     known = BY_NAME.get(name)
-    return known.title if known is not None else (fallback or name)
+    return known.title if known is not None else (COMPARISON_GATES.get(name) or fallback or name)
 
 
 def proves(gate: Mapping[str, Any]) -> str | None:
@@ -264,6 +267,7 @@ def proves(gate: Mapping[str, Any]) -> str | None:
 __all__ = [
     "BY_NAME",
     "COLD_START_GATE",
+    "COMPARISON_GATES",
     "ENGINE_RANKS_GATE",
     "EXECUTION_ORDER",
     "FAMILIES",

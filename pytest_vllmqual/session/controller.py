@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ControllerRun", "SessionEnd"]
 
-SessionEnd = Literal["campaign_passed", "campaign_failed", "report_not_written"] | None
+SessionEnd = Literal["campaign_passed", "campaign_failed", "report_not_written", "not_equivalent"] | None
 """What ``finish_session`` tells the plugin: a campaign's exit (``campaign_passed``: 0,
-``campaign_failed``: 1), ``report_not_written`` (it must fail) or None (pytest's own exit)."""
+``campaign_failed``: 1), ``report_not_written`` (it must fail), ``not_equivalent`` (the A/B's
+candidate does not answer as its control does: the session fails) or None (pytest's own exit)."""
 
 
 class ControllerRun(QualRun):
@@ -210,7 +211,7 @@ class ControllerRun(QualRun):
         except (VllmQualError, OSError) as exc:
             self.progress(f"REPORT NOT WRITTEN: {exc}")
             return "report_not_written"
-        return None
+        return "not_equivalent" if self.reports.not_equivalent else None
 
     def _finish_campaign(self, campaign: CampaignArms, *, failed_tests: int) -> SessionEnd:
         """Write the campaign record, print its last line, and return the exit it states."""

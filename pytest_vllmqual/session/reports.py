@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vllmqual import __version__
+from pytest_vllmqual.atomic_io import write_text_atomic
+from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, publish
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.records import RungRecord, RunRecord, ServerStatus
+from pytest_vllmqual.records import EquivalenceVerdict, RungRecord, RunRecord, ServerStatus
 
 from .arms import Arm
 from .server import ServerManager, utc_now
@@ -116,7 +118,12 @@ class SessionReports:
 
         record.hardware = hardware_summary(arm.recipe.gpu_indexes())
         report = hooked_arm_report(record, sanitizer=_arm_sanitizer(arm), tool_version=__version__, hooks=self.hooks)
-        path = write_arm_report(report, self.reports_dir / f"{name}-{self.stamp}.json")
+        target = self.reports_dir / f"{name}-{self.stamp}.json"
+        probe = arm.private_dir / PRIVATE_NAME
+        if probe.is_file():  # the equivalence probe's answers: a sidecar beside the report
+            report["equivalence_probe"] = publish(probe, report, target)
+            self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
+        path = write_arm_report(report, target)
         arm.report_path = path
         arm.report = report
         self.progress(f"report written: {path}")
@@ -133,17 +140,29 @@ class SessionReports:
         """Compare control and candidate (and the replay) into comparison.json and its page; None
         while either report is missing."""
         from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
+        from pytest_vllmqual.ab.equivalence import render_junit, summary_line
 
         if control.report is None or candidate.report is None:
             return None
+        arms = {"control": control, "candidate": candidate, "replay": replay}
         self.comparison = compare_reports(control.report, candidate.report,
-                                          replay=replay.report if replay is not None else None)
+                                          replay=replay.report if replay is not None else None,
+                                          folders={role: arm.report_path.parent for role, arm in arms.items()
+                                                   if arm is not None and arm.report_path is not None})
         path = self.reports_dir / f"comparison-{self.stamp}.json"
         write_comparison_atomic(self.comparison, path)
         self.comparison_path = path
         self.progress(f"comparison written: {path}")
+        junit = write_text_atomic(render_junit(self.comparison["equivalence"]), path.with_suffix(".xml"),
+                                  what="comparison junit")
+        self.progress(f"{summary_line(self.comparison['equivalence'])} (junit: {junit})")
         self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
         return path
+
+    @property
+    def not_equivalent(self) -> bool:
+        """The comparison found the candidate not equivalent to the control (the session must fail)."""
+        return bool((self.comparison or {}).get("equivalence", {}).get("verdict") == EquivalenceVerdict.NOT_EQUIVALENT)
 
     def write_campaign_record(self, record: dict[str, Any]) -> Path:
         """The campaign record, beside the arm reports."""

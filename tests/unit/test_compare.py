@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from equivalence_samples import attach_probe, probe_body
 from report_samples import reference_candidate_run, reference_control_run
 
 from pytest_vllmqual.ab.compare import (
@@ -336,7 +337,7 @@ def test_kv_tokens_that_follow_the_bytes_are_consistent(
 
 
 def test_a_clean_bracketed_candidate_is_a_priority_challenger(
-        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+        arms: tuple[dict[str, Any], dict[str, Any], dict[str, Any]], tmp_path: Path) -> None:
     control, candidate, replay = arms
     managed = with_every_gate(copy.deepcopy(candidate))
     managed["lifecycle"]["cold_start_s"] = 318.0
@@ -346,12 +347,19 @@ def test_a_clean_bracketed_candidate_is_a_priority_challenger(
     managed["identity"]["checks"].append({"field": "revision", "expected": revision, "observed": revision, "ok": True})
     redecide(managed)
     assert managed["decision"]["verdict"] == "promotable"
-    result = compare_reports(control, managed, replay=replay, sanitizer=quiet())
+    unprobed = compare_reports(control, managed, replay=replay, sanitizer=quiet())
+    assert unprobed["verdict"] == "healthy"  # equivalence not measurable caps it below promotable
+    assert unprobed["decision"]["reasons"][-1].startswith("capped below promotable: equivalence not measurable")
+    for role, report in (("control", control), ("candidate", managed), ("replay", replay)):
+        attach_probe(report, tmp_path, role, probe_body())
+    folders = {role: tmp_path for role in ("control", "candidate", "replay")}
+    result = compare_reports(control, managed, replay=replay, sanitizer=quiet(), folders=folders)
+    assert result["equivalence"]["verdict"] == "equivalent"
     assert result["verdict"] == "priority-challenger"
     assert result["decision"]["summary"] == "priority-challenger; no-promotion"
     cold = next(r for r in result["rows"] if r["key"] == "cold_start_s")
     assert (cold["values"], cold["change"], cold["label"]) == (["323.5 s", "318.0 s"], "-1.700%", BOUNDED)
-    without_replay = compare_reports(control, managed, sanitizer=quiet())
+    without_replay = compare_reports(control, managed, sanitizer=quiet(), folders=folders)
     assert without_replay["verdict"] == "promotable"
     assert "no bracketed replay of the control ran" in without_replay["decision"]["reasons"][0]
 

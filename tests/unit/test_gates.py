@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pytest_vllmqual.gates.registry import (
     BY_NAME,
+    COMPARISON_GATES,
     EXECUTION_ORDER,
     FAMILIES,
     PREFLIGHT_GATES,
@@ -42,8 +43,10 @@ def test_every_gate_is_declared_once_with_a_known_family_and_a_title() -> None:
 
 def test_every_suite_gate_carries_a_registered_gate_marker_and_every_registered_gate_has_a_test() -> None:
     markers = suite_gate_markers()
-    assert set(markers.values()) == set(BY_NAME), "each registered gate has exactly one suite test"
-    assert len(markers) == len(BY_NAME)
+    expected = set(BY_NAME) | set(COMPARISON_GATES)
+    assert set(markers.values()) == expected, "each registered (or comparison) gate has exactly one suite test"
+    assert len(markers) == len(expected)
+    assert not set(COMPARISON_GATES) & set(BY_NAME), "a comparison gate never caps a single run's verdict"
 
 
 def test_execution_order_is_smoke_identity_functional_reasoning_quality_engine_capacity_load() -> None:

@@ -89,7 +89,7 @@ PATTERNS = layer_patterns()
 
 def test_the_table_is_read() -> None:
     assert len(PATTERNS) > 15
-    assert {layer for layer, _ in PATTERNS} == set(range(12))
+    assert {layer for layer, _ in PATTERNS} == set(range(13))
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -1,0 +1,194 @@
+"""The comparison's ``equivalence`` section: does the candidate answer as the control does?
+
+Built from the arms' probe sidecars (token IDs and log probabilities, referenced by SHA-256 from
+each report) and the items both reports scored. It is ``not measurable`` when either arm has no
+probe, no log probabilities (K = 0), or the arms differ in probe, tokenizer or checkpoint pin;
+otherwise the figures of :mod:`pytest_vllmqual.equivalence.figures` are held against the control
+recipe's ``compare.equivalence`` thresholds (:mod:`pytest_vllmqual.equivalence.verdict`). With a
+bracketed replay of the control, the control against its replay is the A/A floor: a figure is
+within the floor when its interval overlaps the A/A interval. Without one the floor is not measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.equivalence import sidecar as sidecars
+from pytest_vllmqual.equivalence.answers import count_flips
+from pytest_vllmqual.equivalence.figures import greedy_figures, teacher_forced
+from pytest_vllmqual.equivalence.intervals import ratio_interval
+from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figure, decide_equivalence
+from pytest_vllmqual.records import EquivalenceVerdict
+from pytest_vllmqual.report.query import recipe_value
+
+__all__ = ["LOWER_BOUND_NOTE", "equivalence_section", "flip_items", "load_sidecars", "render_junit", "summary_line"]
+
+LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
+                    "are merged into one bucket): it can show a difference, never equivalence")
+_SCORED_FAMILIES = ("functional", "quality")
+
+
+def load_sidecars(reports: Mapping[str, Mapping[str, Any] | None],
+                  folders: Mapping[str, Path | None]) -> dict[str, dict[str, Any] | str]:
+    """Per role: the arm's sidecar, or why it has none (no probe ran, not beside the report, changed)."""
+    out: dict[str, dict[str, Any] | str] = {}
+    for role, report in reports.items():
+        if report is None:
+            continue
+        reference = report.get("equivalence_probe")
+        folder = folders.get(role)
+        if not isinstance(reference, Mapping):
+            out[role] = f"the {role} ran no equivalence probe"
+        elif folder is None:
+            out[role] = f"the {role}'s probe sidecar was not given"
+        else:
+            found, why = sidecars.load(reference, folder)
+            out[role] = found if found is not None else f"the {role}: {why}"
+    return out
+
+
+def flip_items(report: Mapping[str, Any]) -> dict[str, bool]:
+    """Every scored item of one report, correct or not: each functional and quality gate that passed
+    or failed, each typed tool case, each ladder rung's smoke."""
+    items: dict[str, bool] = {}
+    for gate in report.get("gates") or []:
+        outcome = gate.get("outcome")
+        if gate.get("family") in _SCORED_FAMILIES and outcome in ("passed", "failed"):
+            items[f"gate:{gate.get('gate')}"] = outcome == "passed"
+        per_case = (gate.get("measurements") or {}).get("items")
+        if isinstance(per_case, Mapping):
+            items.update({f"{gate.get('gate')}:{name}": bool(ok) for name, ok in per_case.items()
+                          if isinstance(ok, bool)})
+    for rung in report.get("ladder") or []:
+        if isinstance(rung.get("post_probe_smoke_ok"), bool):
+            items[f"ladder:{rung.get('target')}"] = rung["post_probe_smoke_ok"]
+    return items
+
+
+def _flips(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    left, right = flip_items(control), flip_items(candidate)
+    shared = sorted(set(left) & set(right))
+    count = count_flips([(left[k], right[k]) for k in shared])
+    record = {"items": count.n, "b": count.b, "c": count.c, "flips": round(count.flips, 6),
+              "delta_accuracy": round(count.delta_accuracy, 6), "mcnemar_p": round(count.p_value, 6),
+              "flipped": [k for k in shared if left[k] != right[k]]}
+    interval = None
+    if shared:
+        interval = ratio_interval([1.0 if left[k] != right[k] else 0.0 for k in shared], [1.0] * len(shared)).to_dict()
+    return record, interval
+
+
+def _not_comparable(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> str | None:
+    """Why two sidecars cannot be compared (None when they can)."""
+    for role, body in (("control", control), ("candidate", candidate)):
+        if not body.get("top_k"):
+            return f"the {role}'s server returned no log probabilities (K = 0)"
+    if control.get("tokenizer_sha256") != candidate.get("tokenizer_sha256"):
+        return "the arms' tokenizers differ (their token IDs of the probe text differ)"
+    if control.get("probe_sha256") != candidate.get("probe_sha256"):
+        return ("the arms answered different probes (context lengths, chunks, greedy prompts or K differ: "
+                f"K {control.get('top_k')} vs {candidate.get('top_k')})")
+    pins = [(body.get("arm") or {}).get("checkpoint_pin") for body in (control, candidate)]
+    if pins[0] is None or pins[1] is None:
+        return "the checkpoint is not pinned in both arms (no content digest or matched hub revision)"
+    if pins[0] != pins[1]:
+        return f"the arms differ in checkpoint pin ({pins[0]['kind']} {pins[0]['value'][:12]}… vs " \
+               f"{pins[1]['kind']} {pins[1]['value'][:12]}…)"
+    return None
+
+
+def _figures(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    max_tokens = int((control.get("parameters") or {}).get("greedy_max_tokens") or 0)
+    return teacher_forced(control, candidate), greedy_figures(control, candidate, max_tokens=max_tokens)
+
+
+def _intervals(tf: Mapping[str, Any], greedy: Mapping[str, Any], flips: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**tf["overall"]["intervals"], "hard_divergence": greedy.get("hard_divergence"), "flips": flips}
+
+
+def _arm(body: Mapping[str, Any]) -> dict[str, Any]:
+    arm = body.get("arm") or {}
+    return {"top_k": body.get("top_k"), "prefix_caching": arm.get("prefix_caching"),
+            "logprobs_mode": arm.get("logprobs_mode"), "checkpoint_pin": arm.get("checkpoint_pin"),
+            "runtime_version": arm.get("runtime_version")}
+
+
+def _not_measurable(reason: str, thresholds: Thresholds) -> dict[str, Any]:
+    return {"verdict": EquivalenceVerdict.NOT_MEASURABLE.value, "reasons": [reason], "thresholds": thresholds.to_dict(),
+            "floor": {"status": "not measured", "reason": "no comparison was made"}, "figures": [],
+            "notes": [LOWER_BOUND_NOTE]}
+
+
+def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any],
+                        replay: Mapping[str, Any] | None, found: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
+    """The section: verdict, reasons, thresholds, figures against them and the A/A floor, details."""
+    thresholds = Thresholds.from_recipe(recipe_value(control, "compare", "equivalence"))
+    ctrl, cand = found.get("control"), found.get("candidate")
+    for body in (ctrl, cand):
+        if not isinstance(body, dict):
+            return _not_measurable(str(body or "no probe sidecar"), thresholds)
+    assert isinstance(ctrl, dict) and isinstance(cand, dict)
+    why = _not_comparable(ctrl, cand)
+    if why is not None:
+        return _not_measurable(why, thresholds)
+    tf, greedy = _figures(ctrl, cand)
+    flips, flip_interval = _flips(control, candidate)
+    floor_intervals, floor = None, {"status": "not measured", "reason": "no bracketed replay of the control ran"}
+    rep = found.get("replay")
+    if replay is not None and isinstance(rep, dict) and _not_comparable(ctrl, rep) is None:
+        f_tf, f_greedy = _figures(ctrl, rep)
+        _, f_flip_interval = _flips(control, replay)
+        floor_intervals = _intervals(f_tf, f_greedy, f_flip_interval)
+        floor = {"status": "measured", "reason": "the control against its bracketed replay (A/A)"}
+    elif replay is not None:
+        floor["reason"] = f"the replay's probe is not comparable: {rep if isinstance(rep, str) else _not_comparable(ctrl, rep or {})}"
+    intervals = _intervals(tf, greedy, flip_interval)
+    checks = [check_figure(spec, intervals.get(spec.key), thresholds,
+                           floor_intervals.get(spec.key) if floor_intervals else None) for spec in FIGURES]
+    verdict, reasons = decide_equivalence(checks)
+    return {"verdict": verdict.value, "reasons": reasons, "thresholds": thresholds.to_dict(), "floor": floor,
+            "figures": [c.to_dict() for c in checks], "top_k": ctrl.get("top_k"),
+            "probe_sha256": ctrl.get("probe_sha256"), "arms": {"control": _arm(ctrl), "candidate": _arm(cand)},
+            "teacher_forced": tf, "greedy": greedy, "flips": flips, "notes": [LOWER_BOUND_NOTE]}
+
+
+def summary_line(section: Mapping[str, Any]) -> str:
+    """``equivalence: not equivalent: top-1 agreement 84.4% [83.1, 85.6] below 97.7% (A/A 100.0%)``."""
+    reasons = [str(r) for r in section.get("reasons") or []]
+    first = reasons[0] if reasons else ""
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 and section.get("verdict") != "equivalent" else ""
+    if section.get("verdict") == EquivalenceVerdict.EQUIVALENT:
+        first = f"every exact figure within its threshold; {first}"
+    floor = section.get("floor") or {}
+    tail = "" if floor.get("status") == "measured" else "; A/A floor not measured"
+    return f"equivalence: {section.get('verdict')}: {first}{more}{tail}"
+
+
+def render_junit(section: Mapping[str, Any], *, name: str = "equivalence") -> str:
+    """The section as junit: one testcase per figure (a figure beyond its threshold fails, one not
+    decided or not measured is skipped) and one for the verdict itself."""
+    import xml.etree.ElementTree as ET
+
+    figures = list(section.get("figures") or [])
+    verdict = str(section.get("verdict"))
+    failed = sum(1 for f in figures if f.get("status") == "beyond") + (verdict == EquivalenceVerdict.NOT_EQUIVALENT)
+    suite = ET.Element("testsuite", name=name, tests=str(len(figures) + 1), failures=str(failed), errors="0")
+    case = ET.SubElement(suite, "testcase", classname=name, name="verdict")
+    line = summary_line(section)
+    if verdict == EquivalenceVerdict.NOT_EQUIVALENT:
+        ET.SubElement(case, "failure", message=line)
+    elif verdict != EquivalenceVerdict.EQUIVALENT:
+        ET.SubElement(case, "skipped", message=line)
+    for figure in figures:
+        case = ET.SubElement(suite, "testcase", classname=name, name=str(figure.get("figure")))
+        text = (f"{figure.get('label')} {figure.get('point')} [{figure.get('low')}, {figure.get('high')}] "
+                f"against {figure.get('threshold')}: {figure.get('status')}")
+        if figure.get("status") == "beyond":
+            ET.SubElement(case, "failure", message=text)
+        elif figure.get("status") != "within":
+            ET.SubElement(case, "skipped", message=text)
+    root = ET.Element("testsuites", name="vllmqual comparison")
+    root.append(suite)
+    return ET.tostring(root, encoding="unicode")

@@ -1,0 +1,134 @@
+"""Run the probe against one server, one request at a time, into the numbers of its sidecar.
+
+:func:`run_probe` tokenizes the text through the server, finds K, sends every chunk and every
+greedy prompt, and returns the sidecar's body (token IDs and log probabilities, no text). A
+refusal it cannot step around (no prompt log probabilities at all) is a :class:`ProbeResult`
+with ``top_k`` 0 and the reason: the comparison is then not measurable, which is not a failure
+of this arm. A server that dies under the probe ends it with ``ServerGoneError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_vllmqual.client.qual_client import QualClient
+
+from .probe import (
+    K_STEPS,
+    ProbeSettings,
+    chunk_plan,
+    parse_chat_steps,
+    parse_prompt_positions,
+    probe_sha256,
+    probe_text,
+)
+
+__all__ = ["ProbeResult", "find_top_k", "run_probe"]
+
+_CHARS_PER_TOKEN = 3
+_TOKENIZER_SAMPLE = 1024
+"""The tokenizer's fingerprint: the SHA-256 of the first token IDs of the probe text."""
+
+
+@dataclass
+class ProbeResult:
+    """What one arm answered: the sidecar's numbers, K, and the reason when nothing was measurable."""
+
+    top_k: int
+    body: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def measured(self) -> bool:
+        return self.top_k > 0 and self.reason is None
+
+
+def _tokenize(client: QualClient, text: str, needed: int) -> list[int]:
+    """The server's token IDs of the text's start, enough for ``needed`` tokens (or the whole text)."""
+    size = max(needed * _CHARS_PER_TOKEN, 4096)
+    while True:
+        result = client.post_json("/tokenize", {"model": client.model, "prompt": text[:size],
+                                                "add_special_tokens": False},
+                                  kind="tokenize", label="equivalence-tokenize")
+        tokens = [int(t) for t in (result.body or {}).get("tokens") or []]
+        if not result.ok or not tokens:
+            raise ValueError(f"the server did not tokenize the probe text: {result.attempt.error or 'no tokens'}")
+        if len(tokens) >= needed or size >= len(text):
+            return tokens[:needed] if len(tokens) >= needed else tokens
+        size *= 2
+
+
+def _completion(client: QualClient, tokens: Sequence[int], top_k: int, label: str) -> Any:
+    body = {"model": client.model, "prompt": list(tokens), "max_tokens": 1, "temperature": 0,
+            "prompt_logprobs": top_k}
+    return client.post_json("/v1/completions", body, kind="completion", label=label)
+
+
+def find_top_k(client: QualClient, tokens: Sequence[int], asked: int) -> tuple[int, str | None]:
+    """The largest K of ``K_STEPS`` (at most ``asked``) the server accepts on a 4-token prompt;
+    (0, why) when it accepts none."""
+    last = "no K was tried"
+    for k in [k for k in K_STEPS if k <= asked] or [asked]:
+        result = _completion(client, tokens[:4], k, f"equivalence-k{k}")
+        if result.ok and ((result.body or {}).get("choices") or [{}])[0].get("prompt_logprobs"):
+            return k, None
+        last = f"prompt_logprobs {k} refused (HTTP {result.status_code})" if not result.ok else (
+            f"prompt_logprobs {k} answered without prompt log probabilities")
+    return 0, f"the server returns no prompt log probabilities: {last}"
+
+
+def _chunks(client: QualClient, plan: Sequence[tuple[int, list[int]]], top_k: int) -> list[dict[str, Any]]:
+    out = []
+    for number, (length, ids) in enumerate(plan):
+        result = _completion(client, ids, top_k, f"equivalence-chunk{number:02d}-{length}")
+        if not result.ok:
+            raise ValueError(f"chunk {number} ({length} tokens) failed: {result.attempt.error or result.status_code}")
+        entries = ((result.body or {}).get("choices") or [{}])[0].get("prompt_logprobs") or []
+        start = length // 2
+        out.append({"length": length, "scored_from": start,
+                    "positions": parse_prompt_positions(entries, ids, start, top_k)})
+    return out
+
+
+def _greedy(client: QualClient, prompts: Sequence[tuple[str, str]], top_k: int,
+            max_tokens: int) -> list[dict[str, Any]]:
+    out = []
+    for name, prompt in prompts:
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
+                "logprobs": True, "top_logprobs": top_k, "return_tokens_as_token_ids": True}
+        result = client.chat(body, label=f"equivalence-greedy-{name}")
+        if not result.ok:
+            raise ValueError(f"greedy prompt {name} failed: {result.attempt.error or result.status_code}")
+        content = (result.choice.get("logprobs") or {}).get("content") or []
+        out.append({"id": name, "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest(),
+                    "finish_reason": result.finish_reason, "steps": parse_chat_steps(content)})
+    return out
+
+
+def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tuple[str, str]]) -> ProbeResult:
+    """Answer the probe: teacher-forced chunks, then greedy prompts ((name, text) pairs)."""
+    started = time.perf_counter()
+    text, source = probe_text()
+    tokens = _tokenize(client, text, max(settings.tokens_needed, _TOKENIZER_SAMPLE))
+    plan = chunk_plan(tokens, settings)
+    if len({length for length, _ in plan}) < 1:
+        return ProbeResult(0, reason="the probe text is too short for any chunk of the recipe's context lengths")
+    top_k, refusal = find_top_k(client, tokens, settings.top_k)
+    if refusal is not None:
+        return ProbeResult(0, reason=refusal, seconds=round(time.perf_counter() - started, 3))
+    chunks = _chunks(client, plan, top_k)
+    greedy = _greedy(client, prompts, top_k, settings.greedy_max_tokens)
+    prompt_hashes = [[g["id"], g["prompt_sha256"]] for g in greedy]
+    tokenizer = hashlib.sha256(json.dumps(tokens[:_TOKENIZER_SAMPLE], separators=(",", ":")).encode()).hexdigest()
+    body = {"source": source, "parameters": {**settings.to_dict(), "top_k": top_k},
+            "probe_sha256": probe_sha256(tokens, plan, prompt_hashes, settings, top_k),
+            "tokenizer_sha256": tokenizer, "top_k": top_k, "chunk_tokens": [ids for _, ids in plan],
+            "chunks": chunks, "greedy": greedy}
+    return ProbeResult(top_k, body, seconds=round(time.perf_counter() - started, 3))
+

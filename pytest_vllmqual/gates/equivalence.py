@@ -1,0 +1,82 @@
+"""The equivalence probe as a gate: each arm answers the same probe, and keeps its answers.
+
+The gate does not judge the arm: a comparison does, over two arms' answers. It passes when the
+probe was answered, and is skipped (with the reason) when the server returns no log probabilities,
+which makes any comparison of this arm "not measurable". It runs with the server to itself (the
+plugin holds the traffic lock exclusively for it), because log probabilities change with batch
+composition. A server that dies under the probe is recorded with the chunk in flight: vLLM
+computes a prompt's log probabilities over the whole vocabulary outside its memory budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_vllmqual.atomic_io import write_text_atomic
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
+from pytest_vllmqual.equivalence.runner import run_probe
+from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
+from pytest_vllmqual.errors import ServerGoneError
+from pytest_vllmqual.recipe.loader import Recipe
+
+from .checks import GateVerdict, ToolFixture
+from .functional import JSON_PROMPT
+from .recorder import GateRecorder
+
+__all__ = ["GATE_NAME", "equivalence_gate", "probe_prompts"]
+
+GATE_NAME = "equivalence"
+_TOOL_PROMPTS = 3
+
+
+def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolFixture]) -> list[tuple[str, str]]:
+    """The greedy prompts: the functional gates' own (smoke, JSON, the first typed tools, as plain
+    chat without tools or a response format) and a few open ones."""
+    smoke = str(recipe.gate("smoke").get("prompt") or "Say cloud.")
+    prompts = [("smoke", smoke), ("json", JSON_PROMPT)]
+    prompts += [(f"tool-{fixture.name}", fixture.prompt) for fixture in list(tool_fixtures)[:_TOOL_PROMPTS]]
+    prompts += [(f"open-{number}", text) for number, text in enumerate(OPEN_PROMPTS, start=1)]
+    return prompts
+
+
+def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
+                     tool_fixtures: Sequence[ToolFixture]) -> GateVerdict:
+    """Answer the probe and keep the answers in the private folder for the report's sidecar."""
+    settings = ProbeSettings.from_recipe(recipe.gate(GATE_NAME), recipe.serve.max_model_len)
+    gate.threshold(context_lengths=list(settings.context_lengths), chunks_per_length=settings.chunks_per_length,
+                   max_chunk_tokens=settings.max_chunk_tokens, greedy_max_tokens=settings.greedy_max_tokens)
+    if settings.dropped_lengths:
+        gate.measure(dropped_lengths=list(settings.dropped_lengths))
+    if not settings.context_lengths:
+        reason = (f"no context length of gates.equivalence fits this model (max_model_len "
+                  f"{recipe.serve.max_model_len}, chunk cap {settings.max_chunk_tokens:,})")
+        gate.summary(reason)
+        return GateVerdict(skip_reason=reason)
+    try:
+        result = run_probe(client, settings, probe_prompts(recipe, tool_fixtures))
+    except ServerGoneError:
+        in_flight = client.last_attempt.label if client.last_attempt is not None else "the first request"
+        gate.measure(died_under_probe=True, request_in_flight=in_flight)
+        gate.summary(f"the server was gone during {in_flight}: a prompt's log probabilities are computed over the "
+                     "whole vocabulary outside vLLM's memory budget; lower gates.equivalence.max_chunk_tokens")
+        raise
+    except ValueError as exc:
+        return GateVerdict(failure=f"the equivalence probe failed: {exc}")
+    gate.measure(top_k=result.top_k, probe_seconds=result.seconds)
+    if not result.measured:
+        gate.summary(f"not measurable: {result.reason}")
+        return GateVerdict(skip_reason=f"equivalence not measurable on this server: {result.reason}")
+    body = result.body
+    write_text_atomic(json.dumps(body, separators=(",", ":")), Path(gate.private_dir) / PRIVATE_NAME,
+                      what="probe answers")
+    positions = sum(len(chunk["positions"]) for chunk in body["chunks"])
+    gate.measure(probe_sha256=body["probe_sha256"], chunks=len(body["chunks"]), scored_positions=positions,
+                 greedy_prompts=len(body["greedy"]), sidecar=PRIVATE_NAME,
+                 sidecar_bytes=len(json.dumps(body, separators=(",", ":"))))
+    lengths = ", ".join(f"{n:,}" for n in settings.context_lengths)
+    gate.summary(f"K = {result.top_k}; {len(body['chunks'])} chunks at {lengths} tokens ({positions:,} scored "
+                 f"positions), {len(body['greedy'])} greedy prompts, in {result.seconds:.1f} s")
+    return GateVerdict()

@@ -1,0 +1,53 @@
+"""Synthetic probe answers for the equivalence tests: a report gets a sidecar beside it.
+
+``shift`` moves the candidate's log probabilities (a changed arm); ``swap_top`` makes the
+candidate prefer another token at every fourth position (top-1 disagreement).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pytest_vllmqual.equivalence.sidecar import publish
+
+PIN = "ab" * 32
+
+
+def _position(t: int, *, shift: float, swap_top: bool) -> list[Any]:
+    first, second = 100 + t % 7, 200 + t % 5
+    p_first, p_second = 0.6, 0.25
+    if swap_top and t % 4 == 0:
+        p_first, p_second = p_second, p_first
+    top = [[first, math.log(p_first) - shift], [second, math.log(p_second)]]
+    top.sort(key=lambda pair: -pair[1])
+    return [first, math.log(p_first) - shift, top]
+
+
+def probe_body(*, shift: float = 0.0, swap_top: bool = False, top_k: int = 2, probe: str = "p" * 64,
+               tokenizer: str = "t" * 64, hard_greedy: bool = False) -> dict[str, Any]:
+    """Two lengths × three chunks, four greedy prompts."""
+    chunks = [{"length": length, "scored_from": length // 2,
+               "positions": [_position(t + 3 * n, shift=shift * (1 + n % 3), swap_top=swap_top)
+                             for t in range(length // 2)]}
+              for length in (16, 32) for n in range(3)]
+    greedy = [{"id": f"g{n}", "prompt_sha256": "0" * 64, "finish_reason": "stop",
+               "steps": [[5, [[5, -0.1], [6, -2.5]]], [7 if not (hard_greedy and n == 0) else 9, [[7, -0.2]]]]}
+              for n in range(4)]
+    return {"source": "synthetic", "parameters": {"greedy_max_tokens": 8}, "probe_sha256": probe,
+            "tokenizer_sha256": tokenizer, "top_k": top_k, "chunk_tokens": [], "chunks": chunks, "greedy": greedy}
+
+
+def attach_probe(report: dict[str, Any], folder: Path, name: str, body: dict[str, Any],
+                 *, pin: str | None = PIN) -> dict[str, Any]:
+    """Publish ``body`` as ``report``'s sidecar in ``folder`` (the report named ``name``.json)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    identity = report.setdefault("identity", {})
+    identity["model_files"] = {"content": pin} if pin else {}
+    private = folder / f"{name}.private.json"
+    private.write_text(json.dumps(body))
+    report["equivalence_probe"] = publish(private, report, folder / f"{name}.json")
+    private.unlink()
+    return report
