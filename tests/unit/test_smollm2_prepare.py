@@ -176,4 +176,4 @@ def test_the_smollm2_recipes_prepare_this_folder_and_pin_its_content() -> None:
         assert recipe.pinned and recipe.identity.content_digest is not None
         assert (recipe.serve.tensor_parallel_size, recipe.serve.max_model_len) == (1, 8192)
         assert recipe.launcher.command == ("{python}", "-m", "vllm.entrypoints.openai.api_server")
-        assert "--enforce-eager" in recipe.serve.extra_args and recipe.serve.tool_call_parser is None
+        assert "--enforce-eager" in recipe.serve.extra_args and recipe.serve.tool_call_parser == "hermes"
