@@ -135,6 +135,10 @@ class LadderResult:
     #: Set when the server died or hung during a rung: that rung is the last one, marked
     #: ``killed_server``, and the climb stopped there.
     server_gone: ServerGoneError | None = None
+    #: Tokens of the chat template before any user text (the conversation with an empty user turn),
+    #: which every prompt shares whatever its nonce: a model's default system message, say. Prefix-cache
+    #: hits up to this many tokens are the template's, not a reused prompt.
+    template_prefix_tokens: int | None = None
 
     @property
     def largest_ok(self) -> RungRecord | None:
@@ -163,8 +167,10 @@ class LadderResult:
                 continue
             if verdict.smoke is not True:
                 problems.append(f"{name}: post-probe smoke {rung.post_probe_smoke}")
-            if rung.prefix_cache_hits:
-                problems.append(f"{name}: {rung.prefix_cache_hits} prefix-cache hit tokens despite the nonce")
+            if rung.prefix_cache_hits and rung.prefix_cache_hits > (self.template_prefix_tokens or 0):
+                shared = (f", more than the {self.template_prefix_tokens:,} tokens of the chat template before "
+                          "the user's text" if self.template_prefix_tokens else "")
+                problems.append(f"{name}: {rung.prefix_cache_hits} prefix-cache hit tokens despite the nonce{shared}")
         if not any(not rung.expected_rejection for rung in self.rungs) and self.server_gone is None:
             problems.append("no ladder rung was sent: a ladder passes only on a rung it measured")
         if min_largest_prompt:
@@ -197,6 +203,16 @@ def _apply_stream(rung: RungRecord, result: StreamResult) -> None:
     rung.decode_source = FigureSource.CLIENT if rung.decode_tok_s is not None else None
     if rung.prompt_tokens is not None:
         rung.calibration_error = rung.prompt_tokens - rung.target
+
+
+def _template_prefix_tokens(counter: ServerTokenCounter, shape: ChatShape) -> int | None:
+    """The tokens every rung's prompt shares before its nonce, at most: the conversation with an
+    empty user turn (the template's head and the few tokens that close the turn); None when the
+    server cannot count it."""
+    try:
+        return counter.count_chat([{"role": "user", "content": ""}], shape)
+    except Exception:  # counting is best effort: without it any prefix-cache hit is reported
+        return None
 
 
 SERVER_DECODE_HISTOGRAM = "vllm:request_decode_time_seconds"
@@ -263,7 +279,8 @@ def run_ladder(
     mml = recipe.serve.max_model_len
     max_tokens = int(settings.get("max_tokens", 16))
     shape = shape or ChatShape()
-    builder = ExactPromptBuilder(ServerTokenCounter(client.http, client.model), seed=seed)
+    counter = ServerTokenCounter(client.http, client.model)
+    builder = ExactPromptBuilder(counter, seed=seed)
     plan = [(t, label, False) for t, label in rung_targets(recipe, rungs)]
     if settings.get("max_len_plus_one", True):
         plan.append((mml + 1, "max_model_len + 1", True))
@@ -279,7 +296,7 @@ def run_ladder(
             prompts.append(exc)
         progress(f"ladder: prompt {index + 1}/{len(plan)} ({target:,} tokens) "
                  f"{'refused by calibration' if isinstance(prompts[-1], CalibrationError) else 'ready'}")
-    result = LadderResult()
+    result = LadderResult(template_prefix_tokens=_template_prefix_tokens(counter, shape))
     snapshots: list[tuple[RungRecord, str | None, str | None]] = []
     try:
         for index, (target, label, expect_reject) in enumerate(plan):
@@ -426,7 +443,7 @@ def ladder_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progr
         progress(f"ladder: recipe {recipe.name} sets no gates.capacity.rungs; climbing {', '.join(map(str, plan.rungs))} "
                  f"x max_model_len {recipe.serve.max_model_len:,}")
     result = run_ladder(client, recipe, progress=progress, rungs=plan.rungs)
-    gate.measure(ladder=[r.to_dict() for r in result.rungs])
+    gate.measure(ladder=[r.to_dict() for r in result.rungs], template_prefix_tokens=result.template_prefix_tokens)
     largest = result.largest_ok
     minimum = settings.get("min_largest_prompt")
     gate.threshold(calibration_error=0, min_largest_prompt=minimum, post_probe_smoke="passed",

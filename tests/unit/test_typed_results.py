@@ -110,3 +110,16 @@ def test_smoke_outcome() -> None:
     assert SmokeResult(_chat(200, "  ", "stop"), 32).outcome == "failed: finish_reason 'stop', content '  '"
     chat = _chat(200, "Cloud.", "stop")
     assert (chat.prompt_tokens, chat.completion_tokens) == (5, 2)
+
+
+def test_prefix_cache_hits_within_the_chat_template_head_are_not_a_reused_prompt() -> None:
+    """A model's default system message is the same in every prompt, whatever the nonce after it: on
+    a 16-token KV block it is one cached block (SmolLM2 on an H200: 16 hits at an 8,110-token rung)."""
+    hit = _completed(0, 8110)
+    hit.prefix_cache_hits = 16
+    assert LadderResult(rungs=[hit], template_prefix_tokens=31).problems(None) == []
+    beyond = LadderResult(rungs=[hit], template_prefix_tokens=12).problems(None)
+    assert beyond == ["rung 0 (1,000, target 8,110): 16 prefix-cache hit tokens despite the nonce, more than "
+                      "the 12 tokens of the chat template before the user's text"]
+    assert LadderResult(rungs=[hit]).problems(None) == [
+        "rung 0 (1,000, target 8,110): 16 prefix-cache hit tokens despite the nonce"]
