@@ -96,18 +96,27 @@ def migrate_fleet_record(record: dict[str, Any], folder: Path) -> dict[str, Any]
 
 def refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The comparison computed again by today's code from the arm reports beside it (found by run
-    id, hashed as the comparison hashed them: the file, or canonical JSON); as it was when an arm
-    is missing."""
+    id, hashed as the comparison hashed them: the file, or canonical JSON, and each arm's probe sidecar
+    beside it); as it was when an arm or a probe sidecar is missing (committed GPU evidence leaves its
+    sidecars out: tens of MB each)."""
     arms = {_load(p)["run"]["id"]: p for p in folder.glob("*.json") if _kind(_load(p)) == "report"}
     roles = [r for r in ("control", "candidate", "replay") if comparison.get(r)]
     if any(comparison[r]["run_id"] not in arms for r in roles):
         return comparison
     paths = {r: arms[comparison[r]["run_id"]] for r in roles}
+    reports = {r: _load(paths[r]) for r in roles}
+    if any(not _sidecar_beside(reports[r], folder) for r in roles):
+        return comparison  # a probe's sidecar was left out of the folder (size): its section stays as measured
     hashes = {r: hashlib.sha256(paths[r].read_bytes()).hexdigest() for r in roles
               if comparison[r].get("hashed") == "file"}
-    reports = {r: _load(paths[r]) for r in roles}
     return compare_reports(reports["control"], reports["candidate"], replay=reports.get("replay"),
-                           report_hashes=hashes)
+                           report_hashes=hashes, folders=dict.fromkeys(roles, folder))
+
+
+def _sidecar_beside(report: dict[str, Any], folder: Path) -> bool:
+    """True when the report ran no equivalence probe or its sidecar file lies in ``folder``."""
+    reference = report.get("equivalence_probe")
+    return not isinstance(reference, dict) or (folder / str(reference.get("file"))).is_file()
 
 
 def _requalify_campaign(record: dict[str, Any], folder: Path) -> dict[str, Any]:

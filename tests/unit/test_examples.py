@@ -340,3 +340,42 @@ def test_every_committed_comparison_is_what_today_s_code_computes_from_its_arms(
     spec.loader.exec_module(module)
     comparison = load(path)
     assert module.refresh_comparison(comparison, path.parent) == comparison
+
+
+EQUIVALENCE = GPU_TP1 / "equivalence-2026-12-04"
+
+
+def test_one_gpu_smollm2_fp8_kv_is_not_equivalent_to_its_control_and_the_replay_is_its_floor() -> None:
+    """SmolLM2 on one H200: the FP8-KV candidate moves the top token at about 9% of the scored
+    positions; the bracketed replay reproduced the control exactly (the A/A floor)."""
+    comparison = load(EQUIVALENCE / "ab-smollm2-fp8kv" / "comparison.json")
+    section = comparison["equivalence"]
+    assert section["verdict"] == "not equivalent" and comparison["decision"]["verdict"] == "no-promotion"
+    assert section["floor"]["status"] == "measured" and section["top_k"] == 20
+    assert "serve.kv_cache_dtype" in json.dumps(comparison["controlled_variables"])
+    top1 = next(f for f in section["figures"] if f["figure"] == "top1_agreement")
+    assert top1["status"] == "beyond" and 90 < top1["point"] < 92 and top1["floor"]["point"] == 100.0
+    assert section["greedy"]["identical"] == 1 and section["greedy"]["hard"] == 0
+    assert '<testsuite' in (EQUIVALENCE / "ab-smollm2-fp8kv" / "comparison.xml").read_text()
+
+
+def test_one_gpu_131k_batch_token_ab_is_within_every_threshold_but_flips_cannot_be_judged() -> None:
+    """The reference campaign's own variable (8,192 vs 4,096 batched tokens) on the fixture model:
+    top-1 agreement 99.6%, every greedy answer identical, but one scored item per arm (the smoke)
+    cannot bound the flips, so the section says inconclusive instead of equivalent."""
+    comparison = load(EQUIVALENCE / "ab-131k" / "comparison.json")
+    section = comparison["equivalence"]
+    assert section["verdict"] == "inconclusive"
+    assert section["greedy"]["identical"] == section["greedy"]["prompts"] == 8
+    assert "flips" in " ".join(section["reasons"])
+
+
+def test_one_gpu_smollm2_suite_names_the_conversion_that_differs_from_the_pin() -> None:
+    """Converted on the host by transformers 5.17, the folder's tokenizer differs from the pinned
+    5.19 conversion (same weights): the identity gate fails on the content digest, as it must."""
+    report = load(EQUIVALENCE / "smollm2-gpu.json")
+    gates = {g["gate"]: g for g in report["gates"]}
+    assert gates["identity"]["outcome"] == "failed" and "content_digest" in gates["identity"]["reason"]
+    assert gates["tools"]["outcome"] == "skipped" and "declared" in gates["tools"]["reason"]
+    assert gates["quality_intelligence"]["outcome"] == "passed" and gates["load"]["outcome"] == "passed"
+    assert report["decision"]["verdict"] == "no-promotion"
