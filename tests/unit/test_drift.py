@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from equivalence_samples import PIN, attach_probe, probe_body
+from test_html import table_rows
 
 from pytest_vllmqual.ab.drift import NO_FLOOR, Reference, drift_line, drift_section, load_reference
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
@@ -162,6 +163,8 @@ def test_the_session_writes_the_drift_and_fails_when_not_equivalent(tmp_path: Pa
     assert any(line.startswith(f"drift against {earlier.name}: not equivalent: ") for line in lines)
     page = path.with_suffix(".html").read_text()
     assert 'id="drift"' in page and 'id="drift-kl-histogram"' in page
+    assert [row[0] for row in table_rows(page, "drift-arms")[1:]] == ["reference run", "this run"]
+    assert "A/A floor <b>not measured</b>: a drift check has no A/A floor" in page
 
 
 def test_a_reference_with_an_ab_or_campaign_is_refused(tmp_path: Path) -> None:
