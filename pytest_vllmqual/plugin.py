@@ -185,7 +185,8 @@ def _new_run(config: pytest.Config, settings: Settings, recipe: Recipe) -> QualR
     try:
         run.plan_arms(ab=config.getoption("vllmqual_ab"), bracket=bool(config.getoption("vllmqual_bracket")),
                       campaign=config.getoption("vllmqual_campaign"), rootdir=Path(str(config.rootpath)),
-                      parallel=bool(config.getoption("numprocesses", None)))
+                      parallel=bool(config.getoption("numprocesses", None)),
+                      reference=config.getoption("vllmqual_reference"))
     except VllmQualError as exc:
         raise pytest.UsageError(str(exc)) from None
     return run

@@ -12,6 +12,7 @@ within the floor when its interval overlaps the A/A interval. Without one the fl
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figur
 from pytest_vllmqual.records import EquivalenceVerdict
 from pytest_vllmqual.report.query import recipe_value
 
-__all__ = ["LOWER_BOUND_NOTE", "equivalence_section", "flip_items", "load_sidecars", "render_junit", "summary_line"]
+__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "render_junit", "summary_line"]
 
 LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
                     "are merged into one bucket): it can show a difference, never equivalence")
@@ -80,21 +81,32 @@ def _flips(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[di
     return record, interval
 
 
-def _not_comparable(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> str | None:
+@dataclass(frozen=True)
+class ArmWords:
+    """How the section names the two sides in its sentences (a drift check names runs, not arms)."""
+
+    control: str = "the control"
+    candidate: str = "the candidate"
+    both: str = "the arms"
+    plural: str = "arms"
+
+
+def _not_comparable(control: Mapping[str, Any], candidate: Mapping[str, Any], words: ArmWords = ArmWords()) -> str | None:
     """Why two sidecars cannot be compared (None when they can)."""
-    for role, body in (("control", control), ("candidate", candidate)):
+    for role, body in ((words.control, control), (words.candidate, candidate)):
         if not body.get("top_k"):
-            return f"the {role}'s server returned no log probabilities (K = 0)"
+            return f"{role}'s server returned no log probabilities (K = 0)"
     if control.get("tokenizer_sha256") != candidate.get("tokenizer_sha256"):
-        return "the arms' tokenizers differ (their token IDs of the probe text differ)"
+        return f"{words.both}' tokenizers differ (their token IDs of the probe text differ)"
     if control.get("probe_sha256") != candidate.get("probe_sha256"):
-        return ("the arms answered different probes (context lengths, chunks, greedy prompts or K differ: "
+        return (f"{words.both} answered different probes (probe hash {str(control.get('probe_sha256'))[:12]}… vs "
+                f"{str(candidate.get('probe_sha256'))[:12]}…: context lengths, chunks, greedy prompts or K differ: "
                 f"K {control.get('top_k')} vs {candidate.get('top_k')})")
     pins = [(body.get("arm") or {}).get("checkpoint_pin") for body in (control, candidate)]
     if pins[0] is None or pins[1] is None:
-        return "the checkpoint is not pinned in both arms (no content digest or matched hub revision)"
+        return f"the checkpoint is not pinned in both {words.plural} (no content digest or matched hub revision)"
     if pins[0] != pins[1]:
-        return f"the arms differ in checkpoint pin ({pins[0]['kind']} {pins[0]['value'][:12]}… vs " \
+        return f"{words.both} differ in checkpoint pin ({pins[0]['kind']} {pins[0]['value'][:12]}… vs " \
                f"{pins[1]['kind']} {pins[1]['value'][:12]}…)"
     return None
 
@@ -109,33 +121,42 @@ def _intervals(tf: Mapping[str, Any], greedy: Mapping[str, Any], flips: Mapping[
 
 
 def _arm(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What one arm answered with: K, its probe and tokenizer hashes, prefix caching, logprobs mode, pin, runtime."""
     arm = body.get("arm") or {}
-    return {"top_k": body.get("top_k"), "prefix_caching": arm.get("prefix_caching"),
+    return {"top_k": body.get("top_k"), "probe_sha256": body.get("probe_sha256"),
+            "tokenizer_sha256": body.get("tokenizer_sha256"), "prefix_caching": arm.get("prefix_caching"),
             "logprobs_mode": arm.get("logprobs_mode"), "checkpoint_pin": arm.get("checkpoint_pin"),
             "runtime_version": arm.get("runtime_version")}
 
 
-def _not_measurable(reason: str, thresholds: Thresholds) -> dict[str, Any]:
+def _not_measurable(reason: str, thresholds: Thresholds, found: Mapping[str, Any]) -> dict[str, Any]:
+    """No comparison; the arms that did answer a probe are still described (so a reader sees what differs)."""
+    arms = {role: _arm(body) for role, body in found.items() if isinstance(body, dict)}
     return {"verdict": EquivalenceVerdict.NOT_MEASURABLE.value, "reasons": [reason], "thresholds": thresholds.to_dict(),
             "floor": {"status": "not measured", "reason": "no comparison was made"}, "figures": [],
-            "notes": [LOWER_BOUND_NOTE]}
+            **({"arms": arms} if arms else {}), "notes": [LOWER_BOUND_NOTE]}
 
 
 def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any],
-                        replay: Mapping[str, Any] | None, found: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
-    """The section: verdict, reasons, thresholds, figures against them and the A/A floor, details."""
-    thresholds = Thresholds.from_recipe(recipe_value(control, "compare", "equivalence"))
+                        replay: Mapping[str, Any] | None, found: Mapping[str, dict[str, Any] | str], *,
+                        thresholds: Thresholds | None = None, words: ArmWords = ArmWords(),
+                        no_floor: str = "no bracketed replay of the control ran") -> dict[str, Any]:
+    """The section: verdict, reasons, thresholds, figures against them and the A/A floor, details.
+
+    ``thresholds`` default to the control recipe's ``compare.equivalence``; ``words`` name the two
+    sides in the reasons; ``no_floor`` says why there is no A/A floor when no replay is given."""
+    thresholds = thresholds or Thresholds.from_recipe(recipe_value(control, "compare", "equivalence"))
     ctrl, cand = found.get("control"), found.get("candidate")
     for body in (ctrl, cand):
         if not isinstance(body, dict):
-            return _not_measurable(str(body or "no probe sidecar"), thresholds)
+            return _not_measurable(str(body or "no probe sidecar"), thresholds, found)
     assert isinstance(ctrl, dict) and isinstance(cand, dict)
-    why = _not_comparable(ctrl, cand)
+    why = _not_comparable(ctrl, cand, words)
     if why is not None:
-        return _not_measurable(why, thresholds)
+        return _not_measurable(why, thresholds, found)
     tf, greedy = _figures(ctrl, cand)
     flips, flip_interval = _flips(control, candidate)
-    floor_intervals, floor = None, {"status": "not measured", "reason": "no bracketed replay of the control ran"}
+    floor_intervals, floor = None, {"status": "not measured", "reason": no_floor}
     rep = found.get("replay")
     if replay is not None and isinstance(rep, dict) and _not_comparable(ctrl, rep) is None:
         f_tf, f_greedy = _figures(ctrl, rep)
@@ -150,11 +171,13 @@ def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any]
     verdict, reasons = decide_equivalence(checks)
     return {"verdict": verdict.value, "reasons": reasons, "thresholds": thresholds.to_dict(), "floor": floor,
             "figures": [c.to_dict() for c in checks], "top_k": ctrl.get("top_k"),
-            "probe_sha256": ctrl.get("probe_sha256"), "arms": {"control": _arm(ctrl), "candidate": _arm(cand)},
+            "probe_sha256": ctrl.get("probe_sha256"),
+            "arms": {"control": _arm(ctrl), "candidate": _arm(cand),
+                     **({"replay": _arm(rep)} if floor_intervals is not None and isinstance(rep, dict) else {})},
             "teacher_forced": tf, "greedy": greedy, "flips": flips, "notes": [LOWER_BOUND_NOTE]}
 
 
-def summary_line(section: Mapping[str, Any]) -> str:
+def summary_line(section: Mapping[str, Any], *, label: str = "equivalence") -> str:
     """``equivalence: not equivalent: top-1 agreement 84.4% [83.1, 85.6] below 97.7% (A/A 100.0%)``."""
     reasons = [str(r) for r in section.get("reasons") or []]
     first = reasons[0] if reasons else ""
@@ -163,7 +186,7 @@ def summary_line(section: Mapping[str, Any]) -> str:
         first = f"every exact figure within its threshold; {first}"
     floor = section.get("floor") or {}
     tail = "" if floor.get("status") == "measured" else "; A/A floor not measured"
-    return f"equivalence: {section.get('verdict')}: {first}{more}{tail}"
+    return f"{label}: {section.get('verdict')}: {first}{more}{tail}"
 
 
 def render_junit(section: Mapping[str, Any], *, name: str = "equivalence") -> str:

@@ -24,7 +24,8 @@ from typing import Any
 
 from pytest_vllmqual.records import EquivalenceVerdict, FigureStatus
 
-__all__ = ["FIGURES", "FigureCheck", "FigureSpec", "Thresholds", "check_figure", "decide_equivalence", "describe"]
+__all__ = ["FIGURES", "FigureCheck", "FigureSpec", "Thresholds", "check_figure", "decide_equivalence", "describe",
+           "fmt_figure", "fmt_interval"]
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,14 @@ class Thresholds:
                    "RMS Δp 1.198%, full-vocabulary KL 0.001355); zero hard divergences and flips")
 
     @classmethod
-    def from_recipe(cls, block: Mapping[str, Any] | None) -> Thresholds:
-        """The recipe's ``compare.equivalence`` over the defaults."""
+    def from_recipe(cls, block: Mapping[str, Any] | None, *, recipe: str = "the control recipe") -> Thresholds:
+        """The recipe's ``compare.equivalence`` over the defaults (``recipe`` names it in ``source``)."""
         block = dict(block or {})
         names = [name for name in cls.__dataclass_fields__ if name != "source"]
         set_here = {name: float(block[name]) for name in names if isinstance(block.get(name), int | float)}
         if not set_here:
             return cls()
-        return cls(**set_here, source="the control recipe's compare.equivalence"
+        return cls(**set_here, source=f"{recipe}'s compare.equivalence"
                    + ("" if len(set_here) == len(names) else " and the defaults"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,7 +147,8 @@ def check_figure(spec: FigureSpec, interval: Mapping[str, Any] | None, threshold
     return FigureCheck(spec, point, low, high, threshold, status, floor_scaled, within_floor)
 
 
-def _fmt(spec: FigureSpec, value: float | None) -> str:
+def fmt_figure(spec: FigureSpec, value: float | None) -> str:
+    """One value of a figure as it is read: ``84.4%`` for a percent figure, else four significant digits."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if spec.scale == 100.0:
@@ -154,19 +156,24 @@ def _fmt(spec: FigureSpec, value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def fmt_interval(spec: FigureSpec, point: float | None, low: float | None, high: float | None) -> str:
+    """``84.4% [83.1, 85.6]``: a figure's point and its 95% interval (the point alone without one)."""
+    shown = fmt_figure(spec, point)
+    if low is not None and high is not None:
+        shown += f" [{low:.1f}, {high:.1f}]" if spec.scale == 100.0 else f" [{low:.4g}, {high:.4g}]"
+    return shown
+
+
 def describe(check: FigureCheck) -> str:
     """``top-1 agreement 84.4% [83.1, 85.6] below 97.7% (A/A 100.0%)``: one figure in one line."""
     spec = check.spec
-    shown = _fmt(spec, check.point)
-    if check.low is not None and check.high is not None:
-        inner = (f"{check.low:.1f}, {check.high:.1f}" if spec.scale == 100.0 else f"{check.low:.4g}, {check.high:.4g}")
-        shown += f" [{inner}]"
+    shown = fmt_interval(spec, check.point, check.low, check.high)
     relation = {FigureStatus.BEYOND: "above" if spec.upper else "below",
                 FigureStatus.WITHIN: "within", FigureStatus.UNDECIDED: "straddles",
                 FigureStatus.NOT_SHOWN: "not shown above", FigureStatus.NOT_MEASURED: "not measured against"}
-    text = f"{spec.label} {shown} {relation[check.status]} {_fmt(spec, check.threshold)}"
+    text = f"{spec.label} {shown} {relation[check.status]} {fmt_figure(spec, check.threshold)}"
     if check.floor:
-        text += f" (A/A {_fmt(spec, check.floor.get('point'))})"
+        text += f" (A/A {fmt_figure(spec, check.floor.get('point'))})"
     return text
 
 

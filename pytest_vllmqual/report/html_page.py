@@ -11,16 +11,17 @@ asset. Everything from the report is escaped. Layout:
 - load at SLO: latency percentiles and goodput against concurrency, with the SLO lines;
 - per-rank memory, stacked weights / KV / peak activation / CUDA graph
   (``svg#memory-chart``; both plots are drawn by :mod:`.html_svg`);
+- with ``--vllmqual-reference``, the drift against the earlier run (``section#drift``);
 - every gate, the identity checks, lifecycle, artifacts and the redaction summary.
 
-``render_html(report, comparison=...)`` adds an A/B section; see :func:`comparison_section`
-for the shape it expects.
+``render_html(report, comparison=...)`` adds an A/B section, with its output equivalence
+(:mod:`.html_equivalence`); see :func:`comparison_section` for the shape it expects.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllmqual.gates.registry import (
@@ -40,6 +41,9 @@ from pytest_vllmqual.report.query import (
     preflight_summary,
 )
 
+from .html_equivalence import equivalence_html
+from .html_kit import bullets as _list
+from .html_kit import table as _table
 from .html_load import load_html
 from .html_svg import esc, ladder_svg, memory_svg, rung_kind
 
@@ -69,25 +73,6 @@ svg .axis{stroke:#57606a;stroke-width:1}svg .grid{stroke:#eaeef2;stroke-width:1}
 svg .title{font-size:13px;font-weight:600}
 pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;font-size:.8rem}
 """
-
-
-def _table(table_id: str, headers: Sequence[str], rows: Iterable[Sequence[Any]],
-           row_classes: Sequence[str] | None = None, numeric: Sequence[int] = ()) -> str:
-    """A table; cells are escaped text."""
-    out = [f'<table id="{esc(table_id)}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in headers)
-           + "</tr></thead><tbody>"]
-    for i, row in enumerate(rows):
-        cls = row_classes[i] if row_classes and i < len(row_classes) and row_classes[i] else ""
-        cells = "".join(f'<td class="num">{esc(c)}</td>' if j in numeric else f"<td>{esc(c)}</td>"
-                        for j, c in enumerate(row))
-        out.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
-    out.append("</tbody></table>")
-    return '<div class="scroll">' + "".join(out) + "</div>"
-
-
-def _list(items: Iterable[Any], list_id: str) -> str:
-    body = "".join(f"<li>{esc(i)}</li>" for i in items)
-    return f'<ul id="{esc(list_id)}">{body}</ul>' if body else f'<p id="{esc(list_id)}">None.</p>'
 
 
 def _outcome_class(outcome: Any) -> str:
@@ -482,6 +467,10 @@ def comparison_section(comparison: Mapping[str, Any]) -> str:
             "comparison-findings", ["Finding", "Status", "Summary"],
             [(f.get("id"), f.get("status"), f.get("summary")) for f in findings],
             ["fail" if f.get("status") in ("flagged", "not_reproducible") else "" for f in findings]))
+    equivalence = comparison.get("equivalence")
+    if isinstance(equivalence, Mapping):
+        out.append('<section id="equivalence"><h3>Output equivalence: does the candidate answer as the control '
+                   "does?</h3>" + equivalence_html(equivalence) + "</section>")
     if decision:
         out.append("<h3>What the comparison proves</h3>" + _list(decision.get("proves") or [], "comparison-proves")
                    + "<h3>What it does not prove</h3>"
@@ -493,6 +482,22 @@ def comparison_section(comparison: Mapping[str, Any]) -> str:
         out.append(_table("comparison-reports", ["Role", "Recipe", "Run", "Report SHA-256"],
                           [(r.get("role"), r.get("recipe"), r.get("run_id"), r.get("report_sha256")) for r in refs]))
     return "".join(out) + "</section>"
+
+
+def _drift_section(report: Mapping[str, Any]) -> str:
+    """This run's probe against an earlier run's (``--vllmqual-reference``), when the run made that check."""
+    drift = report.get("drift")
+    if not isinstance(drift, Mapping):
+        return ""
+    ref = drift.get("reference") or {}
+    return ('<section id="drift"><h2>Drift against a reference run</h2>'
+            f'<p>The reference run is the control, this run the candidate: reference report '
+            f'<code>{esc(ref.get("report"))}</code> (SHA-256 <code>{esc(ref.get("report_sha256"))}</code>), run '
+            f'<code>{esc(ref.get("run_id"))}</code> of recipe <b>{esc(ref.get("recipe"))}</b>, started '
+            f'{esc(ref.get("started_utc"))}; its probe sidecar <code>{esc(ref.get("sidecar"))}</code>. '
+            f'{esc(drift.get("effect"))}</p>'
+            + equivalence_html(drift, prefix="drift", names={"control": "reference run", "candidate": "this run"})
+            + "</section>")
 
 
 def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None = None) -> str:
@@ -513,6 +518,7 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
         '<section id="results"><h2>Gates and measurements</h2>'
         + _table("gate-results", ["Gate", "Result"], [(g, r) for g, r, _ in results], [c for _, _, c in results])
         + "</section>",
+        _drift_section(report),
         _engine_section(report),
         _ladder_section(report),
         load_html(report),

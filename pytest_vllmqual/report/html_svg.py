@@ -1,9 +1,10 @@
-"""The inline SVG plots of the HTML report: the capacity ladder and the per-rank memory chart.
+"""The inline SVG plots of the HTML report: the capacity ladder, the per-rank memory chart, histograms.
 
 Generated here as text (no script, no external asset), so the page works offline; every
 value from the report is escaped with :func:`esc`. ``svg#ladder-plot`` draws TTFT and
 effective prefill against API-reported prompt tokens, with failed and rejected rungs marked
-distinctly; ``svg#memory-chart`` stacks weights / KV / peak activation / CUDA graph per rank.
+distinctly; ``svg#memory-chart`` stacks weights / KV / peak activation / CUDA graph per rank;
+:func:`histogram_svg` draws counts per bin (the equivalence section's per-position KL).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from pytest_vllmqual.records import rung_verdict
 from pytest_vllmqual.report.number_format import short_tokens
 
-__all__ = ["esc", "ladder_svg", "memory_svg", "nice_ticks", "rung_kind"]
+__all__ = ["esc", "histogram_svg", "ladder_svg", "memory_svg", "nice_ticks", "rung_kind"]
 
 _COLORS = {
     "ok": "#1f77b4",
@@ -203,4 +204,34 @@ def memory_svg(report: Mapping[str, Any]) -> str:
         out.append(f'<rect x="{legend_x}" y="{y - 10}" width="14" height="14" fill="{_COLORS[css]}"/>'
                    f'<text x="{legend_x + 20}" y="{y + 1}">{esc(shown)}</text>')
     out.append("</g></svg>")
+    return "".join(out)
+
+
+def histogram_svg(svg_id: str, title: str, bins: Sequence[tuple[str, int]], *, x_label: str, y_label: str) -> str:
+    """Vertical bars, one per (label, count), each with its count above it and its label below."""
+    bar_w, gap, left, top, plot_h = 64, 18, 70, 40, 220
+    width = max(480, left + len(bins) * (bar_w + gap) + 30)
+    height = top + plot_h + 62
+    ticks = nice_ticks(max([count for _, count in bins], default=1) * 1.1 or 1.0)
+    top_value = ticks[-1] or 1.0
+
+    def sy(value: float) -> float:
+        return top + plot_h - value / top_value * plot_h
+
+    out = [f'<svg id="{esc(svg_id)}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+           f'aria-label="{esc(title)}">', f'<text class="title" x="{left}" y="22">{esc(title)}</text>']
+    for tick in ticks:
+        out.append(f'<line class="grid" x1="{left}" y1="{sy(tick):.1f}" x2="{width - 20}" y2="{sy(tick):.1f}"/>'
+                   f'<text x="{left - 6}" y="{sy(tick) + 4:.1f}" text-anchor="end">{esc(_tick_label(tick, ""))}</text>')
+    out.append(f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>')
+    for i, (label, count) in enumerate(bins):
+        x = left + gap / 2 + i * (bar_w + gap)
+        y = sy(count)
+        out.append(f'<g class="bin"><rect x="{x:.1f}" y="{y:.1f}" width="{bar_w}" height="{max(top + plot_h - y, 0):.1f}" '
+                   f'fill="{_COLORS["ok"]}"><title>{esc(label)}: {count:,}</title></rect>'
+                   f'<text x="{x + bar_w / 2:.1f}" y="{y - 4:.1f}" text-anchor="middle">{count:,}</text>'
+                   f'<text x="{x + bar_w / 2:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{esc(label)}</text></g>')
+    out.append(f'<text x="{left + (width - left) / 2:.1f}" y="{height - 12}" text-anchor="middle">{esc(x_label)}</text>'
+               f'<text x="18" y="{top + plot_h / 2:.1f}" text-anchor="middle" '
+               f'transform="rotate(-90 18 {top + plot_h / 2:.1f})">{esc(y_label)}</text></svg>')
     return "".join(out)

@@ -21,6 +21,7 @@ from .server import ServerGuard, ServerManager
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from pytest_vllmqual.ab.drift import Reference
     from pytest_vllmqual.report.writer import ReportHooks
 
     from .campaign_arms import CampaignArms
@@ -30,7 +31,8 @@ __all__ = ["ControllerRun", "SessionEnd"]
 SessionEnd = Literal["campaign_passed", "campaign_failed", "report_not_written", "not_equivalent"] | None
 """What ``finish_session`` tells the plugin: a campaign's exit (``campaign_passed``: 0,
 ``campaign_failed``: 1), ``report_not_written`` (it must fail), ``not_equivalent`` (the A/B's
-candidate does not answer as its control does: the session fails) or None (pytest's own exit)."""
+candidate does not answer as its control does, or this run not as its ``--vllmqual-reference``:
+the session fails) or None (pytest's own exit)."""
 
 
 class ControllerRun(QualRun):
@@ -45,14 +47,19 @@ class ControllerRun(QualRun):
         self.reports = SessionReports(settings.reports_dir, stamp=self.stamp, progress=progress, hooks=hooks)
         self.deselected: dict[str, list[dict[str, str]]] = {}
         """Per arm key: gates pytest deselected (-m/-k), with the reason."""
+        self.reference: Reference | None = None
+        """The earlier run the session recipe's arm is held against (``--vllmqual-reference``)."""
 
     # -- planning -----------------------------------------------------------------------
 
     def plan_arms(self, *, ab: str | None, bracket: bool, campaign: str | None, rootdir: Path,
-                  parallel: bool = False) -> None:
+                  parallel: bool = False, reference: str | None = None) -> None:
         """Plan the session's arms from ``--ab`` (and ``--bracket``) or ``--campaign``; every
         recipe is loaded now, so a bad one fails before any server starts. ``parallel``: the
-        session runs under xdist (``-n``), which cannot run arms in order."""
+        session runs under xdist (``-n``), which cannot run arms in order. ``reference``: the
+        earlier report a drift check holds this run against (read and checked now, too)."""
+        if reference:
+            self.set_reference(reference, planned="--ab" if ab else "--campaign" if campaign else None)
         if bracket and not ab:
             raise VllmQualError("--bracket needs --ab CONTROL,CANDIDATE. Fix: add --ab=131k-control,131k-4096.")
         if ab and campaign:
@@ -72,6 +79,19 @@ class ControllerRun(QualRun):
                 self.set_campaign(CampaignArms.load(campaign, rootdir=rootdir))
             except VllmQualError as exc:
                 raise type(exc)(f"{exc} (from --campaign)") from None
+
+    def set_reference(self, reference: str, *, planned: str | None = None) -> None:
+        """``--vllmqual-reference``: read the earlier report and its probe sidecar now (a wrong path,
+        a report without a probe or a changed sidecar fail before any server starts)."""
+        from pytest_vllmqual.ab.drift import load_reference
+
+        if planned:
+            raise VllmQualError(f"--vllmqual-reference holds one run against an earlier one; {planned} plans several "
+                                "arms. Fix: drop one of them (an A/B compares its own arms).")
+        path = Path(reference)
+        if not path.is_absolute():
+            path = (self.settings.invocation_dir or Path.cwd()) / path
+        self.reference = load_reference(path)
 
     def set_plan(self, plan: list[ArmSpec]) -> None:
         """Plan arms run in order (A/B, bracketed replay); loads every recipe now (fail fast)."""
@@ -242,7 +262,8 @@ class ControllerRun(QualRun):
                             reproduce=self.reproduce_line(arm.recipe.name),
                             deselected=self.deselected.get(arm.key, []))
         name = arm.key if self.plan or len(self.arms) > 1 else arm.recipe.name
-        return self.reports.write_arm(arm, record, name=name)
+        reference = self.reference if arm.key == self.default_recipe.name else None
+        return self.reports.write_arm(arm, record, name=name, reference=reference)
 
     def write_comparison(self) -> Path | None:
         """With an A/B plan: compare control and candidate (and the replay) into comparison.json."""

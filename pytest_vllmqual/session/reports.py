@@ -19,6 +19,7 @@ from .arms import Arm
 from .server import ServerManager, utc_now
 
 if TYPE_CHECKING:
+    from pytest_vllmqual.ab.drift import Reference
     from pytest_vllmqual.report.writer import ReportHooks
 
 __all__ = ["SessionReports", "run_record"]
@@ -109,20 +110,29 @@ class SessionReports:
         self.hooks = hooks
         self.comparison: dict[str, Any] | None = None
         self.comparison_path: Path | None = None
+        self.drift: dict[str, Any] | None = None
+        """The drift section of the arm held against ``--vllmqual-reference``, once written."""
 
-    def write_arm(self, arm: Arm, record: RunRecord, *, name: str) -> Path:
+    def write_arm(self, arm: Arm, record: RunRecord, *, name: str, reference: Reference | None = None) -> Path:
         """Build (through the hooks), sanitize, validate and atomically write one arm's report as
-        ``NAME-STAMP.json``, then its HTML page; the arm keeps both the path and the report."""
+        ``NAME-STAMP.json``, then its HTML page; the arm keeps both the path and the report. With
+        ``reference`` (``--vllmqual-reference``) the report carries its ``drift`` section."""
         from pytest_vllmqual.launch.gpu import hardware_summary
         from pytest_vllmqual.report.writer import hooked_arm_report, write_arm_report
 
         record.hardware = hardware_summary(arm.recipe.gpu_indexes())
-        report = hooked_arm_report(record, sanitizer=_arm_sanitizer(arm), tool_version=__version__, hooks=self.hooks)
+        sanitizer = _arm_sanitizer(arm)
+        report = hooked_arm_report(record, sanitizer=sanitizer, tool_version=__version__, hooks=self.hooks)
         target = self.reports_dir / f"{name}-{self.stamp}.json"
         probe = arm.private_dir / PRIVATE_NAME
         if probe.is_file():  # the equivalence probe's answers: a sidecar beside the report
             report["equivalence_probe"] = publish(probe, report, target)
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
+        if reference is not None:
+            from pytest_vllmqual.ab.drift import drift_line, drift_section
+
+            report["drift"] = self.drift = sanitizer.scrub_obj(drift_section(reference, report, target.parent))
+            self.progress(drift_line(self.drift))
         path = write_arm_report(report, target)
         arm.report_path = path
         arm.report = report
@@ -161,8 +171,10 @@ class SessionReports:
 
     @property
     def not_equivalent(self) -> bool:
-        """The comparison found the candidate not equivalent to the control (the session must fail)."""
-        return bool((self.comparison or {}).get("equivalence", {}).get("verdict") == EquivalenceVerdict.NOT_EQUIVALENT)
+        """The comparison found the candidate not equivalent to the control, or the drift check this
+        run not equivalent to its reference (the session must fail)."""
+        sections = [(self.comparison or {}).get("equivalence") or {}, self.drift or {}]
+        return any(section.get("verdict") == EquivalenceVerdict.NOT_EQUIVALENT for section in sections)
 
     def write_campaign_record(self, record: dict[str, Any]) -> Path:
         """The campaign record, beside the arm reports."""

@@ -156,6 +156,11 @@ COMMAND_LINE_OPTIONS = (
         "--vllmqual-set serve.max_num_seqs=4 --vllmqual-set launcher.docker.model_cache=/data/hf. "
         "The report records the overrides and the SHA-256 of the effective recipe."),
     CommandLineOption(
+        ("--vllmqual-reference",), "vllmqual_reference", metavar="REPORT.json",
+        help="drift: compare this run's equivalence probe with the one an earlier run's report references "
+        "(its probe sidecar beside it; same checkpoint pin and probe hash, else not measurable). "
+        "'not equivalent' fails the session; the run's verdict is unchanged. Not with --ab or --campaign."),
+    CommandLineOption(
         ("--vllmqual-no-fail-fast",), "vllmqual_no_fail_fast", flag_only=True,
         help="run every gate even after smoke or identity failed (default: the remaining gates "
         "end as 'not run: smoke failed' / 'not run: identity mismatch')."),

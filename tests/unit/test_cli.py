@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from equivalence_samples import attach_probe, probe_body
 from report_samples import reference_control_run
 
 from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
@@ -113,3 +114,27 @@ def test_console_entry_runs_as_a_module_without_traceback(tmp_path: Path) -> Non
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == EXIT_USAGE
     assert one_line_error(done.stderr).endswith("No such file or directory")
+
+
+@pytest.mark.parametrize(("candidate_body", "verdict", "code"), [
+    ({}, "equivalent", EXIT_OK),
+    ({"shift": 0.2, "swap_top": True}, "not equivalent", EXIT_PROBLEMS),
+])
+def test_compare_reads_the_equivalence_probes_beside_the_two_reports(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], candidate_body: dict[str, object], verdict: str,
+        code: int) -> None:
+    """Two public reports and their sidecars are all ``vllmqual compare`` needs for the equivalence section."""
+    data = ROOT / "tests" / "unit" / "data" / "reference_reports"
+    paths = []
+    for role, name, body in (("control", "control-8192", probe_body()),
+                             ("candidate", "candidate-4096", probe_body(**candidate_body))):  # type: ignore[arg-type]
+        report = attach_probe(json.loads((data / f"{name}.json").read_text()), tmp_path / role, name, body)
+        paths.append(tmp_path / role / f"{name}.json")
+        paths[-1].write_text(json.dumps(report))
+    out, page = tmp_path / "comparison.json", tmp_path / "comparison.html"
+    assert main(["compare", *map(str, paths), "-o", str(out), "--html", str(page)]) == code
+    section = json.loads(out.read_text())["equivalence"]
+    assert section["verdict"] == verdict and section["top_k"] == 2 and len(section["figures"]) == 6
+    assert section["arms"]["candidate"]["probe_sha256"] == "p" * 64
+    assert f"equivalence: {verdict}: " in capsys.readouterr().out
+    assert 'id="equivalence-kl-histogram"' in page.read_text()
