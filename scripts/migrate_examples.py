@@ -96,8 +96,8 @@ def migrate_fleet_record(record: dict[str, Any], folder: Path) -> dict[str, Any]
 
 def refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The comparison computed again by today's code from the arm reports beside it (found by run
-    id, hashed as the comparison hashed them: the file, or canonical JSON); as it was when an arm
-    is missing."""
+    id, hashed as the comparison hashed them: the file, or canonical JSON) and their probe sidecars;
+    as it was when an arm is missing."""
     arms = {_load(p)["run"]["id"]: p for p in folder.glob("*.json") if _kind(_load(p)) == "report"}
     roles = [r for r in ("control", "candidate", "replay") if comparison.get(r)]
     if any(comparison[r]["run_id"] not in arms for r in roles):
@@ -107,7 +107,7 @@ def refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, An
               if comparison[r].get("hashed") == "file"}
     reports = {r: _load(paths[r]) for r in roles}
     return compare_reports(reports["control"], reports["candidate"], replay=reports.get("replay"),
-                           report_hashes=hashes)
+                           report_hashes=hashes, folders=dict.fromkeys(roles, folder))
 
 
 def _requalify_campaign(record: dict[str, Any], folder: Path) -> dict[str, Any]:
