@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.mark import MarkMatcher
+from _pytest.mark.expression import Expression
 
 from pytest_vllmqual.atomic_io import check_writable_dir
 from pytest_vllmqual.client.qual_client import QualClient
@@ -41,8 +43,8 @@ from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.gates.registry import title_of
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.layout import names_shipped_gates
-from pytest_vllmqual.privacy.failure_reason import failure_reason, repeats_its_causes
-from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.privacy.failure_reason import repeats_its_causes, report_reason
+from pytest_vllmqual.privacy.sanitize import Sanitizer, scrub_test_report
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import GateOutcome, GateRecord, RunRecord
 from pytest_vllmqual.session.controller import ControllerRun
@@ -65,6 +67,7 @@ SETTINGS_KEY = pytest.StashKey[Settings]()
 RECORD_KEY = pytest.StashKey[GateRecorder]()
 SANITIZER_KEY = pytest.StashKey[Sanitizer]()
 STARTUP_SAID_KEY = pytest.StashKey[dict[str, str]]()
+DESELECTED_BY_KEY = pytest.StashKey[str]()
 
 MARKERS = {
     "functional": "functional preflight gates (smoke, JSON, tools, streaming tool, continuation, Responses)",
@@ -186,7 +189,8 @@ def _new_run(config: pytest.Config, settings: Settings, recipe: Recipe) -> QualR
         run.plan_arms(ab=config.getoption("vllmqual_ab"), bracket=bool(config.getoption("vllmqual_bracket")),
                       campaign=config.getoption("vllmqual_campaign"), rootdir=Path(str(config.rootpath)),
                       parallel=bool(config.getoption("numprocesses", None)),
-                      reference=config.getoption("vllmqual_reference"))
+                      reference=config.getoption("vllmqual_reference"),
+                      marks=config.getoption("vllmqual_arm_marks") or ())
     except VllmQualError as exc:
         raise pytest.UsageError(str(exc)) from None
     return run
@@ -256,6 +260,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return
+    if isinstance(run, ControllerRun) and run.arm_marks:
+        _deselect_per_arm(config, run, items)
     sort_key = run.test_order([_arm_of(item) or run.default_recipe.name for item in items])
     items.sort(key=lambda it: sort_key(_arm_of(it) or run.default_recipe.name,
                                        _gate_name(it) if "gate" in getattr(it, "fixturenames", ()) else None))
@@ -264,6 +270,27 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             check_writable_dir(run.settings.reports_dir)
         except VllmQualError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def _deselect_per_arm(config: pytest.Config, run: ControllerRun, items: list[pytest.Item]) -> None:
+    """``--vllmqual-arm-marks``: an A/B arm keeps the tests its expression selects (as ``-m`` does,
+    a gate's name counting as a marker); the others are deselected, and its report names them."""
+    try:
+        compiled = {key: Expression.compile(marks.expression) for key, marks in run.arm_marks.items()}
+    except SyntaxError as exc:
+        raise pytest.UsageError(f"--vllmqual-arm-marks: {exc.text!r} is not a marker expression: {exc.msg} at column "
+                                f"{exc.offset}. Fix: write it as for -m, e.g. candidate='smoke or equivalence'.") from None
+
+    def selects(item: pytest.Item, key: str) -> bool:
+        marks, gate_name = MarkMatcher.from_markers(item.iter_markers()), _gate_name(item)
+        return compiled[key].evaluate(lambda name, /, **kwargs: marks(name, **kwargs) or name == gate_name)
+
+    dropped = [item for item in items if (_arm_of(item) or "") in compiled and not selects(item, str(_arm_of(item)))]
+    for item in dropped:
+        item.stash[DESELECTED_BY_KEY] = run.arm_marks[str(_arm_of(item))].how
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
 
 
 # -- the server for a test ------------------------------------------------------------------
@@ -437,7 +464,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     recorder = item.stash.get(RECORD_KEY, None)
     if recorder is None:
         if RUN_KEY in item.config.stash and set(getattr(item, "fixturenames", ())) & VLLMQUAL_FIXTURES:
-            _scrub_test_report(report, _session_sanitizer(item.config))
+            scrub_test_report(report, _session_sanitizer(item.config))
         return
     record = recorder.record
     if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
@@ -447,7 +474,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"{gone.status}: {gone}"
     final = report.when == "call" or (report.when == "setup" and report.outcome != "passed")
     if not final:
-        _scrub_test_report(report, _session_sanitizer(item.config))  # a teardown error, captured output
+        scrub_test_report(report, _session_sanitizer(item.config))  # a teardown error, captured output
         return
     record.outcome = GateOutcome("error" if report.when == "setup" and report.outcome == "failed" else report.outcome)
     record.duration_s = round(report.duration, 4)
@@ -455,7 +482,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             and repeats_its_causes(call.excinfo.value)):  # a server gone is already worded once above
         _drop_repeated_causes(item, call.excinfo, report)
     if report.outcome != "passed":
-        record.reason = _reason_text(report, call.excinfo)
+        record.reason = report_reason(report, call.excinfo.value if call.excinfo is not None else None)
         if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
             record.reason = f"{call.excinfo.value.status}: {call.excinfo.value}"  # not the log tail's last lines
     if report.when == "setup" and record.status is None and call.excinfo is not None:
@@ -475,22 +502,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # junit writes the properties of the *teardown* report, which pytest builds from the item.
     item.user_properties.extend(properties)
     report.user_properties.extend(properties)
-    _scrub_test_report(report, sanitizer)
-
-
-def _scrub_test_report(report: pytest.TestReport, sanitizer: Any) -> None:
-    """junit XML and the terminal carry failure text, skip reasons and captured output (every
-    phase): scrub them like the report's free text (second line of defence)."""
-    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
-        path, lineno, reason = report.longrepr
-        report.longrepr = (path, lineno, sanitizer.scrub(str(reason)))
-    elif report.longrepr is not None:
-        text = str(report.longrepr)
-        scrubbed = sanitizer.scrub(text)
-        if scrubbed != text:
-            report.longrepr = scrubbed
-    if report.sections:
-        report.sections = [(title, sanitizer.scrub(content)) for title, content in report.sections]
+    scrub_test_report(report, sanitizer)
 
 
 def _session_sanitizer(config: pytest.Config) -> Sanitizer:
@@ -518,20 +530,6 @@ def _drop_repeated_causes(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseE
     report.longrepr = item.repr_failure(excinfo)
 
 
-def _reason_text(report: pytest.TestReport, excinfo: pytest.ExceptionInfo[BaseException] | None = None) -> str:
-    """The gate's reason, said once: a skip's reason, else the failure's own words
-    (``privacy.failure_reason``), else the last lines pytest printed."""
-    if report.skipped and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2]).removeprefix("Skipped: ")
-    if excinfo is not None and not report.skipped:
-        return failure_reason(excinfo.value)
-    text = getattr(report, "longreprtext", "") or str(report.longrepr or "")
-    lines = [line for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("E ")]
-    chosen = errors or lines[-3:]
-    return "\n".join(line.removeprefix("E ").strip() for line in chosen)[:2000]
-
-
 class RunHooks:
     """The controller's hooks that need the session's run but get no ``config`` from pytest,
     registered as an object that holds both (no module globals); an xdist worker has none."""
@@ -547,13 +545,14 @@ class RunHooks:
         node.workerinput["vllmqual"] = self.run.handoff()
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        """Gates left out by -m/-k are recorded by name: the decision lists them as not proven."""
+        """Gates left out by -m/-k/--vllmqual-arm-marks are recorded by name: the decision lists them."""
         option = self.config.option
         how = " ".join(f"{flag} {value!r}" for flag, value in (("-m", option.markexpr), ("-k", option.keyword))
                        if value)
         for item in items:
             if "gate" in getattr(item, "fixturenames", ()):
-                self.run.record_deselected(_arm_of(item) or self.run.default_recipe.name, _gate_name(item), how)
+                self.run.record_deselected(_arm_of(item) or self.run.default_recipe.name, _gate_name(item),
+                                           item.stash.get(DESELECTED_BY_KEY, how))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "vllmqual_gate", None)

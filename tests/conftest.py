@@ -131,10 +131,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.fixture(scope="session")
 def smollm2_model_dir() -> Path:
-    """The SmolLM2-135M-Instruct folder (bf16, LlamaForCausalLM, 8,192 positions) the real-model
-    tests serve: ``$VLLMQUAL_SMOLLM2_DIR``, else /tmp/smollm2-hf. The one place its path is named;
-    a test that needs it is skipped where it is absent."""
-    path = Path(os.environ.get("VLLMQUAL_SMOLLM2_DIR") or "/tmp/smollm2-hf")
-    if not (path / "config.json").is_file():
-        pytest.skip(f"no SmolLM2 model folder at {path} (set VLLMQUAL_SMOLLM2_DIR)")
-    return path
+    """The SmolLM2-135M-Instruct folder the smollm2 recipes serve (bf16, LlamaForCausalLM, 8,192
+    positions): the recipe's own ``model_path``, which its prepare step makes from the pinned wheel
+    when a session starts the server (copied from the user cache after the first time). The one
+    place a test names it; it may not exist before such a session ran."""
+    from pytest_vllmqual.recipe.loader import load_recipe
+
+    return Path(load_recipe(ROOT / "fixtures" / "recipes" / "smollm2-cpu.yaml").model_location())

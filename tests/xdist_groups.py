@@ -41,8 +41,7 @@ HEAVY_WEIGHT = 30
 (tests/fleet/) is guessed to take when its file is not in ``FILE_SECONDS``; a quick test counts 1."""
 
 FILE_SECONDS: dict[str, float] = {
-    "tests/integration/test_smollm2_cpu_session.py": 305,
-    "tests/integration/test_equivalence_real.py": 607,
+    "tests/integration/test_smollm2_ab.py": 1007,
     "tests/integration/test_ab_campaign.py": 236,
     "tests/docker/test_tiny_docker_session.py": 215,
     "tests/faults/test_faults_teardown.py": 210,

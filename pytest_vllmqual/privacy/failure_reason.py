@@ -11,7 +11,9 @@ each line once.
 
 from __future__ import annotations
 
-__all__ = ["MAX_CAUSES", "REASON_LIMIT", "failure_reason", "repeats_its_causes", "said_once"]
+from typing import Any
+
+__all__ = ["MAX_CAUSES", "REASON_LIMIT", "failure_reason", "repeats_its_causes", "report_reason", "said_once"]
 
 REASON_LIMIT = 2000
 """Characters of a reason; the public report cuts free text shorter still."""
@@ -76,3 +78,17 @@ def repeats_its_causes(exc: BaseException) -> bool:
     causes = _causes(exc)
     message = _message(exc)
     return bool(causes) and all(str(c).strip() in message for c in causes)
+
+
+def report_reason(report: Any, error: BaseException | None) -> str:
+    """A pytest test report's reason, said once: a skip's reason, else the failure's own words
+    (``failure_reason`` of ``error``), else the last lines pytest printed."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    if error is not None and not report.skipped:
+        return failure_reason(error)
+    text = getattr(report, "longreprtext", "") or str(report.longrepr or "")
+    lines = [line for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("E ")]
+    chosen = errors or lines[-3:]
+    return "\n".join(line.removeprefix("E ").strip() for line in chosen)[:REASON_LIMIT]

@@ -36,9 +36,9 @@ from .learned_values import machine_names as _machine_names
 
 __all__ = [
     "COMMON_ENV_WORDS", "ENV_PLACEHOLDER", "GENERIC_USER_NAMES", "HASH_FIELD", "HOME_PLACEHOLDER", "KINDS",
-    "MIN_ENV_SECRET_LEN", "MIN_ENV_VALUE_LEN", "MIN_KNOWN_SECRET_LEN", "REDACTED_PLACEHOLDER",
-    "SECRET_ENV_NAME", "SECRET_KEY_NAME", "SECRET_PLACEHOLDER", "SECRET_WORDS", "TOKEN_PLACEHOLDER",
-    "USER_PLACEHOLDER", "Sanitizer", "redact_args",
+    "MIN_ENV_SECRET_LEN", "MIN_ENV_VALUE_LEN", "MIN_KNOWN_SECRET_LEN", "REDACTED_PLACEHOLDER", "SECRET_ENV_NAME",
+    "SECRET_KEY_NAME", "SECRET_PLACEHOLDER", "SECRET_WORDS", "TOKEN_PLACEHOLDER", "USER_PLACEHOLDER", "Sanitizer",
+    "redact_args", "scrub_test_report"
 ]
 
 KINDS = (
@@ -570,3 +570,18 @@ def redact_args(args: Mapping[str, Any], _path: str = "") -> tuple[dict[str, Any
         else:
             out[key] = value
     return out, redacted
+
+
+def scrub_test_report(report: Any, sanitizer: Sanitizer) -> None:
+    """junit XML and the terminal carry a pytest test report's failure text, skip reason and
+    captured output (every phase): scrub them like the report's free text (second line of defence)."""
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        path, lineno, reason = report.longrepr
+        report.longrepr = (path, lineno, sanitizer.scrub(str(reason)))
+    elif report.longrepr is not None:
+        text = str(report.longrepr)
+        scrubbed = sanitizer.scrub(text)
+        if scrubbed != text:
+            report.longrepr = scrubbed
+    if report.sections:
+        report.sections = [(title, sanitizer.scrub(content)) for title, content in report.sections]

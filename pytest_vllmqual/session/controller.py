@@ -5,6 +5,7 @@ server and hands it to the workers (``handoff``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -14,7 +15,7 @@ from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import GateRecord
 
-from .arms import Arm, ArmSpec, ab_plan
+from .arms import Arm, ArmMarks, ArmSpec, ab_plan, arm_marks
 from .reports import SessionReports, run_record
 from .run import QualRun
 from .server import ServerGuard, ServerManager
@@ -46,18 +47,21 @@ class ControllerRun(QualRun):
         self.campaign: CampaignArms | None = None
         self.reports = SessionReports(settings.reports_dir, stamp=self.stamp, progress=progress, hooks=hooks)
         self.deselected: dict[str, list[dict[str, str]]] = {}
-        """Per arm key: gates pytest deselected (-m/-k), with the reason."""
+        """Per arm key: gates pytest deselected (-m/-k, --vllmqual-arm-marks), with the reason."""
         self.reference: Reference | None = None
         """The earlier run the session recipe's arm is held against (``--vllmqual-reference``)."""
+        self.arm_marks: dict[str, ArmMarks] = {}
+        """Per A/B arm key: the marker expression that picks its gates (``--vllmqual-arm-marks``)."""
 
     # -- planning -----------------------------------------------------------------------
 
     def plan_arms(self, *, ab: str | None, bracket: bool, campaign: str | None, rootdir: Path,
-                  parallel: bool = False, reference: str | None = None) -> None:
+                  parallel: bool = False, reference: str | None = None, marks: Sequence[str] = ()) -> None:
         """Plan the session's arms from ``--ab`` (and ``--bracket``) or ``--campaign``; every
         recipe is loaded now, so a bad one fails before any server starts. ``parallel``: the
         session runs under xdist (``-n``), which cannot run arms in order. ``reference``: the
-        earlier report a drift check holds this run against (read and checked now, too)."""
+        earlier report a drift check holds this run against (read and checked now, too).
+        ``marks``: the values of ``--vllmqual-arm-marks`` (``ROLE=EXPR``), the gates each A/B arm runs."""
         if reference:
             self.set_reference(reference, planned="--ab" if ab else "--campaign" if campaign else None)
         if bracket and not ab:
@@ -79,6 +83,7 @@ class ControllerRun(QualRun):
                 self.set_campaign(CampaignArms.load(campaign, rootdir=rootdir))
             except VllmQualError as exc:
                 raise type(exc)(f"{exc} (from --campaign)") from None
+        self.arm_marks = arm_marks(marks, self.plan)
 
     def set_reference(self, reference: str, *, planned: str | None = None) -> None:
         """``--vllmqual-reference``: read the earlier report and its probe sidecar now (a wrong path,

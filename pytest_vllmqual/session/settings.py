@@ -147,6 +147,11 @@ COMMAND_LINE_OPTIONS = (
         ("--vllmqual-bracket", "--bracket"), "vllmqual_bracket", flag_only=True,
         help="with --ab: replay the control after the candidate (A, B, A)."),
     CommandLineOption(
+        ("--vllmqual-arm-marks",), "vllmqual_arm_marks", metavar="ROLE=EXPR", repeatable=True,
+        help="with --ab: the gates one arm runs (repeatable; ROLE is control, candidate or replay, EXPR a "
+        "marker expression as -m takes, where a gate's name counts as a marker), e.g. "
+        "--vllmqual-arm-marks candidate='smoke or equivalence'; the arm's report lists the others as deselected."),
+    CommandLineOption(
         ("--vllmqual-campaign", "--campaign"), "vllmqual_campaign", metavar="NAME|FILE|SPEC",
         help="an ordered campaign of arms with stop conditions and fallbacks, e.g. 393k "
         "(fixtures/campaigns/393k.yaml) or '393k-fp8kv:kv_pool+ladder,393k-offload?fallback'."),

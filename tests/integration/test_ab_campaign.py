@@ -1,5 +1,6 @@
-"""A/B and campaign runs for real on CPU: one pytest session runs the arms in order
-with one server at a time, writes a report per arm, and the comparison or campaign record."""
+"""Campaign runs for real on CPU: one pytest session runs the arms in order with one server at a
+time, writes a report per arm and the campaign record (the bracketed A/B is
+tests/integration/test_smollm2_ab.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from typing import Any
 import pytest
 from fault_harness import ONE_RANK_ARGS
 
-from pytest_vllmqual.ab.compare import validate_comparison
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
-from pytest_vllmqual.report.public import validate_report
 
 ROOT = Path(__file__).resolve().parents[2]
 GATES = ["suites/test_smoke.py", "suites/test_engine.py"]
@@ -33,34 +32,6 @@ def run_session(reports: Path, *args: str) -> tuple[int, str]:
 def load(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
-
-
-def test_bracketed_ab_runs_a_b_a_and_compares(tmp_path: Path) -> None:
-    """Owns its servers: each arm is a managed server of its own configuration, one at a time."""
-    code, output = run_session(tmp_path, "--ab=tiny-cpu,tiny-cpu-4096", "--bracket")
-    assert code == 0, output[-6000:]
-    arm_reports = sorted(tmp_path.glob("A-*.json")) + sorted(tmp_path.glob("B-*.json")) + sorted(tmp_path.glob("A2-*.json"))
-    assert len(arm_reports) == 3, ([p.name for p in tmp_path.glob("*.json")], output[-3000:])
-    loaded = [load(p) for p in arm_reports]
-    for report in loaded:
-        validate_report(report)
-        assert report["run"]["status"] == "complete"
-        assert processes_of_run(report["run"]["id"]) == []
-    control, candidate, replay = (next(r for r in loaded if r["run"]["arm"].startswith(prefix))
-                                  for prefix in ("A-", "B-", "A2-"))
-    assert control["recipe"]["content"]["serve"]["max_num_batched_tokens"] == 8192
-    assert candidate["recipe"]["content"]["serve"]["max_num_batched_tokens"] == 4096
-    # Arms ran one after another (one server at a time): each ended before the next one's run ended.
-    assert control["run"]["finished_utc"] <= candidate["run"]["finished_utc"] <= replay["run"]["finished_utc"]
-    comparisons = list(tmp_path.glob("comparison-*.json"))
-    assert len(comparisons) == 1
-    comparison = load(comparisons[0])
-    validate_comparison(comparison)
-    changed = comparison["controlled_variables"]
-    assert "serve.max_num_batched_tokens" in json.dumps(changed)
-    assert changed["confounded"] is False
-    assert "vllmqual: A/B comparison" in output and "| Measurement |" in output
-    assert replay["run"]["arm"].startswith("A2-")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.ab.compare import report_digest, validate_comparison
+from pytest_vllmqual.ab.compare import compare_files, report_digest, validate_comparison
+from pytest_vllmqual.equivalence import sidecar
 from pytest_vllmqual.fleet.record import validate_record as validate_fleet_record
 from pytest_vllmqual.report.decision import with_decision
 from pytest_vllmqual.report.public import validate_report
@@ -18,6 +19,7 @@ from pytest_vllmqual.report.public import validate_report
 EXAMPLES = Path(__file__).resolve().parents[2] / "reports" / "examples"
 GPU = EXAMPLES / "gpu"
 GPU_TP1 = EXAMPLES / "gpu-tp1"
+CPU_SMOLLM2 = EXAMPLES / "cpu-smollm2"
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -38,6 +40,9 @@ def test_every_committed_example_validates_against_the_current_schema(path: Path
         validate_comparison(data)
     elif kind == "fleet-record":
         validate_fleet_record(data)
+    elif path.name.endswith(".probe.json"):  # a probe sidecar: its report references it by SHA-256
+        report = load(path.with_name(path.name.removesuffix(".probe.json") + ".json"))
+        assert sidecar.load(report["equivalence_probe"], path.parent) == (data, None)
     elif path.name.startswith("campaign-"):
         assert {"campaign", "arms", "qualified", "complete", "reports", "exit"} <= set(data), f"{path}: not a campaign record"
     else:
@@ -160,7 +165,8 @@ def test_every_committed_report_decision_recomputed_is_what_today_s_rules_decide
 @pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("comparison.json")), ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_every_committed_comparison_names_its_arm_reports_by_their_sha256(path: Path) -> None:
     comparison = load(path)
-    arms = {load(p)["run"]["id"]: p for p in path.parent.glob("*.json") if p.name != "comparison.json"}
+    arms = {load(p)["run"]["id"]: p for p in path.parent.glob("*.json")
+            if p.name != "comparison.json" and not p.name.endswith(".probe.json")}
     for role in ("control", "candidate", "replay"):
         ref = comparison[role]
         arm = arms[ref["run_id"]]
@@ -379,3 +385,40 @@ def test_one_gpu_smollm2_suite_names_the_conversion_that_differs_from_the_pin() 
     assert gates["tools"]["outcome"] == "skipped" and "declared" in gates["tools"]["reason"]
     assert gates["quality_intelligence"]["outcome"] == "passed" and gates["load"]["outcome"] == "passed"
     assert report["decision"]["verdict"] == "no-promotion"
+
+
+def _cpu_smollm2_arm(prefix: str) -> Path:
+    (path,) = CPU_SMOLLM2.glob(f"{prefix}-smollm2-cpu*Z.json")
+    return path
+
+
+def test_cpu_smollm2_fp8_kv_is_not_equivalent_naming_its_figures_against_the_a_a_floor() -> None:
+    comparison = load(CPU_SMOLLM2 / "comparison.json")
+    section = comparison["equivalence"]
+    assert section["verdict"] == "not equivalent" and comparison["verdict"] == "no-promotion"
+    assert section["floor"]["status"] == "measured"
+    figures = {f["figure"]: f for f in section["figures"]}
+    top1 = figures["top1_agreement"]
+    assert top1["status"] == "beyond" and top1["within_floor"] is False
+    assert top1["high"] < top1["threshold"] == 97.67 and top1["floor"]["point"] == 100.0
+    assert section["reasons"][0].startswith(f"top-1 agreement {top1['point']:.1f}% [")
+    assert {name for name, f in figures.items() if f["status"] == "beyond"} == {
+        "top1_agreement", "ln_ppl_ratio", "rms_delta_p", "kl_lower_bound"}
+    assert (CPU_SMOLLM2 / "comparison.xml").read_text().count("<failure") == 5
+    assert comparison["controlled_variables"]["functional"] == ["serve.kv_cache_dtype"]
+
+
+def test_cpu_smollm2_control_against_its_replay_is_at_the_a_a_floor() -> None:
+    section = compare_files(_cpu_smollm2_arm("A"), _cpu_smollm2_arm("A2"))["equivalence"]
+    assert section["verdict"] == "equivalent", section["reasons"]
+    points = {f["figure"]: f["point"] for f in section["figures"]}
+    assert points["top1_agreement"] == 100.0
+    assert points["ln_ppl_ratio"] == points["rms_delta_p"] == points["kl_lower_bound"] == 0.0
+
+
+def test_cpu_smollm2_arms_ran_their_own_gates_and_the_example_stays_small() -> None:
+    ran = {prefix: sorted({g["gate"] for g in load(_cpu_smollm2_arm(prefix))["gates"]}) for prefix in ("B", "A2")}
+    assert ran == {"B": ["equivalence", "smoke"], "A2": ["equivalence"]}
+    assert len(load(_cpu_smollm2_arm("A"))["gates"]) == 21
+    assert not (CPU_SMOLLM2 / "private").exists()
+    assert max(p.stat().st_size for p in CPU_SMOLLM2.iterdir()) < 3_000_000

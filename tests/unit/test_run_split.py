@@ -238,3 +238,15 @@ def test_a_campaign_with_a_failed_test_outside_its_arms_gates_exits_1(tmp_path: 
     run, lines = _fallback_session(tmp_path, ["kv_pool"])
     assert run.finish_session(interrupted=False, failed_tests=2) == "campaign_failed"
     assert lines[-1].endswith("2 test(s) failed where a fallback stands in for 1; exit 1")
+
+
+def test_arm_marks_are_kept_by_the_key_of_the_arm_they_name(tmp_path: Path) -> None:
+    run = ControllerRun(settings_for(tmp_path), tiny(), progress=lambda line: None, invocation_args=[])
+    run.plan_arms(ab="tiny-cpu,tiny-cpu-4096", bracket=True, campaign=None, rootdir=tmp_path,
+                  marks=["candidate = smoke or equivalence", "replay=equivalence"])
+    assert {key: (m.role, m.expression) for key, m in run.arm_marks.items()} == {
+        "B-tiny-cpu-4096": ("candidate", "smoke or equivalence"), "A2-tiny-cpu": ("replay", "equivalence")}
+    assert run.arm_marks["A2-tiny-cpu"].how == "--vllmqual-arm-marks replay='equivalence'"
+    with pytest.raises(VllmQualError, match="needs --ab CONTROL,CANDIDATE"):
+        run.plan_arms(ab=None, bracket=False, campaign="tiny-cpu,tiny-cpu-4096", rootdir=tmp_path,
+                      marks=["candidate=smoke"])
