@@ -422,3 +422,27 @@ def test_cpu_smollm2_arms_ran_their_own_gates_and_the_example_stays_small() -> N
     assert len(load(_cpu_smollm2_arm("A"))["gates"]) == 21
     assert not (CPU_SMOLLM2 / "private").exists()
     assert max(p.stat().st_size for p in CPU_SMOLLM2.iterdir()) < 3_000_000
+
+
+VERDICTS = GPU_TP1 / "verdicts-2026-12-04"
+
+
+def test_one_gpu_393k_decode_at_the_largest_rung_comes_from_the_server_and_says_so() -> None:
+    """At 389,283 prompt tokens the client read the answer in one burst: the rung's decode rate is
+    the server's own (its decode-time histogram over the one request in flight), and says so."""
+    report = load(VERDICTS / "tiny-gpu-393k-fp8kv.json")
+    rung = next(r for r in report["ladder"] if r.get("prompt_tokens") == 389_283)
+    assert rung["decode_source"] == "server_metrics" and rung["client_decode_not_measured"]
+    assert rung["decode_tok_s"] == rung["server_decode_tok_s"] and 100 < rung["decode_tok_s"] < 1000
+    campaign = load(VERDICTS / "campaign-393k.json")
+    assert campaign["qualified"] == "tiny-gpu-393k-fp8kv" and campaign["exit"]["code"] == 0
+    assert report["decision"]["verdict"] == "healthy"
+
+
+def test_one_gpu_load_levels_are_judged_on_the_client_where_both_views_agree() -> None:
+    """With 16 cores the client sees what the server sees: no level needed the server's view."""
+    report = load(VERDICTS / "tiny-gpu.json")
+    levels = report["load"]["levels"]
+    assert {lv["level"] for lv in levels} >= {1, 8, 9, 16}
+    assert all(lv["ttft_source"] == "client" and lv["tpot_source"] == "client" for lv in levels)
+    assert [lv["level"] for lv in levels if lv["slo_judgement"] == "met"] == [1, 8]
