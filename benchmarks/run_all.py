@@ -230,7 +230,12 @@ _VERDICT_CHECKS = [
     # section 4, has the measurement). The guard catches the harness growing.
     Check("harness overhead / wall of a full run", ("verdict", "harness_overhead_fraction"), None, 0.05,
           guard=(None, 0.20)),
-    Check("harness process CPU / wall of a full run", ("verdict", "harness_cpu_fraction"), None, 0.05),
+    # Missed here since 2026-12-02: the openai_sdk and load gates (both newer than the target) cost
+    # the pytest process 1.2 s and 1.5 s of CPU (2.7 of 7.6 s on 2026-12-04), and eager boots shortened
+    # the wall by about 10 s (docs/PERFORMANCE.md, section 4, has the split by phase and by gate). The
+    # guard catches the harness growing past that.
+    Check("harness process CPU / wall of a full run", ("verdict", "harness_cpu_fraction"), None, 0.05,
+          guard=(None, 0.08)),
 ]
 _BROKEN_CHECKS = [
     # Fail fast: a broken server is reported by its smoke, not after the whole ladder.

@@ -16,9 +16,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import bench_fidelity  # noqa: E402
-import bench_verdict  # noqa: E402
-import run_all  # noqa: E402
+import bench_fidelity
+import bench_verdict
+import run_all
 
 RATIO = run_all.Check("ratio", ("x",), 0.97, 1.03, ci_path=("ci",), guard=(0.9, 1.1))
 
@@ -128,3 +128,10 @@ def test_cpu_by_phase_splits_at_ready_and_report_lines() -> None:
     assert phases["boot"] == {"wall_s": 30.0, "cpu_s": 1.5}
     assert phases["gates"] == {"wall_s": 40.0, "cpu_s": 1.5}
     assert phases["after"] == {"wall_s": 1.0, "cpu_s": 0.25}
+
+
+def test_harness_cpu_share_is_missed_at_the_measured_figures_and_fails_past_its_guard() -> None:
+    (check,) = [c for c in run_all.CHECKS["verdict"] if c.name == "harness process CPU / wall of a full run"]
+    assert check.verdict(0.018) == "ok"
+    assert check.verdict(0.058) == "missed"  # 2026-12-04, with the openai_sdk and load gates
+    assert check.verdict(0.09) == "FAIL"
