@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from quick_mode import QUICK_SKIP_VLLM, add_quick_flag, quick_recipe  # noqa: E402
 
 from pytest_vllmqual.client.corpus import filler_text  # noqa: E402
+from pytest_vllmqual.client.probes import ServerProbe  # noqa: E402
 from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, TokenCounter  # noqa: E402
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.client.results import StreamResult  # noqa: E402
@@ -68,6 +69,7 @@ from pytest_vllmqual.launch import local_process as launch_local_process  # noqa
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.launch.cleanup import procs as cleanup_procs  # noqa: E402
 from pytest_vllmqual.launch.cleanup import shm as cleanup_shm  # noqa: E402
+from pytest_vllmqual.launch.readiness import ProbeAnswer  # noqa: E402
 from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe  # noqa: E402
 from pytest_vllmqual.records import GateRecord  # noqa: E402
 from pytest_vllmqual.session.server import ServerManager  # noqa: E402
@@ -104,7 +106,8 @@ def _print(line: str) -> None:
 
 @dataclass
 class RequestFigures:
-    """One request as either tool saw it; e2e_s is the end of the last token chunk for vLLM bench."""
+    """One request as either tool saw it; ``e2e_s`` ends at the last chunk that carried output,
+    for both tools (vLLM bench's latency ends there, and so does the harness's figure here)."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
@@ -119,6 +122,12 @@ class RequestFigures:
         if not n or n <= 1 or ttft is None or e2e is None or e2e <= ttft:
             return None
         return (n - 1) / (e2e - ttft)
+
+    @property
+    def output_tok_s(self) -> float | None:
+        """This request's output rate: completion tokens / end-to-end latency (its TTFT included)."""
+        n, e2e = self.completion_tokens, self.e2e_s
+        return n / e2e if n and e2e else None
 
 
 @dataclass
@@ -152,7 +161,8 @@ class PassResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["output_throughput"] = self.output_throughput
-        data["requests"] = [{**asdict(r), "decode_tok_s": r.decode_tok_s} for r in self.requests]
+        data["requests"] = [{**asdict(r), "decode_tok_s": r.decode_tok_s, "output_tok_s": r.output_tok_s}
+                            for r in self.requests]
         return data
 
 
@@ -176,8 +186,12 @@ def _server_delta(result: PassResult, before: MetricsSnapshot | None, after: Met
 
 def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concurrency: int, max_tokens: int,
                  private_dir: Path, label: str, metrics_http: httpx.Client, round_index: int = 0,
-                 client_class: type[QualClient] = QualClient) -> PassResult:
-    """N streamed requests through QualClient, at most ``concurrency`` at a time, recorded as a gate."""
+                 client_class: type[QualClient] = QualClient, output_times: bool = False) -> PassResult:
+    """N streamed requests through QualClient, at most ``concurrency`` at a time, recorded as a gate.
+
+    With ``output_times`` a request ends at its last output chunk, as vLLM bench ends it; without
+    (the chunk-rate sweep, whose client CPU per chunk is the figure) at the end of the stream.
+    """
     record = GateRecord(nodeid=f"bench::{label}", gate=label)
     recorder = GateRecorder(record, private_dir)
     client = client_class(handle, timeout_s=600.0, sink=recorder)
@@ -185,6 +199,8 @@ def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concur
     def one(prompt: ExactPrompt) -> StreamResult:
         body = {**prompt.request_fields(), "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
                 **EXTRA_BODY}
+        if output_times:
+            return client.stream_chat(body, label=label, output_times=True)
         return client.stream_chat(body, label=label)
 
     before = fetch_metrics(metrics_http)
@@ -199,8 +215,11 @@ def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concur
     requests = []
     for res in results:
         usage = res.usage or {}
+        # The end of the last output chunk, as vLLM bench ends a request's latency (the usage chunk
+        # and [DONE] after it are not the server generating).
+        end = res.output_times[-1] if res.output_times else res.e2e_s
         requests.append(RequestFigures(usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                                       res.ttft_s, res.e2e_s, res.ok))
+                                       res.ttft_s, end, res.ok))
     result = PassResult("harness", concurrency, round_index, requests, duration, client_cpu_s=cpu,
                         chunks=sum(r.chunks for r in results))
     _server_delta(result, before, after)
@@ -341,6 +360,7 @@ def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
         "median_ttft_s": statistics.median(ttfts) if ttfts else None,
         "mean_ttft_s": statistics.fmean(ttfts) if ttfts else None,
         "median_decode_tok_s": _median([r.decode_tok_s for r in reqs]),
+        "median_output_tok_s_per_request": _median([r.output_tok_s for r in reqs]),
         # Median over passes: one pass caught in a server stall (docs/PERFORMANCE.md, section 1)
         # cannot move it.
         "output_throughput_tok_s": statistics.median(p.output_throughput for p in mine) if mine else None,
@@ -385,6 +405,8 @@ def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
         "median_ttft": _ratio(h_t["median_ttft_s"], v_t["median_ttft_s"]),
         "median_decode_tok_s": _ratio(h_d["median_decode_tok_s"], v_d["median_decode_tok_s"]),
         "output_throughput": _ratio(h_d["output_throughput_tok_s"], v_d["output_throughput_tok_s"]),
+        "median_output_tok_s_per_request": _ratio(h_d["median_output_tok_s_per_request"],
+                                                  v_d["median_output_tok_s_per_request"]),
         "harness_ttft_vs_server_histogram": _ratio(h_t["mean_ttft_s"], h_t["server_ttft_mean_s"]),
         "vllm_bench_ttft_vs_server_histogram": _ratio(v_t["mean_ttft_s"], v_t["server_ttft_mean_s"]),
         "decode_workload_median_ttft": _ratio(h_d["median_ttft_s"], v_d["median_ttft_s"]),
@@ -407,7 +429,11 @@ def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
         "output_throughput": bootstrap_ratio_ci([p.output_throughput for p in select("harness", "decode")],
                                                 [p.output_throughput for p in select("vllm_bench", "decode")],
                                                 statistics.median),
+        "median_output_tok_s_per_request": bootstrap_ratio_ci([r.output_tok_s for r in reqs["harness", "decode"]],
+                                                              [r.output_tok_s for r in reqs["vllm_bench", "decode"]],
+                                                              statistics.median),
     }
+    out["output_throughput_by_round"] = paired_round_ratios(select("harness", "decode"), select("vllm_bench", "decode"))
     out["ttft_minus_server_histogram_ms"] = {
         tool: (figures["mean_ttft_s"] - figures["server_ttft_mean_s"]) * 1e3
         if figures["mean_ttft_s"] is not None and figures["server_ttft_mean_s"] is not None else None
@@ -416,6 +442,15 @@ def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
     lengths = {tuple(f["prompt_tokens"]) for w in WORKLOADS for f in out[w].values()}
     out["same_prompt_lengths"] = len(lengths) == 1
     return out
+
+
+def paired_round_ratios(harness: Sequence[PassResult], vllm_bench: Sequence[PassResult]) -> list[dict[str, Any]]:
+    """Each round's pass-wall output throughput, harness over vLLM bench, the two passes of one
+    round run back to back: how far one round's pair moves, beside the pooled figure."""
+    theirs = {p.round: p for p in vllm_bench}
+    return [{"round": p.round, "harness_tok_s": p.output_throughput, "vllm_bench_tok_s": theirs[p.round].output_throughput,
+             "ratio": _ratio(p.output_throughput, theirs[p.round].output_throughput)}
+            for p in harness if p.round in theirs]
 
 
 def bootstrap_ratio_ci(a: Sequence[float | None], b: Sequence[float | None],
@@ -688,7 +723,7 @@ def compare_tools(handle: ServerHandle, builder: ExactPromptBuilder, *, config: 
                     if tool == "harness":
                         result = harness_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
                                               private_dir=private_dir, label=label,
-                                              metrics_http=metrics_http, round_index=r)
+                                              metrics_http=metrics_http, round_index=r, output_times=True)
                     else:
                         result = vllm_bench_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
                                                  tokenizer=tokenizer, workdir=workdir, label=label,
@@ -722,7 +757,8 @@ def start_server(recipe: Recipe, private_dir: Path, progress: Progress) -> tuple
     watcher.start()
     t0 = time.monotonic()
     try:
-        manager.ensure_ready()
+        with timed_one_token_probes() as probes:
+            manager.ensure_ready()
     except BaseException:
         manager.stop()  # a failed start is the caller's to stop (the run does it in ControllerRun.start_server)
         raise
@@ -739,8 +775,48 @@ def start_server(recipe: Recipe, private_dir: Path, progress: Progress) -> tuple
         "ready_after_startup_complete_s": ready_at - complete if complete is not None else None,
         "ready_after_listening_s": ready_at - listening if listening is not None else None,
         "facts_after_ready_s": done_at - ready_at,
+        **readiness_split(complete, ready_at, probes),
     }
     return manager, readiness
+
+
+def readiness_split(complete: float | None, ready_at: float,
+                    probes: Sequence[tuple[float, float, bool]]) -> dict[str, Any]:
+    """Readiness after the log's startup line, split into the server's answer and the harness's delay.
+
+    ``probes`` holds each 1-token readiness completion as (sent, returned, answered 200), on the
+    monotonic clock. The last one made the server ready; while it ran, the server was answering
+    (with ``--enforce-eager`` vLLM on CPU runs its first forward pass only then). The rest of the
+    time from the startup line to ready is the harness's: its poll interval and its other checks.
+    """
+    answered = [p for p in probes if p[2]]
+    if complete is None or not answered:
+        return {"readiness_completion_s": None, "readiness_detection_s": None, "readiness_completions": len(probes)}
+    sent, returned, _ = answered[-1]
+    return {"readiness_completion_s": returned - sent,
+            "readiness_detection_s": (ready_at - complete) - (returned - sent),
+            "readiness_completion_sent_after_startup_complete_s": sent - complete,
+            "readiness_completions": len(probes)}
+
+
+@contextlib.contextmanager
+def timed_one_token_probes() -> Iterator[list[tuple[float, float, bool]]]:
+    """Record (sent, returned, answered 200) of every readiness 1-token completion while the block
+    runs. Benchmark-only wrapping of ``ServerProbe.one_token``, the probe readiness calls."""
+    original = ServerProbe.one_token
+    calls: list[tuple[float, float, bool]] = []
+
+    def timed(self: ServerProbe, timeout_s: float) -> ProbeAnswer:
+        sent = time.monotonic()
+        answer = original(self, timeout_s)
+        calls.append((sent, time.monotonic(), answer.ok))
+        return answer
+
+    ServerProbe.one_token = timed  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        ServerProbe.one_token = original  # type: ignore[method-assign]
 
 
 def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progress: Progress = _print,

@@ -44,6 +44,7 @@ from quick_mode import add_quick_flag, quick_recipe
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENT_PREFIX = "concurrent-"
 SERVER_ADDRESS = re.compile(r"\[vllmqual\] started .*? on (?P<address>[\w.-]+:\d+)")
+READY_LINE = re.compile(r"\[vllmqual\] \S+ ready in ")
 DURATION_LINE = re.compile(r"^(?P<s>\d+\.\d+)s (?P<phase>setup|call|teardown)\s+(?P<nodeid>\S+)")
 
 
@@ -104,7 +105,7 @@ def run_verdict(recipe: str, reports_dir: Path, *, recipes_dir: Path | None = No
     if recipes_dir is not None and recipes_dir.resolve() != (ROOT / "fixtures" / "recipes").resolve():
         argv.append(f"--vllmqual-recipes-dir={recipes_dir}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    timeline: list[tuple[float, str]] = []
+    timeline: list[tuple[float, str, float | None]] = []
     probe: StallProbe | None = None
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -112,8 +113,8 @@ def run_verdict(recipe: str, reports_dir: Path, *, recipes_dir: Path | None = No
     own_cpu: float | None = None
     try:
         for line in proc.stdout:
-            timeline.append((time.perf_counter() - started, line.rstrip()[:200]))
             own_cpu = process_cpu_s(proc.pid) or own_cpu
+            timeline.append((time.perf_counter() - started, line.rstrip()[:200], own_cpu))
             if probe is None and (match := SERVER_ADDRESS.search(line)):
                 probe = StallProbe(f"http://{match['address']}")
                 probe.start()
@@ -127,7 +128,7 @@ def run_verdict(recipe: str, reports_dir: Path, *, recipes_dir: Path | None = No
     written = sorted(set(reports_dir.glob("*.json")) - before, key=lambda p: p.stat().st_mtime)
     reports = [p for p in written if not p.name.startswith("comparison")]
     if not reports:
-        tail = "\n".join(text for _, text in timeline[-30:])
+        tail = "\n".join(text for _, text, _ in timeline[-30:])
         raise RuntimeError(f"{' '.join(argv)} exited {code} and wrote no report:\n{tail}")
     report = json.loads(reports[-1].read_text())
     result = breakdown(report, wall)
@@ -135,14 +136,38 @@ def run_verdict(recipe: str, reports_dir: Path, *, recipes_dir: Path | None = No
         "command": " ".join(["pytest", *argv[1:]]),
         "exit_code": code,
         "report": str(reports[-1].relative_to(ROOT) if reports[-1].is_relative_to(ROOT) else reports[-1]),
-        "phases": parse_durations(text for _, text in timeline),
+        "phases": parse_durations(text for _, text, _ in timeline),
         "server_stalls": probe.summary() if probe is not None else None,
         # The pytest process's own CPU (user + system, its children excluded), read at its last line.
         "harness_cpu_s": own_cpu,
         "harness_cpu_fraction": own_cpu / wall if own_cpu is not None and wall > 0 else None,
-        "timeline": [{"t_s": round(t, 3), "line": text} for t, text in timeline if text.strip()],
+        "harness_cpu_by_phase": cpu_by_phase(timeline),
+        # cpu_s: the pytest process's CPU seconds when the line arrived (where it goes, line by line).
+        "timeline": [{"t_s": round(t, 3), "line": text, "cpu_s": cpu} for t, text, cpu in timeline if text.strip()],
     })
     return result
+
+
+def cpu_by_phase(timeline: Sequence[tuple[float, str, float | None]]) -> dict[str, Any]:
+    """The pytest process's CPU seconds and wall seconds up to the line saying the server is ready,
+    then to the report line, then to the end: what boot, the gates and the report each cost it."""
+    marks: dict[str, int | None] = {"boot": None, "gates": None}
+    for index, (_, text, _) in enumerate(timeline):
+        if marks["boot"] is None and READY_LINE.search(text):
+            marks["boot"] = index
+        elif marks["boot"] is not None and "report written" in text:
+            marks["gates"] = index
+            break
+    out: dict[str, Any] = {}
+    start_t, start_cpu = 0.0, 0.0
+    for phase, end in (("boot", marks["boot"]), ("gates", marks["gates"]), ("after", len(timeline) - 1)):
+        if end is None or end < 0:
+            break
+        t, _, cpu = timeline[end]
+        cpu = cpu if cpu is not None else start_cpu
+        out[phase] = {"wall_s": t - start_t, "cpu_s": cpu - start_cpu}
+        start_t, start_cpu = t, cpu
+    return out
 
 
 class StallProbe:

@@ -28,11 +28,14 @@ def _ci(interval: Any) -> str:
 
 
 def checks_table(results: dict[str, Any]) -> list[str]:
-    lines = ["| verdict | figure | measured | bound | 95% CI |", "|---|---|---|---|---|"]
+    """The Results table of docs/PERFORMANCE.md: target (guard), figure with its interval, verdict."""
+    lines = ["| target | figure (this run) | verdict |", "|---|---|---|"]
     for row in results.get("checks", []):
         value = row["value"]
         shown = (f"{value:.4g}" if isinstance(value, float) else str(value)) + (f" {row['unit']}" if row["unit"] else "")
-        lines.append(f"| {row['verdict']} | {row['figure']} | {shown} | {row['bound']} | {_ci(row.get('ci95'))} |")
+        interval = row.get("ci95")
+        ci = f" (95 % CI {interval[0]:.3f}–{interval[1]:.3f})" if isinstance(interval, list) else ""
+        lines.append(f"| {row['bound']} | {row['figure']}: **{shown}**{ci} | {row['verdict']} |")
     return lines
 
 
@@ -56,10 +59,20 @@ def fidelity_tables(fidelity: dict[str, Any]) -> list[str]:
             f"| {c} | the server's own decode tok/s (1 / mean TPOT) in those passes | "
             f"{_f(d['harness'].get('server_decode_tok_s'), 1)} | {_f(d['vllm_bench'].get('server_decode_tok_s'), 1)} | "
             f"{_f(row['ratios'].get('server_decode_harness_passes_vs_vllm_bench_passes'))} | |",
-            f"| {c} | output throughput tok/s, {decode_label} | {_f(d['harness']['output_throughput_tok_s'], 1)} | "
+            f"| {c} | median per-request output tok/s (tokens / e2e), {decode_label} | "
+            f"{_f(d['harness'].get('median_output_tok_s_per_request'), 1)} | "
+            f"{_f(d['vllm_bench'].get('median_output_tok_s_per_request'), 1)} | "
+            f"{_f(row['ratios'].get('median_output_tok_s_per_request'))} | "
+            f"{_ci(row['ci95'].get('median_output_tok_s_per_request'))} |",
+            f"| {c} | output throughput tok/s (pass wall clock, median of passes), {decode_label} | "
+            f"{_f(d['harness']['output_throughput_tok_s'], 1)} | "
             f"{_f(d['vllm_bench']['output_throughput_tok_s'], 1)} | {_f(row['ratios']['output_throughput'])} | "
             f"{_ci(row['ci95']['output_throughput'])} |",
         ]
+        by_round = row.get("output_throughput_by_round") or []
+        if by_round:
+            lines.append(f"| {c} | pass-wall throughput ratio of each round's two passes | | | "
+                         + ", ".join(_f(r["ratio"], 2) for r in by_round) + " | |")
     lines += ["", "| concurrency | workload | tool | client mean TTFT (ms) | server histogram mean TTFT (ms) | "
               "client / server | requests | streams that arrived in one burst |", "|---|---|---|---|---|---|---|---|"]
     for row in fidelity.get("summary", []):
@@ -122,6 +135,11 @@ def verdict_table(verdict: dict[str, Any]) -> list[str]:
     if verdict.get("harness_cpu_s") is not None:
         lines.append(f"| harness process CPU (user + system) | {verdict['harness_cpu_s']:.2f} | "
                      f"{verdict['harness_cpu_s'] / wall * 100:.1f} % |")
+    for phase, label in (("boot", "until ready"), ("gates", "from ready to the report"), ("after", "after the report")):
+        part = (verdict.get("harness_cpu_by_phase") or {}).get(phase)
+        if part:
+            lines.append(f"|   harness process CPU {label} | {part['cpu_s']:.2f} of {part['wall_s']:.2f} s | "
+                         f"{part['cpu_s'] / part['wall_s'] * 100 if part['wall_s'] else 0:.1f} % of that part |")
     stalls = verdict.get("server_stalls")
     if stalls:
         lines.append(f"| API-server stalls seen by an outside /health probe (> {stalls['threshold_s']} s each) | "

@@ -1,0 +1,137 @@
+"""`make bench`'s guard rule can fail: a figure past its guard fails whatever its interval says.
+
+The figures of the run that exposed the old rule (2026-12-04: output-throughput ratios 1.22
+[0.85, 1.49] and 1.46 [0.98, 1.60], both passed as "noisy") are fed to the checks here and
+must fail; so must a readiness delay past 0.5 s. Also the arithmetic behind the new figures:
+readiness without its own completion, per-request output rate, per-round pairs, CPU by phase.
+No server, no timing: the figures are given.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import bench_fidelity
+import bench_verdict
+import run_all
+
+RATIO = run_all.Check("ratio", ("x",), 0.97, 1.03, ci_path=("ci",), guard=(0.9, 1.1))
+
+
+@pytest.mark.parametrize(("value", "interval"), [(1.22, [0.85, 1.49]), (1.46, [0.98, 1.60]), (0.85, [0.6, 1.2]),
+                                                 (1.17, [1.04, 1.28])])
+def test_a_ratio_past_its_guard_fails_even_when_its_interval_reaches_the_target(value: float,
+                                                                                interval: list[float]) -> None:
+    assert RATIO.verdict(value, {"ci": interval}) == "FAIL"
+
+
+def test_within_the_guard_the_interval_decides_between_noisy_and_missed() -> None:
+    assert RATIO.verdict(1.0, {"ci": [0.5, 1.5]}) == "ok"
+    assert RATIO.verdict(1.06, {"ci": [1.0, 1.12]}) == "noisy"
+    assert RATIO.verdict(1.06, {"ci": [1.05, 1.07]}) == "missed"
+    assert RATIO.verdict(0.91, {"ci": [0.89, 0.99]}) == "noisy"
+    assert RATIO.verdict(1.06) == "missed"  # no interval recorded: nothing softens it
+
+
+def test_a_figure_without_guard_fails_past_its_target_whatever_its_interval() -> None:
+    check = run_all.Check("one-sided", ("x",), None, 0.5, "s", ci_path=("ci",))
+    assert check.verdict(0.49) == "ok"
+    assert check.verdict(0.51, {"ci": [0.1, 0.9]}) == "FAIL"
+
+
+def test_an_unguarded_figure_is_reported_never_ok_never_failed_and_says_why() -> None:
+    check = run_all.Check("wall", ("x",), 0.97, 1.03, unguarded="cannot be measured stably here")
+    assert check.verdict(1.46) == "reported"
+    assert check.verdict(1.0) == "reported"
+    assert check.verdict(None) == "missing"  # not measured still fails the run
+    assert check.bound() == "none (reported)"
+    rows = run_all.evaluate({"x": 1.46}, ["s"], {"s": [check]})
+    assert rows[0]["verdict"] == "reported" and rows[0]["unguarded"] == "cannot be measured stably here"
+
+
+def _fidelity_results(output_rate: float, wall: float, ci: list[float]) -> dict[str, object]:
+    ratios = {"median_ttft": 1.0, "median_decode_tok_s": 1.0, "output_throughput": wall,
+              "median_output_tok_s_per_request": output_rate, "harness_ttft_vs_server_histogram": 1.05}
+    ci95 = {"median_ttft": [0.99, 1.01], "median_decode_tok_s": [0.98, 1.02], "output_throughput": ci,
+            "median_output_tok_s_per_request": ci}
+    readiness = {"readiness_detection_s": 0.3, "ready_after_startup_complete_s": 2.55,
+                 "readiness_completion_s": 2.25}
+    return {"fidelity": {"summary": [{"ratios": ratios, "ci95": ci95}], "readiness": readiness,
+                         "client_at_max_chunk_rate": {"client_core_fraction": 0.1},
+                         "client_cpu_per_chunk_vs_vllm_bench": {"ratio": 0.7},
+                         "server_calibration": {"max_abs_error": 0}}}
+
+
+def test_the_shipped_fidelity_checks_fail_the_past_runs_figures() -> None:
+    checks = {"fidelity": run_all.build_checks(concurrencies=(1,))["fidelity"]}
+    rows = {r["figure"]: r["verdict"] for r in run_all.evaluate(_fidelity_results(1.22, 1.22, [0.85, 1.49]),
+                                                                ["fidelity"], checks)}
+    assert rows["fidelity c=1: median per-request output tok/s, harness / vllm bench"] == "FAIL"
+    # The pass-wall figure is reported beside it, without a guard.
+    assert rows["fidelity c=1: output throughput (pass wall clock), harness / vllm bench"] == "reported"
+    # Readiness: 2.55 s after the log line is reported; the harness's own 0.3 s delay is judged.
+    assert rows["readiness returned after the log's 'Application startup complete.'"] == "reported"
+    assert rows["readiness detection delay after 'Application startup complete.' (its completion excluded)"] == "ok"
+    rows = {r["figure"]: r["verdict"] for r in run_all.evaluate(_fidelity_results(1.0, 1.0, [0.95, 1.05]),
+                                                                ["fidelity"], checks)}
+    assert rows["fidelity c=1: median per-request output tok/s, harness / vllm bench"] == "ok"
+
+
+def test_every_shipped_guarded_check_can_fail() -> None:
+    """No guard that cannot fail: every check that is not only reported has a finite bound."""
+    for checks in run_all.CHECKS.values():
+        for check in checks:
+            if check.unguarded is None:
+                assert check.low is not None or check.high is not None, check.name
+                probe = (check.high if check.high is not None else check.low) or 0.0
+                past = probe + 1e6 if check.high is not None else probe - 1e6
+                assert check.verdict(past, {}) == "FAIL", check.name
+
+
+def test_readiness_split_takes_the_completion_out_of_the_delay() -> None:
+    # The log line at 10.0; a refused probe, then the answered one sent at 10.15 returning at 12.4;
+    # ready noted at 12.55.
+    split = bench_fidelity.readiness_split(10.0, 12.55, [(9.9, 9.95, False), (10.15, 12.4, True)])
+    assert split["readiness_completion_s"] == pytest.approx(2.25)
+    assert split["readiness_detection_s"] == pytest.approx(0.30)
+    assert split["readiness_completions"] == 2
+    assert bench_fidelity.readiness_split(None, 12.55, [(10.15, 12.4, True)])["readiness_detection_s"] is None
+    assert bench_fidelity.readiness_split(10.0, 12.55, [(10.15, 12.4, False)])["readiness_detection_s"] is None
+
+
+def test_per_request_output_rate_includes_ttft() -> None:
+    request = bench_fidelity.RequestFigures(1024, 128, 0.05, 0.33, True)
+    assert request.output_tok_s == pytest.approx(128 / 0.33)
+    assert bench_fidelity.RequestFigures(1024, None, 0.05, 0.33, True).output_tok_s is None
+
+
+def test_paired_round_ratios_pair_passes_of_the_same_round() -> None:
+    def one_pass(tool: str, r: int, duration: float) -> bench_fidelity.PassResult:
+        reqs = [bench_fidelity.RequestFigures(1024, 128, 0.05, 0.3, True)] * 2
+        return bench_fidelity.PassResult(tool, 1, r, reqs, duration)
+
+    pairs = bench_fidelity.paired_round_ratios([one_pass("harness", 0, 1.0), one_pass("harness", 1, 2.0)],
+                                               [one_pass("vllm_bench", 1, 1.0), one_pass("vllm_bench", 0, 2.0)])
+    assert [(p["round"], p["ratio"]) for p in pairs] == [(0, pytest.approx(2.0)), (1, pytest.approx(0.5))]
+
+
+def test_cpu_by_phase_splits_at_ready_and_report_lines() -> None:
+    timeline = [(1.0, "collecting", 0.5), (30.0, "[vllmqual] tiny-cpu ready in 28.0 s at http://h:1", 1.5),
+                (60.0, "suites/test_smoke.py::test_smoke PASSED", 2.5),
+                (70.0, "[vllmqual] report written: r.json", 3.0), (71.0, "1 passed", 3.25)]
+    phases = bench_verdict.cpu_by_phase(timeline)
+    assert phases["boot"] == {"wall_s": 30.0, "cpu_s": 1.5}
+    assert phases["gates"] == {"wall_s": 40.0, "cpu_s": 1.5}
+    assert phases["after"] == {"wall_s": 1.0, "cpu_s": 0.25}
+
+
+def test_harness_cpu_share_is_missed_at_the_measured_figures_and_fails_past_its_guard() -> None:
+    (check,) = [c for c in run_all.CHECKS["verdict"] if c.name == "harness process CPU / wall of a full run"]
+    assert check.verdict(0.018) == "ok"
+    assert check.verdict(0.058) == "missed"  # 2026-12-04, with the openai_sdk and load gates
+    assert check.verdict(0.09) == "FAIL"
