@@ -23,6 +23,7 @@ __all__ = [
     "ProgressFn",
     "ServerHandle",
     "TeardownResult",
+    "ephemeral_low",
     "free_port",
     "new_api_key",
     "port_is_taken",
@@ -123,12 +124,46 @@ server can linger after its engine failed to start (seen: still running 30 s aft
 KV-insufficient error, in and out of containers), and there is nothing to drain."""
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+FREE_PORT_SPAN = 10_000
+"""How many ports below the kernel's ephemeral range :func:`free_port` picks from."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free right now on ``host`` (the OS picks it)."""
+    """A port that is free right now on ``host``, below the kernel's ephemeral range.
+
+    A server binds its port only after importing vLLM, tens of seconds after the port was picked.
+    A port the kernel handed out from its ephemeral range can meanwhile become the source port of
+    any outgoing connection on the machine (a replay arm's server once found its port taken
+    that way), so the pick comes from the ``FREE_PORT_SPAN`` ports below that range, at random;
+    the kernel's own pick is the fallback."""
+    low = ephemeral_low()
+    picker = secrets.SystemRandom()
+    for _ in range(64):
+        port = picker.randrange(max(1024, low - FREE_PORT_SPAN), low)
+        if _bindable(host, port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 where it cannot be read)."""
+    try:
+        return max(1024 + FREE_PORT_SPAN, int(EPHEMERAL_RANGE_FILE.read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_is_taken(host: str, port: int) -> bool:
