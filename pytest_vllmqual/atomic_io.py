@@ -18,7 +18,7 @@ from typing import Any
 
 from pytest_vllmqual.errors import ReportError
 
-__all__ = ["check_writable_dir", "write_json_atomic", "write_text_atomic"]
+__all__ = ["check_writable_dir", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
 
 
 def check_writable_dir(directory: Path, *, what: str = "reports directory") -> None:
@@ -52,14 +52,19 @@ def _write_hint(exc: OSError, directory: Path) -> str:
 
 def write_text_atomic(text: str, path: Path, *, what: str = "report") -> Path:
     """Write ``text`` to ``path`` via a temp file, fsync and rename; ReportError names the path."""
+    return write_bytes_atomic(text.encode("utf-8"), path, what=what)
+
+
+def write_bytes_atomic(data: bytes, path: Path, *, what: str = "report") -> Path:
+    """Write ``data`` to ``path`` like :func:`write_text_atomic` (a compressed file, say)."""
     path = Path(path)
     directory = path.parent
     tmp_name: str | None = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)

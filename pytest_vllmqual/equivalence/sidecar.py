@@ -2,7 +2,8 @@
 
 The probe gate writes the answers (token IDs and log probabilities, no text) into the arm's
 private folder (:data:`PRIVATE_NAME`). When the report is written, :func:`publish` copies them
-beside the report as ``<report stem>.probe.json`` with what a later comparison needs from the
+beside the report as ``<report stem>.probe.json.gz`` (gzip: a sidecar holds megabytes of
+numbers, and a name that does not end in ``.json`` keeps it out of globs for reports) with what a later comparison needs from the
 report itself (the checkpoint pin, prefix caching, the logprobs mode), and returns the reference
 the report carries (``equivalence_probe``): the file's name and SHA-256, the probe hash, K. A
 comparison, ``vllmqual compare`` and the reference mode then work from public files alone
@@ -11,13 +12,14 @@ comparison, ``vllmqual compare`` and the reference mode then work from public fi
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.atomic_io import write_text_atomic
+from pytest_vllmqual.atomic_io import write_bytes_atomic
 
 __all__ = ["FORMAT", "PRIVATE_NAME", "checkpoint_pin", "load", "logprobs_mode", "prefix_caching", "publish",
            "sidecar_name"]
@@ -29,7 +31,7 @@ DEFAULT_LOGPROBS_MODE = "raw_logprobs"
 
 
 def sidecar_name(report_path: Path) -> str:
-    return f"{Path(report_path).stem}.probe.json"
+    return f"{Path(report_path).stem}.probe.json.gz"
 
 
 def checkpoint_pin(report: Mapping[str, Any]) -> dict[str, str] | None:
@@ -71,7 +73,8 @@ def publish(private_file: Path, report: Mapping[str, Any], report_path: Path) ->
            "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}
     sidecar = {"format": FORMAT, **body, "arm": arm}
     path = Path(report_path).parent / sidecar_name(report_path)
-    write_text_atomic(json.dumps(sidecar, separators=(",", ":")) + "\n", path, what="probe sidecar")  # compact: MBs
+    text = json.dumps(sidecar, separators=(",", ":")) + "\n"
+    write_bytes_atomic(gzip.compress(text.encode("utf-8"), mtime=0), path, what="probe sidecar")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return {"file": path.name, "sha256": digest, "probe_sha256": body.get("probe_sha256"),
             "tokenizer_sha256": body.get("tokenizer_sha256"), "top_k": body.get("top_k"), **arm}
@@ -87,8 +90,8 @@ def load(reference: Mapping[str, Any], folder: Path) -> tuple[dict[str, Any] | N
     if hashlib.sha256(data).hexdigest() != reference.get("sha256"):
         return None, f"its probe sidecar {name} does not match the SHA-256 the report recorded"
     try:
-        sidecar = json.loads(data)
-    except ValueError:
+        sidecar = json.loads(gzip.decompress(data) if name.endswith(".gz") else data)
+    except (ValueError, OSError, EOFError):
         return None, f"its probe sidecar {name} is not JSON"
     if not isinstance(sidecar, dict) or sidecar.get("format") != FORMAT:
         return None, f"its probe sidecar {name} is not a {FORMAT} file"

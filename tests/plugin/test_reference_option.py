@@ -4,6 +4,7 @@ is a clear usage error before any server starts."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -46,19 +47,19 @@ def test_a_reference_without_a_probe_is_a_usage_error(pytester: pytest.Pytester)
 
 def test_a_reference_whose_sidecar_changed_is_a_usage_error(pytester: pytest.Pytester) -> None:
     path = earlier(pytester.path / "then")
-    sidecar = path.parent / "earlier.probe.json"
-    sidecar.write_text(sidecar.read_text().replace('"synthetic"', '"edited"'))
+    sidecar = path.parent / "earlier.probe.json.gz"
+    sidecar.write_bytes(gzip.compress(gzip.decompress(sidecar.read_bytes()).replace(b'"synthetic"', b'"edited"')))
     result = run(pytester, "--recipe=tiny-cpu", f"--vllmqual-reference={path}")
-    assert_clean_usage_error(result, "earlier.probe.json does not match the SHA-256 the report recorded")
+    assert_clean_usage_error(result, "earlier.probe.json.gz does not match the SHA-256 the report recorded")
     assert_nothing_started(pytester)
 
 
 def test_a_relative_reference_is_read_from_where_pytest_runs(pytester: pytest.Pytester) -> None:
     earlier(pytester.path / "then")
-    sidecar = pytester.path / "then" / "earlier.probe.json"
+    sidecar = pytester.path / "then" / "earlier.probe.json.gz"
     sidecar.unlink()
     result = run(pytester, "--recipe=tiny-cpu", "--vllmqual-reference=then/earlier.json")
-    assert_clean_usage_error(result, "its probe sidecar earlier.probe.json is not beside the report")
+    assert_clean_usage_error(result, "its probe sidecar earlier.probe.json.gz is not beside the report")
 
 
 def test_a_reference_beside_an_ab_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -6,6 +6,7 @@ run's report becomes the next run's reference, and a drift that is not equivalen
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def test_the_same_probe_is_equivalent_with_every_difference_at_zero(tmp_path: Pa
         assert figure(section, key)["point"] == figure(section, key)["high"] == 0.0, key
     assert section["floor"] == {"status": "not measured", "reason": NO_FLOOR}
     assert all(f["floor"] is None for f in section["figures"])
-    assert section["reference"]["report"] == "earlier.json" and section["reference"]["sidecar"] == "earlier.probe.json"
+    assert section["reference"]["report"] == "earlier.json" and section["reference"]["sidecar"] == "earlier.probe.json.gz"
     assert section["thresholds"]["source"].startswith("default: llama.cpp")
     assert drift_line(section).startswith("drift against earlier.json: equivalent: every exact figure within")
     report = arm_report()
@@ -98,9 +99,9 @@ def test_another_probe_or_checkpoint_is_not_measurable_and_says_which(tmp_path: 
 
 def test_a_reference_whose_sidecar_changed_is_refused(tmp_path: Path) -> None:
     path = write_reference(tmp_path, probe_body())
-    sidecar = tmp_path / "earlier.probe.json"
-    sidecar.write_text(sidecar.read_text().replace('"synthetic"', '"edited"'))
-    with pytest.raises(ComparisonError, match=r"the reference .*earlier\.json: its probe sidecar earlier\.probe\.json "
+    sidecar = tmp_path / "earlier.probe.json.gz"
+    sidecar.write_bytes(gzip.compress(gzip.decompress(sidecar.read_bytes()).replace(b'"synthetic"', b'"edited"')))
+    with pytest.raises(ComparisonError, match=r"the reference .*earlier\.json: its probe sidecar earlier\.probe\.json\.gz "
                                               r"does not match the SHA-256 the report recorded\. Fix:"):
         load_reference(path)
 
@@ -113,7 +114,7 @@ def test_a_reference_that_is_not_a_probed_report_is_refused(tmp_path: Path) -> N
     with pytest.raises(ComparisonError, match="ran no equivalence probe"):
         load_reference(plain)
     gone = write_reference(tmp_path / "gone", probe_body())
-    (gone.parent / "earlier.probe.json").unlink()
+    (gone.parent / "earlier.probe.json.gz").unlink()
     with pytest.raises(ComparisonError, match="is not beside the report"):
         load_reference(gone)
 
