@@ -90,5 +90,6 @@ def test_the_tiny_cpu_load_gate_passes_on_the_real_server(tiny_run: SessionRun) 
     for level, row in levels.items():
         assert row["requests"] == 32 and row["errors"] == 0 and row["goodput_pct"] == 100.0
         assert row["max_in_flight"] == level and row["prompt_tokens_min"] == row["prompt_tokens_max"] == 128
-        assert row["server_ttft_count"] == 33, "the server saw the warm-up and the 32 counted requests"
+        # The histograms are read after the warm-up request, so they hold the 32 counted requests only.
+        assert row["server_ttft_count"] == 32, "the server's histograms hold exactly the counted requests"
     assert "load: 3/3 promoted levels met the SLOs (1, 2, 4 in flight)" in tiny_run.output
