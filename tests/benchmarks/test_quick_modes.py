@@ -130,7 +130,7 @@ def test_run_all_quick(quick_runs: dict[str, QuickRun]) -> None:
     tables = subprocess.run([sys.executable, str(BENCHMARKS / "render_tables.py"), str(run.result)], cwd=ROOT,
                             capture_output=True, text=True, check=False)
     assert tables.returncode == 0, tables.stderr[-3000:]
-    assert "| verdict | figure |" in tables.stdout
+    assert "| target | figure (this run) | verdict |" in tables.stdout
 
 
 def test_fidelity_quick(quick_runs: dict[str, QuickRun]) -> None:
