@@ -446,3 +446,13 @@ def test_one_gpu_load_levels_are_judged_on_the_client_where_both_views_agree() -
     assert {lv["level"] for lv in levels} >= {1, 8, 9, 16}
     assert all(lv["ttft_source"] == "client" and lv["tpot_source"] == "client" for lv in levels)
     assert [lv["level"] for lv in levels if lv["slo_judgement"] == "met"] == [1, 8]
+
+
+def test_one_gpu_smollm2_with_the_pinned_folder_verifies_its_identity_and_climbs_the_ladder() -> None:
+    """The folder converted by transformers 5.19 (carried, its prepare step overridden) is the pin:
+    identity verified on the H200; the ladder passes with the template-head prefix-cache rule."""
+    report = load(EQUIVALENCE / "smollm2-gpu-pinned.json")
+    gates = {g["gate"]: g for g in report["gates"]}
+    assert gates["identity"]["outcome"] == "passed" and gates["ladder"]["outcome"] == "passed"
+    assert report["recipe"]["overrides"] and "prepare" in json.dumps(report["recipe"]["overrides"])
+    assert gates["quality_long_context"]["outcome"] == "failed" and report["decision"]["verdict"] == "no-promotion"
