@@ -1,34 +1,19 @@
-"""pytest glue: options, markers, fixtures, xdist hand-off, report hooks (with ``hookspecs``, the
-only module that imports pytest; the work is done by the pytest-free core, see ARCHITECTURE.md).
+"""pytest glue: options, markers, xdist hand-off, collection order, report hooks. With
+``hookspecs`` and ``fixtures`` (which this module registers as a plugin: ``pytest_plugins``),
+the only modules that import pytest; the work is done by the pytest-free core (ARCHITECTURE.md).
 
-Fixtures: function-scoped handles over one session-scoped server (the pytest-httpserver
-layering). The run (``run.QualRun``) lives in ``config.stash``; the session-scoped fixtures are
-parametrized by arm, so pytest itself tears one arm's server down before the next arm's starts.
-Each fixture has one name (their types are importable from ``pytest_vllmqual``):
-
-- ``vllmqual_arm`` (session) -> str: the key of the arm (the recipe, an A/B or campaign arm, or a
-  ``recipe`` marker's recipe).
-- ``vllm_server`` (session) -> ServerHandle: that arm's ready server, started on first use and
-  stopped when the arm's tests are done (override it in a conftest to bring your own server).
-- ``recipe`` -> Recipe: the recipe of the test's arm.
-- ``gate`` -> GateRecorder: where the test records attempts, measurements and a summary; a test
-  that uses it is a gate and gets an entry in the report.
-- ``qual_client`` -> QualClient: an API client wired to the gate and to the liveness guard.
-- ``server_facts`` (session) -> dict: engine facts, endpoint facts and the identity check, read
-  once after readiness.
-- ``progress`` -> ProgressFn: prints a ``[vllmqual]`` line to the terminal, past output capture.
-
-Two more are autouse and private: one ends a test that talks to a server found gone, one holds
-the traffic lock (exclusively for measurement gates and the equivalence probe).
+The run (``session.run.QualRun``) lives in ``config.stash``. The fixtures, one name each, are in
+``fixtures``: ``vllmqual_arm``, ``vllm_server``, ``recipe``, ``gate``, ``qual_client``,
+``server_facts`` and ``progress``. A gate's outcome and status are decided by the recorder
+(``gates.recorder.end_phase``) from the values this module reads off pytest's report.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import signal
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +22,16 @@ from _pytest.mark import MarkMatcher
 from _pytest.mark.expression import Expression
 
 from pytest_vllmqual.atomic_io import check_writable_dir
-from pytest_vllmqual.client.qual_client import QualClient
-from pytest_vllmqual.errors import LaunchError, RecipeError, ServerGoneError, VllmQualError
-from pytest_vllmqual.gates.recorder import GateRecorder
+from pytest_vllmqual.errors import RecipeError, ServerGoneError, VllmQualError
+from pytest_vllmqual.gates.recorder import GateRecorder, end_phase, failed_on_its_own
 from pytest_vllmqual.gates.registry import title_of
-from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.layout import names_shipped_gates
 from pytest_vllmqual.privacy.failure_reason import repeats_its_causes, report_reason
 from pytest_vllmqual.privacy.sanitize import Sanitizer, scrub_test_report
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import GateOutcome, GateRecord, RunRecord
+from pytest_vllmqual.records import GateRecord, RunRecord
 from pytest_vllmqual.session.controller import ControllerRun
 from pytest_vllmqual.session.run import QualRun, gate_junit_properties, session_recipe
-from pytest_vllmqual.session.server import traffic_lock
 from pytest_vllmqual.session.settings import (
     COMMAND_LINE_OPTIONS,
     OPTION_GROUP_HELP,
@@ -59,8 +41,11 @@ from pytest_vllmqual.session.settings import (
 )
 from pytest_vllmqual.session.worker import WorkerRun
 
-__all__ = ["MARKERS", "RUN_KEY", "RunHooks", "gate", "progress", "qual_client", "recipe",
-           "server_facts", "vllm_server", "vllmqual_arm"]
+__all__ = ["MARKERS", "MEASUREMENT_MARKERS", "RECORD_KEY", "RUN_KEY", "RunHooks", "activation_reason", "arm_of",
+           "gate_name", "new_recorder", "progress_printer", "session_sanitizer"]
+
+pytest_plugins = ["pytest_vllmqual.fixtures"]
+"""The fixtures, registered with this plugin (and blocked with it by ``-p no:vllmqual``)."""
 
 RUN_KEY = pytest.StashKey[QualRun]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -108,7 +93,8 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def _progress(config: pytest.Config) -> Any:
+def progress_printer(config: pytest.Config) -> Callable[[str], None]:
+    """A ProgressFn: one ``[vllmqual]`` line on the terminal, past output capture."""
     def emit(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         capture = config.pluginmanager.get_plugin("capturemanager")
@@ -131,16 +117,6 @@ def activation_reason(config: pytest.Config) -> str | None:
         collects_shipped_gates=names_shipped_gates([str(a) for a in config.args],
                                                    pyargs=bool(getattr(config.option, "pyargs", False)),
                                                    base=Path(str(config.invocation_params.dir))))
-
-
-def _active_run(config: pytest.Config) -> QualRun:
-    """The session's QualRun; a test that needs it in an inert session fails with the fix."""
-    run = config.stash.get(RUN_KEY, None)
-    if run is None:
-        pytest.fail("pytest_vllmqual is not active in this run, so there is no recipe or server. Fix: pass "
-                    "--recipe=NAME|PATH or --vllmqual-endpoint URL (or set VLLMQUAL_RECIPE, or the ini key "
-                    "vllmqual_recipe).", pytrace=False)
-    return run
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -180,7 +156,7 @@ def _new_run(config: pytest.Config, settings: Settings, recipe: Recipe) -> QualR
     """The session's run, built in one place: on an xdist worker, its view of the server the
     controller handed over; else the controller, its arms planned (``--ab``, ``--campaign``) and
     the report hooks passed in."""
-    progress, args = _progress(config), list(config.invocation_params.args)
+    progress, args = progress_printer(config), list(config.invocation_params.args)
     if _is_worker(config):
         return WorkerRun(settings, recipe, progress=progress, invocation_args=args,
                          handoff=config.workerinput.get("vllmqual", {}))  # type: ignore[attr-defined]
@@ -226,7 +202,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 # -- arms and ordering ----------------------------------------------------------------------
 
-def _arm_of(item: pytest.Item) -> str | None:
+def arm_of(item: pytest.Item) -> str | None:
+    """The key of the test's arm (its ``vllmqual_arm`` parameter or ``recipe`` marker); None: the session recipe."""
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("vllmqual_arm"):
         return str(callspec.params["vllmqual_arm"])
@@ -262,9 +239,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     if isinstance(run, ControllerRun) and run.arm_marks:
         _deselect_per_arm(config, run, items)
-    sort_key = run.test_order([_arm_of(item) or run.default_recipe.name for item in items])
-    items.sort(key=lambda it: sort_key(_arm_of(it) or run.default_recipe.name,
-                                       _gate_name(it) if "gate" in getattr(it, "fixturenames", ()) else None))
+    sort_key = run.test_order([arm_of(item) or run.default_recipe.name for item in items])
+    items.sort(key=lambda it: sort_key(arm_of(it) or run.default_recipe.name,
+                                       gate_name(it) if "gate" in getattr(it, "fixturenames", ()) else None))
     if not _is_worker(config) and any({"gate", "vllm_server"} & set(getattr(it, "fixturenames", ())) for it in items):
         try:  # before any server starts: a report that cannot be written makes the run worthless
             check_writable_dir(run.settings.reports_dir)
@@ -282,143 +259,22 @@ def _deselect_per_arm(config: pytest.Config, run: ControllerRun, items: list[pyt
                                 f"{exc.offset}. Fix: write it as for -m, e.g. candidate='smoke or equivalence'.") from None
 
     def selects(item: pytest.Item, key: str) -> bool:
-        marks, gate_name = MarkMatcher.from_markers(item.iter_markers()), _gate_name(item)
-        return compiled[key].evaluate(lambda name, /, **kwargs: marks(name, **kwargs) or name == gate_name)
+        marks, named = MarkMatcher.from_markers(item.iter_markers()), gate_name(item)
+        return compiled[key].evaluate(lambda name, /, **kwargs: marks(name, **kwargs) or name == named)
 
-    dropped = [item for item in items if (_arm_of(item) or "") in compiled and not selects(item, str(_arm_of(item)))]
+    dropped = [item for item in items if (arm_of(item) or "") in compiled and not selects(item, str(arm_of(item)))]
     for item in dropped:
-        item.stash[DESELECTED_BY_KEY] = run.arm_marks[str(_arm_of(item))].how
+        item.stash[DESELECTED_BY_KEY] = run.arm_marks[str(arm_of(item))].how
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
 
 
-# -- the server for a test ------------------------------------------------------------------
+# -- gates: their records and how they ended ----------------------------------------------
 
 
-def _fail(exc: VllmQualError, config: pytest.Config) -> None:
-    """Fail with the harness's own account (LaunchError's str carries no log text), scrubbed.
-    The failure carries the error's status, so a gate that reuses a session fixture's cached
-    failure still records why (``startup_timeout``, ``server_dead``, ...)."""
-    failure = pytest.fail.Exception(_session_sanitizer(config).scrub(str(exc)), pytrace=False)
-    failure.vllmqual_status = getattr(exc, "status", None)  # type: ignore[attr-defined]
-    raise failure from None  # said once: not again as "during handling of" the error it words
-
-
-def _arm_key(request: pytest.FixtureRequest) -> str:
-    run = request.config.stash[RUN_KEY]
-    return _arm_of(request.node) or run.default_recipe.name
-
-
-@pytest.fixture(scope="session")
-def vllmqual_arm(request: pytest.FixtureRequest) -> str:
-    """The key of this test's arm (session-scoped; the parameter is set by
-    ``pytest_generate_tests``): an A/B or campaign arm, a ``recipe`` marker's recipe, or the
-    session recipe. A campaign arm that its campaign does not run is skipped with the reason."""
-    run = _active_run(request.config)
-    key = str(getattr(request, "param", None) or run.default_recipe.name)
-    reason = run.campaign_skip_reason(key)
-    if reason is not None:
-        pytest.skip(f"campaign: {reason}")
-    return key
-
-
-@pytest.fixture
-def recipe(request: pytest.FixtureRequest, vllmqual_arm: str) -> Recipe:
-    """The Recipe of this test's arm."""
-    try:
-        return request.config.stash[RUN_KEY].arm(vllmqual_arm).recipe
-    except RecipeError as exc:
-        _fail(exc, request.config)
-        raise
-
-
-@pytest.fixture(scope="session")
-def vllm_server(request: pytest.FixtureRequest, vllmqual_arm: str) -> Iterator[ServerHandle]:
-    """The ready server of this arm (session-scoped: started by the run on first use, stopped by
-    the run when pytest finishes the arm; at most one is alive). Override it in a conftest to
-    bring your own server."""
-    run = _active_run(request.config)
-    try:
-        handle = run.start_server(vllmqual_arm)
-    except (LaunchError, RecipeError) as exc:  # a recipe marker naming no recipe fails like a bad --recipe
-        _fail(exc, request.config)
-        raise
-    yield handle
-    if request.session.shouldstop or request.session.shouldfail:  # -x, --maxfail: the report says so
-        run.mark_interrupted()
-    run.finish_arm(vllmqual_arm)
-
-
-@pytest.fixture(scope="session")
-def server_facts(request: pytest.FixtureRequest, vllmqual_arm: str, vllm_server: ServerHandle) -> dict[str, Any]:
-    """Engine facts, endpoint facts and the identity check, read once after readiness.
-
-    They need a server that started, not one that is still alive: a server that died later (a
-    ladder rung that killed it) still had these facts, and the gates that judge them still run.
-    """
-    return request.config.stash[RUN_KEY].server_facts(vllmqual_arm)
-
-
-@pytest.fixture(autouse=True)
-def _vllmqual_server_alive(request: pytest.FixtureRequest) -> None:
-    """A test that talks to the server (``vllm_server`` or ``qual_client``) ends at once as
-    ``server_dead`` / ``hung`` when an earlier gate found the server gone."""
-    run = request.config.stash.get(RUN_KEY, None)
-    if run is None or not _talks_to_server(request):
-        return
-    request.getfixturevalue("vllm_server")
-    guard = run.guard(_arm_key(request))
-    try:
-        if guard is not None:
-            guard.assert_usable()
-    except ServerGoneError as exc:
-        _fail(exc, request.config)
-
-
-def _talks_to_server(request: pytest.FixtureRequest) -> bool:
-    if "qual_client" in request.fixturenames:
-        return True
-    function = getattr(request, "function", None)
-    return function is not None and "vllm_server" in inspect.signature(function).parameters
-
-
-@pytest.fixture
-def progress(request: pytest.FixtureRequest) -> Any:
-    """A ProgressFn that prints a ``[vllmqual]`` line to the terminal, past output capture."""
-    return _progress(request.config)
-
-
-@pytest.fixture
-def gate(request: pytest.FixtureRequest, vllmqual_arm: str) -> GateRecorder:
-    """Where this gate records attempts, measurements, thresholds and its k/N summary."""
-    recorder: GateRecorder | None = request.node.stash.get(RECORD_KEY, None)
-    return recorder if recorder is not None else _new_recorder(request.node)
-
-
-@pytest.fixture
-def qual_client(request: pytest.FixtureRequest, vllm_server: ServerHandle, gate: GateRecorder,
-                recipe: Recipe) -> Iterator[QualClient]:
-    """An API client for this test: no retries, every call recorded into ``gate``."""
-    guard = request.config.stash[RUN_KEY].guard(_arm_key(request))
-    with QualClient(vllm_server, timeout_s=recipe.requests.timeout_s, sink=gate, guard=guard,
-                    retries=recipe.requests.retries) as client:
-        yield client
-
-
-@pytest.fixture(autouse=True)
-def _vllmqual_traffic_isolation(request: pytest.FixtureRequest) -> Generator[None, None, None]:
-    """Measurement gates hold the traffic lock exclusively; other gates share it."""
-    if "gate" not in request.fixturenames or RUN_KEY not in request.config.stash:
-        yield
-        return
-    private_dir = request.config.stash[RUN_KEY].private_dir(_arm_key(request))
-    exclusive = any(request.node.get_closest_marker(m) for m in MEASUREMENT_MARKERS)
-    with traffic_lock(private_dir, exclusive=exclusive):
-        yield
-
-
-def _gate_name(item: pytest.Item) -> str:
+def gate_name(item: pytest.Item) -> str:
+    """The gate's evidence name: its ``gate`` marker's, else the test's name without ``test_``."""
     marker = item.get_closest_marker("gate")
     if marker is not None and marker.args:
         return str(marker.args[0])
@@ -426,14 +282,15 @@ def _gate_name(item: pytest.Item) -> str:
     return name[5:] if name.startswith("test_") else name
 
 
-def _new_recorder(item: pytest.Item) -> GateRecorder:
+def new_recorder(item: pytest.Item) -> GateRecorder:
+    """A fresh recorder for the gate ``item`` (kept in its stash, where the ``gate`` fixture finds it)."""
     config = item.config
     run = config.stash[RUN_KEY]
-    arm = _arm_of(item) or run.default_recipe.name
+    arm = arm_of(item) or run.default_recipe.name
     private_dir = run.private_dir(arm)
     prefix = f"{config.workerinput['workerid']}-" if _is_worker(config) else ""  # type: ignore[attr-defined]
     doc = (getattr(item, "obj", None).__doc__ or "").strip().splitlines() if hasattr(item, "obj") else []
-    name = _gate_name(item)
+    name = gate_name(item)
     record = GateRecord(
         nodeid=item.nodeid, gate=name, title=title_of(name, doc[0] if doc else ""),
         markers=sorted({m.name for m in item.iter_markers() if m.name in MARKERS}),
@@ -447,7 +304,7 @@ def _new_recorder(item: pytest.Item) -> GateRecorder:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if "gate" in getattr(item, "fixturenames", ()) and RUN_KEY in item.config.stash:
-        recorder = _new_recorder(item)
+        recorder = new_recorder(item)
         if not item.config.getoption("vllmqual_no_fail_fast"):
             from pytest_vllmqual.session.gate_order import stop_reason
 
@@ -459,53 +316,43 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A gate's phase report: the recorder decides what it says about the gate (``end_phase``);
+    here, what pytest shows of it (said once, scrubbed) and the gate's entry it carries."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     recorder = item.stash.get(RECORD_KEY, None)
     if recorder is None:
         if RUN_KEY in item.config.stash and set(getattr(item, "fixturenames", ())) & VLLMQUAL_FIXTURES:
-            scrub_test_report(report, _session_sanitizer(item.config))
+            scrub_test_report(report, session_sanitizer(item.config))
         return
-    record = recorder.record
-    if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
-        gone = call.excinfo.value
-        record.status = gone.status
+    error = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(error, ServerGoneError):
         # The harness's verdict only; the log tail is server text and stays in the private folder.
-        report.longrepr = f"{gone.status}: {gone}"
-    final = report.when == "call" or (report.when == "setup" and report.outcome != "passed")
-    if not final:
-        scrub_test_report(report, _session_sanitizer(item.config))  # a teardown error, captured output
+        report.longrepr = f"{error.status}: {error}"
+    elif call.excinfo is not None and report.failed and report.when != "teardown" and repeats_its_causes(call.excinfo.value):
+        _drop_repeated_causes(item, call.excinfo, report)  # a teardown error keeps pytest's own rendering
+    ended = end_phase(recorder.record, when=report.when, outcome=report.outcome, duration_s=report.duration,
+                      error=error, error_status=getattr(error, "vllmqual_status", None) or getattr(error, "status", None),
+                      reason=None if report.passed else report_reason(report, error))
+    if not ended:
+        scrub_test_report(report, session_sanitizer(item.config))  # a teardown error, captured output
         return
-    record.outcome = GateOutcome("error" if report.when == "setup" and report.outcome == "failed" else report.outcome)
-    record.duration_s = round(report.duration, 4)
-    if (call.excinfo is not None and report.failed and not isinstance(call.excinfo.value, ServerGoneError)
-            and repeats_its_causes(call.excinfo.value)):  # a server gone is already worded once above
-        _drop_repeated_causes(item, call.excinfo, report)
-    if report.outcome != "passed":
-        record.reason = report_reason(report, call.excinfo.value if call.excinfo is not None else None)
-        if call.excinfo is not None and isinstance(call.excinfo.value, ServerGoneError):
-            record.reason = f"{call.excinfo.value.status}: {call.excinfo.value}"  # not the log tail's last lines
-    if report.when == "setup" and record.status is None and call.excinfo is not None:
-        error = call.excinfo.value
-        record.status = getattr(error, "vllmqual_status", None) or getattr(error, "status", None)
-    if report.when == "setup" and report.failed and call.excinfo is not None:
-        _startup_failure_said_once(item, report, call.excinfo.value)
-    if (record.outcome in ("failed", "error") and record.status is None
-            and not item.config.getoption("vllmqual_no_fail_fast")):  # a startup failure has its own status
+    if report.when == "setup" and report.failed and error is not None:
+        _startup_failure_said_once(item, report, error)
+    if failed_on_its_own(recorder.record) and not item.config.getoption("vllmqual_no_fail_fast"):
         from pytest_vllmqual.session.gate_order import record_stop
 
-        record_stop(recorder.private_dir, record.gate)
-    data = record.to_dict()
-    report.vllmqual_gate = data  # type: ignore[attr-defined]
-    sanitizer = _session_sanitizer(item.config)
-    properties = gate_junit_properties(record, sanitizer)
+        record_stop(recorder.private_dir, recorder.record.gate)
+    report.vllmqual_gate = recorder.record.to_dict()  # type: ignore[attr-defined]
+    sanitizer = session_sanitizer(item.config)
+    properties = gate_junit_properties(recorder.record, sanitizer)
     # junit writes the properties of the *teardown* report, which pytest builds from the item.
     item.user_properties.extend(properties)
     report.user_properties.extend(properties)
     scrub_test_report(report, sanitizer)
 
 
-def _session_sanitizer(config: pytest.Config) -> Sanitizer:
+def session_sanitizer(config: pytest.Config) -> Sanitizer:
     """One Sanitizer per session, taught the run's secrets (API keys, recipe env values)."""
     cached = config.stash.get(SANITIZER_KEY, None)
     if cached is None:
@@ -517,7 +364,7 @@ def _session_sanitizer(config: pytest.Config) -> Sanitizer:
 def _startup_failure_said_once(item: pytest.Item, report: pytest.TestReport, error: BaseException) -> None:
     """A failed start fails every gate of its arm alike: shown in full at the first, pointed to after."""
     status = getattr(error, "vllmqual_status", None)
-    first = item.config.stash.setdefault(STARTUP_SAID_KEY, {}).setdefault(f"{_arm_of(item)}\n{error}", item.nodeid)
+    first = item.config.stash.setdefault(STARTUP_SAID_KEY, {}).setdefault(f"{arm_of(item)}\n{error}", item.nodeid)
     if status is not None and first != item.nodeid:
         report.longrepr = f"not run: the server did not start [{status}], as reported in full at {first}"
 
@@ -551,7 +398,7 @@ class RunHooks:
                        if value)
         for item in items:
             if "gate" in getattr(item, "fixturenames", ()):
-                self.run.record_deselected(_arm_of(item) or self.run.default_recipe.name, _gate_name(item),
+                self.run.record_deselected(arm_of(item) or self.run.default_recipe.name, gate_name(item),
                                            item.stash.get(DESELECTED_BY_KEY, how))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -584,7 +431,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     try:
         redact_junit_hostname(Path(os.path.abspath(xmlpath)))
-        scrub_junit(Path(os.path.abspath(xmlpath)), _session_sanitizer(config))
+        scrub_junit(Path(os.path.abspath(xmlpath)), session_sanitizer(config))
     except VllmQualError as exc:
         config.stash[RUN_KEY].progress(f"junit XML not redacted: {exc}")
 

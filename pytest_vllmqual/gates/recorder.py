@@ -3,6 +3,11 @@ run's private folder, named by SHA-256 in public outputs), measurements, thresho
 summary. The ``gate`` fixture hands one ``GateRecorder`` to each gate; the plugin turns the
 filled ``GateRecord`` into the report's gate entry and the junit properties.
 
+How a gate ended is decided here too, from plain values the plugin reads off pytest's report
+(``end_phase``): the outcome, the harness's status (a server found gone, a failed start) and
+the reason, and whether the gate failed on its own evidence (``failed_on_its_own``), which is
+what stops the arm's remaining gates.
+
 The recorder is the one writer of gate artifacts, and names them: ``gates/<gate>/<n>-<label>``
 with every character outside ``A-Za-z0-9_.-`` (and a leading dot) folded to ``_``, so any gate
 name or label gives a relative name inside the gate's folder. ``report.artifacts`` lists and verifies them.
@@ -15,10 +20,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.errors import ArtifactError
-from pytest_vllmqual.records import Attempt, GateRecord
+from pytest_vllmqual.errors import ArtifactError, ServerGoneError
+from pytest_vllmqual.records import Attempt, GateOutcome, GateRecord
 
-__all__ = ["GateRecorder", "artifact_part"]
+__all__ = ["GateRecorder", "artifact_part", "end_phase", "failed_on_its_own"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -64,3 +69,36 @@ class GateRecorder:
 
     def summary(self, text: str) -> None:
         self.record.summary = text
+
+
+def end_phase(record: GateRecord, *, when: str, outcome: str, duration_s: float, error: BaseException | None = None,
+              error_status: str | None = None, reason: str | None = None) -> bool:
+    """Write what one phase of the gate's test (``setup``, ``call``, ``teardown``) says about the
+    gate into its record; True when this phase settled the gate's outcome.
+
+    ``outcome`` is pytest's (``passed``, ``failed``, ``skipped``); ``error`` the exception the
+    phase raised and ``error_status`` the harness's status it carries (``server_dead``, a failed
+    start's ``kv_insufficient``, ...); ``reason`` the failure or skip in words. The call phase
+    settles a gate, and so does a setup that did not pass (a failed setup is an ``error``). A
+    server found gone is the gate's status whatever the phase, and its reason is the harness's
+    one line, not the log tail's last lines. A failed setup carries the status of the error
+    that failed it (a failed start), unless a server found gone already set one.
+    """
+    gone = error if isinstance(error, ServerGoneError) else None
+    if gone is not None:
+        record.status = gone.status
+    if not (when == "call" or (when == "setup" and outcome != "passed")):
+        return False
+    record.outcome = GateOutcome("error" if when == "setup" and outcome == "failed" else outcome)
+    record.duration_s = round(duration_s, 4)
+    if outcome != "passed":
+        record.reason = f"{gone.status}: {gone}" if gone is not None else reason
+    if when == "setup" and record.status is None and error is not None:
+        record.status = error_status
+    return True
+
+
+def failed_on_its_own(record: GateRecord) -> bool:
+    """A gate that failed or errored with no harness status (its own evidence, not a server
+    that was gone or never started): what stops the arm's remaining fail-fast gates."""
+    return record.outcome.failing and record.status is None

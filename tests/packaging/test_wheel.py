@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_MEMBERS = [
     "pytest_vllmqual/plugin.py",
+    "pytest_vllmqual/fixtures.py",
     "pytest_vllmqual/layout.py",
     "pytest_vllmqual/schemas/recipe.schema.yaml",
     "pytest_vllmqual/schemas/report.schema.json",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import pytest_vllmqual.fixtures as fixtures
 import pytest_vllmqual.plugin as plugin
 
 PUBLIC_FIXTURES = {"recipe", "gate", "qual_client", "server_facts", "progress", "vllm_server", "vllmqual_arm"}
@@ -39,9 +40,9 @@ def test_own_gate(vllm_server: ServerHandle, recipe: Recipe, gate: GateRecorder,
 '''
 
 
-def _plugin_fixtures() -> set[str]:
-    """The names of the fixtures plugin.py defines, read from its source."""
-    tree = ast.parse(Path(plugin.__file__).read_text())
+def _fixtures_of(module: object) -> set[str]:
+    """The names of the fixtures a module defines, read from its source."""
+    tree = ast.parse(Path(str(getattr(module, "__file__", ""))).read_text())
     names = set()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and any(
@@ -51,12 +52,14 @@ def _plugin_fixtures() -> set[str]:
 
 
 def test_each_fixture_has_one_name() -> None:
-    assert _plugin_fixtures() == PUBLIC_FIXTURES | PRIVATE_FIXTURES
-    assert PUBLIC_FIXTURES <= set(plugin.__all__) and not set(REMOVED) & set(plugin.__all__)
+    assert _fixtures_of(fixtures) == PUBLIC_FIXTURES | PRIVATE_FIXTURES
+    assert _fixtures_of(plugin) == set(), "plugin.py holds the hooks, fixtures.py the fixtures"
+    assert PUBLIC_FIXTURES == set(fixtures.__all__) and not set(REMOVED) & set(fixtures.__all__)
+    assert plugin.pytest_plugins == ["pytest_vllmqual.fixtures"]  # registered (and blocked) with the plugin
 
 
-def test_the_plugin_docstring_names_every_public_fixture_and_no_alias() -> None:
-    doc = plugin.__doc__ or ""
+def test_the_fixtures_docstring_names_every_public_fixture_and_no_alias() -> None:
+    doc = fixtures.__doc__ or ""
     assert all(f"``{name}``" in doc for name in PUBLIC_FIXTURES), doc
     assert not any(name in doc for name in REMOVED), doc
 
