@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_vllmqual.records import StartupStatus
+
 __all__ = [
     "ArtifactError",
     "CalibrationError",
@@ -65,17 +67,16 @@ class RecipeError(VllmQualError):
 
 
 class LaunchError(VllmQualError):
-    """Startup failed. ``status`` is one of the classified startup outcomes.
-
-    Statuses: ``port_in_use``, ``kv_insufficient``, ``startup_timeout``, ``exited``,
-    ``command_not_found``, ``gpu_busy``, ``image_not_pinned`` (every status: ``server_text.STARTUP_CAUSES``).
+    """Startup failed. ``status`` says why: a ``records.StartupStatus`` (``port_in_use``,
+    ``kv_insufficient``, ``startup_timeout``, ``docker_unavailable``, ...), each worded in
+    ``privacy.public_text.STARTUP_CAUSES``.
     """
 
     def __init__(
         self,
         message: str,
         *,
-        status: str,
+        status: StartupStatus,
         exit_code: int | None = None,
         log_tail: str = "",
         hint: str = "",
@@ -92,14 +93,18 @@ class LaunchError(VllmQualError):
     def to_dict(self) -> dict[str, Any]:
         """Everything the error carries, as plain JSON data: what an xdist worker receives and
         what the run record keeps (the log tail included: the public report drops it)."""
-        return {"status": self.status, "message": str(self.args[0]) if self.args else "",
+        return {"status": str(self.status), "message": str(self.args[0]) if self.args else "",
                 "exit_code": self.exit_code, "log_tail": self.log_tail, "hint": self.hint,
                 "details": dict(self.details)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchError:
-        """The error again, from ``to_dict``'s output (missing keys read as an unknown failure)."""
-        return cls(data.get("message", "the server did not start"), status=data.get("status", "unknown"),
+        """The error again, from ``to_dict``'s output (a missing or unknown status reads as ``unknown``)."""
+        try:
+            status = StartupStatus(data.get("status"))
+        except ValueError:
+            status = StartupStatus.UNKNOWN
+        return cls(data.get("message", "the server did not start"), status=status,
                    exit_code=data.get("exit_code"), log_tail=data.get("log_tail", ""),
                    hint=data.get("hint", ""), details=dict(data.get("details") or {}))
 

@@ -29,7 +29,7 @@ from pytest_vllmqual.layout import names_shipped_gates
 from pytest_vllmqual.privacy.failure_reason import repeats_its_causes, report_reason
 from pytest_vllmqual.privacy.sanitize import Sanitizer, scrub_test_report
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import GateRecord, RunRecord
+from pytest_vllmqual.records import GateRecord, RunRecord, StartupStatus
 from pytest_vllmqual.session.controller import ControllerRun
 from pytest_vllmqual.session.run import QualRun, gate_junit_properties, session_recipe
 from pytest_vllmqual.session.settings import (
@@ -310,7 +310,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
             reason = stop_reason(recorder.private_dir)
             if reason is not None:
-                recorder.record.status = "not_run"
+                recorder.record.status = StartupStatus.NOT_RUN
                 pytest.skip(f"{reason} (--vllmqual-no-fail-fast runs it anyway)")
 
 

@@ -8,7 +8,7 @@ ignores keys it does not know so old and new workers interoperate. A rung's verd
 decision, the campaign and the HTML page alike, from a ``RungRecord`` or a report's rung dict.
 
 The fixed words of a run are ``str`` enums here (:class:`Verdict`, :class:`GateOutcome`,
-:class:`ServerStatus`): each member *is* its string, so it compares equal to the word a report
+:class:`ServerStatus`, :class:`StartupStatus`, :class:`RunMode`): each member *is* its string, so it compares equal to the word a report
 read back from disk holds, and JSON writes it as that word.
 """
 
@@ -21,8 +21,8 @@ from enum import Enum
 from typing import Any, TypeVar
 
 __all__ = ["HEALTH_OK", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource", "FigureStatus", "GateOutcome",
-           "GateRecord", "LevelJudgement", "RunRecord", "RungRecord", "RungSource", "RungVerdict", "ServerStatus",
-           "Verdict", "rung_verdict", "worst_outcome"]
+           "GateRecord", "LevelJudgement", "RunMode", "RunRecord", "RungRecord", "RungSource", "RungVerdict",
+           "ServerStatus", "StartupStatus", "Verdict", "rung_verdict", "worst_outcome"]
 
 _T = TypeVar("_T")
 
@@ -144,6 +144,65 @@ class ServerStatus(_Word):
         return self is not ServerStatus.OK
 
 
+class StartupStatus(_Word):
+    """Where an arm's server start stands, and why a start failed: the report's
+    ``lifecycle.startup_status``, a ``LaunchError``'s status and a gate's status when its server
+    never started. Every failure has its words in ``privacy.public_text.STARTUP_CAUSES``."""
+
+    NOT_STARTED = "not_started"
+    STARTING = "starting"
+    READY = "ready"
+    #: vLLM refused: the KV cache cannot hold one ``max_model_len`` request.
+    KV_INSUFFICIENT = "kv_insufficient"
+    #: Another process holds the GPUs' memory (the NVML preflight or the engine said so).
+    GPU_BUSY = "gpu_busy"
+    #: The CPU backend's node lacks the free memory asked for.
+    CPU_MEMORY_BUSY = "cpu_memory_busy"
+    OUT_OF_MEMORY = "out_of_memory"
+    PORT_IN_USE = "port_in_use"
+    ENGINE_CORE_FAILED = "engine_core_failed"
+    #: The server process ended before it was ready.
+    EXITED = "exited"
+    STARTUP_TIMEOUT = "startup_timeout"
+    #: The launch command, or the Docker SDK, is missing.
+    COMMAND_NOT_FOUND = "command_not_found"
+    PREPARE_FAILED = "prepare_failed"
+    IMAGE_NOT_PINNED = "image_not_pinned"
+    #: The GPU exclusivity preflight refused the start (a word older reports may hold).
+    GPU_REFUSED = "gpu_refused"
+    #: No Docker engine answered.
+    DOCKER_UNAVAILABLE = "docker_unavailable"
+    #: The image is not on the engine and could not be pulled (or was never built here).
+    IMAGE_UNAVAILABLE = "image_unavailable"
+    #: The engine could not create or start the container.
+    DOCKER_ERROR = "docker_error"
+    #: No server was handed to an xdist worker for its arm; also a gate stopped by fail-fast.
+    NOT_RUN = "not_run"
+    #: The arm's server had already been torn down when its tests ran.
+    STOPPED = "stopped"
+    #: A failure read back without its status.
+    UNKNOWN = "unknown"
+
+    @property
+    def failed(self) -> bool:
+        """A start that did not (or will not) reach readiness."""
+        return self not in (StartupStatus.NOT_STARTED, StartupStatus.STARTING, StartupStatus.READY)
+
+
+class RunMode(_Word):
+    """How a run used its server."""
+
+    #: The run started the server, measured its cold start and stopped it.
+    MANAGED = "managed"
+    #: The run used an endpoint as it found it: no lifecycle management.
+    DIRECT_ONLY = "direct-only"
+
+    @classmethod
+    def of(cls, value: object) -> RunMode:
+        """A mode word read back (a report's ``run.mode``): anything but ``direct-only`` was managed."""
+        return cls.DIRECT_ONLY if value == cls.DIRECT_ONLY else cls.MANAGED
+
+
 class RungSource(_Word):
     """Where the context ladder's rungs came from."""
 
@@ -213,9 +272,9 @@ class GateRecord:
 
     ``outcome`` is pytest's result of the test (:class:`GateOutcome`). ``status`` is the harness's
     word for why the gate could not run against a usable server, and is None when it could: a
-    :class:`ServerStatus` (``server_dead``, ``hung``), a startup failure (``LaunchError.status``,
-    e.g. ``kv_insufficient``), ``not_run`` (stopped by fail-fast) or ``stopped``. A gate that
-    failed on its own evidence has an outcome of ``failed`` and no status.
+    :class:`ServerStatus` (``server_dead``, ``hung``) or a :class:`StartupStatus` (a failed start's
+    ``kv_insufficient``, ``not_run`` when stopped by fail-fast, ``stopped``). A gate that failed on
+    its own evidence has an outcome of ``failed`` and no status.
     """
 
     nodeid: str
@@ -242,6 +301,7 @@ class GateRecord:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["outcome"] = _outcome(self.outcome).value  # a plain string: xdist ships plain types only
+        data["status"] = None if self.status is None else str(self.status)
         data["attempts"] = [a.to_dict() for a in self.attempts]
         return data
 
@@ -373,7 +433,7 @@ class RunRecord:
     recipe_content: dict[str, Any]
     started_utc: str
     finished_utc: str | None = None
-    mode: str = "managed"
+    mode: RunMode = RunMode.MANAGED
     status: str = "complete"
     status_reasons: list[str] = field(default_factory=list)
     reproduce: str = ""
@@ -390,3 +450,6 @@ class RunRecord:
     recipe_origin: str = "file"
     recipe_overrides: list[str] = field(default_factory=list)
     recipe_file_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        self.mode = RunMode.of(self.mode)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.records import EquivalenceVerdict, Verdict
+from pytest_vllmqual.records import EquivalenceVerdict, RunMode, StartupStatus, Verdict
 from pytest_vllmqual.report.decision import BOUNDARY, max_model_len, verdict_summary
 from pytest_vllmqual.report.number_format import short_tokens
 from pytest_vllmqual.report.query import gates_named, ok_rungs, recipe_value
@@ -69,7 +69,7 @@ def _became_ready(report: Mapping[str, Any]) -> bool:
     """The arm's server passed readiness (managed) or answered as found (direct-only)."""
     lifecycle = report.get("lifecycle") or {}
     if lifecycle.get("startup_status") is not None:
-        return lifecycle.get("startup_status") == "ready"
+        return lifecycle.get("startup_status") == StartupStatus.READY
     return (report.get("run") or {}).get("status") == "complete"
 
 
@@ -264,7 +264,7 @@ def _does_not_prove(ev: ABEvidence) -> list[str]:
         does_not.append("that the control is reproducible: no bracketed replay ran")
     elif replay and replay["status"] == "not_reproducible":
         does_not.append("a reproducible baseline: the replay did not reproduce the control")
-    if (ev.candidate.get("run") or {}).get("mode") == "direct-only":
+    if (ev.candidate.get("run") or {}).get("mode") == RunMode.DIRECT_ONLY:
         does_not.append("a cold start or a clean teardown of the candidate: it was used direct-only")
     return does_not
 

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from pytest_vllmqual.errors import LaunchError, NvmlQueryFailed, NvmlUnavailable
+from pytest_vllmqual.records import StartupStatus
 
 __all__ = [
     "compute_process_pids",
@@ -181,7 +182,7 @@ def raise_if_refused(preflight: dict[str, Any]) -> None:
     if preflight.get("status") == "fail":
         raise LaunchError(
             f"GPU exclusivity preflight refused the start: {preflight.get('reason')}",
-            status="gpu_busy",
+            status=StartupStatus.GPU_BUSY,
             hint="stop the other processes on these GPUs (nvidia-smi shows them), pick other GPUs "
             "in launcher.docker.gpus, or set the compute mode with `nvidia-smi -c EXCLUSIVE_PROCESS`.",
             details={"other_processes": preflight.get("other_processes", 0)},

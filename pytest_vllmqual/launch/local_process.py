@@ -21,6 +21,7 @@ from pytest_vllmqual.launch.cleanup.reaper import reaper_command
 from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.records import StartupStatus
 
 from .base import (
     FAILED_START_GRACE_S,
@@ -66,7 +67,7 @@ class SubprocessLauncher(Launcher):
             raise LaunchError(
                 f"port {port} on {host} is already in use, so recipe {self.recipe.name!r} cannot start "
                 "its server there.",
-                status="port_in_use",
+                status=StartupStatus.PORT_IN_USE,
                 hint=f"stop whatever listens on {host}:{port}, or set launcher.port: 0 in "
                 f"{self.recipe.path} to pick a free port.",
             )
@@ -95,7 +96,7 @@ class SubprocessLauncher(Launcher):
             raise LaunchError(
                 f"recipe {self.recipe.path}: key 'launcher.command' starts {argv[0]!r}, which "
                 f"cannot be executed ({exc.strerror}).",
-                status="command_not_found",
+                status=StartupStatus.COMMAND_NOT_FOUND,
                 hint="fix launcher.command in the recipe (an executable on PATH, or '{python}' for "
                 "this interpreter), and make sure vllm is installed in this environment.",
             ) from None

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from pytest_vllmqual.errors import LaunchError
 from pytest_vllmqual.privacy.public_text import STARTUP_PHASES, quote_server_message
 from pytest_vllmqual.recipe.loader import StartupConfig
+from pytest_vllmqual.records import StartupStatus
 from pytest_vllmqual.vllm.server_log import log_tail
 from pytest_vllmqual.vllm.startup_failure import (
     StartupFailure,
@@ -182,7 +183,7 @@ def wait_until_ready(
                 f"the server for recipe {recipe_name!r} was not ready within the "
                 f"{startup.deadline_s:g} s startup deadline; last phase reached: {phase}; "
                 f"last readiness check: {last_detail}",
-                status="startup_timeout",
+                status=StartupStatus.STARTUP_TIMEOUT,
                 log_tail=log_tail(log),
                 hint="raise startup.deadline_s in the recipe if the model is just slow to load; "
                 "otherwise the phase above is where it hangs.",
@@ -216,7 +217,7 @@ def _exited_error(launcher: Launcher, recipe_name: str, log: str) -> LaunchError
         f"the server for recipe {recipe_name!r} exited during startup"
         + (f" with a Python exception: {exception}" if exception else "")
         + (" with status 0, which is never success for a server" if code == 0 else ""),
-        status="exited",
+        status=StartupStatus.EXITED,
         exit_code=code,
         log_tail=log_tail(log),
         hint=(exception_hint(exception) + "." if exception
@@ -229,7 +230,7 @@ def _failure_error(failure: StartupFailure, launcher: Launcher, recipe_name: str
     """The LaunchError of a failure the log shows, in the recipe's terms (which key to change)."""
     kind = failure.kind
     details: dict[str, object] = failure.to_dict()
-    if kind == "kv_insufficient":
+    if kind is StartupStatus.KV_INSUFFICIENT:
         message = (
             f"recipe {recipe_name!r} asks for more KV cache than fits: "
             f"{details.get('needed_gib')} GiB needed for max_model_len {details.get('max_seq_len')}, "
@@ -238,7 +239,7 @@ def _failure_error(failure: StartupFailure, launcher: Launcher, recipe_name: str
         )
         hint = ("lower serve.max_model_len to at most the estimated length, raise the KV memory "
                 "(gpu_memory_utilization, VLLM_CPU_KVCACHE_SPACE on CPU), or use a smaller KV dtype.")
-    elif kind == "port_in_use":
+    elif kind is StartupStatus.PORT_IN_USE:
         message = f"the server for recipe {recipe_name!r} could not bind its port: already in use"
         hint = "set launcher.port: 0 in the recipe, or stop whatever holds the port."
     else:

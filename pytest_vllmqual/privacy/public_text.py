@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.records import ServerStatus
+from pytest_vllmqual.records import ServerStatus, StartupStatus
 
 __all__ = [
     "ANSWER_QUOTES",
@@ -191,26 +191,26 @@ def public_rung_error(error: str | None, status_code: int | None) -> str | None:
 
 # -- startup failures ------------------------------------------------------------------------
 
-STARTUP_CAUSES: dict[str, str] = {
-    "kv_insufficient": "the KV cache cannot hold one request of max_model_len",
-    "gpu_busy": "the GPU did not have the free memory gpu_memory_utilization asks for",
-    "cpu_memory_busy": "the node did not have the free memory gpu_memory_utilization asks for on the CPU backend",
-    "out_of_memory": "the GPU ran out of memory during startup",
-    "port_in_use": "the server could not bind its port: address already in use",
-    "engine_core_failed": "the engine core failed to initialise",
-    "exited": "the server process exited during startup",
-    "startup_timeout": "the server was not ready within the startup deadline",
-    "command_not_found": "the launch command was not found",
-    "prepare_failed": "the recipe's prepare command failed",
-    "image_not_pinned": "the recipe's image is not pinned by digest",
-    "gpu_refused": "the GPU exclusivity preflight refused the start",
-    "docker_unavailable": "no Docker engine answered, so no container was started",
-    "image_unavailable": "the recipe's image is not on the Docker engine and could not be pulled",
-    "docker_error": "the Docker engine could not create or start the container",
-    "not_run": "no server was handed to this worker for its arm",
-    "stopped": "the arm's server had already been stopped when its tests ran",
+STARTUP_CAUSES: dict[StartupStatus, str] = {
+    StartupStatus.KV_INSUFFICIENT: "the KV cache cannot hold one request of max_model_len",
+    StartupStatus.GPU_BUSY: "the GPU did not have the free memory gpu_memory_utilization asks for",
+    StartupStatus.CPU_MEMORY_BUSY: "the node did not have the free memory gpu_memory_utilization asks for on the CPU backend",
+    StartupStatus.OUT_OF_MEMORY: "the GPU ran out of memory during startup",
+    StartupStatus.PORT_IN_USE: "the server could not bind its port: address already in use",
+    StartupStatus.ENGINE_CORE_FAILED: "the engine core failed to initialise",
+    StartupStatus.EXITED: "the server process exited during startup",
+    StartupStatus.STARTUP_TIMEOUT: "the server was not ready within the startup deadline",
+    StartupStatus.COMMAND_NOT_FOUND: "the launch command was not found",
+    StartupStatus.PREPARE_FAILED: "the recipe's prepare command failed",
+    StartupStatus.IMAGE_NOT_PINNED: "the recipe's image is not pinned by digest",
+    StartupStatus.GPU_REFUSED: "the GPU exclusivity preflight refused the start",
+    StartupStatus.DOCKER_UNAVAILABLE: "no Docker engine answered, so no container was started",
+    StartupStatus.IMAGE_UNAVAILABLE: "the recipe's image is not on the Docker engine and could not be pulled",
+    StartupStatus.DOCKER_ERROR: "the Docker engine could not create or start the container",
+    StartupStatus.NOT_RUN: "no server was handed to this worker for its arm",
+    StartupStatus.STOPPED: "the arm's server had already been stopped when its tests ran",
 }
-"""Every classified startup outcome, in the harness's words."""
+"""Every failed start's status, in the harness's words."""
 
 STARTUP_PHASES: dict[str, str] = {
     "ready": "ready (application startup complete)",
@@ -263,17 +263,18 @@ def public_startup_details(details: Mapping[str, Any] | None) -> dict[str, Any]:
 def startup_cause(status: str | None, details: Mapping[str, Any] | None = None) -> str:
     """The classified cause in the harness's words, with the parsed numbers."""
     d = details or {}
-    base = STARTUP_CAUSES.get(str(status), f"the server did not start ({status or 'unclassified'})")
-    if status == "kv_insufficient" and d.get("needed_gib") is not None:
+    known = next((word for word in STARTUP_CAUSES if word == status), None)
+    base = STARTUP_CAUSES[known] if known is not None else f"the server did not start ({status or 'unclassified'})"
+    if status == StartupStatus.KV_INSUFFICIENT and d.get("needed_gib") is not None:
         text = f"{base}: {d.get('needed_gib')} GiB needed, {d.get('available_gib')} GiB available"
         if d.get("max_seq_len") is not None:
             text += f" for max_model_len {d['max_seq_len']}"
         if d.get("estimated_max_len") is not None:
             text += f"; the engine estimates the maximum length at {d['estimated_max_len']} tokens"
         return text
-    if status == "exited" and d.get("exception"):
+    if status == StartupStatus.EXITED and d.get("exception"):
         return f"{base} with a Python exception: {d['exception']}"
-    if status in ("gpu_busy", "cpu_memory_busy") and d.get("free_gib") is not None:
+    if status in (StartupStatus.GPU_BUSY, StartupStatus.CPU_MEMORY_BUSY) and d.get("free_gib") is not None:
         return (f"{base}: {d.get('free_gib')} of {d.get('total_gib')} GiB free, {d.get('requested_gib')} GiB asked "
                 f"for at gpu_memory_utilization {d.get('gpu_memory_utilization')}")
     return base

@@ -58,7 +58,15 @@ from pytest_vllmqual.gates.registry import (
 )
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.recipe.load_settings import slo_caveat
-from pytest_vllmqual.records import GateOutcome, GateRecord, RungRecord, RunRecord, Verdict, worst_outcome
+from pytest_vllmqual.records import (
+    GateOutcome,
+    GateRecord,
+    RungRecord,
+    RunMode,
+    RunRecord,
+    Verdict,
+    worst_outcome,
+)
 
 from .number_format import fmt_decode, fmt_num, short_tokens
 from .query import first_line, largest_of, preflight_of
@@ -89,7 +97,7 @@ def public_record(report: Mapping[str, Any]) -> RunRecord:
         run_id=str(run.get("id") or ""), arm=str(run.get("arm") or ""), recipe_name=str(recipe.get("name") or ""),
         recipe_path="", recipe_sha256=str(recipe.get("sha256") or ""), recipe_content=dict(recipe.get("content") or {}),
         started_utc=str(run.get("started_utc") or ""), finished_utc=run.get("finished_utc"),
-        mode=str(run.get("mode") or "managed"), status=str(run.get("status") or "complete"),
+        mode=RunMode.of(run.get("mode")), status=str(run.get("status") or "complete"),
         status_reasons=[str(r) for r in run.get("status_reasons") or []],
         identity=dict(report.get("identity") or {}), hardware=dict(report.get("hardware") or {}),
         lifecycle=dict(report.get("lifecycle") or {}), engine=dict(report.get("engine") or {}),

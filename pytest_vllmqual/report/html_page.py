@@ -32,6 +32,7 @@ from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     family_of,
 )
+from pytest_vllmqual.records import RunMode
 from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, short_tokens
 from pytest_vllmqual.report.query import (
     first_line,
@@ -134,7 +135,7 @@ def result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     run = report.get("run") or {}
     life = report.get("lifecycle") or {}
     error = life.get("startup_error") or {}
-    if run.get("mode") == "direct-only":
+    if run.get("mode") == RunMode.DIRECT_ONLY:
         rows.append(("Cold managed start", "Not measured: the endpoint was used direct-only", "skip"))
     elif error:
         rows.append(("Cold managed start", f"Failed ({error.get('status')}): "
@@ -193,7 +194,7 @@ def result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if reclaim:
             text += "; shm reclaim: " + ", ".join(f"{k} {v}" for k, v in reclaim.items())
         rows.append(("Teardown", text, "" if teardown.get("clean") else "fail"))
-    elif run.get("mode") == "direct-only":
+    elif run.get("mode") == RunMode.DIRECT_ONLY:
         rows.append(("Teardown", "Not run: the endpoint was used direct-only", "skip"))
     rows.append(("Route and promotion", "No route or promotion changed", ""))
     return rows

@@ -419,7 +419,7 @@ def build_public_report(
             "finished_utc": run.finished_utc,
             "status": run.status if run.status in ("complete", "incomplete") else "incomplete",
             "status_reasons": [str(_text(r)) for r in run.status_reasons],
-            "mode": "direct-only" if run.mode == "direct-only" else "managed",
+            "mode": str(run.mode),
             "reproduce": run.reproduce,
             "deselected_gates": [{"gate": str(d.get("gate")), "reason": str(_text(d.get("reason")))}
                                  for d in run.deselected_gates if isinstance(d, Mapping)],

@@ -13,7 +13,7 @@ from pytest_vllmqual.campaign.qualify import campaign_line
 from pytest_vllmqual.errors import LaunchError, RecipeError, VllmQualError
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import GateRecord
+from pytest_vllmqual.records import GateRecord, RunMode
 
 from .arms import Arm, ArmMarks, ArmSpec, ab_plan, arm_marks
 from .reports import SessionReports, run_record
@@ -263,7 +263,7 @@ class ControllerRun(QualRun):
         if self.campaign is not None and arm.key in self.campaign.skips and arm.manager is None:
             return None
         self.stop_server(arm.key)
-        record = run_record(arm, mode="direct-only" if self.settings.endpoint.value else "managed",
+        record = run_record(arm, mode=RunMode.DIRECT_ONLY if self.settings.endpoint.value else RunMode.MANAGED,
                             reproduce=self.reproduce_line(arm.recipe.name),
                             deselected=self.deselected.get(arm.key, []))
         name = arm.key if self.plan or len(self.arms) > 1 else arm.recipe.name

@@ -13,7 +13,7 @@ from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, publish
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.records import EquivalenceVerdict, RungRecord, RunRecord, ServerStatus
+from pytest_vllmqual.records import EquivalenceVerdict, RungRecord, RunMode, RunRecord, ServerStatus
 
 from .arms import Arm
 from .server import ServerManager, utc_now
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["SessionReports", "run_record"]
 
 
-def run_record(arm: Arm, *, mode: str, reproduce: str, deselected: Sequence[Mapping[str, str]]) -> RunRecord:
+def run_record(arm: Arm, *, mode: RunMode, reproduce: str, deselected: Sequence[Mapping[str, str]]) -> RunRecord:
     """Arm ``arm``'s typed run record: its recipe, gates, server facts and lifecycle, and whether
     it is complete (with the reasons when it is not)."""
     record = RunRecord(
@@ -71,7 +71,7 @@ def _server_part(record: RunRecord, manager: ServerManager, *, launcher_kind: st
     record.lifecycle = {
         "launcher": manager.launcher.kind if manager.launcher else launcher_kind,
         "cold_start_s": manager.facts.cold_start_s,
-        "startup_status": manager.startup_status,
+        "startup_status": str(manager.startup_status),
         "startup_error": None if error is None else error.to_dict(),
         "teardown": manager.teardown.to_dict() if manager.teardown else None,
         "gpu_preflight": manager.gpu_preflight,

@@ -38,7 +38,7 @@ from pytest_vllmqual.launch.external import ExternalLauncher
 from pytest_vllmqual.launch.local_process import SubprocessLauncher
 from pytest_vllmqual.launch.readiness import wait_until_ready
 from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import ServerStatus
+from pytest_vllmqual.records import ServerStatus, StartupStatus
 from pytest_vllmqual.vllm.endpoints import fetch_engine_endpoints
 from pytest_vllmqual.vllm.engine_death import ENGINE_DEAD, classify_engine_death
 from pytest_vllmqual.vllm.log_facts import parse_engine_log
@@ -226,7 +226,7 @@ class ServerManager:
         self.guard: ServerGuard | None = None
         self.monitor: DeathMonitor | None = None
         self.startup_error: LaunchError | None = None
-        self.startup_status: str = "not_started"
+        self.startup_status = StartupStatus.NOT_STARTED
         self.facts = ServerFacts()
         self.gpu_preflight: dict[str, Any] | None = None
         self.teardown: TeardownResult | None = None
@@ -246,7 +246,7 @@ class ServerManager:
                 from pytest_vllmqual.launch.docker.launcher import DockerLauncher
             except ImportError as exc:
                 raise LaunchError(f"recipe {self.recipe.name}: launcher.kind is docker, but the Docker SDK is not "
-                                  f"installed ({exc}).", status="command_not_found",
+                                  f"installed ({exc}).", status=StartupStatus.COMMAND_NOT_FOUND,
                                   hint="pip install 'pytest-vllmqual[docker]'") from None
 
             return DockerLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
@@ -277,7 +277,7 @@ class ServerManager:
         if code != 0:
             raise LaunchError(
                 f"recipe {self.recipe.path}: the 'prepare' command exited with status {code}",
-                status="prepare_failed", exit_code=code, log_tail=log_tail(log_path.read_text(errors="replace")),
+                status=StartupStatus.PREPARE_FAILED, exit_code=code, log_tail=log_tail(log_path.read_text(errors="replace")),
                 hint="run the prepare command by hand to see the whole output.")
 
     def check_gpus(self) -> None:
@@ -302,8 +302,8 @@ class ServerManager:
         if self.teardown is not None and self.launcher is not None and not self.direct_only:
             raise LaunchError(
                 f"the server of recipe {self.recipe.name!r} was already torn down in this session; "
-                "its tests must run together (the plugin groups them by arm)", status="stopped")
-        if self.handle is not None and self.startup_status == "ready":
+                "its tests must run together (the plugin groups them by arm)", status=StartupStatus.STOPPED)
+        if self.handle is not None and self.startup_status is StartupStatus.READY:
             return self.handle
         self.started_at = time.monotonic()
         try:
@@ -311,7 +311,7 @@ class ServerManager:
             if not self.direct_only:
                 self.check_gpus()
             self.launcher = self._make_launcher()
-            self.startup_status = "starting"
+            self.startup_status = StartupStatus.STARTING
             handle = self.launcher.start(self.progress)
             self.handle = handle
             warm_up_while_booting(self.recipe)
@@ -326,7 +326,7 @@ class ServerManager:
             self.startup_error = exc
             self.startup_status = exc.status
             raise
-        self.startup_status = "ready"
+        self.startup_status = StartupStatus.READY
         self.guard = ServerGuard(handle, self.private_dir / STATE_FILE, launcher=self.launcher,
                                  probe_timeout_s=self.recipe.startup.ready_completion_timeout_s)
         if self.launcher is not None and self.launcher.alive() is not None:
@@ -421,8 +421,8 @@ class ServerManager:
         if self.launcher is None:
             return self.teardown
         if self.teardown is None:
-            # startup_status keeps the startup outcome ("ready"); the teardown has its own record.
-            self.teardown = self.launcher.stop(never_ready=self.startup_status != "ready")
+            # startup_status keeps the startup outcome (ready); the teardown has its own record.
+            self.teardown = self.launcher.stop(never_ready=self.startup_status is not StartupStatus.READY)
         return self.teardown
 
     def handoff(self, arm_key: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from pytest_vllmqual.errors import LaunchError
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
 from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.records import StartupStatus
 
 from .run import QualRun
 from .server import ServerGuard, WorkerServer
@@ -32,7 +33,7 @@ class WorkerRun(QualRun):
         """The controller's server, for arm ``key``: only the session recipe has one under xdist."""
         if key != self.handoff.get("arm"):
             raise LaunchError(f"recipe marker {key!r}: under xdist only the session recipe "
-                              f"{self.handoff.get('arm')!r} has a server", status="not_run",
+                              f"{self.handoff.get('arm')!r} has a server", status=StartupStatus.NOT_RUN,
                               hint="run recipe-marked tests without -n.")
         if self._server is None:
             self._server = WorkerServer(self.handoff, self.arm(key).recipe)

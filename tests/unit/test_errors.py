@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 from pytest_vllmqual.errors import LaunchError
+from pytest_vllmqual.records import StartupStatus
+from pytest_vllmqual.vllm.startup_failure import classify_startup_failure
 
 
 def test_launch_error_round_trips_through_a_plain_dict() -> None:
@@ -35,3 +37,15 @@ def test_to_dict_does_not_share_the_details_of_the_error() -> None:
     error = LaunchError("boom", status="exited")
     error.to_dict()["details"]["x"] = 1
     assert error.details == {}
+
+
+def test_a_typed_status_travels_as_its_plain_word_and_comes_back_typed() -> None:
+    """xdist ships plain types only (an enum member is refused), so the worker's copy carries the
+    word, and reads it back as the member; a word this version does not know reads as unknown."""
+    failure = classify_startup_failure("ERROR [Errno 98] error while attempting to bind on address: address already in use")
+    assert failure is not None and failure.kind is StartupStatus.PORT_IN_USE
+    error = LaunchError("taken", status=failure.kind, details=failure.to_dict())
+    data = error.to_dict()
+    assert type(data["status"]) is str and type(data["details"]["kind"]) is str
+    assert LaunchError.from_dict(data).status is StartupStatus.PORT_IN_USE
+    assert LaunchError.from_dict({**data, "status": "a_word_from_elsewhere"}).status is StartupStatus.UNKNOWN

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pytest_vllmqual.errors import LaunchError, ServerGoneError
 from pytest_vllmqual.gates.recorder import end_phase, failed_on_its_own
-from pytest_vllmqual.records import GateOutcome, GateRecord, ServerStatus
+from pytest_vllmqual.records import GateOutcome, GateRecord, ServerStatus, StartupStatus
 
 
 def _record() -> GateRecord:
@@ -31,7 +31,7 @@ def test_a_failed_call_on_its_own_evidence_stops_the_arm() -> None:
 
 def test_a_failed_setup_is_an_error_with_the_start_s_status() -> None:
     record = _record()
-    error = LaunchError("the KV cache is too small", status="kv_insufficient")
+    error = LaunchError("the KV cache is too small", status=StartupStatus.KV_INSUFFICIENT)
     assert end_phase(record, when="setup", outcome="failed", duration_s=30.0, error=error,
                      error_status=error.status, reason="the KV cache is too small") is True
     assert (record.outcome, record.status, record.reason) == (GateOutcome.ERROR, "kv_insufficient",

@@ -88,31 +88,41 @@ def test_a_quoted_template_keeps_its_own_words_and_the_failure_line_adds_the_sta
     assert "Please reduce" not in repr(attempt) and "32768" not in repr(attempt)
 
 
-def test_every_launch_status_the_package_raises_has_its_words() -> None:
+def test_every_failed_start_has_its_words() -> None:
     """A start that fails with a status no entry words would fall through to a generic line."""
+    from pytest_vllmqual.privacy.public_text import STARTUP_CAUSES
+    from pytest_vllmqual.records import StartupStatus
+
+    failed = {status for status in StartupStatus if status.failed}
+    assert {StartupStatus.DOCKER_UNAVAILABLE, StartupStatus.IMAGE_UNAVAILABLE, StartupStatus.DOCKER_ERROR,
+            StartupStatus.PORT_IN_USE} <= failed
+    assert failed - set(STARTUP_CAUSES) == {StartupStatus.UNKNOWN}, "statuses without words"
+    assert set(STARTUP_CAUSES) <= failed
+    assert startup_cause("docker_unavailable") == "no Docker engine answered, so no container was started"
+    assert startup_cause(StartupStatus.DOCKER_UNAVAILABLE) == startup_cause("docker_unavailable")
+    assert startup_cause("unknown") == "the server did not start (unknown)"
+
+
+def test_the_package_raises_no_startup_status_as_a_bare_string() -> None:
+    """Every failed start names its status as a ``StartupStatus`` member, so a typo cannot
+    produce a status the report has no words for."""
     import re
     from pathlib import Path
 
-    from pytest_vllmqual.privacy.public_text import STARTUP_CAUSES
-
     package = Path(__file__).resolve().parents[2] / "pytest_vllmqual"
-    raised = {word for path in package.rglob("*.py")
-              for expression in re.findall(r'status=("[a-z_]+"(?: if \w+ else "[a-z_]+")?)', path.read_text())
-              for word in re.findall(r'"([a-z_]+)"', expression)}
-    assert {"docker_unavailable", "image_unavailable", "docker_error", "port_in_use"} <= raised
-    assert raised - set(STARTUP_CAUSES) == set(), "statuses without words"
-    assert startup_cause("docker_unavailable") == "no Docker engine answered, so no container was started"
+    bare = [f"{path.relative_to(package)}: {m.group(0)}" for path in package.rglob("*.py")
+            for m in re.finditer(r'status="[a-z_]+"', path.read_text())]
+    assert bare == []
 
 
 def test_startup_phases_and_causes_cannot_drift_from_their_words() -> None:
     """The phase and cause words are the public text's; the log patterns cover exactly those
     phases (``none`` aside: no line names it), and every failure kind has its words."""
-    from typing import get_args
 
     from pytest_vllmqual.privacy.public_text import STARTUP_CAUSES, STARTUP_PHASES
-    from pytest_vllmqual.vllm.startup_failure import PHASE_KEYS, FailureKind, last_startup_phase
+    from pytest_vllmqual.vllm.startup_failure import FAILURE_KINDS, PHASE_KEYS, last_startup_phase
 
     assert len(PHASE_KEYS) == len(set(PHASE_KEYS))
     assert set(PHASE_KEYS) == set(STARTUP_PHASES) - {"none"}
-    assert set(get_args(FailureKind)) <= set(STARTUP_CAUSES)
+    assert FAILURE_KINDS <= set(STARTUP_CAUSES)
     assert last_startup_phase("INFO Application startup complete.\n") == STARTUP_PHASES["ready"]

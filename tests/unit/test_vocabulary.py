@@ -6,11 +6,21 @@ import json
 
 import pytest
 
-from pytest_vllmqual.records import GateOutcome, GateRecord, ServerStatus, Verdict, worst_outcome
+from pytest_vllmqual.records import (
+    GateOutcome,
+    GateRecord,
+    RunMode,
+    RunRecord,
+    ServerStatus,
+    StartupStatus,
+    Verdict,
+    worst_outcome,
+)
 
 
-@pytest.mark.parametrize("word", [Verdict.PROMOTABLE, GateOutcome.PASSED, ServerStatus.SERVER_DEAD])
-def test_a_word_is_its_string_everywhere(word: Verdict | GateOutcome | ServerStatus) -> None:
+@pytest.mark.parametrize("word", [Verdict.PROMOTABLE, GateOutcome.PASSED, ServerStatus.SERVER_DEAD,
+                                  StartupStatus.DOCKER_UNAVAILABLE, RunMode.DIRECT_ONLY])
+def test_a_word_is_its_string_everywhere(word: Verdict | GateOutcome | ServerStatus | StartupStatus | RunMode) -> None:
     assert word == word.value
     assert str(word) == f"{word}" == word.value
     assert json.dumps({"w": word}) == json.dumps({"w": word.value})
@@ -40,3 +50,22 @@ def test_worst_outcome_of_a_gate_that_ran_more_than_once() -> None:
 
 def test_only_ok_is_a_usable_server() -> None:
     assert [s.gone for s in ServerStatus] == [False, True, True]
+
+
+def test_a_gate_record_ships_a_typed_status_as_a_plain_string() -> None:
+    record = GateRecord(nodeid="t::x", gate="x", outcome=GateOutcome.SKIPPED, status=StartupStatus.NOT_RUN)
+    data = record.to_dict()
+    assert type(data["status"]) is str and data["status"] == "not_run"
+
+
+def test_a_run_mode_read_back_is_typed_and_anything_but_direct_only_was_managed() -> None:
+    assert RunMode.of("direct-only") is RunMode.DIRECT_ONLY
+    assert RunMode.of("managed") is RunMode.MANAGED and RunMode.of(None) is RunMode.MANAGED
+    record = RunRecord(run_id="r", arm="a", recipe_name="a", recipe_path="", recipe_sha256="0" * 64, recipe_content={},
+                       started_utc="2026-12-04T00:00:00Z", mode="direct-only")  # type: ignore[arg-type]
+    assert record.mode is RunMode.DIRECT_ONLY
+
+
+def test_only_the_three_progress_words_are_not_a_failed_start() -> None:
+    assert {s for s in StartupStatus if not s.failed} == {StartupStatus.NOT_STARTED, StartupStatus.STARTING,
+                                                          StartupStatus.READY}

@@ -45,6 +45,7 @@ from pytest_vllmqual.launch.cleanup.owner import OWNER_PID_LABEL, OWNER_START_LA
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.records import StartupStatus
 
 from ..base import FAILED_START_GRACE_S, Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
 from .reaper import container_pids, kill_frozen, reaper_command
@@ -130,14 +131,14 @@ class DockerLauncher(Launcher):
                 f"recipe {self.recipe.name}: its image {image} is built on this machine and pinned by the digest "
                 f"in {digest_file} (launcher.docker.image_digest_file), which does not exist: the image has not "
                 "been built here. Nothing was started.",
-                status="image_unavailable",
+                status=StartupStatus.IMAGE_UNAVAILABLE,
                 hint=f"{IMAGE_FIX}; the docker engine and the local registry must run first ({DOCKER_FIX}).",
             )
         if self.recipe.pinned and not _DIGEST_REF.match(image):
             raise LaunchError(
                 f"recipe {self.recipe.name}: image {image!r} is not pinned by digest, and the recipe is "
                 "marked pinned; a tag can move to another build.",
-                status="image_not_pinned",
+                status=StartupStatus.IMAGE_NOT_PINNED,
                 hint="replace the tag with repo@sha256:<digest> (`docker buildx imagetools inspect "
                 "IMAGE` shows it), or set 'pinned: false' for an unpinned experiment.",
             )
@@ -234,7 +235,7 @@ class DockerLauncher(Launcher):
         return LaunchError(
             f"recipe {self.recipe.name} runs vLLM in a container (launcher.kind: docker), but no Docker "
             f"engine answers at {where} ({type(exc).__name__}: {reason[:200]}); nothing was started.",
-            status="docker_unavailable",
+            status=StartupStatus.DOCKER_UNAVAILABLE,
             hint=f"start the Docker engine: {DOCKER_FIX}.",
         )
 
@@ -295,7 +296,7 @@ class DockerLauncher(Launcher):
         return LaunchError(
             f"recipe {self.recipe.name}: image {reference} is not on this Docker engine and could not be "
             f"pulled: {reason}. Nothing was started.",
-            status="image_unavailable",
+            status=StartupStatus.IMAGE_UNAVAILABLE,
             hint=IMAGE_FIX + ".",
         )
 
@@ -381,7 +382,7 @@ class DockerLauncher(Launcher):
             raise LaunchError(
                 f"recipe {self.recipe.name}: the Docker engine failed before the container was created: "
                 f"{type(exc).__name__}: {exc}",
-                status="docker_error",
+                status=StartupStatus.DOCKER_ERROR,
                 hint="check that the engine runs and answers (`docker info`), or DOCKER_HOST.",
             ) from None
 
@@ -417,7 +418,7 @@ class DockerLauncher(Launcher):
         except docker.errors.APIError as exc:
             raise LaunchError(
                 f"recipe {self.recipe.name}: the container could not be created: {exc.explanation or exc}",
-                status="docker_error",
+                status=StartupStatus.DOCKER_ERROR,
                 hint=f"another container holds the name {name}: a concurrent run of this recipe, or one whose "
                 "owner is not provably gone (the sweep leaves those alone). Wait for it, remove it with "
                 f"`docker rm -f {name}` if it is abandoned, or drop launcher.docker.container_name so every "
@@ -439,7 +440,7 @@ class DockerLauncher(Launcher):
             taken = "port is already allocated" in explanation or "address already in use" in explanation
             raise LaunchError(
                 f"recipe {self.recipe.name}: the container could not be started: {explanation}",
-                status="port_in_use" if taken else "docker_error",
+                status=StartupStatus.PORT_IN_USE if taken else StartupStatus.DOCKER_ERROR,
                 hint=f"{host}:{port} is taken; free it or change launcher.port." if taken
                 else "GPU requests need the NVIDIA container toolkit (`docker info` lists the nvidia runtime).",
             ) from None
