@@ -22,8 +22,10 @@ from pytest_vllmqual.launch.cleanup.owner import (
     owner_labels,
     process_start,
 )
+from pytest_vllmqual.launch.docker.image import image_reference, pinned_by_digest
 from pytest_vllmqual.launch.docker.launcher import DockerLauncher
 from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.records import StartupStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -101,6 +103,20 @@ def test_an_image_not_built_here_names_the_fix(tmp_path: Path) -> None:
         launcher.start(lambda _line: None)
     assert info.value.status == "image_unavailable"
     assert "make docker-image" in info.value.hint and "vllm-cpu.digest" in str(info.value)
+
+
+def test_image_resolution_needs_no_engine(tmp_path: Path) -> None:
+    """The image is resolved from the recipe alone (``launch.docker.image``): a digest is one
+    build, a tag is not, and an image whose digest file is missing was never built here."""
+    assert pinned_by_digest(f"localhost:5000/vllmqual/vllm-cpu@{DIGEST}")
+    assert not pinned_by_digest("localhost:5000/vllmqual/vllm-cpu:latest")
+    assert not pinned_by_digest("vllm-cpu@sha256:" + "ab" * 31)
+    built, never_built = tmp_path / "built", tmp_path / "never-built"
+    built.mkdir(), never_built.mkdir()
+    assert image_reference(load_recipe(write_recipe(built, DIGEST))) == f"localhost:5000/vllmqual/vllm-cpu@{DIGEST}"
+    with pytest.raises(LaunchError) as info:
+        image_reference(load_recipe(write_recipe(never_built, None)))
+    assert info.value.status is StartupStatus.IMAGE_UNAVAILABLE
 
 
 def test_a_bad_digest_file_or_a_pinned_repository_is_refused(tmp_path: Path) -> None:

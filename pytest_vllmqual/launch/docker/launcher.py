@@ -1,9 +1,10 @@
-"""The docker launcher: one vLLM container per run, driven through the ``docker`` SDK.
+"""The docker launcher: one vLLM container per run, driven through the ``docker`` SDK, from
+its create to its verified removal. Which image it runs, and pulling it, is ``launch.docker.image``.
 
 What it guarantees, and why:
 
 - the image runs by digest (``repo@sha256:…``): a tag can move, so a pinned recipe with a
-  tag is refused before anything is sent to the engine (``image_not_pinned``);
+  tag is refused before anything is sent to the engine (``image_not_pinned``, ``image``);
 - the server listens on 0.0.0.0:8000 inside the container but is published only on the
   recipe's host (loopback by default) at the recipe's port;
 - the API key reaches vLLM as ``VLLM_API_KEY`` in the environment, never on the command
@@ -26,7 +27,6 @@ The launcher assumes the engine runs on this machine (the published port, /dev/s
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import threading
 import time
@@ -36,6 +36,7 @@ from typing import Any
 import docker
 import docker.errors
 import docker.types
+import psutil
 import requests
 from docker.models.containers import Container
 
@@ -48,33 +49,27 @@ from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import StartupStatus
 
 from ..base import FAILED_START_GRACE_S, Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
+from .image import image_reference, local_image, pinned_by_digest
 from .reaper import container_pids, kill_frozen, reaper_command
 from .spec import (
     CONTAINER_HOST,
     CONTAINER_PORT,
+    DOCKER_FIX,
     HF_CACHE_IN_CONTAINER,
     MODEL_DIR_IN_CONTAINER,
     PASSTHROUGH_ENV,
     RECIPE_LABEL,
     RUN_LABEL,
     gpu_indexes,
-    pull_progress_line,
     url_host,
     vllm_shutdown_budget_s,
 )
 
-__all__ = ["DOCKER_FIX", "IMAGE_FIX", "DockerLauncher"]
+__all__ = ["DOCKER_LEDGER_INTERVAL_S", "DockerLauncher"]
 
-_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 _GPU_RELEASE_WAIT_S = 10.0
-_PULL_PROGRESS_EVERY_S = 5.0
 DOCKER_LEDGER_INTERVAL_S = 2.0
 """How often the shm ledger lists the container's processes (``docker top`` runs ``ps`` on the host)."""
-DOCKER_FIX = ("as root, scripts/docker_setup.sh installs Debian's docker.io and docker-registry and starts "
-              "dockerd and the local registry; elsewhere start the engine (`sudo systemctl start docker`) "
-              "or point DOCKER_HOST at a running one")
-IMAGE_FIX = ("build and push it with `make docker-image` (fixtures/docker/build_image.sh), which also "
-             "rewrites the digest the recipe reads, or correct identity.image")
 
 
 class DockerLauncher(Launcher):
@@ -114,35 +109,7 @@ class DockerLauncher(Launcher):
         self._reaper: subprocess.Popen[bytes] | None = None
         self._shm_ledger: ShmLedger | None = None
 
-    # -- validation that needs no engine ---------------------------------------------------
-
-    def image_reference(self) -> str:
-        """The image to run; refuses a tag in a pinned recipe before any request is sent."""
-        image = self.recipe.identity.image
-        if not image:
-            raise RecipeError(
-                f"recipe {self.recipe.path}: key 'identity.image' is missing, and the docker launcher "
-                "needs an image. Fix: add identity.image: repo@sha256:<digest>.",
-                path=str(self.recipe.path), key="identity.image",
-            )
-        digest_file = self.recipe.launcher.docker.image_digest_file
-        if digest_file and not _DIGEST_REF.match(image):
-            raise LaunchError(
-                f"recipe {self.recipe.name}: its image {image} is built on this machine and pinned by the digest "
-                f"in {digest_file} (launcher.docker.image_digest_file), which does not exist: the image has not "
-                "been built here. Nothing was started.",
-                status=StartupStatus.IMAGE_UNAVAILABLE,
-                hint=f"{IMAGE_FIX}; the docker engine and the local registry must run first ({DOCKER_FIX}).",
-            )
-        if self.recipe.pinned and not _DIGEST_REF.match(image):
-            raise LaunchError(
-                f"recipe {self.recipe.name}: image {image!r} is not pinned by digest, and the recipe is "
-                "marked pinned; a tag can move to another build.",
-                status=StartupStatus.IMAGE_NOT_PINNED,
-                hint="replace the tag with repo@sha256:<digest> (`docker buildx imagetools inspect "
-                "IMAGE` shows it), or set 'pinned: false' for an unpinned experiment.",
-            )
-        return image
+    # -- the container spec, from the recipe (no engine needed) ----------------------------
 
     def container_command(self) -> list[str]:
         """Model argument plus serve flags; the image's ENTRYPOINT is ["vllm", "serve"]."""
@@ -278,51 +245,6 @@ class DockerLauncher(Launcher):
             progress(f"left {kept} labelled container(s) alone: their owner runs, or is not provably gone")
         return len(reaped)
 
-    def _inspect_image(self, reference: str, progress: ProgressFn) -> tuple[str, str | None]:
-        """(image id, repo digest); pulls the image, with progress per layer, when the engine lacks it."""
-        try:
-            image = self.client.images.get(reference)
-        except docker.errors.ImageNotFound:
-            self._pull(reference, progress)
-            try:
-                image = self.client.images.get(reference)
-            except docker.errors.ImageNotFound:
-                raise self._image_missing(reference, "the pull ended without the image") from None
-        digests: list[str] = list(image.attrs.get("RepoDigests") or [])
-        digest = reference if reference in digests else (digests[0] if digests else None)
-        return str(image.id), digest
-
-    def _image_missing(self, reference: str, reason: str) -> LaunchError:
-        return LaunchError(
-            f"recipe {self.recipe.name}: image {reference} is not on this Docker engine and could not be "
-            f"pulled: {reason}. Nothing was started.",
-            status=StartupStatus.IMAGE_UNAVAILABLE,
-            hint=IMAGE_FIX + ".",
-        )
-
-    def _pull(self, reference: str, progress: ProgressFn) -> None:
-        """``docker pull`` through the API stream, one progress line per layer and state change."""
-        progress(f"pulling {reference} (a vLLM image is several GiB; progress per layer follows)")
-        started = time.monotonic()
-        last: dict[str, tuple[str, float]] = {}
-        try:
-            for event in self.client.api.pull(reference, stream=True, decode=True):
-                if "error" in event:
-                    raise self._image_missing(reference, str(event.get("error"))[:300])
-                line = pull_progress_line(event)
-                layer = str(event.get("id") or "")
-                if line is None or not layer:
-                    continue
-                status = str(event.get("status"))
-                now = time.monotonic()
-                previous = last.get(layer)
-                if previous is None or previous[0] != status or now - previous[1] >= _PULL_PROGRESS_EVERY_S:
-                    last[layer] = (status, now)
-                    progress(line)
-        except docker.errors.APIError as exc:
-            raise self._image_missing(reference, str(exc.explanation or exc)[:300]) from None
-        progress(f"pulled {reference}: {len(last)} layer(s) in {time.monotonic() - started:.1f} s")
-
     def _start_log_stream(self, container: Container) -> None:
         self.artifacts_dir.mkdir(parents=True, exist_ok=True)
         self._log_stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
@@ -340,7 +262,7 @@ class DockerLauncher(Launcher):
         self._log_thread.start()
 
     def start(self, progress: ProgressFn) -> ServerHandle:
-        reference = self.image_reference()
+        reference = image_reference(self.recipe)
         command = self.container_command()
         stop_timeout = self._check_stop_timeout()
         options = self.recipe.launcher.docker
@@ -350,7 +272,7 @@ class DockerLauncher(Launcher):
         image_id, image_digest = self._prepare_engine(reference, progress)
         self._gpu_baseline = gpu.compute_process_pids(gpu_indexes(options.gpus)) if options.gpus != 0 else None
         name, container_id = self._create_container(
-            reference if (self.recipe.pinned or _DIGEST_REF.match(reference)) else image_id,
+            reference if (self.recipe.pinned or pinned_by_digest(reference)) else image_id,
             command, host, port, device_requests, stop_timeout)
         container = self._start_container(container_id, host, port)
         self._start_log_stream(container)
@@ -377,7 +299,7 @@ class DockerLauncher(Launcher):
         self._ping()
         try:
             self.reaped_leftovers = self.reap_leftovers(progress)
-            return self._inspect_image(reference, progress)
+            return local_image(self.client, reference, self.recipe.name, progress)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise LaunchError(
                 f"recipe {self.recipe.name}: the Docker engine failed before the container was created: "
@@ -588,11 +510,12 @@ class DockerLauncher(Launcher):
         extra = gpu.wait_for_gpu_release(
             self._gpu_baseline, gpu_indexes(self.recipe.launcher.docker.gpus), timeout_s=_GPU_RELEASE_WAIT_S
         )
-        survivors: list[str] = []
-        for pid in sorted(extra or ()):
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip() or "gpu-process"
-            except OSError:
-                comm = "gpu-process"
-            survivors.append(f"{pid} gpu {comm}")
-        return survivors
+        return [f"{pid} gpu {_process_name(pid)}" for pid in sorted(extra or ())]
+
+
+def _process_name(pid: int) -> str:
+    """A GPU survivor's process name, or ``gpu-process`` when it is gone or not ours to read."""
+    try:
+        return psutil.Process(pid).name() or "gpu-process"
+    except psutil.Error:
+        return "gpu-process"

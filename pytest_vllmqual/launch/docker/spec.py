@@ -1,5 +1,5 @@
-"""The docker container spec without the docker SDK: its labels, ports and mounts, and what the
-launcher derives from the recipe and from the engine.
+"""The docker container spec without the docker SDK: its labels, ports and mounts, what the
+launcher derives from the recipe and from the engine, and how to get an engine here.
 
 The shutdown budget vLLM needs for a recipe (so ``docker stop`` never SIGKILLs a draining
 engine), the host clients connect to for a bind address, the NVML indexes of the recipe's
@@ -16,6 +16,7 @@ from pytest_vllmqual.recipe.loader import Recipe
 __all__ = [
     "CONTAINER_HOST",
     "CONTAINER_PORT",
+    "DOCKER_FIX",
     "HF_CACHE_IN_CONTAINER",
     "MODEL_DIR_IN_CONTAINER",
     "PASSTHROUGH_ENV",
@@ -36,6 +37,10 @@ HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 MODEL_DIR_IN_CONTAINER = "/vllmqual-model"
 PASSTHROUGH_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 """Host variables handed to the container when set (gated checkpoints need them)."""
+DOCKER_FIX = ("as root, scripts/docker_setup.sh installs Debian's docker.io and docker-registry and starts "
+              "dockerd and the local registry; elsewhere start the engine (`sudo systemctl start docker`) "
+              "or point DOCKER_HOST at a running one")
+"""How to get a Docker engine answering here: the hint of every failure that found none."""
 VLLM_WORKER_SHUTDOWN_DEFAULT_S = 5
 """vLLM's VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS default; ``--shutdown-timeout`` defaults to 0."""
 
