@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     )
     from pytest_vllmqual.gates.checks import (
         GateVerdict,
-        ToolFixture,
+        ToolCase,
         recipe_tool_fixtures,
         shipped_tool_fixtures,
     )
@@ -73,7 +73,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.launch.base": ("ProgressFn", "ServerHandle"),
     "pytest_vllmqual.errors": ("CalibrationError", "LaunchError", "RecipeError", "ServerGoneError",
                                "VllmQualError"),
-    "pytest_vllmqual.gates.checks": ("GateVerdict", "ToolFixture", "recipe_tool_fixtures", "shipped_tool_fixtures"),
+    "pytest_vllmqual.gates.checks": ("GateVerdict", "ToolCase", "recipe_tool_fixtures", "shipped_tool_fixtures"),
     "pytest_vllmqual.gates.functional": ("json_gate", "openai_sdk_gate", "responses_gate", "smoke_gate",
                                          "streaming_tool_gate", "tool_continuation_gate", "tools_gate"),
     "pytest_vllmqual.gates.quality": ("long_context_gate", "quality_checks", "quality_tools_gate",
@@ -97,7 +97,7 @@ __all__ = [
     "RecipeError",
     "ServerGoneError",
     "ServerHandle",
-    "ToolFixture",
+    "ToolCase",
     "VllmQualError",
     "__version__",
     "cold_start_gate",

@@ -10,7 +10,7 @@ from pytest_vllmqual import (
     GateRecorder,
     QualClient,
     Recipe,
-    ToolFixture,
+    ToolCase,
     equivalence_gate,
     recipe_tool_fixtures,
 )
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.equivalence]
 @pytest.mark.gate("equivalence")
 def test_equivalence_probe(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Equivalence probe: teacher-forced chunks with prompt log probabilities, then greedy answers."""
-    tools: list[ToolFixture] = recipe_tool_fixtures(recipe)
+    tools: list[ToolCase] = recipe_tool_fixtures(recipe)
     verdict = equivalence_gate(qual_client, recipe, gate, tools)
     if verdict.skip_reason:
         pytest.skip(verdict.skip_reason)

@@ -9,7 +9,7 @@ from pytest_vllmqual import (
     GateRecorder,
     QualClient,
     Recipe,
-    ToolFixture,
+    ToolCase,
     json_gate,
     recipe_tool_fixtures,
     responses_gate,
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.functional]
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shipped_tools_read_once() -> list[ToolFixture]:
+def _shipped_tools_read_once() -> list[ToolCase]:
     """The shipped typed tools, read once for the session before the first of these gates: read
     between requests, they would wait for the CPU that the server's busy-poll holds
     (docs/PERFORMANCE.md)."""
@@ -31,7 +31,7 @@ def _shipped_tools_read_once() -> list[ToolFixture]:
 
 
 @pytest.fixture
-def tool_fixtures(recipe: Recipe) -> list[ToolFixture]:
+def tool_fixtures(recipe: Recipe) -> list[ToolCase]:
     return recipe_tool_fixtures(recipe)
 
 
@@ -44,7 +44,7 @@ def test_json(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> No
 
 @pytest.mark.gate("tools")
 def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
-               tool_fixtures: list[ToolFixture]) -> None:
+               tool_fixtures: list[ToolCase]) -> None:
     """Typed tools N/N: every tool called by name with schema-valid arguments, every one of the
     ``gates.tools.repeat`` times it is asked (default once)."""
     verdict = tools_gate(qual_client, recipe, gate, tool_fixtures)
@@ -55,7 +55,7 @@ def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
 
 @pytest.mark.gate("streaming_tool")
 def test_streaming_tool(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
-                        tool_fixtures: list[ToolFixture]) -> None:
+                        tool_fixtures: list[ToolCase]) -> None:
     """Streaming tool: deltas reassemble into one valid call; [DONE] and a usage chunk arrive."""
     verdict = streaming_tool_gate(qual_client, recipe, gate, tool_fixtures)
     if verdict.skip_reason:  # declared not applicable, and measured failing
@@ -65,7 +65,7 @@ def test_streaming_tool(qual_client: QualClient, recipe: Recipe, gate: GateRecor
 
 @pytest.mark.gate("tool_continuation")
 def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
-                           tool_fixtures: list[ToolFixture]) -> None:
+                           tool_fixtures: list[ToolCase]) -> None:
     """Tool-result continuation: after the tool's result the model answers and does not call again."""
     verdict = tool_continuation_gate(qual_client, recipe, gate, tool_fixtures)
     if verdict.skip_reason:  # declared not applicable, and measured failing
@@ -75,7 +75,7 @@ def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRe
 
 @pytest.mark.gate("responses")
 def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
-                   tool_fixtures: list[ToolFixture]) -> None:
+                   tool_fixtures: list[ToolCase]) -> None:
     """Responses API at the recipe's reasoning effort, with a function-call round trip if enabled."""
     verdict = responses_gate(qual_client, recipe, gate, tool_fixtures)
     if verdict.skip_reason:  # declared not applicable, and measured failing

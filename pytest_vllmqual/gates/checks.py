@@ -26,7 +26,7 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
 from pytest_vllmqual.recipe.loader import Recipe
 
-__all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolFixture", "ToolProblem", "check_fingerprints",
+__all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolCase", "ToolProblem", "check_fingerprints",
            "check_json_content", "check_stream_tool", "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures",
            "recipe_tool_fixtures_path", "run_smoke", "schema_problems", "schema_violations", "shipped_tool_fixtures",
            "tool_call_problems", "warm_up_validation"]
@@ -50,8 +50,9 @@ class GateVerdict:
 
 
 @dataclass(frozen=True)
-class ToolFixture:
-    """One typed tool with the prompt that should make a model call it."""
+class ToolCase:
+    """One case of the tool gates: a typed tool, the prompt that should make a model call it,
+    and the arguments expected (one entry of the typed-tool fixtures file)."""
 
     name: str
     description: str
@@ -79,12 +80,12 @@ def recipe_tool_fixtures_path(setting: str | None, project_root: Path) -> Path:
     return fixtures_dir() / "tools" / "typed_tools.yaml"
 
 
-def recipe_tool_fixtures(recipe: Recipe) -> list[ToolFixture]:
+def recipe_tool_fixtures(recipe: Recipe) -> list[ToolCase]:
     """The typed tools a recipe's gates call (``gates.tools.fixtures``, else the shipped file)."""
     return load_tool_fixtures(recipe_tool_fixtures_path(recipe.gate("tools").get("fixtures"), recipe.project_root))
 
 
-def shipped_tool_fixtures() -> list[ToolFixture]:
+def shipped_tool_fixtures() -> list[ToolCase]:
     """The shipped typed tools, read once for the session (none when the file is absent).
 
     Read while no request is in flight: right after one, the server's post-step busy-poll makes
@@ -97,7 +98,7 @@ def shipped_tool_fixtures() -> list[ToolFixture]:
     return load_tool_fixtures(path) if path.is_file() else []
 
 
-def load_tool_fixtures(path: Path) -> list[ToolFixture]:
+def load_tool_fixtures(path: Path) -> list[ToolCase]:
     """The typed tool fixtures (``fixtures/tools/typed_tools.yaml``), read once per file version.
 
     Four gates use them, each right after a request, when the server's post-step busy-poll
@@ -113,13 +114,13 @@ def load_tool_fixtures(path: Path) -> list[ToolFixture]:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_tool_fixtures(path: str, _mtime_ns: int, _size: int) -> tuple[ToolFixture, ...]:
+def _load_tool_fixtures(path: str, _mtime_ns: int, _size: int) -> tuple[ToolCase, ...]:
     try:
         data = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as exc:
         raise RecipeError(f"tool fixtures {path} cannot be read: {exc}. Fix: restore the file.",
                           path=path) from None
-    return tuple(ToolFixture(name=t["name"], description=t.get("description", ""), parameters=t["parameters"],
+    return tuple(ToolCase(name=t["name"], description=t.get("description", ""), parameters=t["parameters"],
                              prompt=t["prompt"], expected=t.get("expected", {})) for t in data["tools"])
 
 
@@ -211,7 +212,7 @@ class ToolProblem:
     path: str | None = None
 
 
-def tool_call_problems(calls: list[dict[str, Any]], fixture: ToolFixture, *, value_checks: bool) -> list[ToolProblem]:
+def tool_call_problems(calls: list[dict[str, Any]], fixture: ToolCase, *, value_checks: bool) -> list[ToolProblem]:
     """Typed-tool gate: exactly one call, the right name, arguments valid (and equal if asked).
 
     ``calls`` are OpenAI tool_calls entries ({"function": {"name", "arguments"}}) or
@@ -246,13 +247,13 @@ def tool_call_problems(calls: list[dict[str, Any]], fixture: ToolFixture, *, val
 
 
 def check_tool_call(
-    calls: list[dict[str, Any]], fixture: ToolFixture, *, value_checks: bool
+    calls: list[dict[str, Any]], fixture: ToolCase, *, value_checks: bool
 ) -> list[str]:
     """Typed-tool gate's rules as sentences (see :func:`tool_call_problems`)."""
     return [p.text for p in tool_call_problems(calls, fixture, value_checks=value_checks)]
 
 
-def check_stream_tool(result: StreamResult, fixture: ToolFixture, *, value_checks: bool) -> list[str]:
+def check_stream_tool(result: StreamResult, fixture: ToolCase, *, value_checks: bool) -> list[str]:
     """Streaming-tool gate: the SSE contract, then the reassembled call."""
     problems = list(result.violations)
     if result.status_code != 200:

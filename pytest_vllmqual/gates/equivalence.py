@@ -22,7 +22,7 @@ from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
 from pytest_vllmqual.errors import ServerGoneError
 from pytest_vllmqual.recipe.loader import Recipe
 
-from .checks import GateVerdict, ToolFixture
+from .checks import GateVerdict, ToolCase
 from .functional import JSON_PROMPT
 from .recorder import GateRecorder
 
@@ -32,7 +32,7 @@ GATE_NAME = "equivalence"
 _TOOL_PROMPTS = 3
 
 
-def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolFixture]) -> list[tuple[str, str]]:
+def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolCase]) -> list[tuple[str, str]]:
     """The greedy prompts: the functional gates' own (smoke, JSON, the first typed tools, as plain
     chat without tools or a response format) and a few open ones."""
     smoke = str(recipe.gate("smoke").get("prompt") or "Say cloud.")
@@ -43,7 +43,7 @@ def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolFixture]) -> list[
 
 
 def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
-                     tool_fixtures: Sequence[ToolFixture]) -> GateVerdict:
+                     tool_fixtures: Sequence[ToolCase]) -> GateVerdict:
     """Answer the probe and keep the answers in the private folder for the report's sidecar."""
     settings = ProbeSettings.from_recipe(recipe.gate(GATE_NAME), recipe.serve.max_model_len)
     gate.threshold(context_lengths=list(settings.context_lengths), chunks_per_length=settings.chunks_per_length,

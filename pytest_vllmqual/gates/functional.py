@@ -31,7 +31,7 @@ from pytest_vllmqual.records import Attempt
 from .checks import (
     SMOKE_PROMPT,
     GateVerdict,
-    ToolFixture,
+    ToolCase,
     ToolProblem,
     check_json_content,
     check_stream_tool,
@@ -59,7 +59,7 @@ JSON_PROMPT = "Lima is the capital of Peru. Reply in JSON with the city and the 
 TOOL_RESULT = json.dumps({"status": "ok", "result": "18 degrees and sunny"})
 
 
-def _tool_choice(recipe: Recipe, fixture: ToolFixture) -> Any:
+def _tool_choice(recipe: Recipe, fixture: ToolCase) -> Any:
     mode = recipe.gate("tools").get("tool_choice", "auto")
     if mode == "named":
         return {"type": "function", "function": {"name": fixture.name}}
@@ -144,7 +144,7 @@ class _ToolCase:
                 "response_artifact": attempt.response_artifact if attempt else None}
 
 
-def _tool_case(client: QualClient, recipe: Recipe, fixture: ToolFixture, all_tools: list[dict[str, Any]],
+def _tool_case(client: QualClient, recipe: Recipe, fixture: ToolCase, all_tools: list[dict[str, Any]],
                runs: int) -> _ToolCase:
     settings = recipe.gate("tools")
     case = _ToolCase(fixture.name, runs)
@@ -164,7 +164,7 @@ def _tool_case(client: QualClient, recipe: Recipe, fixture: ToolFixture, all_too
 
 
 def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
-               tool_fixtures: list[ToolFixture]) -> GateVerdict:
+               tool_fixtures: list[ToolCase]) -> GateVerdict:
     """Typed tools N/N: every tool called by name with schema-valid arguments.
 
     With ``gates.tools.repeat: R`` each case is asked R times and the record says k of R per
@@ -179,7 +179,7 @@ def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
 
 
 def _typed_tools(client: QualClient, recipe: Recipe, gate: GateRecorder,
-               tool_fixtures: list[ToolFixture]) -> GateVerdict:
+               tool_fixtures: list[ToolCase]) -> GateVerdict:
     settings = recipe.gate("tools")
     runs = int(settings.get("repeat", 1))
     chosen = tool_fixtures[:settings.get("count", 20)]
@@ -203,7 +203,7 @@ def _typed_tools(client: QualClient, recipe: Recipe, gate: GateRecorder,
 
 
 def streaming_tool_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
-                        tool_fixtures: list[ToolFixture]) -> GateVerdict:
+                        tool_fixtures: list[ToolCase]) -> GateVerdict:
     """Streaming tool: deltas reassemble into one valid call; [DONE] and a usage chunk arrive.
     Declared not applicable (``gates.streaming_tool.not_applicable``), it still runs and is judged
     against the declaration."""
@@ -212,7 +212,7 @@ def streaming_tool_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
 
 
 def _streaming_tool(client: QualClient, recipe: Recipe, gate: GateRecorder,
-                        tool_fixtures: list[ToolFixture]) -> GateVerdict:
+                        tool_fixtures: list[ToolCase]) -> GateVerdict:
     settings = recipe.gate("streaming_tool")
     name = settings.get("tool", tool_fixtures[0].name)
     fixture = next(f for f in tool_fixtures if f.name == name)
@@ -234,7 +234,7 @@ def _streaming_tool(client: QualClient, recipe: Recipe, gate: GateRecorder,
 
 
 def tool_continuation_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
-                           tool_fixtures: list[ToolFixture]) -> GateVerdict:
+                           tool_fixtures: list[ToolCase]) -> GateVerdict:
     """Tool-result continuation: after the tool's result the model answers and does not call again.
     Declared not applicable (``gates.tool_continuation.not_applicable``), it still runs and is
     judged against the declaration."""
@@ -243,7 +243,7 @@ def tool_continuation_gate(client: QualClient, recipe: Recipe, gate: GateRecorde
 
 
 def _tool_continuation(client: QualClient, recipe: Recipe, gate: GateRecorder,
-                           tool_fixtures: list[ToolFixture]) -> GateVerdict:
+                           tool_fixtures: list[ToolCase]) -> GateVerdict:
     fixture = tool_fixtures[0]
     tools = [f.openai_tool() for f in tool_fixtures]
     messages: list[dict[str, Any]] = [{"role": "user", "content": fixture.prompt}]
@@ -284,7 +284,7 @@ def _with_effort(body: dict[str, Any], effort: Any) -> dict[str, Any]:
 
 
 def responses_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
-                   tool_fixtures: list[ToolFixture]) -> GateVerdict:
+                   tool_fixtures: list[ToolCase]) -> GateVerdict:
     """Responses API at the recipe's reasoning effort, with a function-call round trip if enabled.
 
     ``gates.responses.not_applicable`` declares the function call alone: it still runs and is
@@ -314,7 +314,7 @@ def responses_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
     return judged(recipe, gate, declaration(recipe, "responses"), GateVerdict(failure))
 
 
-def _responses_round_trip(client: QualClient, gate: GateRecorder, fixture: ToolFixture,
+def _responses_round_trip(client: QualClient, gate: GateRecorder, fixture: ToolCase,
                           settings: dict[str, Any], effort: Any) -> str | None:
     """A function call through the Responses API and the answer to its output; what broke, or None."""
     max_output_tokens = settings.get("max_output_tokens", 256)

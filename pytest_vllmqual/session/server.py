@@ -366,7 +366,7 @@ class ServerManager:
         own for an endpoint on loopback; for a container, none (its paths are its own)."""
         assert self.launcher is not None and self.handle is not None
         if self.direct_only:
-            from pytest_vllmqual.launch.endpoint_process import endpoint_server_directory
+            from pytest_vllmqual.launch.server_workdir import endpoint_server_directory
 
             found = endpoint_server_directory(self.handle.base_url)
             return {"server_cwd": found.path, "server_cwd_unknown": found.unknown_reason}

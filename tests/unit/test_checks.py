@@ -14,7 +14,7 @@ import pytest
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.checks import (
     ArgumentViolation,
-    ToolFixture,
+    ToolCase,
     check_fingerprints,
     check_json_content,
     check_stream_tool,
@@ -24,7 +24,7 @@ from pytest_vllmqual.gates.checks import (
 )
 from pytest_vllmqual.launch.base import ServerHandle
 
-WEATHER = ToolFixture(
+WEATHER = ToolCase(
     name="get_weather", description="", prompt="What is the weather in Lima in celsius?",
     parameters={"type": "object", "properties": {"city": {"type": "string"},
                                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
@@ -109,7 +109,7 @@ def test_arguments_outside_the_schema_are_named_by_path_and_kind() -> None:
     assert "kelvin" not in " ".join(problems)
 
 
-NESTED = ToolFixture(
+NESTED = ToolCase(
     name="create_event", description="", prompt="Book it.",
     parameters={"type": "object", "required": ["title", "start"], "properties": {
         "title": {"type": "string", "maxLength": 5},

@@ -24,11 +24,11 @@ from pytest_vllmqual import (
     load_recipe,
     tools_gate,
 )
-from pytest_vllmqual.gates.checks import ToolFixture
+from pytest_vllmqual.gates.checks import ToolCase
 
 ROOT = Path(__file__).resolve().parents[2]
 
-EVENT = ToolFixture(
+EVENT = ToolCase(
     name="create_event", description="Create a calendar event.", prompt="Book the standup.",
     parameters={"type": "object", "required": ["title", "start"], "additionalProperties": False, "properties": {
         "title": {"type": "string"},
@@ -36,7 +36,7 @@ EVENT = ToolFixture(
                   "properties": {"date": {"type": "string"}, "time": {"type": "string"}}}}},
     expected={"title": "Standup", "start": {"date": "2026-01-05", "time": "09:00"}},
 )
-WEATHER = ToolFixture(
+WEATHER = ToolCase(
     name="get_weather", description="Weather.", prompt="Weather in Lima?",
     parameters={"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}},
     expected={"city": "Lima"},
