@@ -282,7 +282,7 @@ def _live_processes() -> list[ProcInfo]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             info = read_proc(int(entry.name))
-            if info is not None and info.state not in ("Z", "X"):
+            if info is not None and not info.gone:
                 found.append(info)
     return found
 

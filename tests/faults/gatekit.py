@@ -38,7 +38,7 @@ def mark(name: str, value: Any) -> None:
 
 def alive(pid: int) -> bool:
     info = read_proc(pid)
-    return info is not None and info.state not in ("Z", "X")
+    return info is not None and not info.gone
 
 
 def cmdline(pid: int) -> str:
@@ -55,7 +55,7 @@ def descendants(root: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         info = read_proc(int(entry.name))
-        if info is None or info.state in ("Z", "X"):
+        if info is None or info.gone:
             continue
         parents.setdefault(info.ppid, []).append(info.pid)
     found: list[int] = []
@@ -76,7 +76,7 @@ def describe_tree(root: int) -> list[dict[str, Any]]:
         if info is None:
             continue
         rows.append({"pid": pid, "ppid": info.ppid, "session": info.session, "name": info.name,
-                     "state": info.state, "cmdline": cmdline(pid)[:200]})
+                     "state": info.status, "cmdline": cmdline(pid)[:200]})
     return rows
 
 

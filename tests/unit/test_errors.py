@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pytest_vllmqual.errors import LaunchError
 from pytest_vllmqual.records import StartupStatus
 from pytest_vllmqual.vllm.startup_failure import classify_startup_failure
@@ -47,5 +49,7 @@ def test_a_typed_status_travels_as_its_plain_word_and_comes_back_typed() -> None
     error = LaunchError("taken", status=failure.kind, details=failure.to_dict())
     data = error.to_dict()
     assert type(data["status"]) is str and type(data["details"]["kind"]) is str
+    execnet = pytest.importorskip("execnet")
+    assert execnet.loads(execnet.dumps(data)) == data, "what xdist ships to a worker"
     assert LaunchError.from_dict(data).status is StartupStatus.PORT_IN_USE
     assert LaunchError.from_dict({**data, "status": "a_word_from_elsewhere"}).status is StartupStatus.UNKNOWN

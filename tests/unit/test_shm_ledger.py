@@ -109,14 +109,14 @@ def test_kill_run_looks_last_with_every_survivor_frozen(tmp_path: Path, run_id: 
     looks: list[tuple[set[str], set[str]]] = []
 
     def observe(pids: list[int]) -> None:
-        states = {info.state for info in map(read_proc, pids) if info is not None}
+        states = {info.status for info in map(read_proc, pids) if info is not None}
         looks.append((states, shm_names_held_by(pids, root=tmp_path)))
 
     survivors = kill_run(run_id, server.pid, grace_s=0.5, observe=observe)
     server.wait(timeout=10)
     assert survivors == []
     states, names = looks[-1]
-    assert states == {"T"}, f"the last look was not taken with the tree stopped: {states}"
+    assert states == {"stopped"}, f"the last look was not taken with the tree stopped: {states}"
     assert names == {"psm_queue_a", "psm_queue_b"}
     assert len(looks) >= 3, "looked before the SIGTERM, during the grace period and frozen"
 
@@ -125,7 +125,7 @@ def test_freeze_run_stops_the_whole_tree(tmp_path: Path, run_id: str) -> None:
     server = start_server(tmp_path, run_id, forks=2)
     frozen = freeze_run(run_id, server.pid)
     assert len(frozen) == 3 and server.pid in {p.pid for p in frozen}
-    assert {read_proc(p.pid).state for p in frozen} == {"T"}  # type: ignore[union-attr]
+    assert {read_proc(p.pid).status for p in frozen} == {"stopped"}  # type: ignore[union-attr]
     assert kill_run(run_id, server.pid, grace_s=0.2) == []
     server.wait(timeout=10)
 

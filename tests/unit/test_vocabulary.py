@@ -56,6 +56,8 @@ def test_a_gate_record_ships_a_typed_status_as_a_plain_string() -> None:
     record = GateRecord(nodeid="t::x", gate="x", outcome=GateOutcome.SKIPPED, status=StartupStatus.NOT_RUN)
     data = record.to_dict()
     assert type(data["status"]) is str and data["status"] == "not_run"
+    execnet = pytest.importorskip("execnet")
+    assert execnet.loads(execnet.dumps(data)) == data, "what xdist ships from a worker"
 
 
 def test_a_run_mode_read_back_is_typed_and_anything_but_direct_only_was_managed() -> None:

@@ -5,7 +5,13 @@ of the pytest process, and that process's start time (boot id and start ticks, s
 kernel reused later is not mistaken for the owner). Leftover sweeps and the docker reaper
 remove a container only when its owner is provably gone; a container of a concurrent run of
 the same recipe (a live owner), of another host sharing the daemon, or without owner labels
-is never touched. Stdlib only: the reaper imports it.
+is never touched.
+
+``process_start`` is the package's one reading of a process's start time, for every owner a
+watchdog or reaper polls. It reads field 22 of ``/proc/PID/stat`` (clock ticks since boot)
+itself rather than through psutil: psutil's ``create_time`` adds the boot time as the wall
+clock puts it now, which moves when the clock is set, so a start written into a label hours
+earlier could stop matching a live owner, and its server would be taken for abandoned.
 """
 
 from __future__ import annotations
@@ -13,8 +19,6 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-
-from .procs import read_proc
 
 OWNER_HOST_LABEL = "vllmqual.owner.host"
 OWNER_PID_LABEL = "vllmqual.owner.pid"
@@ -31,11 +35,18 @@ def boot_id() -> str:
 
 
 def process_start(pid: int) -> str | None:
-    """``<boot id>/<start ticks>`` of a live process, or None when it is gone (or a zombie)."""
-    info = read_proc(pid)
-    if info is None or info.state in ("Z", "X") or info.start_ticks is None:
+    """``<boot id>/<start ticks>`` of a live process, or None when it is gone (or a zombie):
+    with the pid, it names one process for the life of the boot, whatever reuses the pid later."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            raw = handle.read()
+    except OSError:
         return None
-    return f"{boot_id()}/{info.start_ticks}"
+    fields = raw[raw.rfind(")") + 2 :].split()  # after the name, which may hold spaces and parentheses
+    # fields[0] is the state (field 3), fields[19] the start time in clock ticks (field 22)
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return f"{boot_id()}/{fields[19]}"
 
 
 def owner_labels(pid: int | None = None) -> dict[str, str]:

@@ -3,8 +3,11 @@
 vLLM's API server spawns an EngineCore, which spawns one worker per TP rank. Killing only
 the direct child (vLLM's own test helper does) leaves workers holding memory. Each run's
 server is therefore started in its own session *and* with ``VLLMQUAL_RUN_ID`` in its
-environment; a process belongs to the run when either mark matches. This module is
-stdlib-only because the reaper imports it in a bare interpreter.
+environment; a process belongs to the run when either mark matches. The process facts come
+from psutil (the reapers run in this package's interpreter, which has it); the session id,
+which psutil does not give, from ``os.getsid``. The scan over every process (the shm ledgers
+run it every second while a server runs) asks only for the two marks, and reads the environment
+as the raw ``/proc/PID/environ`` bytes: psutil's parse of it costs five times as much per process.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+
+import psutil
 
 RUN_ENV = "VLLMQUAL_RUN_ID"
-PROC = Path("/proc")
+_GONE = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
+_STOPPED = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
 
 
 @dataclass(frozen=True)
@@ -27,54 +32,63 @@ class ProcInfo:
     pid: int
     ppid: int
     session: int
-    state: str
+    status: str
+    """psutil's word for the process's state (``running``, ``sleeping``, ``stopped``, ``zombie``, ...)."""
     name: str
-    start_ticks: int | None = None
-    """Clock ticks from boot to the process's start (field 22 of stat): with the pid, it names
-    one process for the life of the boot, whatever reuses the pid later."""
+
+    @property
+    def gone(self) -> bool:
+        """A zombie or dead process: it runs no more, whatever its pid still shows."""
+        return self.status in _GONE
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped (SIGSTOP) or stopped by a tracer, or gone: it cannot run until continued."""
+        return self.status in _STOPPED or self.gone
 
     def describe(self) -> str:
         return f"pid {self.pid} {self.name}"
 
 
 def read_proc(pid: int) -> ProcInfo | None:
-    """Parse /proc/PID/stat; None when the process is gone."""
+    """The process's facts; None when it is gone (or this user may not read them)."""
     try:
-        with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            raw = handle.read()
-    except OSError:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            return ProcInfo(pid=pid, ppid=process.ppid(), session=os.getsid(pid), status=process.status(),
+                            name=process.name())
+    except (psutil.Error, OSError):
         return None
-    close = raw.rfind(")")
-    name = raw[raw.find("(") + 1 : close]
-    fields = raw[close + 2 :].split()
-    # fields: state ppid pgrp session ... (fields[19] is field 22, starttime)
-    return ProcInfo(pid=pid, ppid=int(fields[1]), session=int(fields[3]), state=fields[0], name=name,
-                    start_ticks=int(fields[19]) if len(fields) > 19 else None)
 
 
 def _has_run_env(pid: int, run_id: str) -> bool:
     try:
-        with open(f"{PROC}/{pid}/environ", "rb") as handle:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
             environ = handle.read()
     except OSError:
         return False
     return b"\0" + f"{RUN_ENV}={run_id}".encode() + b"\0" in b"\0" + environ + b"\0"
 
 
+def _in_session(pid: int, session: int | None) -> bool:
+    try:
+        return session is not None and os.getsid(pid) == session
+    except OSError:  # gone
+        return False
+
+
 def processes_of_run(run_id: str, session: int | None = None, *, exclude: set[int] | None = None) -> list[ProcInfo]:
     """Live (non-zombie) processes that carry the run's env mark or belong to its session.
 
-    Plain string paths, not ``Path`` objects: the shm ledgers call this every second while a
-    server runs, over every process of the machine."""
+    The shm ledgers call this every second while a server runs, over every process of the
+    machine: the marks are checked first, and only the run's processes are read in full."""
     skip = {os.getpid()} | (exclude or set())
     found: list[ProcInfo] = []
-    for name in os.listdir(PROC):
-        if not name.isdigit() or int(name) in skip:
+    for pid in psutil.pids():
+        if pid in skip or not (_in_session(pid, session) or _has_run_env(pid, run_id)):
             continue
-        info = read_proc(int(name))
-        if info is None or info.state in ("Z", "X"):
-            continue
-        if (session is not None and info.session == session) or _has_run_env(info.pid, run_id):
+        info = read_proc(pid)
+        if info is not None and not info.gone:
             found.append(info)
     return found
 
@@ -132,7 +146,7 @@ def freeze_run(run_id: str, session: int | None, *, exclude: set[int] | None = N
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         states = [read_proc(pid) for pid in stopped]
-        if all(info is None or info.state in ("T", "t", "Z", "X") for info in states):
+        if all(info is None or info.stopped for info in states):
             break
         time.sleep(0.01)
     return list(stopped.values())
@@ -145,4 +159,4 @@ def signal_quietly(pid: int, sig: signal.Signals) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-__all__ = ["PROC", "RUN_ENV", "ProcInfo", "freeze_run", "kill_run", "processes_of_run", "read_proc", "signal_quietly"]
+__all__ = ["RUN_ENV", "ProcInfo", "freeze_run", "kill_run", "processes_of_run", "read_proc", "signal_quietly"]

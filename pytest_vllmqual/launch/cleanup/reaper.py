@@ -6,7 +6,7 @@ server: it polls the owner (its pid and start time, so a pid the kernel gave to 
 process later does not keep it waiting) and, once the owner is gone, kills every process of the
 run (by session and by the ``VLLMQUAL_RUN_ID`` mark), then reclaims the /dev/shm files those
 processes held at any time (``shm_ledger``, sampled while it waits), as teardown would. It
-imports only the stdlib.
+imports only the stdlib and psutil (it runs in pytest's interpreter), so it starts in a moment.
 
 Usage: python -m pytest_vllmqual.launch.cleanup.reaper OWNER_PID OWNER_START RUN_ID SESSION_ID STARTED_EPOCH
 
