@@ -17,9 +17,8 @@ command, the plugin's readiness). Then, at each concurrency, the same workload g
 Passes alternate (harness first in even rounds, vLLM first in odd ones) so that drift of
 the shared machine falls on both. Each pass gets its own nonces, so no pass is served from
 the prefix cache of another; the lengths are identical and checked (``usage.prompt_tokens``).
-Every figure is computed with one formula for both tools (DESIGN.md's ``ttft_s``,
-``decode_tok_s = (completion_tokens - 1) / (e2e_s - ttft_s)``, which is 1/TPOT as vLLM
-defines it) from per-request data, and vLLM's own summary medians are kept beside them.
+Every figure is computed with one formula for both tools (the package's ``ttft_s`` and
+``decode_tok_s``, 1 / ``tpot_s`` as vLLM defines it: up to the last output chunk) from per-request data, and vLLM's own summary medians are kept beside them.
 ``/metrics`` is scraped around every pass for the server's TTFT histogram.
 
 While the server is up this also measures readiness detection (when the log showed
@@ -60,7 +59,7 @@ from pytest_vllmqual.client.corpus import filler_text  # noqa: E402
 from pytest_vllmqual.client.probes import ServerProbe  # noqa: E402
 from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, TokenCounter  # noqa: E402
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
-from pytest_vllmqual.client.results import StreamResult  # noqa: E402
+from pytest_vllmqual.client.results import StreamResult, decode_tok_s  # noqa: E402
 from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
 from pytest_vllmqual.errors import CalibrationError  # noqa: E402
 from pytest_vllmqual.gates.ladder import fetch_metrics  # noqa: E402
@@ -101,7 +100,7 @@ def _print(line: str) -> None:
     print(f"[bench] {line}", flush=True)
 
 
-# -- per-request figures, one definition for both tools ------------------------------------
+# -- per-request figures, the package's definitions for both tools ------------------------
 
 
 @dataclass
@@ -117,11 +116,8 @@ class RequestFigures:
 
     @property
     def decode_tok_s(self) -> float | None:
-        """DESIGN.md: (completion_tokens - 1) / (e2e_s - ttft_s); vLLM's 1/TPOT."""
-        n, ttft, e2e = self.completion_tokens, self.ttft_s, self.e2e_s
-        if not n or n <= 1 or ttft is None or e2e is None or e2e <= ttft:
-            return None
-        return (n - 1) / (e2e - ttft)
+        """The package's decode rate (1 / ``tpot_s``), ``e2e_s`` being the last output chunk's time."""
+        return decode_tok_s(self.completion_tokens, self.ttft_s, self.e2e_s)
 
     @property
     def output_tok_s(self) -> float | None:
@@ -186,12 +182,9 @@ def _server_delta(result: PassResult, before: MetricsSnapshot | None, after: Met
 
 def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concurrency: int, max_tokens: int,
                  private_dir: Path, label: str, metrics_http: httpx.Client, round_index: int = 0,
-                 client_class: type[QualClient] = QualClient, output_times: bool = False) -> PassResult:
+                 client_class: type[QualClient] = QualClient) -> PassResult:
     """N streamed requests through QualClient, at most ``concurrency`` at a time, recorded as a gate.
-
-    With ``output_times`` a request ends at its last output chunk, as vLLM bench ends it; without
-    (the chunk-rate sweep, whose client CPU per chunk is the figure) at the end of the stream.
-    """
+    A request ends at its last output chunk, as vLLM bench ends it."""
     record = GateRecord(nodeid=f"bench::{label}", gate=label)
     recorder = GateRecorder(record, private_dir)
     client = client_class(handle, timeout_s=600.0, sink=recorder)
@@ -199,8 +192,6 @@ def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concur
     def one(prompt: ExactPrompt) -> StreamResult:
         body = {**prompt.request_fields(), "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
                 **EXTRA_BODY}
-        if output_times:
-            return client.stream_chat(body, label=label, output_times=True)
         return client.stream_chat(body, label=label)
 
     before = fetch_metrics(metrics_http)
@@ -217,7 +208,7 @@ def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concur
         usage = res.usage or {}
         # The end of the last output chunk, as vLLM bench ends a request's latency (the usage chunk
         # and [DONE] after it are not the server generating).
-        end = res.output_times[-1] if res.output_times else res.e2e_s
+        end = res.last_output_s if res.last_output_s is not None else res.e2e_s
         requests.append(RequestFigures(usage.get("prompt_tokens"), usage.get("completion_tokens"),
                                        res.ttft_s, end, res.ok))
     result = PassResult("harness", concurrency, round_index, requests, duration, client_cpu_s=cpu,
@@ -723,7 +714,7 @@ def compare_tools(handle: ServerHandle, builder: ExactPromptBuilder, *, config: 
                     if tool == "harness":
                         result = harness_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
                                               private_dir=private_dir, label=label,
-                                              metrics_http=metrics_http, round_index=r, output_times=True)
+                                              metrics_http=metrics_http, round_index=r)
                     else:
                         result = vllm_bench_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
                                                  tokenizer=tokenizer, workdir=workdir, label=label,

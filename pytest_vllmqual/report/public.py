@@ -22,6 +22,7 @@ from typing import Any
 
 from pytest_vllmqual import __version__
 from pytest_vllmqual.atomic_io import write_json_atomic
+from pytest_vllmqual.client.results import decode_tok_s
 from pytest_vllmqual.errors import ReportError
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
@@ -169,9 +170,11 @@ def _rung(rung: RungRecord) -> dict[str, Any]:
     if data.get("prefill_tok_s") is None and isinstance(pt, int) and isinstance(ttft, int | float) and ttft > 0:
         data["prefill_tok_s"] = round(pt / ttft, 2)
     ct, e2e = data.get("completion_tokens"), data.get("e2e_s")
-    if (data.get("decode_tok_s") is None and not data.get("decode_not_measured") and isinstance(ct, int) and ct > 1
-            and isinstance(e2e, int | float) and isinstance(ttft, int | float) and e2e > ttft):
-        data["decode_tok_s"] = round((ct - 1) / (e2e - ttft), 2)
+    # A rung keeps no last-output time: a rate filled in here ends at the stream's end.
+    if (data.get("decode_tok_s") is None and not data.get("decode_not_measured") and isinstance(ct, int)
+            and isinstance(e2e, int | float) and isinstance(ttft, int | float)
+            and (decode := decode_tok_s(ct, ttft, e2e)) is not None):
+        data["decode_tok_s"] = round(decode, 2)
     if data.get("calibration_error") is None and isinstance(pt, int):
         data["calibration_error"] = pt - int(data["target"])
     return data
