@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual import __version__
 from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.errors import ReportError
 from pytest_vllmqual.gates.registry import family_of, title_of
@@ -35,6 +34,7 @@ from pytest_vllmqual.privacy.public_text import (
 )
 from pytest_vllmqual.privacy.sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord, rung_verdict
+from pytest_vllmqual.version import __version__
 
 from .artifacts import ArtifactStore, verify_artifacts
 from .load_section import LOAD_LEVELS, load_section
