@@ -117,7 +117,7 @@ def test_vllm_bench_latencies_of_each_version() -> None:
 
 
 def test_rung_that_killed_the_server_keeps_its_harness_words_in_public() -> None:
-    from pytest_vllmqual.privacy.public_text import public_rung_error
+    from pytest_vllmqual.vllm.server_messages import public_rung_error
 
     words = "server_dead: the server did not survive this rung (its stream carried the engine's error event)"
     assert public_rung_error(words, 200) == words
