@@ -61,7 +61,7 @@ from typing import Any
 import yaml
 
 from pytest_vllmqual.errors import CampaignError
-from pytest_vllmqual.report.query import first_line
+from pytest_vllmqual.privacy.failure_reason import first_line
 
 from .qualify import arm_facts, campaign_exit, qualified_arm
 from .requirements import BUILTIN_REQUIREMENTS, Requirement, evaluate_requirement

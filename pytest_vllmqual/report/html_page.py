@@ -32,9 +32,9 @@ from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     family_of,
 )
+from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, short_tokens
 from pytest_vllmqual.report.query import (
-    first_line,
     gate_outcome,
     gates_named,
     largest_rung,
