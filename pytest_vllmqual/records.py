@@ -1,7 +1,7 @@
 """Typed records of one qualification run.
 
 These are the in-memory evidence: gates record attempts and measurements into them, the
-plugin ships them between xdist workers as plain dicts, and ``evidence`` turns a RunRecord
+plugin ships them between xdist workers as plain dicts, and ``report.public`` turns a RunRecord
 into the sanitized public report. Records grow by adding optional fields; ``from_dict``
 ignores keys it does not know so old and new workers interoperate. A rung's verdict
 (``rung_verdict``) is derived here, once, for the ladder gate, the report builder, the

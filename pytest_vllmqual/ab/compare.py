@@ -4,9 +4,9 @@
 of the control, and returns the comparison record (``schemas/comparison.schema.json``,
 ``$id`` …/comparison/4); :func:`compare_files` does the same for report files, each
 referenced by its SHA-256. :func:`render_markdown` prints the record the way the reference campaign's A/B write-up lays it out.
-The record is assembled from the concerns' modules: the rows (:mod:`.compare_rows`), the
-controlled variables (:mod:`.compare_variables`), the retained findings
-(:mod:`.compare_findings`) and the A/B decision (:mod:`.decision_ab`). Everything is built
+The record is assembled from the concerns' modules: the rows (:mod:`.rows`), the
+controlled variables (:mod:`.variables`), the retained findings
+(:mod:`.findings`) and the A/B decision (:mod:`.decision`). Everything is built
 from an allowlist of report fields, and every string is scrubbed once more.
 """
 

@@ -8,7 +8,7 @@ it is flagged with both figures. ``replay``: the replay must reproduce the contr
 facts within ``compare.replay_tolerance_pct`` and its gate outcomes exactly, else the baseline
 is "not reproducible" (timings are reported, not judged). ``timing_noise``: single-request
 timing deltas below ``compare.timing_noise_floor_pct`` are "bounded observation, not a ranking".
-Tolerances come from the control recipe's ``compare`` block (:data:`.compare_rows.DEFAULT_TOLERANCES`
+Tolerances come from the control recipe's ``compare`` block (:data:`.rows.DEFAULT_TOLERANCES`
 fill what it lacks).
 """
 

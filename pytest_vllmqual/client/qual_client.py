@@ -9,7 +9,7 @@ ends the gate at once instead of each later gate waiting out its own timeout.
 Streaming is parsed from the raw SSE so that the harness, not an SDK, decides what the
 first token is: ``ttft_s`` is the first delta carrying output of any kind (content,
 reasoning or a tool call), ``ttft_content_s`` the first visible content. The result types
-and that parse live in ``api_results``, the socket transport of the streams in
+and that parse live in ``results``, the socket transport of the streams in
 ``stream_transport``.
 """
 

@@ -22,7 +22,7 @@ has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verd
     run neither started nor stopped it, so cold start and teardown are not evidence.
 ``healthy``
     Managed, and every gate that ran passed, but the qualification is incomplete: a gate of
-    the registry (``gates.REGISTRY``) was not applicable, skipped or deselected (a gate the
+    the registry (``gates.registry.REGISTRY``) was not applicable, skipped or deselected (a gate the
     recipe declares not applicable that ran and failed is skipped: the claim held, and the
     reasons name it as measured failing; one that passed counts as passed, with a caveat that
     the declaration no longer holds), the identity is not verified, the run is not pinned (the

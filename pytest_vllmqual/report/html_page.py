@@ -439,7 +439,7 @@ def comparison_section(comparison: Mapping[str, Any]) -> str:
 
     Expected shape (the compare module fills it): ``{"title": str, "arms": [str, ...],
     "rows": [{"measurement": str, "values": [str, ...], "change": str}], "verdict": str,
-    "notes": [str, ...]}``; a full comparison record (``compare.compare_reports``) adds the
+    "notes": [str, ...]}``; a full comparison record (``ab.compare.compare_reports``) adds the
     controlled variables, the retained findings, the decision lists and the arm reports'
     SHA-256. Every field is optional and every value is escaped.
     """
