@@ -45,7 +45,6 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,7 @@ import bench_verdict  # noqa: E402
 import fidelity_common  # noqa: E402
 from quick_mode import add_quick_flag, quick_note, quick_recipe  # noqa: E402
 
+from pytest_vllmqual.clock import utc_now, utc_stamp  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
 
@@ -485,11 +485,11 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     if args.quick:
         quick_note("a few requests against the fault server; the figures below are not measurements and "
                    "no threshold applies to them (exit 1 only when a section raised)")
-    started = datetime.now(timezone.utc)
+    started = time.time()
     results: dict[str, Any] = {
         "command": "python benchmarks/run_all.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "quick": args.quick,
-        "started_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "started_utc": utc_now(started),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "gpu": None},
         "versions": _versions(),
@@ -503,7 +503,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     checks = (build_checks(bench_prompts.QUICK_TARGETS, fidelity_common.FidelityConfig.quick().concurrencies)
               if args.quick else CHECKS)
     results["checks"] = evaluate(results, args.sections, checks)
-    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp(started)
     path = out_dir / f"bench-{stamp}.json"
     text = json.dumps(results, indent=2, default=str)
     path.write_text(text)

@@ -68,7 +68,7 @@ class LaunchError(VllmQualError):
     """Startup failed. ``status`` is one of the classified startup outcomes.
 
     Statuses: ``port_in_use``, ``kv_insufficient``, ``startup_timeout``, ``exited``,
-    ``command_not_found``, ``gpu_busy``, ``image_not_pinned`` (every status: ``server_text.STARTUP_CAUSES``).
+    ``command_not_found``, ``gpu_busy``, ``image_not_pinned`` (every status: ``privacy.public_text.STARTUP_CAUSES``).
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 only module that imports pytest; the work is done by the pytest-free core, see ARCHITECTURE.md).
 
 Fixtures: function-scoped handles over one session-scoped server (the pytest-httpserver
-layering). The run (``run.QualRun``) lives in ``config.stash``; the session-scoped fixtures are
+layering). The run (``session.run.QualRun``) lives in ``config.stash``; the session-scoped fixtures are
 parametrized by arm, so pytest itself tears one arm's server down before the next arm's starts.
 Each fixture has one name (their types are importable from ``pytest_vllmqual``):
 

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual import __version__
 from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.client.results import decode_tok_s
 from pytest_vllmqual.errors import ReportError
@@ -28,14 +27,11 @@ from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.launch.base import TeardownResult
 from pytest_vllmqual.layout import REPORT_SCHEMA, raise_if_invalid, schema_errors
-from pytest_vllmqual.privacy.public_text import (
-    public_attempt_error,
-    public_rung_error,
-    public_startup_details,
-    startup_cause,
-)
+from pytest_vllmqual.privacy.public_text import public_startup_details, startup_cause
 from pytest_vllmqual.privacy.sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord, rung_verdict
+from pytest_vllmqual.version import __version__
+from pytest_vllmqual.vllm.server_messages import public_attempt_error, public_rung_error
 
 from .artifacts import ArtifactStore, verify_artifacts
 from .load_section import LOAD_LEVELS, load_section

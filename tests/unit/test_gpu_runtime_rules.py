@@ -96,7 +96,7 @@ def test_stream_error_event(chunk: object, expected: dict[str, object] | None) -
 
 
 def test_rung_that_killed_the_server_keeps_its_harness_words_in_public() -> None:
-    from pytest_vllmqual.privacy.public_text import public_rung_error
+    from pytest_vllmqual.vllm.server_messages import public_rung_error
 
     words = "server_dead: the server did not survive this rung (its stream carried the engine's error event)"
     assert public_rung_error(words, 200) == words
