@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({"bench": "fleet", "results": results}, indent=1) + "\n")
     # A wait-only job writes no report, so its row is `error` ("ended without a report"): expected here.
     # --quick exits 0 past the limit as well: make test runs every quick mode at once, where a makespan
-    # is no measurement; the test that holds it to the limit (tests/fleet/test_bench_fleet_quick.py)
+    # is no measurement; the test that holds it to the limit (tests/benchmarks/test_bench_fleet_quick.py)
     # runs it by itself and reads `within_limit` from the result.
     return 0 if args.quick or all(r["within_limit"] for r in results) else 1
 

@@ -46,15 +46,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_fidelity import (  # noqa: E402
+from fidelity_common import (  # noqa: E402
     EXTRA_BODY,
-    _print,
-    bootstrap_ratio_ci,
     build_prompts,
-    start_server,
+    print_progress,
     vllm_bench_missing,
     vllm_bench_pass,
 )
+from fidelity_readiness import start_server  # noqa: E402
+from fidelity_tools import bootstrap_ratio_ci  # noqa: E402
 
 from pytest_vllmqual.client.load_loop import run_closed_loop  # noqa: E402
 from pytest_vllmqual.client.prompts import ExactPrompt, ExactPromptBuilder  # noqa: E402
@@ -208,7 +208,7 @@ def run(handle: ServerHandle, *, levels: Sequence[int], rounds: int, prompt_toke
                                              round_index=round_index))
                 after = parse_metrics_text(fetch_metrics_text(metrics_http))
                 passes[-1].server = server_cross_check(after.delta(before) if before and after else None)
-                _print(f"level {level} round {round_index} {tool}: {json.dumps(passes[-1].to_dict())}")
+                print_progress(f"level {level} round {round_index} {tool}: {json.dumps(passes[-1].to_dict())}")
     metrics_http.close()
     return {"levels": list(levels), "rounds": rounds, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
             "vllm_bench": tokenizer is not None, "passes": [p.to_dict() for p in passes],
@@ -265,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"bench_load_fidelity: {missing}", file=sys.stderr)
                 return 2
             recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
-            manager, _ = start_server(recipe, Path(tmp) / "private", _print)
+            manager, _ = start_server(recipe, Path(tmp) / "private", print_progress)
             try:
                 assert manager.handle is not None
                 results = run(manager.handle, levels=levels, rounds=args.rounds, prompt_tokens=args.prompt_tokens,

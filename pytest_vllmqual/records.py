@@ -1,7 +1,7 @@
 """Typed records of one qualification run.
 
 These are the in-memory evidence: gates record attempts and measurements into them, the
-plugin ships them between xdist workers as plain dicts, and ``evidence`` turns a RunRecord
+plugin ships them between xdist workers as plain dicts, and ``report.public`` turns a RunRecord
 into the sanitized public report. Records grow by adding optional fields; ``from_dict``
 ignores keys it does not know so old and new workers interoperate. A rung's verdict
 (``rung_verdict``) is derived here, once, for the ladder gate, the report builder, the
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 __all__ = ["HEALTH_OK", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource", "FigureStatus", "GateOutcome",
            "GateRecord", "LevelJudgement", "RunMode", "RunRecord", "RungRecord", "RungSource", "RungVerdict",
-           "ServerStatus", "StartupStatus", "Verdict", "rung_verdict", "worst_outcome"]
+           "ServerStatus", "StartupStatus", "Verdict", "rung_verdict", "value_at", "worst_outcome"]
 
 _T = TypeVar("_T")
 
@@ -228,6 +228,15 @@ class LevelJudgement(_Word):
     MISSED = "missed"
     #: The client could not see a figure and the server's buckets cannot tell which side it is on.
     NOT_MEASURED = "not measured"
+
+
+def value_at(node: Any, *path: str) -> Any:
+    """The value at a key path of nested mappings (a recipe's content), None where the path ends early."""
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
 
 
 def _from_dict(cls: type[_T], data: Mapping[str, Any]) -> _T:
@@ -453,3 +462,22 @@ class RunRecord:
 
     def __post_init__(self) -> None:
         self.mode = RunMode.of(self.mode)
+
+    def gates_named(self, name: str) -> list[GateRecord]:
+        """Every record of the gate ``name`` (a gate may run more than once)."""
+        return [g for g in self.gates if g.gate == name]
+
+    @property
+    def completed_rungs(self) -> list[RungRecord]:
+        """The rungs that count for capacity (``RungVerdict.completed``), in ladder order."""
+        return [r for r in self.ladder if r.verdict.completed]
+
+    @property
+    def largest_rung(self) -> RungRecord | None:
+        """The completed rung with the most API-reported prompt tokens (None when none completed)."""
+        completed = self.completed_rungs
+        return max(completed, key=lambda r: int(r.prompt_tokens or 0)) if completed else None
+
+    def recipe_value(self, *path: str) -> Any:
+        """A value of the recipe's content by key path (None when absent)."""
+        return value_at(self.recipe_content, *path)

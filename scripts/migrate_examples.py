@@ -22,7 +22,6 @@ measure.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import sys
@@ -39,6 +38,7 @@ from pytest_vllmqual.fleet.record import (
     not_compared,
     validate_record,
 )
+from pytest_vllmqual.hashing import sha256_file, sha256_hex
 from pytest_vllmqual.report.html_page import render_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def migrate_fleet_record(record: dict[str, Any], folder: Path) -> dict[str, Any]
         report = row.get("report")
         if report and (folder / report["file"]).is_file():
             text = json.dumps(_load(folder / report["file"]), sort_keys=True)
-            report["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+            report["sha256"] = sha256_hex(text)
     skipped = not_compared(out["rows"], (out.get("fleet") or {}).get("jobs") or ())
     verdict, proves, not_proven = decide_fleet(out["rows"], out["comparisons"], skipped, bool(out["interrupted"]))
     out["decision"] = {"verdict": verdict.value, "proves": proves, "does_not_prove": not_proven,
@@ -107,7 +107,7 @@ def refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, An
     reports = {r: _load(paths[r]) for r in roles}
     if any(not _sidecar_beside(reports[r], folder) for r in roles):
         return comparison  # a probe's sidecar was left out of the folder (size): its section stays as measured
-    hashes = {r: hashlib.sha256(paths[r].read_bytes()).hexdigest() for r in roles
+    hashes = {r: sha256_file(paths[r]) for r in roles
               if comparison[r].get("hashed") == "file"}
     return compare_reports(reports["control"], reports["candidate"], replay=reports.get("replay"),
                            report_hashes=hashes, folders=dict.fromkeys(roles, folder))

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-__all__ = ["GROUPS_INPUT", "SERIAL_FOLDERS", "FixtureGroupScheduling", "XdistGroupHooks", "configure", "group_tests", "write_groups"]
+__all__ = ["FLEET_ELSEWHERE", "GROUPS_INPUT", "SERIAL_FOLDERS", "FixtureGroupScheduling", "XdistGroupHooks", "configure", "group_tests", "write_groups"]
 
 GROUPS_INPUT = "vllmqual_test_groups"
 """The ``workerinput`` key naming the file the workers write the groups to."""
@@ -35,6 +35,9 @@ GROUPS_INPUT = "vllmqual_test_groups"
 SERIAL_FOLDERS = ("tests/docker/", "tests/fleet/")
 """Folders whose tests run one after another in one worker: the docker tests count the engine's
 containers and /dev/shm files, and a Ray cluster does not start beside another CPU-heavy job."""
+
+FLEET_ELSEWHERE = ("tests/benchmarks/test_bench_fleet_quick.py",)
+"""Files outside tests/fleet/ that start a Ray cluster: they run in the fleet folder's group."""
 
 HEAVY_WEIGHT = 30
 """Seconds a test that boots a real server (``real_vllm``, ``needs_docker``) or a Ray cluster
@@ -103,6 +106,7 @@ def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, float]]:
         keys += [f"fixture:{name}" for name in _shared_fixtures(item)]
         keys += [f"mark:{mark.args[0]}" for mark in item.iter_markers("xdist_group") if mark.args]
         keys += [f"folder:{folder}" for folder in SERIAL_FOLDERS if path.startswith(folder)]
+        keys += ["folder:tests/fleet/"] if path in FLEET_ELSEWHERE else []
         for key in keys[1:]:
             union.join(keys[0], key)
     names: dict[str, str] = {}
@@ -112,7 +116,7 @@ def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, float]]:
         name = names.setdefault(root, item.nodeid.split("::")[0])
         path = item.nodeid.split("::")[0]
         heavy = (item.get_closest_marker("real_vllm") or item.get_closest_marker("needs_docker")
-                 or item.nodeid.startswith("tests/fleet/"))
+                 or item.nodeid.startswith("tests/fleet/") or path in FLEET_ELSEWHERE)
         known = FILE_SECONDS.get(path)
         groups[item.nodeid] = (name, known / per_file[path] if known else HEAVY_WEIGHT if heavy else 1)
     return groups

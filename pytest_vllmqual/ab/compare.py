@@ -4,29 +4,28 @@
 of the control, and returns the comparison record (``schemas/comparison.schema.json``,
 ``$id`` …/comparison/4); :func:`compare_files` does the same for report files, each
 referenced by its SHA-256. :func:`render_markdown` prints the record the way the reference campaign's A/B write-up lays it out.
-The record is assembled from the concerns' modules: the rows (:mod:`.compare_rows`), the
-controlled variables (:mod:`.compare_variables`), the retained findings
-(:mod:`.compare_findings`) and the A/B decision (:mod:`.decision_ab`). Everything is built
+The record is assembled from the concerns' modules: the rows (:mod:`.rows`), the
+controlled variables (:mod:`.variables`), the retained findings
+(:mod:`.findings`) and the A/B decision (:mod:`.decision`). Everything is built
 from an allowlist of report fields, and every string is scrubbed once more.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual import __version__
 from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.errors import ComparisonError, ReportError
+from pytest_vllmqual.hashing import sha256_file, sha256_hex
 from pytest_vllmqual.layout import COMPARISON_SCHEMA, raise_if_invalid, schema_errors
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.report.artifacts import sha256_file
 from pytest_vllmqual.report.decision import BOUNDARY
 from pytest_vllmqual.report.public import SCHEMA_ID as REPORT_SCHEMA_ID
 from pytest_vllmqual.report.public import TOOL_NAME, load_report, migration_hint, validate_report
+from pytest_vllmqual.version import __version__
 
 from .decision import ABEvidence, Targets, arm_verdict, decide_comparison
 from .equivalence import equivalence_section, load_sidecars, summary_line
@@ -45,7 +44,7 @@ _ROLES = ("control", "candidate", "replay")
 def report_digest(report: Mapping[str, Any]) -> str:
     """SHA-256 of a report's canonical JSON (sorted keys, compact), for reports held in memory."""
     text = json.dumps(report, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_hex(text)
 
 
 def _arm_ref(report: Mapping[str, Any], role: str, digest: str | None) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 from pytest_vllmqual.equivalence import sidecar as sidecars
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.errors import ComparisonError
-from pytest_vllmqual.report.artifacts import sha256_file
+from pytest_vllmqual.hashing import sha256_file
 from pytest_vllmqual.report.query import recipe_value
 
 from .compare import load_arm_report

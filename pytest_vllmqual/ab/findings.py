@@ -8,17 +8,17 @@ it is flagged with both figures. ``replay``: the replay must reproduce the contr
 facts within ``compare.replay_tolerance_pct`` and its gate outcomes exactly, else the baseline
 is "not reproducible" (timings are reported, not judged). ``timing_noise``: single-request
 timing deltas below ``compare.timing_noise_floor_pct`` are "bounded observation, not a ranking".
-Tolerances come from the control recipe's ``compare`` block (:data:`.compare_rows.DEFAULT_TOLERANCES`
+Tolerances come from the control recipe's ``compare`` block (:data:`.rows.DEFAULT_TOLERANCES`
 fill what it lacks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from pytest_vllmqual.clock import parse_utc
 from pytest_vllmqual.report.number_format import fixed, rounded, signed_percent, to_decimal
 from pytest_vllmqual.report.query import recipe_value
 
@@ -108,15 +108,6 @@ def kv_consistency(control: Mapping[str, Any], candidate: Mapping[str, Any], tol
     return retained_finding("kv_bytes_vs_tokens", "flagged", summary, figures)
 
 
-def _parse_utc(text: Any) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 _REPORTED_ONLY = frozenset({"timing", "load"})
 """Row kinds a replay reports but does not judge."""
 
@@ -155,9 +146,9 @@ def replay_check(control: Mapping[str, Any], replay: Mapping[str, Any], candidat
                         + ", ".join(recipe["functional"]) + ")")
     if not checks:
         problems.append("the replay shares no engine fact or gate with the control")
-    start_c = _parse_utc((control.get("run") or {}).get("started_utc"))
-    start_b = _parse_utc((candidate.get("run") or {}).get("started_utc"))
-    start_r = _parse_utc((replay.get("run") or {}).get("started_utc"))
+    start_c = parse_utc((control.get("run") or {}).get("started_utc"))
+    start_b = parse_utc((candidate.get("run") or {}).get("started_utc"))
+    start_r = parse_utc((replay.get("run") or {}).get("started_utc"))
     bracketed = bool(start_c and start_b and start_r and start_c <= start_b <= start_r)
     reproduced = not problems
     section = {

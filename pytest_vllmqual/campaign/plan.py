@@ -25,7 +25,7 @@ Rules, in arm order:
 Which arm *qualifies* the campaign (its own verdict at least ``healthy`` over the gates that ran)
 and the exit code that gives are decided in ``campaign.qualify``.
 
-Requirements (``requires``) are gate names, evaluated by ``campaign_requirements``. When the
+Requirements (``requires``) are gate names, evaluated by ``campaign.requirements``. When the
 report has gates of that name, their outcome decides (all passed = met); otherwise these names are evaluated from the report's
 sections: ``startup`` (the server became ready), ``kv_pool`` (engine-reported KV tokens ≥ the
 recipe's ``min_kv_tokens``, else ≥ max_model_len), ``ladder`` (a completed rung above the
@@ -61,7 +61,7 @@ from typing import Any
 import yaml
 
 from pytest_vllmqual.errors import CampaignError
-from pytest_vllmqual.report.query import first_line
+from pytest_vllmqual.privacy.failure_reason import first_line
 
 from .qualify import arm_facts, campaign_exit, qualified_arm
 from .requirements import BUILTIN_REQUIREMENTS, Requirement, evaluate_requirement

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_vllmqual.gates.registry import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
+from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.records import GateOutcome, rung_verdict
 from pytest_vllmqual.report.query import (
-    first_line,
     gate_outcome,
     largest_rung,
     preflight_summary,

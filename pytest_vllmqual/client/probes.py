@@ -1,6 +1,6 @@
 """The package's one ``/health`` probe and one 1-token completion probe.
 
-Readiness (``launch.readiness``), the liveness guard (``server.ServerGuard``) and the context
+Readiness (``launch.readiness``), the liveness guard (``session.server.ServerGuard``) and the context
 ladder's after-rung health all ask a server the same two questions; each asks them here and
 reads the answer (``ProbeAnswer``: status and body, or the httpx error) in its own words. A
 probe never raises an httpx error: one that got no answer says so in ``error``/``timed_out``.

@@ -9,13 +9,12 @@ ends the gate at once instead of each later gate waiting out its own timeout.
 Streaming is parsed from the raw SSE so that the harness, not an SDK, decides what the
 first token is: ``ttft_s`` is the first delta carrying output of any kind (content,
 reasoning or a tool call), ``ttft_content_s`` the first visible content. The result types
-and that parse live in ``api_results``, the socket transport of the streams in
+and that parse live in ``results``, the socket transport of the streams in
 ``stream_transport``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 import httpx
 
 from pytest_vllmqual.errors import ServerGoneError
+from pytest_vllmqual.hashing import sha256_hex
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.records import Attempt
 
@@ -56,11 +56,6 @@ def http_client(handle: ServerHandle, **kwargs: Any) -> httpx.Client:
     """An httpx client for ``handle``'s server (base URL, auth headers), on the shared SSL context."""
     return httpx.Client(base_url=handle.base_url, headers=handle.auth_headers(), verify=shared_ssl_context(),
                         **kwargs)
-
-
-def _sha256_hex(data: bytes) -> str:
-    """The hex SHA-256 an attempt records for its exact request and response bytes."""
-    return hashlib.sha256(data).hexdigest()
 
 
 def _dumps(body: dict[str, Any]) -> bytes:
@@ -124,8 +119,8 @@ class QualClient:
     # -- plumbing -------------------------------------------------------------------------
 
     def _emit(self, attempt: Attempt, request: bytes, response: bytes) -> None:
-        attempt.request_sha256 = _sha256_hex(request)
-        attempt.response_sha256 = _sha256_hex(response)
+        attempt.request_sha256 = sha256_hex(request)
+        attempt.response_sha256 = sha256_hex(response)
         self.last_attempt = attempt
         if self.sink is not None:
             self.sink.record_attempt(attempt, request, response)

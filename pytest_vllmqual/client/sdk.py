@@ -17,7 +17,6 @@ the recipe's choice (``gates.openai_sdk.strict``), not this module's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import typing
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_vllmqual.hashing import sha256_hex
 from pytest_vllmqual.records import Attempt
 
 from .qual_client import AttemptSink
@@ -364,8 +364,8 @@ def record_sdk_attempt(sink: AttemptSink, result: SdkResult) -> Attempt:
     attempt = Attempt(kind="sdk", label=f"sdk-{result.label.replace(' ', '-')}", ok=result.failure is None,
                       status_code=exchange.status_code, latency_s=round(result.seconds, 4),
                       usage=dict(result.usage) or None,
-                      request_sha256=hashlib.sha256(exchange.request).hexdigest(),
-                      response_sha256=hashlib.sha256(exchange.response).hexdigest(),
+                      request_sha256=sha256_hex(exchange.request),
+                      response_sha256=sha256_hex(exchange.response),
                       error_kind=None if result.failure is None else "sdk_read")
     sink.record_attempt(attempt, exchange.request, exchange.response)
     return attempt

@@ -17,11 +17,12 @@ at once, outside its KV budget, so a chunk is capped (``max_chunk_tokens``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from pytest_vllmqual.hashing import sha256_hex
 
 __all__ = ["DEFAULT_LENGTHS", "K_STEPS", "OPEN_PROMPTS", "ProbeSettings", "chunk_plan", "parse_chat_steps",
            "parse_prompt_positions", "probe_sha256", "probe_text", "token_id"]
@@ -146,4 +147,4 @@ def probe_sha256(text_tokens: Sequence[int], chunks: Sequence[tuple[int, Sequenc
     the parameters (K included). Two arms answered the same probe only when it matches."""
     body = {"text_tokens": list(text_tokens), "chunks": [[n, list(ids)] for n, ids in chunks],
             "prompts": list(prompts), "settings": settings.to_dict(), "top_k": top_k}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return sha256_hex(json.dumps(body, sort_keys=True, separators=(",", ":")))

@@ -9,7 +9,6 @@ of this arm. A server that dies under the probe ends it with ``ServerGoneError``
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.hashing import sha256_hex
 
 from .probe import (
     K_STEPS,
@@ -106,7 +106,7 @@ def _greedy(client: QualClient, prompts: Sequence[tuple[str, str]], top_k: int,
         if not result.ok:
             raise ValueError(f"greedy prompt {name} failed: {result.attempt.error or result.status_code}")
         content = (result.choice.get("logprobs") or {}).get("content") or []
-        out.append({"id": name, "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest(),
+        out.append({"id": name, "prompt_sha256": sha256_hex(prompt),
                     "finish_reason": result.finish_reason, "steps": parse_chat_steps(content)})
     return out
 
@@ -125,7 +125,7 @@ def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tup
     chunks = _chunks(client, plan, top_k)
     greedy = _greedy(client, prompts, top_k, settings.greedy_max_tokens)
     prompt_hashes = [[g["id"], g["prompt_sha256"]] for g in greedy]
-    tokenizer = hashlib.sha256(json.dumps(tokens[:_TOKENIZER_SAMPLE], separators=(",", ":")).encode()).hexdigest()
+    tokenizer = sha256_hex(json.dumps(tokens[:_TOKENIZER_SAMPLE], separators=(",", ":")))
     body = {"source": source, "parameters": {**settings.to_dict(), "top_k": top_k},
             "probe_sha256": probe_sha256(tokens, plan, prompt_hashes, settings, top_k),
             "tokenizer_sha256": tokenizer, "top_k": top_k, "chunk_tokens": [ids for _, ids in plan],

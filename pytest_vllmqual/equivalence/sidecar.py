@@ -13,13 +13,13 @@ comparison, ``vllmqual compare`` and the reference mode then work from public fi
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_bytes_atomic
+from pytest_vllmqual.hashing import sha256_file, sha256_hex
 
 __all__ = ["FORMAT", "PRIVATE_NAME", "checkpoint_pin", "load", "logprobs_mode", "prefix_caching", "publish",
            "sidecar_name"]
@@ -75,7 +75,7 @@ def publish(private_file: Path, report: Mapping[str, Any], report_path: Path) ->
     path = Path(report_path).parent / sidecar_name(report_path)
     text = json.dumps(sidecar, separators=(",", ":")) + "\n"
     write_bytes_atomic(gzip.compress(text.encode("utf-8"), mtime=0), path, what="probe sidecar")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = sha256_file(path)
     return {"file": path.name, "sha256": digest, "probe_sha256": body.get("probe_sha256"),
             "tokenizer_sha256": body.get("tokenizer_sha256"), "top_k": body.get("top_k"), **arm}
 
@@ -87,7 +87,7 @@ def load(reference: Mapping[str, Any], folder: Path) -> tuple[dict[str, Any] | N
     if not name or Path(name).name != name or not path.is_file():
         return None, f"its probe sidecar {name or '(unnamed)'} is not beside the report"
     data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest() != reference.get("sha256"):
+    if sha256_hex(data) != reference.get("sha256"):
         return None, f"its probe sidecar {name} does not match the SHA-256 the report recorded"
     try:
         sidecar = json.loads(gzip.decompress(data) if name.endswith(".gz") else data)

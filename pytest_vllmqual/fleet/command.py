@@ -7,7 +7,6 @@ re-validated here). The record is written even when the run is interrupted.
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import sys
 from collections.abc import Iterator, Mapping
@@ -22,6 +21,7 @@ from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
 from pytest_vllmqual.fleet.record import FleetVerdict, build_record
 from pytest_vllmqual.fleet.runner import FleetRun, ProgressFn
 from pytest_vllmqual.fleet.spec import FleetSpec, load_fleet
+from pytest_vllmqual.hashing import sha256_file
 
 __all__ = ["EXIT_INTERRUPTED", "exit_code", "progress_line", "run_fleet", "write_outputs"]
 
@@ -47,7 +47,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _fleet_section(spec: FleetSpec, run: FleetRun) -> dict[str, Any]:
     return {"name": spec.name, "description": spec.description,
-            "file_sha256": hashlib.sha256(spec.path.read_bytes()).hexdigest(), "max_parallel": spec.max_parallel,
+            "file_sha256": sha256_file(spec.path), "max_parallel": spec.max_parallel,
             "run_id": run.run_id,
             "jobs": [{"name": j.name, "recipe": j.recipe.rsplit("/", 1)[-1], "placement": j.placement.describe(),
                       "selection": j.pytest_selection(), "deadline_s": j.deadline_s,

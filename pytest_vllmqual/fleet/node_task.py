@@ -11,7 +11,6 @@ folder, named by the run id and the SHA-256 of their manifest.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import select
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.fleet.watchdog import group_alive, process_start
+from pytest_vllmqual.hashing import sha256_file, sha256_hex
 
 __all__ = ["TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
 
@@ -89,9 +89,9 @@ def private_manifest(folder: Path) -> dict[str, Any]:
         return {"files": 0, "manifest_sha256": None}
     lines = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = sha256_file(path)
         lines.append(f"{digest}  {path.relative_to(folder).as_posix()}")
-    return {"files": len(lines), "manifest_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()}
+    return {"files": len(lines), "manifest_sha256": sha256_hex("\n".join(lines))}
 
 
 class _Watchdog:

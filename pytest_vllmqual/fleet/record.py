@@ -13,15 +13,16 @@ was compared is ``not compared``, never ``consistent``.
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_vllmqual import __version__
+from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome
 from pytest_vllmqual.fleet.crossnode import compare_nodes
+from pytest_vllmqual.hashing import sha256_hex
 from pytest_vllmqual.layout import raise_if_invalid
+from pytest_vllmqual.version import __version__
 
 __all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "RECORD_SCHEMA_VERSION", "FleetVerdict", "build_record", "decide_fleet",
            "not_compared", "row_of", "validate_record"]
@@ -48,11 +49,7 @@ class FleetVerdict(str, enum.Enum):
 
 
 def _utc(epoch: float | None) -> str | None:
-    if not epoch:
-        return None
-    import time
-
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    return utc_now(epoch) if epoch else None
 
 
 def _gate_counts(report: Mapping[str, Any]) -> dict[str, int]:
@@ -115,7 +112,7 @@ def row_of(attempt: Attempt, node_label: str | None, node_id_sha256: str | None)
         text = json.dumps(attempt.report, sort_keys=True)
         row["report"] = {"file": f"jobs/{attempt.attempt_id}.json",
                          "html": f"jobs/{attempt.attempt_id}.html" if result.get("html_text") else None,
-                         "sha256": hashlib.sha256(text.encode()).hexdigest()}
+                         "sha256": sha256_hex(text)}
     return row
 
 

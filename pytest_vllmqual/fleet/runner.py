@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.clock import utc_stamp
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome, evaluate_result
 from pytest_vllmqual.fleet.cluster import NodeInfo, RayCluster
@@ -66,7 +67,7 @@ class FleetRun:
     progress: ProgressFn = print
     project_dir: Path = field(default_factory=Path.cwd)
     argv_for: Callable[[Attempt], list[str]] | None = None
-    run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" +
+    run_id: str = field(default_factory=lambda: utc_stamp() + "-" +
                         uuid.uuid4().hex[:6])
     attempts: list[Attempt] = field(default_factory=list)
     nodes: list[NodeInfo] = field(default_factory=list)

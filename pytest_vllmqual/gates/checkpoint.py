@@ -29,6 +29,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_vllmqual.hashing import sha256_hex
+
 __all__ = [
     "CONTENT_SCHEME",
     "FULL_HASH_MAX_BYTES",
@@ -176,7 +178,7 @@ def _json_digest(path: Path, size: int) -> str:
     for key in _WRITER_KEYS:
         data.pop(key, None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    return f"{len(canonical)}:{hashlib.sha256(canonical).hexdigest()}"
+    return f"{len(canonical)}:{sha256_hex(canonical)}"
 
 
 def _safetensors_digest(path: Path, size: int) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import GateOutcome
 
@@ -81,8 +82,7 @@ def _said(recipe: Recipe, reason: str) -> str:
 
 
 def _measured(failure: str) -> str:
-    line = failure.strip().splitlines()[0] if failure.strip() else "failed"
-    return line if len(line) <= _MEASURED_LIMIT else line[:_MEASURED_LIMIT - 1] + "…"
+    return first_line(failure, _MEASURED_LIMIT) or "failed"
 
 
 def judged(recipe: Recipe, gate: GateRecorder, reason: str | None, verdict: GateVerdict) -> GateVerdict:

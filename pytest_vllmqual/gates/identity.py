@@ -33,7 +33,6 @@ the result: a directory is shown as the recipe's own (relative) ``model_path``, 
 
 from __future__ import annotations
 
-import hashlib
 import re
 import struct
 from collections.abc import Callable, Mapping
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.hashing import sha256_file, sha256_hex
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
@@ -252,7 +252,7 @@ def model_files_sha256(directory: Path) -> dict[str, str]:
         return out  # an unreadable file: the description above still says what it can
     if files:
         listing = "".join(f"{name}\t{digest}\n" for name, digest in sorted(files.items()))
-        out[CONTENT_KEY] = hashlib.sha256(listing.encode()).hexdigest()
+        out[CONTENT_KEY] = sha256_hex(listing)
     return out
 
 
@@ -267,11 +267,11 @@ def _description_sha256(directory: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     config = directory / "config.json"
     if config.is_file():
-        out["config.json"] = hashlib.sha256(config.read_bytes()).hexdigest()
+        out["config.json"] = sha256_file(config)
     for name in WEIGHTS_INDEX_NAMES:
         index = directory / name
         if index.is_file():
-            out[name] = hashlib.sha256(index.read_bytes()).hexdigest()
+            out[name] = sha256_file(index)
             return out
     single = directory / "model.safetensors"
     if single.is_file():
@@ -281,7 +281,7 @@ def _description_sha256(directory: Path) -> dict[str, str]:
                 (length,) = struct.unpack("<Q", raw)
                 if length < 100 * 1024 * 1024:
                     header = handle.read(length)
-                    out["model.safetensors#header"] = hashlib.sha256(raw + header).hexdigest()
+                    out["model.safetensors#header"] = sha256_hex(raw + header)
     return out
 
 

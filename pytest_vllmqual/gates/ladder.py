@@ -25,10 +25,10 @@ from pytest_vllmqual.client.results import StreamResult
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.errors import CalibrationError, ServerGoneError
 from pytest_vllmqual.launch.base import ProgressFn
-from pytest_vllmqual.privacy.public_text import public_rung_error
 from pytest_vllmqual.recipe.loader import Recipe
 from pytest_vllmqual.records import FigureSource, RungRecord, RungSource
 from pytest_vllmqual.vllm.endpoints import MetricsDelta, MetricsSnapshot, parse_metrics
+from pytest_vllmqual.vllm.server_messages import public_rung_error
 
 from .checks import GateVerdict, run_smoke
 from .recorder import GateRecorder
@@ -244,15 +244,17 @@ def _server_decode_rate(rung: RungRecord, delta: MetricsDelta) -> float | None:
 
 def _settle_decode(rung: RungRecord) -> None:
     """A decode rate the client could not time is not the client's figure. The client times decode
-    from the first token it reads to the end of the stream; when it read the first token later than
+    from the first token it reads to the last (``tpot_s``); when it read the first token later than
     the server sent it by more than that whole window (a starved client on a busy machine, or output
     tokens arriving in one burst, reads the finished answer in one go), the tokens were generated
     while it was not reading, and the rate would be that of its read loop (48,755 tok/s was seen on 2
     busy cores). The server's own decode time for the request is then the figure, named as such;
     without it, decode is not measured."""
-    if rung.decode_tok_s is None or rung.ttft_s is None or rung.e2e_s is None or rung.server_ttft_s is None:
+    if (rung.decode_tok_s is None or rung.ttft_s is None or rung.server_ttft_s is None
+            or not rung.completion_tokens):
         return
-    lag, window = rung.ttft_s - rung.server_ttft_s, rung.e2e_s - rung.ttft_s
+    # The client's decode window, first to last token: its rate is (completion_tokens - 1) / window.
+    lag, window = rung.ttft_s - rung.server_ttft_s, (rung.completion_tokens - 1) / rung.decode_tok_s
     if lag <= window:
         return
     late = (f"the client read the first token {lag:.3f} s after the server sent it, longer than the "

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_vllmqual.client.results import tpot_s
 from pytest_vllmqual.records import LevelJudgement
 from pytest_vllmqual.vllm.endpoints import HistogramDelta, MetricsDelta
 
@@ -82,17 +83,12 @@ class RequestFigures:
 
     @property
     def tpot_s(self) -> float | None:
-        """(last output - ttft) / (completion_tokens - 1); None for fewer than two tokens.
-
-        The end is the last token's arrival, not the stream's: the usage chunk and ``[DONE]`` that
-        follow it took 10-15 ms on an H200, a third of a 32-token request's decode there, and vLLM's
-        own benchmark leaves them out too. Without recorded output times, the stream's end."""
+        """The client's ``tpot_s`` of this request; None for a failed one or fewer than two tokens.
+        Without recorded output times, it ends at the stream's end."""
+        if not self.ok:
+            return None
         end = self.last_output_s if self.last_output_s is not None else self.e2e_s
-        if not self.ok or self.ttft_s is None or end is None or not self.completion_tokens:
-            return None
-        if self.completion_tokens < 2:
-            return None
-        return (end - self.ttft_s) / (self.completion_tokens - 1)
+        return tpot_s(self.completion_tokens, self.ttft_s, end)
 
     @classmethod
     def from_times(cls, *, ok: bool, ttft_s: float | None, e2e_s: float | None, completion_tokens: int | None,

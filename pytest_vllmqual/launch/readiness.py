@@ -4,9 +4,9 @@ Ready means all of: the process is alive, ``/health`` answers 200, ``/v1/models`
 served name, and one real 1-token completion succeeds within its own timeout (a server whose
 ``/health`` says 200 while generation hangs is never declared ready). Each condition is a
 strategy object (the testcontainers shape), checked in order on every poll. The HTTP requests
-go through a ``ReadinessProbe`` the caller passes in (``probes.ServerProbe``): the launch side
+go through a ``ReadinessProbe`` the caller passes in (``client.probes.ServerProbe``): the launch side
 speaks no HTTP of its own. A startup that the log already shows as failed (KV does not fit,
-port taken; ``startup_failure``) ends at once instead of waiting out the deadline.
+port taken; ``vllm.startup_failure``) ends at once instead of waiting out the deadline.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_vllmqual.errors import LaunchError
-from pytest_vllmqual.privacy.public_text import STARTUP_PHASES, quote_server_message
+from pytest_vllmqual.privacy.public_text import STARTUP_PHASES
 from pytest_vllmqual.recipe.loader import StartupConfig
 from pytest_vllmqual.records import StartupStatus
 from pytest_vllmqual.vllm.server_log import log_tail
+from pytest_vllmqual.vllm.server_messages import quote_server_message
 from pytest_vllmqual.vllm.startup_failure import (
     StartupFailure,
     classify_startup_failure,
@@ -65,7 +66,7 @@ class ProbeAnswer:
 
 
 class ReadinessProbe(Protocol):
-    """The requests readiness makes, bound to one server; ``probes.ServerProbe`` implements it."""
+    """The requests readiness makes, bound to one server; ``client.probes.ServerProbe`` implements it."""
 
     def health(self, timeout_s: float) -> ProbeAnswer: ...
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_CAUSES", "REASON_LIMIT", "failure_reason", "repeats_its_causes", "report_reason", "said_once"]
+__all__ = ["MAX_CAUSES", "REASON_LIMIT", "failure_reason", "first_line", "repeats_its_causes", "report_reason",
+           "said_once"]
 
 REASON_LIMIT = 2000
 """Characters of a reason; the public report cuts free text shorter still."""
@@ -45,6 +46,15 @@ def _causes(exc: BaseException) -> list[BaseException]:
         seen.add(id(current))
         chain.append(current)
     return chain
+
+
+def first_line(text: Any, limit: int = 200) -> str:
+    """The first line of a reason (or any message), cut to ``limit`` characters with "…": what a
+    list item, a table cell or a summary line shows of it. Empty for no text."""
+    if not text:
+        return ""
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def said_once(text: str) -> str:

@@ -10,27 +10,16 @@ request/response hash).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BOOKKEEPING_SUFFIXES", "ArtifactStore", "sha256_file", "verify_artifacts"]
+from pytest_vllmqual.hashing import sha256_file
+
+__all__ = ["BOOKKEEPING_SUFFIXES", "ArtifactStore", "verify_artifacts"]
 
 BOOKKEEPING_SUFFIXES = (".lock", ".tmp")
 """Files in the private folder that are tool bookkeeping, not evidence (and hidden files)."""
-
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def _is_bookkeeping(relative: str) -> bool:
     return any(part.startswith(".") for part in relative.split("/")) or relative.endswith(BOOKKEEPING_SUFFIXES)

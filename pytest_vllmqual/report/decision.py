@@ -6,7 +6,10 @@ words) and rendered into the public report once (:meth:`Decision.to_dict`). The 
 reads is the *public* one (:func:`public_record`): the sanitized report read back as a
 ``RunRecord``, so every sentence quotes only what the report itself may show, the figures the
 report derives (rung rates, the minimum-rank KV, the identity status) are read as the report
-carries them, and a report read back from disk is decided by the same rule. Every sentence
+carries them, and a report read back from disk is decided by the same rule. What the decision
+asks of a run (its largest completed rung, a gate's runs, a recipe value) is the record's own;
+the preflight (:func:`preflight_of`) is read here, and ``report.query`` asks it of a report
+dict for the pages and comparisons. Every sentence
 is generated from what was measured: a list item exists because a section of the report
 has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verdict`):
 
@@ -19,7 +22,7 @@ has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verd
     run neither started nor stopped it, so cold start and teardown are not evidence.
 ``healthy``
     Managed, and every gate that ran passed, but the qualification is incomplete: a gate of
-    the registry (``gates.REGISTRY``) was not applicable, skipped or deselected (a gate the
+    the registry (``gates.registry.REGISTRY``) was not applicable, skipped or deselected (a gate the
     recipe declares not applicable that ran and failed is skipped: the claim held, and the
     reasons name it as measured failing; one that passed counts as passed, with a caveat that
     the declaration no longer holds), the identity is not verified, the run is not pinned (the
@@ -57,6 +60,7 @@ from pytest_vllmqual.gates.registry import (
     title_of,
 )
 from pytest_vllmqual.gates.registry import proves as gate_proves
+from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.recipe.load_settings import slo_caveat
 from pytest_vllmqual.records import (
     GateOutcome,
@@ -69,10 +73,9 @@ from pytest_vllmqual.records import (
 )
 
 from .number_format import fmt_decode, fmt_num, short_tokens
-from .query import first_line, largest_of, preflight_of
 
-__all__ = ["BOUNDARY", "CoverageRow", "Decision", "coverage", "decide", "max_model_len", "public_record",
-           "verdict_summary", "with_decision"]
+__all__ = ["BOUNDARY", "CoverageRow", "Decision", "coverage", "decide", "max_model_len", "preflight_of",
+           "public_record", "verdict_summary", "with_decision"]
 
 BOUNDARY = "No route or promotion changed: a qualification run never promotes."
 
@@ -168,23 +171,38 @@ def max_model_len(identity: Mapping[str, Any], recipe_content: Mapping[str, Any]
     return None
 
 
-def _recipe_value(record: RunRecord, *path: str) -> Any:
-    node: Any = record.recipe_content
-    for key in path:
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return node
-
-
 def _label(gate: GateRecord) -> str:
     return title_of(gate.gate, gate.title or gate.gate or gate.nodeid or "?")
 
 
-def _named(record: RunRecord, name: str) -> list[GateRecord]:
-    return [g for g in record.gates if g.gate == name]
+def _tools_phrase(measurements: Mapping[str, Any] | None) -> str:
+    """"20/20 tool calls" from the tools gate's measurements, else the generic label."""
+    if not measurements:
+        return PREFLIGHT_LABELS["tools"]
+    m = measurements
+    passed = m.get("passed", m.get("valid_calls"))
+    total = m.get("total", m.get("count"))
+    if isinstance(passed, int) and isinstance(total, int) and total:
+        return f"{passed}/{total} tool calls"
+    return PREFLIGHT_LABELS["tools"]
 
 
-def _completed(record: RunRecord) -> list[RungRecord]:
-    return [r for r in record.ladder if r.verdict.completed]
+def preflight_of(gates: Sequence[GateRecord]) -> dict[str, Any]:
+    """The preflight section: {passed, total, summary "k/6", text, gates[{gate, outcome}]}."""
+    rows = [{"gate": name, "outcome": worst_outcome(g.outcome for g in gates if g.gate == name).value}
+            for name in PREFLIGHT_GATES]
+    passed = sum(1 for r in rows if r["outcome"] == GateOutcome.PASSED)
+    tools = [g for g in gates if g.gate == "tools"]
+    labels = [_tools_phrase(tools[0].measurements if tools else None) if r["gate"] == "tools"
+              else PREFLIGHT_LABELS[r["gate"]] for r in rows if r["outcome"] == GateOutcome.PASSED]
+    summary = f"{passed}/{len(rows)}"
+    return {
+        "passed": passed,
+        "total": len(rows),
+        "summary": summary,
+        "text": summary + (": " + ", ".join(labels) if labels else ""),
+        "gates": rows,
+    }
 
 
 def coverage(record: RunRecord) -> list[CoverageRow]:
@@ -196,7 +214,7 @@ def coverage(record: RunRecord) -> list[CoverageRow]:
             names.append(gate.gate)
     rows: list[CoverageRow] = []
     for name in names:
-        records = _named(record, name)
+        records = record.gates_named(name)
         outcome = worst_outcome(g.outcome for g in records)
         markers = [str(m) for r in records for m in r.markers]
         reason: str | None = None
@@ -272,7 +290,7 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
         missing.append("the run is not pinned: " + "; ".join(unpinned))
     if record.lifecycle.get("cold_start_s") is None:
         missing.append("no cold start was measured")
-    if not _completed(record):
+    if not record.completed_rungs:
         missing.append("no capacity rung completed")
     if record.engine.get("kv_cache_tokens") is None:
         missing.append("the engine's KV pool was not read")
@@ -282,7 +300,7 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
 def _unpinned(record: RunRecord) -> list[str]:
     """Why the served model is not pinned by content: the recipe says so, or its identity checks
     pin neither the model nor a container's image (a pinned run names both)."""
-    said = ["the recipe says pinned: false"] if _recipe_value(record, "pinned") is False else []
+    said = ["the recipe says pinned: false"] if record.recipe_value("pinned") is False else []
     return said + IdentityResult.from_dict(record.identity).unpinned
 
 
@@ -321,14 +339,14 @@ def _proves_identity_and_gates(record: RunRecord) -> list[str]:
 
 def _proves_capacity(record: RunRecord) -> list[str]:
     proves: list[str] = []
-    top = largest_of(record.ladder)
+    top = record.largest_rung
     if top is not None:
         proves.append(
             f"a request of {fmt_num(top.prompt_tokens)} API-reported prompt tokens completed "
             f"({fmt_num(top.ttft_s, 3)} s TTFT, {fmt_num(top.e2e_s, 3)} s E2E, "
             f"{fmt_num(top.prefill_tok_s, 0)} effective prefill tok/s, "
             f"{fmt_decode(top.decode_tok_s, top.decode_source, top.decode_not_measured)}); "
-            f"{len(_completed(record))} ladder rung(s) completed")
+            f"{len(record.completed_rungs)} ladder rung(s) completed")
         probed = [r.verdict.smoke for r in record.ladder if r.verdict.smoke is not None]
         if probed and all(probed):
             proves.append(f"a short functional smoke passed after every context probe ({len(probed)}/{len(probed)})")
@@ -358,8 +376,8 @@ def _proves_capacity(record: RunRecord) -> list[str]:
 def _capacity_gaps(record: RunRecord) -> list[str]:
     items: list[str] = []
     limit = max_model_len(record.identity, record.recipe_content)
-    floor = _recipe_value(record, "gates", "capacity", "min_largest_prompt")
-    top = largest_of(record.ladder)
+    floor = record.recipe_value("gates", "capacity", "min_largest_prompt")
+    top = record.largest_rung
     if top is None or top.prompt_tokens is None:
         items.append("any request near the configured context: no capacity rung completed"
                      + (f" (configured {fmt_num(limit)} tokens)" if limit else ""))
@@ -378,7 +396,7 @@ def _capacity_gaps(record: RunRecord) -> list[str]:
     load_gaps = _load_gaps(record)
     if load_gaps:  # a passed load gate measured more than the concurrency burst; its bound supersedes
         return items + load_gaps
-    concurrency = _named(record, "concurrency")
+    concurrency = record.gates_named("concurrency")
     if worst_outcome(g.outcome for g in concurrency) is GateOutcome.PASSED:
         n = concurrency[0].measurements.get("requests")
         items.append(f"concurrency beyond {n} active requests" if isinstance(n, int)
@@ -390,7 +408,7 @@ def _capacity_gaps(record: RunRecord) -> list[str]:
 
 def _load_gaps(record: RunRecord) -> list[str]:
     """What a passed load gate leaves open: load above what it measured, and SLOs nobody chose."""
-    load = [g for g in _named(record, "load") if g.outcome == GateOutcome.PASSED]
+    load = [g for g in record.gates_named("load") if g.outcome == GateOutcome.PASSED]
     if not load:
         return []
     measured = load[0].measurements
@@ -476,7 +494,7 @@ def _ladder_caveats(record: RunRecord) -> list[str]:
         if isinstance(server, int) and isinstance(rung.prompt_tokens, int) and server != rung.prompt_tokens:
             caveats.append(f"the {rung.target_label} rung: the API reported {fmt_num(rung.prompt_tokens)} "
                            f"prompt tokens but the server's /metrics counted {fmt_num(server)}")
-    if _completed(record):
+    if record.completed_rungs:
         caveats.append("one request per target supports a capacity comparison, not a performance ranking; "
                        "small timing deltas are bounded observations")
     return caveats

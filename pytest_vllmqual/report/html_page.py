@@ -32,10 +32,10 @@ from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     family_of,
 )
+from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.records import RunMode
 from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, short_tokens
 from pytest_vllmqual.report.query import (
-    first_line,
     gate_outcome,
     gates_named,
     largest_rung,
@@ -440,7 +440,7 @@ def comparison_section(comparison: Mapping[str, Any]) -> str:
 
     Expected shape (the compare module fills it): ``{"title": str, "arms": [str, ...],
     "rows": [{"measurement": str, "values": [str, ...], "change": str}], "verdict": str,
-    "notes": [str, ...]}``; a full comparison record (``compare.compare_reports``) adds the
+    "notes": [str, ...]}``; a full comparison record (``ab.compare.compare_reports``) adds the
     controlled variables, the retained findings, the decision lists and the arm reports'
     SHA-256. Every field is optional and every value is escaped.
     """

@@ -20,21 +20,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual import __version__
 from pytest_vllmqual.atomic_io import write_json_atomic
+from pytest_vllmqual.client.results import decode_tok_s
 from pytest_vllmqual.errors import ReportError
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.launch.base import TeardownResult
 from pytest_vllmqual.layout import REPORT_SCHEMA, raise_if_invalid, schema_errors
-from pytest_vllmqual.privacy.public_text import (
-    public_attempt_error,
-    public_rung_error,
-    public_startup_details,
-    startup_cause,
-)
+from pytest_vllmqual.privacy.public_text import public_startup_details, startup_cause
 from pytest_vllmqual.privacy.sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord, rung_verdict
+from pytest_vllmqual.version import __version__
+from pytest_vllmqual.vllm.server_messages import public_attempt_error, public_rung_error
 
 from .artifacts import ArtifactStore, verify_artifacts
 from .load_section import LOAD_LEVELS, load_section
@@ -169,9 +166,11 @@ def _rung(rung: RungRecord) -> dict[str, Any]:
     if data.get("prefill_tok_s") is None and isinstance(pt, int) and isinstance(ttft, int | float) and ttft > 0:
         data["prefill_tok_s"] = round(pt / ttft, 2)
     ct, e2e = data.get("completion_tokens"), data.get("e2e_s")
-    if (data.get("decode_tok_s") is None and not data.get("decode_not_measured") and isinstance(ct, int) and ct > 1
-            and isinstance(e2e, int | float) and isinstance(ttft, int | float) and e2e > ttft):
-        data["decode_tok_s"] = round((ct - 1) / (e2e - ttft), 2)
+    # A rung keeps no last-output time: a rate filled in here ends at the stream's end.
+    if (data.get("decode_tok_s") is None and not data.get("decode_not_measured") and isinstance(ct, int)
+            and isinstance(e2e, int | float) and isinstance(ttft, int | float)
+            and (decode := decode_tok_s(ct, ttft, e2e)) is not None):
+        data["decode_tok_s"] = round(decode, 2)
     if data.get("calibration_error") is None and isinstance(pt, int):
         data["calibration_error"] = pt - int(data["target"])
     return data

@@ -1,43 +1,23 @@
-"""Questions asked of a public report: its gates by name, their outcome, the preflight, the rungs.
+"""Questions asked of a public report read as a dict: its gates by name, their outcome, the rungs, the recipe.
 
-Every consumer of a report (the builder's preflight and ladder summaries, the run's
-decision, the A/B comparison, the campaign, the HTML page) reads the same facts the same
-way through these helpers, so a gate's outcome or the largest completed rung is derived in
-one place. The preflight and the largest rung are answered on typed records
-(:func:`preflight_of`, :func:`largest_of`, as the decision reads them); the dict-level
-helpers answer the same questions of a report read back from disk through them.
+The decision reads the typed record (``RunRecord``: its ``largest_rung``, ``gates_named``,
+``recipe_value``; the preflight in :mod:`~pytest_vllmqual.report.decision`). The consumers that
+hold a report as JSON (the builder's ladder summary, the A/B comparison, the campaign, the HTML
+page, the one-line summary) ask the same questions here, by the same rules: a rung counts by
+:func:`~pytest_vllmqual.records.rung_verdict`, a gate's outcome is
+:func:`~pytest_vllmqual.records.worst_outcome` over its runs, the preflight is the decision's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from pytest_vllmqual.gates.registry import PREFLIGHT_GATES, PREFLIGHT_LABELS
-from pytest_vllmqual.records import GateOutcome, GateRecord, RungRecord, rung_verdict, worst_outcome
+from pytest_vllmqual.records import GateOutcome, GateRecord, rung_verdict, value_at, worst_outcome
 
-__all__ = ["first_line", "gate_outcome", "gates_named", "largest_of", "largest_rung", "ok_rungs", "preflight_of",
-           "preflight_summary", "recipe_value"]
+from .decision import preflight_of
 
-
-def first_line(text: Any, limit: int = 200) -> str:
-    """The first line of a message, shortened: list items stay one line."""
-    if not text:
-        return ""
-    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _tools_phrase(measurements: Mapping[str, Any] | None) -> str:
-    """"20/20 tool calls" from the tools gate's measurements, else the generic label."""
-    if not measurements:
-        return PREFLIGHT_LABELS["tools"]
-    m = measurements
-    passed = m.get("passed", m.get("valid_calls"))
-    total = m.get("total", m.get("count"))
-    if isinstance(passed, int) and isinstance(total, int) and total:
-        return f"{passed}/{total} tool calls"
-    return PREFLIGHT_LABELS["tools"]
+__all__ = ["gate_outcome", "gates_named", "largest_rung", "ok_rungs", "preflight_summary", "recipe_value"]
 
 
 def gates_named(report: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
@@ -50,33 +30,9 @@ def gate_outcome(report: Mapping[str, Any], name: str) -> GateOutcome:
     return worst_outcome(str(g.get("outcome")) for g in gates_named(report, name))
 
 
-def preflight_of(gates: Sequence[GateRecord]) -> dict[str, Any]:
-    """The preflight section: {passed, total, summary "k/6", text, gates[{gate, outcome}]}."""
-    rows = [{"gate": name, "outcome": worst_outcome(g.outcome for g in gates if g.gate == name).value}
-            for name in PREFLIGHT_GATES]
-    passed = sum(1 for r in rows if r["outcome"] == GateOutcome.PASSED)
-    tools = [g for g in gates if g.gate == "tools"]
-    labels = [_tools_phrase(tools[0].measurements if tools else None) if r["gate"] == "tools"
-              else PREFLIGHT_LABELS[r["gate"]] for r in rows if r["outcome"] == GateOutcome.PASSED]
-    summary = f"{passed}/{len(rows)}"
-    return {
-        "passed": passed,
-        "total": len(rows),
-        "summary": summary,
-        "text": summary + (": " + ", ".join(labels) if labels else ""),
-        "gates": rows,
-    }
-
-
 def preflight_summary(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The preflight section of a report dict (see :func:`preflight_of`)."""
+    """The preflight section of a report dict (see :func:`~pytest_vllmqual.report.decision.preflight_of`)."""
     return preflight_of([GateRecord.from_dict(g) for g in report.get("gates") or [] if isinstance(g, Mapping)])
-
-
-def largest_of(rungs: Iterable[RungRecord]) -> RungRecord | None:
-    """The completed rung with the most API-reported prompt tokens (None when none completed)."""
-    completed = [r for r in rungs if r.verdict.completed]
-    return max(completed, key=lambda r: int(r.prompt_tokens or 0)) if completed else None
 
 
 def ok_rungs(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -91,10 +47,5 @@ def largest_rung(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def recipe_value(report: Mapping[str, Any], *path: str) -> Any:
-    """A value of the report's recipe content by key path (None when absent); shared by compare/campaign."""
-    node: Any = (report.get("recipe") or {}).get("content") or {}
-    for key in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(key)
-    return node
+    """A value of the report's recipe content by key path (None when absent)."""
+    return value_at((report.get("recipe") or {}).get("content") or {}, *path)

@@ -8,15 +8,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_vllmqual import __version__
 from pytest_vllmqual.atomic_io import write_text_atomic
+from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, publish
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.records import EquivalenceVerdict, RungRecord, RunMode, RunRecord, ServerStatus
+from pytest_vllmqual.version import __version__
 
 from .arms import Arm
-from .server import ServerManager, utc_now
+from .server import ServerManager
 
 if TYPE_CHECKING:
     from pytest_vllmqual.ab.drift import Reference

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.clock import utc_now, utc_stamp
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.gates.registry import family_of
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
@@ -24,7 +25,7 @@ from pytest_vllmqual.records import GateRecord
 
 from .arms import Arm, ArmSpec
 from .invocation import SortKeyFn, header_lines, local_path_shown, order_of_tests, reproduce_line
-from .server import ServerGuard, utc_now, utc_stamp
+from .server import ServerGuard
 from .settings import Setting, Settings
 
 __all__ = ["QualRun", "gate_junit_properties", "session_recipe"]

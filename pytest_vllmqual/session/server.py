@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +28,11 @@ from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.probes import ServerProbe
 from pytest_vllmqual.client.qual_client import http_client
 from pytest_vllmqual.client.stream_transport import shared_ssl_context
+from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.errors import LaunchError, RecipeError, ServerGoneError
 from pytest_vllmqual.gates.checks import recipe_tool_fixtures, warm_up_validation
 from pytest_vllmqual.gates.identity import check_identity
+from pytest_vllmqual.hashing import sha256_file
 from pytest_vllmqual.launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, new_api_key
 from pytest_vllmqual.launch.docker.spec import MODEL_DIR_IN_CONTAINER
 from pytest_vllmqual.launch.external import ExternalLauncher
@@ -46,14 +47,6 @@ from pytest_vllmqual.vllm.server_log import log_tail
 
 STATE_FILE = "server_state.json"
 LOCK_FILE = "traffic.lock"
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def utc_stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 # -- liveness -------------------------------------------------------------------------------
@@ -379,8 +372,6 @@ class ServerManager:
         path = getattr(self.launcher, "log_path", None) if self.launcher is not None else None
         if not isinstance(path, Path) or not path.is_file():
             return None
-        from pytest_vllmqual.report.artifacts import sha256_file
-
         try:
             name = path.relative_to(self.private_dir).as_posix()
         except ValueError:
@@ -467,4 +458,4 @@ class WorkerServer:
         return facts
 
 
-__all__ = ["ServerFacts", "ServerGuard", "ServerManager", "WorkerServer", "traffic_lock", "utc_now", "utc_stamp"]
+__all__ = ["ServerFacts", "ServerGuard", "ServerManager", "WorkerServer", "traffic_lock"]

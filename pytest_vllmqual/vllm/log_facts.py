@@ -3,7 +3,7 @@
 ``parse_engine_log`` reads the log of the last server start (``_last_boot``): the KV pool in
 tokens and the concurrency it allows, per-rank weights / KV / activation / CUDA-graph memory
 (``RankFacts``, one per process label, a worker's generic label folded into its ranked one),
-engine init time, the effective non-default args (scrubbed through ``sanitize.redact_args``)
+engine init time, the effective non-default args (scrubbed through ``privacy.sanitize.redact_args``)
 and the version. ``parse_python_literal`` reads those args as vLLM prints them.
 
 vLLM's log text is not an API. The patterns below were read from vLLM's own format strings

@@ -16,8 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import bench_fidelity
 import bench_verdict
+import fidelity_common
+import fidelity_readiness
+import fidelity_tools
 import run_all
 
 RATIO = run_all.Check("ratio", ("x",), 0.97, 1.03, ci_path=("ci",), guard=(0.9, 1.1))
@@ -96,26 +98,26 @@ def test_every_shipped_guarded_check_can_fail() -> None:
 def test_readiness_split_takes_the_completion_out_of_the_delay() -> None:
     # The log line at 10.0; a refused probe, then the answered one sent at 10.15 returning at 12.4;
     # ready noted at 12.55.
-    split = bench_fidelity.readiness_split(10.0, 12.55, [(9.9, 9.95, False), (10.15, 12.4, True)])
+    split = fidelity_readiness.readiness_split(10.0, 12.55, [(9.9, 9.95, False), (10.15, 12.4, True)])
     assert split["readiness_completion_s"] == pytest.approx(2.25)
     assert split["readiness_detection_s"] == pytest.approx(0.30)
     assert split["readiness_completions"] == 2
-    assert bench_fidelity.readiness_split(None, 12.55, [(10.15, 12.4, True)])["readiness_detection_s"] is None
-    assert bench_fidelity.readiness_split(10.0, 12.55, [(10.15, 12.4, False)])["readiness_detection_s"] is None
+    assert fidelity_readiness.readiness_split(None, 12.55, [(10.15, 12.4, True)])["readiness_detection_s"] is None
+    assert fidelity_readiness.readiness_split(10.0, 12.55, [(10.15, 12.4, False)])["readiness_detection_s"] is None
 
 
 def test_per_request_output_rate_includes_ttft() -> None:
-    request = bench_fidelity.RequestFigures(1024, 128, 0.05, 0.33, True)
+    request = fidelity_common.RequestFigures(1024, 128, 0.05, 0.33, True)
     assert request.output_tok_s == pytest.approx(128 / 0.33)
-    assert bench_fidelity.RequestFigures(1024, None, 0.05, 0.33, True).output_tok_s is None
+    assert fidelity_common.RequestFigures(1024, None, 0.05, 0.33, True).output_tok_s is None
 
 
 def test_paired_round_ratios_pair_passes_of_the_same_round() -> None:
-    def one_pass(tool: str, r: int, duration: float) -> bench_fidelity.PassResult:
-        reqs = [bench_fidelity.RequestFigures(1024, 128, 0.05, 0.3, True)] * 2
-        return bench_fidelity.PassResult(tool, 1, r, reqs, duration)
+    def one_pass(tool: str, r: int, duration: float) -> fidelity_common.PassResult:
+        reqs = [fidelity_common.RequestFigures(1024, 128, 0.05, 0.3, True)] * 2
+        return fidelity_common.PassResult(tool, 1, r, reqs, duration)
 
-    pairs = bench_fidelity.paired_round_ratios([one_pass("harness", 0, 1.0), one_pass("harness", 1, 2.0)],
+    pairs = fidelity_tools.paired_round_ratios([one_pass("harness", 0, 1.0), one_pass("harness", 1, 2.0)],
                                                [one_pass("vllm_bench", 1, 1.0), one_pass("vllm_bench", 0, 2.0)])
     assert [(p["round"], p["ratio"]) for p in pairs] == [(0, pytest.approx(2.0)), (1, pytest.approx(0.5))]
 

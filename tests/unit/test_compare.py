@@ -25,8 +25,8 @@ from pytest_vllmqual.ab.variables import classify_change
 from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
 from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.gates.registry import REGISTRY
+from pytest_vllmqual.hashing import sha256_file
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.report.artifacts import sha256_file
 from pytest_vllmqual.report.decision import decide, public_record, with_decision
 from pytest_vllmqual.report.html_page import render_html
 from pytest_vllmqual.report.public import build_public_report, validate_report

@@ -10,9 +10,10 @@ from report_samples import reference_control_run, with_every_gate_passed
 
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.records import GateRecord, RunRecord, Verdict
-from pytest_vllmqual.report.decision import decide, public_record, with_decision
+from pytest_vllmqual.report.decision import decide, preflight_of, public_record, with_decision
 from pytest_vllmqual.report.number_format import short_tokens
 from pytest_vllmqual.report.public import build_public_report, validation_errors
+from pytest_vllmqual.report.query import largest_rung, ok_rungs, preflight_summary, recipe_value
 from pytest_vllmqual.report.writer import arm_report
 
 
@@ -297,3 +298,34 @@ def test_arm_report_decides_on_the_typed_public_record_and_renders_it_once(run: 
     assert decision.verdict is Verdict.PROMOTABLE and report["decision"] == decision.to_dict()
     assert report["decision"] == with_decision(report)["decision"]
     assert type(report["decision"]["verdict"]) is str
+
+
+def test_the_typed_record_answers_the_decision_s_questions_as_the_report_dict_does(run: RunRecord) -> None:
+    """The decision asks the record (largest rung, completed rungs, a gate's runs, a recipe value) and
+    owns the preflight; a consumer holding the report as JSON gets the same answers from ``query``."""
+    report = build(run)
+    record = public_record(report)
+    top, top_dict = record.largest_rung, largest_rung(report)
+    assert top is not None and top_dict is not None
+    assert (top.index, top.prompt_tokens) == (top_dict["index"], top_dict["prompt_tokens"])
+    assert [r.index for r in record.completed_rungs] == [r["index"] for r in ok_rungs(report)]
+    assert len(record.completed_rungs) >= 2 and len(record.completed_rungs) < len(record.ladder)
+    assert preflight_of(record.gates) == preflight_summary(report) == report["preflight"]
+    assert [g.gate for g in record.gates_named("smoke")] == ["smoke"]
+    assert record.recipe_value("serve", "max_model_len") == recipe_value(report, "serve", "max_model_len") == 131072
+    assert record.recipe_value("serve", "max_model_len", "deeper") is None
+    assert record.recipe_value("no_such_section", "x") is None
+    empty = public_record({"run": {}, "gates": []})
+    assert (empty.largest_rung, empty.completed_rungs, empty.gates_named("smoke")) == (None, [], [])
+
+
+def test_the_decision_is_made_in_one_module() -> None:
+    """``report.decision`` asks nothing of ``report.query``: the questions a verdict depends on are
+    the typed record's or the decision's own, so the rule is read in one place."""
+    import ast
+
+    import pytest_vllmqual.report.decision as decision
+
+    tree = ast.parse(Path(decision.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported.isdisjoint({"query", "pytest_vllmqual.report.query"}), imported

@@ -252,7 +252,7 @@ def test_schema_states_the_metric_formulas() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     rung = schema["$defs"]["rung"]["properties"]
     assert "prompt_tokens / ttft_s" in rung["prefill_tok_s"]["description"]
-    assert "(completion_tokens - 1) / (e2e_s - ttft_s)" in rung["decode_tok_s"]["description"]
+    assert "(completion_tokens - 1) / (last_output_s - ttft_s)" in rung["decode_tok_s"]["description"]
     assert "usage.prompt_tokens" in rung["prompt_tokens"]["description"]
     assert "first streamed delta" in rung["ttft_s"]["description"]
     assert "end of the stream" in rung["e2e_s"]["description"]

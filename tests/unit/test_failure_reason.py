@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_vllmqual.privacy.failure_reason import failure_reason, repeats_its_causes, said_once
+from pytest_vllmqual.privacy.failure_reason import failure_reason, first_line, repeats_its_causes, said_once
 
 
 def raised(make: Callable[[], None]) -> BaseException:
@@ -70,3 +70,12 @@ def test_repeated_lines_are_said_once_and_order_is_kept() -> None:
 
 def test_an_exception_without_words_is_named_by_its_type() -> None:
     assert failure_reason(TimeoutError()) == "TimeoutError"
+
+
+def test_first_line_shows_one_line_of_a_reason_cut_with_an_ellipsis() -> None:
+    assert first_line("  gate failed: 3/5 answers\nassert False\n") == "gate failed: 3/5 answers"
+    assert first_line("x" * 250) == "x" * 199 + "…"
+    assert first_line("x" * 160, 160) == "x" * 160
+    assert first_line(ValueError("not YAML\n  line 3")) == "not YAML"
+    for nothing in (None, "", "  \n "):
+        assert first_line(nothing) == ""

@@ -30,6 +30,16 @@ def test_every_exported_name_is_the_object_of_its_module() -> None:
     assert set(pytest_vllmqual._MODULE_OF) | {"__version__"} == set(pytest_vllmqual.__all__)
 
 
+def test_the_version_lives_in_the_foundation_and_matches_the_package_metadata() -> None:
+    """Any layer names the version through ``pytest_vllmqual.version``; the front door re-exports it."""
+    import tomllib
+
+    from pytest_vllmqual import version
+
+    assert pytest_vllmqual.__version__ is version.__version__
+    assert version.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
 def test_a_name_outside_the_door_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'check_tool_call'"):
         _ = pytest_vllmqual.check_tool_call  # type: ignore[attr-defined]

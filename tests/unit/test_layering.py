@@ -20,6 +20,8 @@ PACKAGE = ROOT / "pytest_vllmqual"
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 MAX_LINES = 600
 MAX_FUNCTION_LINES = 80
+TOP = "__init__"
+"""The package itself: ``from pytest_vllmqual import X`` reads ``X`` from the front door (the top layer)."""
 
 
 def layer_patterns() -> list[tuple[int, str]]:
@@ -57,7 +59,12 @@ def layer_of(module: str, patterns: list[tuple[int, str]]) -> int | None:
 
 
 def imported_modules(module: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
-    """(line, module) for every import of another package module, relative or absolute."""
+    """(line, module) for every import of another package module, relative or absolute.
+
+    A name imported from the package itself (``from pytest_vllmqual import X``, ``from .. import X``
+    that reaches the top, ``import pytest_vllmqual``) is an import of the front door, ``__init__``,
+    unless ``X`` is a module of its own.
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
     is_package = path.name == "__init__.py"
     package_parts = module.split(".") if is_package else module.split(".")[:-1]
@@ -74,10 +81,10 @@ def imported_modules(module: str, path: Path, known: set[str]) -> list[tuple[int
                 continue
             for alias in node.names:  # `from . import hooks` imports a module, `from .x import y` a name
                 candidate = f"{prefix}.{alias.name}" if prefix else alias.name
-                targets.append(candidate if candidate in known else prefix)
+                targets.append(candidate if candidate in known else prefix or TOP)
         elif isinstance(node, ast.Import):
-            targets = [a.name.removeprefix("pytest_vllmqual").lstrip(".") for a in node.names
-                       if a.name.startswith("pytest_vllmqual")]
+            targets = [a.name.removeprefix("pytest_vllmqual").lstrip(".") or TOP for a in node.names
+                       if a.name == "pytest_vllmqual" or a.name.startswith("pytest_vllmqual.")]
         found.extend((node.lineno, t) for t in targets if t and t in known)
     return found
 
@@ -192,6 +199,19 @@ def test_the_checker_sees_a_lazy_climbing_import(tmp_path: Path) -> None:
     source.write_text("def f():\n    from .decision import decide_run\n    from . import hooks\n")
     found = imported_modules("evidence", source, {"decision", "hooks", "evidence"})
     assert found == [(2, "decision"), (3, "hooks")]
+
+
+def test_the_checker_sees_a_name_read_from_the_front_door(tmp_path: Path) -> None:
+    """The checker itself: a name imported from the package itself is an import of its ``__init__``
+    (a lower layer reading ``__version__`` that way climbs to the top), a module imported from it is
+    that module."""
+    source = tmp_path / "public.py"
+    source.write_text("from pytest_vllmqual import __version__\nfrom pytest_vllmqual import records\n"
+                      "from .. import GateRecorder\nimport pytest_vllmqual\nimport pytest_vllmqual.errors\n")
+    known = {TOP, "records", "errors", "report", "report.public"}
+    found = imported_modules("report.public", source, known)
+    assert found == [(1, TOP), (2, "records"), (3, TOP), (4, TOP), (5, "errors")]
+    assert layer_of(TOP, PATTERNS) == max(layer for layer, _ in PATTERNS)
 
 
 def test_pyproject_lists_every_subpackage() -> None:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual.privacy.public_text import (
+from pytest_vllmqual.privacy.public_text import public_startup_details, startup_cause
+from pytest_vllmqual.records import Attempt
+from pytest_vllmqual.vllm.server_messages import (
     WITHHELD,
     public_attempt_error,
     public_failure,
     public_rung_error,
-    public_startup_details,
     quote_server_message,
-    startup_cause,
 )
-from pytest_vllmqual.records import Attempt
 
 PLANTED = "node-17.corp.internal"
 

@@ -120,7 +120,24 @@ STREAMS: dict[str, list[str]] = {
 
 
 def fields(result: StreamResult) -> dict[str, Any]:
-    return {k: v for k, v in vars(result).items() if k != "attempt"}
+    """What the reference parser fills (``last_output_s`` came later: ``last_output_line``)."""
+    return {k: v for k, v in vars(result).items() if k not in ("attempt", "last_output_s")}
+
+
+def last_output_line(lines: list[str]) -> float | None:
+    """The number of the last line before [DONE] whose chunk carried output (content, reasoning, tool call)."""
+    last = None
+    for number, line in enumerate(lines):
+        if line == "data: [DONE]":
+            break
+        try:
+            chunk = json.loads(line[5:]) if line.startswith("data:") else None
+        except ValueError:
+            continue
+        deltas = [c.get("delta") or {} for c in chunk.get("choices") or []] if isinstance(chunk, dict) else []
+        if any(d.get(k) for d in deltas for k in ("content", "reasoning", "reasoning_content", "tool_calls")):
+            last = float(number)
+    return last
 
 
 @pytest.mark.parametrize("name", list(STREAMS))
@@ -134,6 +151,7 @@ def test_the_parser_gives_what_it_gave_before(name: str, monkeypatch: pytest.Mon
         _consume_sse_line(line, new, 10.0)
         reference_consume_sse_line(line, old, 10.0)
     assert fields(new) == fields(old)
+    assert new.last_output_s == last_output_line(STREAMS[name])
 
 
 def body_variants() -> dict[str, bytes]:

@@ -10,7 +10,7 @@ What it guarantees, and why:
 - the API key reaches vLLM as ``VLLM_API_KEY`` in the environment, never on the command
   line, where ``docker inspect`` and ``ps`` would show it;
 - every container carries the labels ``vllmqual.run`` and ``vllmqual.recipe`` and its owner
-  (host, pid and start time of the pytest process, ``launch.owner``). A docker reaper process
+  (host, pid and start time of the pytest process, ``launch.cleanup.owner``). A docker reaper process
   removes the run's containers when pytest dies without teardown (SIGKILL included). Before a
   start, leftovers are swept, but only those whose owner is provably gone: a concurrent run of
   the same recipe keeps its container. After teardown the launcher verifies that nothing

@@ -1,6 +1,6 @@
 """A watchdog that removes a run's containers when the pytest process that owns them dies.
 
-The docker counterpart of ``launch.reaper``: fixture teardown does not run when pytest is
+The docker counterpart of ``launch.cleanup.reaper``: fixture teardown does not run when pytest is
 SIGKILLed, so the docker launcher starts this process in its own session before it creates
 the container. It polls the owner (pid and start time, so a reused pid does not keep it
 waiting); once the owner is gone it force-removes every container labelled with the run id,

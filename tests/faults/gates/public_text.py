@@ -28,7 +28,7 @@ def test_unknown_model_is_refused(qual_client: QualClient, gate: GateRecorder) -
     """vLLM's 404 names the requested model: that name is planted, so the text must stay private."""
     result = qual_client.chat({"model": PLANTED_MODEL, "messages": SAY, "max_tokens": 4}, label="unknown-model")
     mark("unknown_model", {"status": result.status_code, "error": result.attempt.error})
-    from pytest_vllmqual.privacy.public_text import public_failure
+    from pytest_vllmqual.vllm.server_messages import public_failure
 
     assert result.status_code == 200, public_failure(result.attempt)
 
@@ -39,7 +39,7 @@ def test_over_the_context_limit(qual_client: QualClient, gate: GateRecorder) -> 
     over = [{"role": "user", "content": "hello " * 40_000}]
     result = qual_client.chat({"messages": over, "max_tokens": 4}, label="over-limit")
     mark("over_limit", {"status": result.status_code, "error": result.attempt.error})
-    from pytest_vllmqual.privacy.public_text import public_failure
+    from pytest_vllmqual.vllm.server_messages import public_failure
 
     assert result.status_code == 200, public_failure(result.attempt)
 

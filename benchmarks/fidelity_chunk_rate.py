@@ -1,0 +1,107 @@
+"""The chunk rate the server sustains and the client CPU it costs (short prompts, long outputs),
+with ``vllm bench serve``'s client CPU on the same workload as the reference; optionally the
+client of another git revision beside this tree's (``client_at_revision``)."""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fidelity_common import ROOT, Progress, build_prompts, harness_pass, vllm_bench_pass
+
+from pytest_vllmqual.client.prompts import ExactPromptBuilder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.launch.base import ServerHandle
+
+
+def chunk_rate_sweep(handle: ServerHandle, builder: ExactPromptBuilder, *, private_dir: Path,
+                     metrics_http: httpx.Client, concurrencies: Sequence[int], prompt_tokens: int,
+                     max_tokens: int, progress: Progress, tokenizer: str | None = None,
+                     workdir: Path | None = None, client_class: type[QualClient] = QualClient,
+                     client_label: str = "harness", reference_at: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Short prompts, long outputs: the chunk rate the server sustains and the client CPU it costs.
+
+    At the highest concurrency (or at each of ``reference_at``) the same workload also goes
+    through ``vllm bench serve``, whose client CPU (its process's, its request phase only) is the
+    reference for what streaming costs.
+    """
+    rows = []
+    reference_at = [max(concurrencies)] if reference_at is None else list(reference_at)
+    for c in concurrencies:
+        prompts = build_prompts(builder, prompt_tokens, 2 * c, f"rate-c{c}")
+        result = harness_pass(handle, prompts, concurrency=c, max_tokens=max_tokens, private_dir=private_dir,
+                              label=f"rate-c{c}", metrics_http=metrics_http, client_class=client_class)
+        chunks = result.chunks or 0
+        cpu = result.client_cpu_s or 0.0
+        row: dict[str, Any] = {
+            "client": client_label,
+            "concurrency": c,
+            "requests": len(prompts),
+            "chunks": chunks,
+            "wall_s": result.duration_s,
+            "chunks_per_s": chunks / result.duration_s,
+            "client_cpu_s": result.client_cpu_s,
+            "client_cpu_us_per_chunk": cpu / chunks * 1e6 if chunks else None,
+            "client_core_fraction": cpu / result.duration_s,
+            "failed": sum(1 for r in result.requests if not r.ok),
+        }
+        if c in reference_at and tokenizer is not None and workdir is not None:
+            reference = vllm_bench_pass(handle, build_prompts(builder, prompt_tokens, 2 * c, f"rate-v-c{c}"),
+                                        concurrency=c, max_tokens=max_tokens, tokenizer=tokenizer,
+                                        workdir=workdir, label=f"rate-vllm-c{c}", metrics_http=metrics_http)
+            if reference.client_cpu_s is not None:
+                row["vllm_bench_chunks_per_s"] = reference.output_tokens / reference.duration_s
+                row["vllm_bench_client_core_fraction"] = reference.client_cpu_s / reference.duration_s
+                row["vllm_bench_client_cpu_us_per_chunk"] = reference.client_cpu_s / max(reference.output_tokens,
+                                                                                          1) * 1e6
+        rows.append(row)
+        progress(f"chunk rate c={c} ({client_label}): {chunks / result.duration_s:.0f} chunks/s, client "
+                 f"{cpu / result.duration_s * 100:.2f}% of one core "
+                 f"({cpu / max(chunks, 1) * 1e6:.0f} µs CPU per chunk)"
+                 + (f"; vllm bench's client {row['vllm_bench_client_core_fraction'] * 100:.2f}% "
+                    f"({row['vllm_bench_client_cpu_us_per_chunk']:.0f} µs CPU per chunk) at "
+                    f"{row['vllm_bench_chunks_per_s']:.0f} chunks/s"
+                    if "vllm_bench_client_core_fraction" in row else ""))
+    return rows
+
+
+def client_at_revision(revision: str) -> type[QualClient]:
+    """``QualClient`` as committed at ``revision``, imported beside this tree's (``--reference-client``).
+
+    Why in this process: the two clients then take turns on one server start, with the same
+    prompts, so the server's drift between two runs cannot fall on one of them. How: the
+    revision's whole ``pytest_vllmqual/client`` folder (its transport and SSE parse spend most of
+    the CPU per chunk) is written out with ``git archive`` and imported as a package of its own
+    name, so its relative imports stay within that copy; what it imports from the rest of the
+    package (errors, records, the server handle) is this tree's. A revision whose client does
+    not import against this tree (or has no ``client`` folder) fails here, naming the revision.
+    """
+    name = "vllmqual_client_at_" + "".join(ch if ch.isalnum() else "_" for ch in revision)
+    archive = subprocess.run(["git", "archive", "--format=tar", revision, "pytest_vllmqual/client"], cwd=ROOT,
+                             capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise RuntimeError(f"no client folder at revision {revision}: {archive.stderr.decode(errors='replace')}")
+    folder = Path(tempfile.mkdtemp(prefix="vllmqual-client-at-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "pytest_vllmqual" / "client").rename(folder / name)
+    sys.path.insert(0, str(folder))
+    try:
+        module = importlib.import_module(f"{name}.qual_client")
+    except ImportError as exc:
+        raise RuntimeError(f"the client of revision {revision} does not import beside this tree: {exc}") from exc
+    finally:
+        sys.path.remove(str(folder))
+    client_class: type[QualClient] = module.QualClient
+    return client_class

@@ -1,0 +1,210 @@
+"""The harness against ``vllm bench serve``: TTFT, decode rate and output throughput of the same
+workload through both tools, passes alternating which tool goes first (harness first in even
+rounds), so that drift of the shared machine falls on both; ratios with bootstrap intervals.
+Each pass gets its own nonces, so no pass is served from the prefix cache of another; the
+lengths are identical and checked (``usage.prompt_tokens``).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fidelity_common import (
+    FidelityConfig,
+    PassResult,
+    Progress,
+    build_prompts,
+    harness_pass,
+    median_known,
+    ratio,
+    vllm_bench_command,
+    vllm_bench_pass,
+)
+
+from pytest_vllmqual.client.prompts import ExactPromptBuilder
+from pytest_vllmqual.launch.base import ServerHandle
+
+#: Two workloads per concurrency and round. On the 2-core tiny-cpu server the two TP workers
+#: keep both cores busy while they decode, so the API server process that writes the stream
+#: often gets the CPU only when decoding ends, and the chunks of a request then arrive in one
+#: burst (any client sees it, vLLM bench too). "ttft" asks for one token, so the first chunk
+#: leaves as soon as prefill ends and TTFT is measured, not the scheduler; "decode" asks for
+#: ``max_tokens`` and gives decode tok/s and output throughput.
+WORKLOADS = ("ttft", "decode")
+
+
+def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
+    reqs = [r for p in mine for r in p.requests]
+    ttfts = [r.ttft_s for r in reqs if r.ttft_s is not None]
+    server_count = sum(p.server_ttft_count or 0 for p in mine)
+    server_sum = sum((p.server_ttft_mean_s or 0) * (p.server_ttft_count or 0) for p in mine)
+    duration = sum(p.duration_s for p in mine)
+    cpu_known = [p for p in mine if p.client_cpu_s is not None]
+    chunks = sum(p.chunks or 0 for p in mine)
+    figures: dict[str, Any] = {
+        "passes": len(mine),
+        "requests": len(reqs),
+        "failed": sum(1 for r in reqs if not r.ok),
+        "prompt_tokens": sorted({r.prompt_tokens for r in reqs if r.prompt_tokens is not None}),
+        "completion_tokens": sorted({r.completion_tokens for r in reqs if r.completion_tokens is not None}),
+        "median_ttft_s": statistics.median(ttfts) if ttfts else None,
+        "mean_ttft_s": statistics.fmean(ttfts) if ttfts else None,
+        "median_decode_tok_s": median_known([r.decode_tok_s for r in reqs]),
+        "median_output_tok_s_per_request": median_known([r.output_tok_s for r in reqs]),
+        # Median over passes: one pass caught in a server stall (docs/PERFORMANCE.md, section 1)
+        # cannot move it.
+        "output_throughput_tok_s": statistics.median(p.output_throughput for p in mine) if mine else None,
+        "pooled_output_throughput_tok_s": sum(p.output_tokens for p in mine) / duration if duration > 0 else None,
+        "server_ttft_mean_s": server_sum / server_count if server_count else None,
+        "server_ttft_observations": server_count,
+        # The server's own decode rate over the same requests: 1 / its mean time per output token.
+        "server_decode_tok_s": (1.0 / statistics.fmean(tpots)) if (tpots := [p.server_tpot_mean_s for p in mine
+                                                                          if p.server_tpot_mean_s]) else None,
+        "client_cpu_s": sum(p.client_cpu_s or 0.0 for p in cpu_known) if cpu_known else None,
+        "client_core_fraction": (sum(p.client_cpu_s or 0.0 for p in cpu_known) / sum(p.duration_s for p in cpu_known)
+                                 if cpu_known else None),
+        # Requests whose whole stream arrived within 5 ms: the API server was starved of CPU.
+        "burst_requests": sum(1 for r in reqs if r.ttft_s is not None and r.e2e_s is not None
+                              and (r.completion_tokens or 0) > 1 and r.e2e_s - r.ttft_s < 0.005),
+    }
+    if chunks:
+        figures["client_cpu_us_per_chunk"] = (figures["client_cpu_s"] or 0.0) / chunks * 1e6
+    if mine and mine[0].tool == "vllm_bench":
+        figures["own_summary_per_pass"] = {
+            key: [p.tool_reported.get(key) for p in mine]
+            for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput")
+        }
+    return figures
+
+
+def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
+    """Pooled figures per tool and workload at one concurrency, harness/vLLM-bench ratios, 95% CIs.
+
+    TTFT (and its comparison with the server's histogram) comes from the one-token workload;
+    decode tok/s and output throughput from the decode workload (see ``WORKLOADS``).
+    """
+    def select(tool: str, workload: str) -> list[PassResult]:
+        return [p for p in passes if p.tool == tool and p.concurrency == concurrency and p.workload == workload]
+
+    out: dict[str, Any] = {"concurrency": concurrency}
+    for workload in WORKLOADS:
+        out[workload] = {tool: _tool_figures(select(tool, workload)) for tool in ("harness", "vllm_bench")}
+    ttft, decode = out["ttft"], out["decode"]
+    h_t, v_t, h_d, v_d = ttft["harness"], ttft["vllm_bench"], decode["harness"], decode["vllm_bench"]
+    out["ratios"] = {
+        "median_ttft": ratio(h_t["median_ttft_s"], v_t["median_ttft_s"]),
+        "median_decode_tok_s": ratio(h_d["median_decode_tok_s"], v_d["median_decode_tok_s"]),
+        "output_throughput": ratio(h_d["output_throughput_tok_s"], v_d["output_throughput_tok_s"]),
+        "median_output_tok_s_per_request": ratio(h_d["median_output_tok_s_per_request"],
+                                                 v_d["median_output_tok_s_per_request"]),
+        "harness_ttft_vs_server_histogram": ratio(h_t["mean_ttft_s"], h_t["server_ttft_mean_s"]),
+        "vllm_bench_ttft_vs_server_histogram": ratio(v_t["mean_ttft_s"], v_t["server_ttft_mean_s"]),
+        "decode_workload_median_ttft": ratio(h_d["median_ttft_s"], v_d["median_ttft_s"]),
+        # Each tool's decode rate against the server's own for the same passes: ~1 for both means each
+        # measures the server as it measures itself, and a harness/vLLM-bench gap is the server's.
+        "harness_decode_vs_server": ratio(h_d["median_decode_tok_s"], h_d["server_decode_tok_s"]),
+        "vllm_bench_decode_vs_server": ratio(v_d["median_decode_tok_s"], v_d["server_decode_tok_s"]),
+        "server_decode_harness_passes_vs_vllm_bench_passes": ratio(h_d["server_decode_tok_s"],
+                                                                    v_d["server_decode_tok_s"]),
+        "decode_workload_harness_ttft_vs_server_histogram": ratio(h_d["mean_ttft_s"], h_d["server_ttft_mean_s"]),
+    }
+    reqs = {(tool, workload): [r for p in select(tool, workload) for r in p.requests]
+            for tool in ("harness", "vllm_bench") for workload in WORKLOADS}
+    out["ci95"] = {
+        "median_ttft": bootstrap_ratio_ci([r.ttft_s for r in reqs["harness", "ttft"]],
+                                          [r.ttft_s for r in reqs["vllm_bench", "ttft"]], statistics.median),
+        "median_decode_tok_s": bootstrap_ratio_ci([r.decode_tok_s for r in reqs["harness", "decode"]],
+                                                  [r.decode_tok_s for r in reqs["vllm_bench", "decode"]],
+                                                  statistics.median),
+        "output_throughput": bootstrap_ratio_ci([p.output_throughput for p in select("harness", "decode")],
+                                                [p.output_throughput for p in select("vllm_bench", "decode")],
+                                                statistics.median),
+        "median_output_tok_s_per_request": bootstrap_ratio_ci([r.output_tok_s for r in reqs["harness", "decode"]],
+                                                              [r.output_tok_s for r in reqs["vllm_bench", "decode"]],
+                                                              statistics.median),
+    }
+    out["output_throughput_by_round"] = paired_round_ratios(select("harness", "decode"), select("vllm_bench", "decode"))
+    out["ttft_minus_server_histogram_ms"] = {
+        tool: (figures["mean_ttft_s"] - figures["server_ttft_mean_s"]) * 1e3
+        if figures["mean_ttft_s"] is not None and figures["server_ttft_mean_s"] is not None else None
+        for tool, figures in ttft.items()
+    }
+    lengths = {tuple(f["prompt_tokens"]) for w in WORKLOADS for f in out[w].values()}
+    out["same_prompt_lengths"] = len(lengths) == 1
+    return out
+
+
+def paired_round_ratios(harness: Sequence[PassResult], vllm_bench: Sequence[PassResult]) -> list[dict[str, Any]]:
+    """Each round's pass-wall output throughput, harness over vLLM bench, the two passes of one
+    round run back to back: how far one round's pair moves, beside the pooled figure."""
+    theirs = {p.round: p for p in vllm_bench}
+    return [{"round": p.round, "harness_tok_s": p.output_throughput, "vllm_bench_tok_s": theirs[p.round].output_throughput,
+             "ratio": ratio(p.output_throughput, theirs[p.round].output_throughput)}
+            for p in harness if p.round in theirs]
+
+
+def bootstrap_ratio_ci(a: Sequence[float | None], b: Sequence[float | None],
+                       stat: Callable[[list[float]], float], *, resamples: int = 2000,
+                       seed: int = 0) -> list[float] | None:
+    """95% bootstrap interval of stat(a) / stat(b), resampling each side independently.
+
+    On a shared 2-core machine single requests vary by tens of percent; the interval says
+    whether a ratio away from 1 is a difference between the tools or the noise of this run.
+    """
+    xs = [x for x in a if x is not None]
+    ys = [y for y in b if y is not None]
+    if len(xs) < 2 or len(ys) < 2:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        top = stat(rng.choices(xs, k=len(xs)))
+        bottom = stat(rng.choices(ys, k=len(ys)))
+        if bottom:
+            ratios.append(top / bottom)
+    ratios.sort()
+    return [ratios[int(0.025 * len(ratios))], ratios[int(0.975 * len(ratios)) - 1]]
+
+
+def compare_tools(handle: ServerHandle, builder: ExactPromptBuilder, *, config: FidelityConfig, workdir: Path,
+                  private_dir: Path, metrics_http: httpx.Client, tokenizer: str,
+                  progress: Progress) -> tuple[list[PassResult], dict[str, str]]:
+    """Every workload through both tools, alternating which goes first; returns the passes and vLLM's commands."""
+    passes: list[PassResult] = []
+    commands: dict[str, str] = {}
+    for c in config.concurrencies:
+        n = config.requests_per_pass.get(c, 3 * c)
+        for r in range(config.rounds):
+            order: tuple[str, ...] = ("harness", "vllm_bench") if r % 2 == 0 else ("vllm_bench", "harness")
+            if not config.vllm_bench:
+                order = ("harness",)
+            for workload in WORKLOADS:
+                max_tokens = config.ttft_max_tokens if workload == "ttft" else config.max_tokens
+                for tool in order:
+                    label = f"{tool}-{workload}-c{c}-r{r}"
+                    tokens = config.ttft_prompt_tokens if workload == "ttft" else config.prompt_tokens
+                    prompts = build_prompts(builder, tokens, n, label)
+                    if tool == "harness":
+                        result = harness_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
+                                              private_dir=private_dir, label=label,
+                                              metrics_http=metrics_http, round_index=r)
+                    else:
+                        result = vllm_bench_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
+                                                 tokenizer=tokenizer, workdir=workdir, label=label,
+                                                 metrics_http=metrics_http, round_index=r)
+                        commands[f"{workload}-c{c}"] = " ".join(vllm_bench_command(
+                            handle, Path(f"{label}.jsonl"), n=n, concurrency=c, max_tokens=max_tokens,
+                            tokenizer=tokenizer, result_dir=Path("."), result_name=f"{label}.json")[1:])
+                    result.workload = workload
+                    passes.append(result)
+                    ttft = median_known([q.ttft_s for q in result.requests])
+                    decode = median_known([q.decode_tok_s for q in result.requests])
+                    progress(f"{label}: median TTFT {(ttft or 0) * 1e3:.1f} ms, median decode "
+                             f"{decode or 0:.1f} tok/s, output {result.output_throughput:.1f} tok/s, "
+                             f"{sum(1 for q in result.requests if not q.ok)} failed")
+    return passes, commands

@@ -1,0 +1,102 @@
+"""The benchmarks' own arithmetic: how a figure becomes ok / noisy / missed / FAIL, how a run's
+wall time is split, how vLLM bench's detailed result is read, and how the client of another
+revision is loaded. Timings themselves are guarded by `make bench`, not here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import bench_verdict
+import fidelity_chunk_rate
+import fidelity_common
+import fidelity_tools
+import run_all
+
+from pytest_vllmqual.client.qual_client import QualClient
+
+
+def test_check_verdicts_target_guard_and_interval() -> None:
+    check = run_all.Check("ratio", ("x",), 0.97, 1.03, ci_path=("ci",), guard=(0.9, 1.1))
+    assert check.verdict(1.0) == "ok"
+    assert check.verdict(1.05, {"ci": [1.01, 1.2]}) == "noisy"  # the interval still reaches the band
+    assert check.verdict(1.05, {"ci": [1.04, 1.06]}) == "missed"  # past the target, within the guard
+    assert check.verdict(1.2, {"ci": [1.15, 1.25]}) == "FAIL"
+    assert check.verdict(None) == "missing"
+    assert "guard" in check.bound()
+
+
+def test_one_sided_check_without_guard_fails_past_target() -> None:
+    check = run_all.Check("seconds", ("x",), None, 2.0, "s")
+    assert check.verdict(1.9) == "ok"
+    assert check.verdict(2.1) == "FAIL"
+    assert check.bound() == "≤ 2"
+
+
+def test_lookup_walks_dicts_and_lists() -> None:
+    data: dict[str, Any] = {"a": [{"b": 3}]}
+    assert run_all._lookup(data, ("a", 0, "b")) == 3
+    assert run_all._lookup(data, ("a", 5, "b")) is None
+
+
+def test_breakdown_counts_concurrent_attempts_once() -> None:
+    report = {
+        "lifecycle": {"cold_start_s": 30.0, "teardown": {"seconds": 1.0}},
+        "gates": [
+            {"gate": "smoke", "outcome": "passed", "duration_s": 0.5, "attempts": [{"label": "smoke", "latency_s": 0.4}]},
+            {"gate": "concurrency", "outcome": "passed", "duration_s": 2.5, "measurements": {"wall_s": 2.0},
+             "attempts": [{"label": f"concurrent-{i}", "latency_s": 1.9} for i in range(4)]},
+        ],
+    }
+    split = bench_verdict.breakdown(report, wall_s=40.0)
+    assert split["gate_requests_s"] == pytest.approx(2.4)
+    assert split["harness_overhead_s"] == pytest.approx(40.0 - 30.0 - 2.4)
+    assert split["harness_overhead_fraction"] == pytest.approx(7.6 / 40.0)
+    assert split["in_gate_overhead_s"] == pytest.approx(0.1 + 0.5)
+
+
+def test_decode_rate_is_one_over_tpot() -> None:
+    figures = fidelity_common.RequestFigures(prompt_tokens=10, completion_tokens=65, ttft_s=0.5, e2e_s=1.3, ok=True)
+    assert figures.decode_tok_s == pytest.approx(64 / 0.8)
+    assert fidelity_common.RequestFigures(10, 1, 0.5, 0.6, True).decode_tok_s is None
+
+
+def test_bootstrap_interval_brackets_equal_samples() -> None:
+    low, high = fidelity_tools.bootstrap_ratio_ci([1.0, 1.1, 0.9, 1.0], [1.0, 0.9, 1.1, 1.0], lambda v: sum(v) / len(v))
+    assert low <= 1.0 <= high
+
+
+def test_vllm_bench_latencies_of_each_version() -> None:
+    # 0.32 writes latencies; 0.24 writes ttfts and itls (latency = TTFT + sum of ITLs).
+    assert fidelity_common.detailed_latencies({"latencies": [1.5, 2.0], "ttfts": [0.1, 0.2]}) == [1.5, 2.0]
+    got = fidelity_common.detailed_latencies({"ttfts": [0.1, None], "itls": [[0.01, 0.02], []]})
+    assert got[0] == pytest.approx(0.13) and got[1] is None
+    with pytest.raises(RuntimeError, match="neither 'latencies'"):
+        fidelity_common.detailed_latencies({"ttfts": [0.1]})
+
+
+def test_the_client_of_a_revision_is_its_whole_client_folder_beside_this_one() -> None:
+    """The reference client's SSE parse and transport are the revision's own, not this tree's."""
+    client_class = fidelity_chunk_rate.client_at_revision("HEAD")
+    assert client_class is not QualClient and client_class.__name__ == "QualClient"
+    module = sys.modules[client_class.__module__]
+    assert client_class.__module__ == "vllmqual_client_at_HEAD.qual_client"
+    assert module.StreamResult.__module__ == "vllmqual_client_at_HEAD.results"
+    assert module.StreamTransport.__module__ == "vllmqual_client_at_HEAD.stream_transport"
+    with pytest.raises(RuntimeError, match="no client folder at revision no-such-revision"):
+        fidelity_chunk_rate.client_at_revision("no-such-revision")
+
+
+def test_a_processs_cpu_seconds_and_none_for_a_process_that_is_gone() -> None:
+    cpu = fidelity_common.process_cpu_s(os.getpid())
+    assert cpu is not None and cpu > 0
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert fidelity_common.process_cpu_s(child.pid) is None
