@@ -23,7 +23,7 @@ import yaml
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.layout import RECIPE_SCHEMA, load_schema
 from pytest_vllmqual.recipe.gate_settings import check_gate_settings
-from pytest_vllmqual.recipe.load_settings import check_load_section
+from pytest_vllmqual.recipe.load_gate_settings import check_load_section
 
 __all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "ContentPin", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
            "ServeConfig", "StartupConfig", "available_recipes", "effective_yaml", "load_recipe", "parse_override",

@@ -57,7 +57,7 @@ from pytest_vllmqual.gates.registry import (
     title_of,
 )
 from pytest_vllmqual.gates.registry import proves as gate_proves
-from pytest_vllmqual.recipe.load_settings import slo_caveat
+from pytest_vllmqual.recipe.load_gate_settings import slo_caveat
 from pytest_vllmqual.records import GateOutcome, GateRecord, RungRecord, RunRecord, Verdict, worst_outcome
 
 from .number_format import fmt_decode, fmt_num, short_tokens

@@ -35,7 +35,7 @@ def session_recipe(settings: Settings) -> tuple[Settings, Recipe]:
     resolved by name or path; ``--vllmqual-set`` overrides applied. Raises RecipeError, or
     OSError when a discovered recipe cannot be written."""
     if settings.endpoint.value and settings.recipe.source == "embedded default":
-        from pytest_vllmqual.recipe.discover import discover_recipe
+        from pytest_vllmqual.recipe.from_endpoint import discover_recipe
 
         recipe = discover_recipe(str(settings.endpoint.value), api_key=os.environ.get("VLLM_API_KEY"),
                                  directory=settings.reports_dir / "private" / "discovered")

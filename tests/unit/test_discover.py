@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.recipe.discover import discovered_recipe_raw
+from pytest_vllmqual.recipe.from_endpoint import discovered_recipe_raw
 from pytest_vllmqual.recipe.loader import effective_yaml, load_recipe, with_overrides
 from pytest_vllmqual.vllm.endpoints import EndpointFacts, parse_metrics
 from pytest_vllmqual.vllm.fact_sources import with_sources
