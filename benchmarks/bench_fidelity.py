@@ -70,7 +70,8 @@ from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 from pytest_vllmqual.launch.cleanup import procs as cleanup_procs  # noqa: E402
 from pytest_vllmqual.launch.cleanup import shm as cleanup_shm  # noqa: E402
 from pytest_vllmqual.launch.readiness import ProbeAnswer  # noqa: E402
-from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.model import Recipe  # noqa: E402
 from pytest_vllmqual.records import GateRecord  # noqa: E402
 from pytest_vllmqual.session.server import ServerManager  # noqa: E402
 from pytest_vllmqual.vllm.endpoints import MetricsSnapshot  # noqa: E402

@@ -225,7 +225,8 @@ def _run_recipe_show(args: argparse.Namespace) -> int:
     import shlex
 
     from pytest_vllmqual.launch.command_line import command_line
-    from pytest_vllmqual.recipe.loader import resolve_recipe, with_overrides
+    from pytest_vllmqual.recipe.loader import resolve_recipe
+    from pytest_vllmqual.recipe.overrides import with_overrides
     from pytest_vllmqual.session.settings import default_recipes_dir
 
     recipe = with_overrides(resolve_recipe(args.recipe, args.directory or default_recipes_dir(Path.cwd())),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
 
 from .checks import GateVerdict

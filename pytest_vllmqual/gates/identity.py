@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
 from .checkpoint import (

@@ -12,7 +12,7 @@ from pytest_vllmqual.launch.docker.spec import (
     HF_CACHE_IN_CONTAINER,
     MODEL_DIR_IN_CONTAINER,
 )
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 __all__ = ["command_line", "docker_run_line"]
 

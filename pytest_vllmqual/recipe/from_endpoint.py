@@ -19,7 +19,8 @@ import yaml
 from pytest_vllmqual.errors import EngineEndpointError, RecipeError
 from pytest_vllmqual.vllm.endpoints import EndpointFacts, fetch_engine_endpoints
 
-from .loader import Recipe, load_recipe
+from .loader import load_recipe
+from .model import Recipe
 
 __all__ = ["DISCOVERED_PREFIX", "discover_recipe", "discovered_recipe_raw"]
 

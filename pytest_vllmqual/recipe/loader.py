@@ -1,4 +1,4 @@
-"""Load and validate recipes, and turn one into a serve command.
+"""Find, read and validate recipe files into typed recipes (``recipe.model``).
 
 A recipe is a YAML file: the pinned identity of what is served, how to launch it, the serve
 configuration and the thresholds its gates check. Validation is done by a JSON Schema
@@ -12,8 +12,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,236 +22,24 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.layout import RECIPE_SCHEMA, load_schema
 from pytest_vllmqual.recipe.gate_settings import check_gate_settings
 from pytest_vllmqual.recipe.load_gate_settings import check_load_section
+from pytest_vllmqual.recipe.model import (
+    DockerOptions,
+    Identity,
+    LauncherConfig,
+    Recipe,
+    RequestConfig,
+    ServeConfig,
+    StartupConfig,
+    project_root_of,
+)
 
-__all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "ContentPin", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig",
-           "ServeConfig", "StartupConfig", "available_recipes", "effective_yaml", "load_recipe", "parse_override",
-           "recipes_dir", "resolve_recipe", "resolve_recipe_path", "validate_raw", "with_overrides"]
+__all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "available_recipes", "check_rules", "load_recipe", "recipes_dir",
+           "resolve_recipe", "resolve_recipe_path", "typed_recipe", "validate_raw"]
 
 DEFAULT_RECIPE = "tiny-cpu"
 RECIPE_SUFFIXES = (".yaml", ".yml")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-_CONTENT_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What must be served: the checkpoint, its revision, the image and runtime version."""
-
-    checkpoint: str
-    served_model_name: str
-    runtime_version: str
-    revision: str | None = None
-    model_path: str | None = None
-    image: str | None = None
-    content_digest: str | None = None
-    content_digest_file: str | None = None
-
-
-@dataclass(frozen=True)
-class ContentPin:
-    """The content digest a local model is pinned to (``sha256:<64 hex>``), and where it came from;
-    ``digest`` is None, with ``problem`` saying why, when the pin file cannot be read."""
-
-    digest: str | None
-    source: str
-    problem: str = ""
-
-
-@dataclass(frozen=True)
-class DockerOptions:
-    """Container settings for the docker launcher."""
-
-    gpus: int | list[str] | None = None
-    ipc_host: bool = True
-    shm_size: str | None = None
-    model_cache: str | None = None
-    stop_timeout_s: int = 120
-    container_name: str | None = None
-    image_digest_file: str | None = None
-
-
-@dataclass(frozen=True)
-class LauncherConfig:
-    """How the server is brought up (or, for ``external``, found)."""
-
-    kind: str
-    command: tuple[str, ...] = ()
-    endpoint: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 0
-    env: dict[str, str] = field(default_factory=dict)
-    api_key_env: str | None = None
-    require_exclusive_gpus: bool = False
-    docker: DockerOptions = field(default_factory=DockerOptions)
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """The knobs being qualified; each maps to one vLLM serve flag."""
-
-    tensor_parallel_size: int
-    max_model_len: int
-    decode_context_parallel_size: int = 1
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
-    kv_cache_dtype: str | None = None
-    speculative_config: dict[str, Any] | None = None
-    kv_offloading_size_gib: float | None = None
-    kv_offloading_backend: str | None = None
-    tool_call_parser: str | None = None
-    enable_auto_tool_choice: bool = False
-    reasoning_parser: str | None = None
-    extra_args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StartupConfig:
-    """Deadlines for cold start and readiness."""
-
-    deadline_s: float = 900.0
-    poll_interval_s: float = 0.2
-    ready_completion_timeout_s: float = 60.0
-    #: The longest cold start the recipe accepts (the cold_start gate's ceiling); None: none set.
-    cold_start_max_s: float | None = None
-
-
-@dataclass(frozen=True)
-class RequestConfig:
-    """Per-request deadline and the explicit retry policy."""
-
-    timeout_s: float = 120.0
-    retries: int = 0
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A validated recipe. ``raw`` is the file's content, kept for the report."""
-
-    name: str
-    path: Path
-    sha256: str
-    raw: dict[str, Any]
-    identity: Identity
-    launcher: LauncherConfig
-    serve: ServeConfig
-    startup: StartupConfig
-    requests: RequestConfig
-    pinned: bool = True
-    description: str = ""
-    prepare: tuple[str, ...] = ()
-    gates: dict[str, Any] = field(default_factory=dict)
-    compare: dict[str, Any] = field(default_factory=dict)
-    discovered: bool = False
-    overrides: tuple[str, ...] = ()
-    file_sha256: str | None = None
-
-    def gate(self, name: str) -> dict[str, Any]:
-        """The settings block for one gate (empty when the recipe does not set it)."""
-        block = self.gates.get(name) or {}
-        return dict(block)
-
-    @property
-    def project_root(self) -> Path:
-        """Relative paths in a recipe are relative to the project holding ``fixtures/recipes``."""
-        return _project_root(self.path)
-
-    def model_location(self) -> str:
-        """What vLLM loads: a local directory (resolved) or the checkpoint id."""
-        if self.identity.model_path:
-            from pytest_vllmqual.layout import resolve_project_path
-
-            path = Path(self.identity.model_path)
-            return str(path if path.is_absolute() else resolve_project_path(self.project_root, path))
-        return self.identity.checkpoint
-
-    def content_pin(self) -> ContentPin | None:
-        """The model's content pin, read now (a build's digest file exists only after ``prepare``);
-        None when the recipe pins no content."""
-        if self.identity.content_digest:
-            return ContentPin(self.identity.content_digest, "identity.content_digest")
-        name = self.identity.content_digest_file
-        if not name:
-            return None
-        from pytest_vllmqual.layout import resolve_project_path
-
-        file = Path(name) if Path(name).is_absolute() else resolve_project_path(self.project_root, Path(name))
-        source, shown = "identity.content_digest_file", file.name  # a local path never reaches the report
-        try:
-            digest = file.read_text(encoding="utf-8").strip()
-        except OSError:
-            return ContentPin(None, source, f"{shown} does not exist: the model's build writes it (run the "
-                                            "recipe's prepare step, or build the model)")
-        if not _CONTENT_DIGEST.match(digest):
-            return ContentPin(None, source, f"{shown} holds {digest[:80]!r}, not sha256:<64 hex>: rebuild the model")
-        return ContentPin(digest, source)
-
-    def serve_flags(self, *, host: str, port: int) -> list[str]:
-        """vLLM serve flags for this recipe, excluding the model argument."""
-        s = self.serve
-        flags: list[str] = [
-            "--served-model-name", self.identity.served_model_name,
-            "--host", host,
-            "--port", str(port),
-            "--tensor-parallel-size", str(s.tensor_parallel_size),
-            "--max-model-len", str(s.max_model_len),
-        ]
-        if self.identity.revision:
-            flags += ["--revision", self.identity.revision]
-        if s.decode_context_parallel_size != 1:
-            flags += ["--decode-context-parallel-size", str(s.decode_context_parallel_size)]
-        optional: list[tuple[str, object]] = [
-            ("--max-num-seqs", s.max_num_seqs),
-            ("--max-num-batched-tokens", s.max_num_batched_tokens),
-            ("--gpu-memory-utilization", s.gpu_memory_utilization),
-            ("--kv-cache-dtype", s.kv_cache_dtype),
-            ("--tool-call-parser", s.tool_call_parser),
-            ("--reasoning-parser", s.reasoning_parser),
-        ]
-        for flag, value in optional:
-            if value is not None:
-                flags += [flag, str(value)]
-        if s.enable_auto_tool_choice:
-            flags.append("--enable-auto-tool-choice")
-        if s.speculative_config is not None:
-            import json
-
-            flags += ["--speculative-config", json.dumps(s.speculative_config, sort_keys=True)]
-        if s.kv_offloading_size_gib:
-            flags += ["--kv-offloading-size", _num(s.kv_offloading_size_gib)]
-            flags += ["--kv-offloading-backend", s.kv_offloading_backend or "native"]
-        flags += list(s.extra_args)
-        return flags
-
-    def subprocess_argv(self, *, host: str, port: int) -> list[str]:
-        """The full argv for the subprocess launcher."""
-        command = [part.replace("{python}", sys.executable) for part in self.launcher.command]
-        return [*command, "--model", self.model_location(), *self.serve_flags(host=host, port=port)]
-
-    def gpu_indexes(self) -> list[int] | None:
-        """NVML indexes the server will use: the docker GPU list, else the first TP-size GPUs."""
-        gpus = self.launcher.docker.gpus
-        if isinstance(gpus, list):
-            return [int(g) for g in gpus if str(g).isdigit()] or None
-        count = gpus if isinstance(gpus, int) else self.serve.tensor_parallel_size
-        return list(range(count))
-
-    def server_env(self) -> dict[str, str]:
-        """Environment additions for the server: launcher env, then serve env."""
-        return {**self.launcher.env, **self.serve.env}
-
-
-def _project_root(recipe_path: Path) -> Path:
-    parent = recipe_path.parent
-    if parent.name == "recipes" and parent.parent.name == "fixtures":
-        return parent.parent.parent
-    return parent
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def recipes_dir(root: Path) -> Path:
@@ -440,11 +226,16 @@ def load_recipe(path: Path) -> Recipe:
             path=str(path), key="name",
         )
     raw = _with_built_image_digest(path, raw)
+    check_rules(path, raw)
+    return typed_recipe(path, data, raw)
+
+
+def check_rules(path: Path, raw: dict[str, Any]) -> None:
+    """The cross-field rules of a schema-valid recipe mapping (RecipeError naming file, key and fix)."""
     _check_launcher(path, raw)
     _check_pinning(path, raw)
     check_load_section(path, raw)
     check_gate_settings(path, raw)
-    return _typed(path, data, raw)
 
 
 def _with_built_image_digest(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
@@ -467,7 +258,7 @@ def _with_built_image_digest(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
             "from the file. Fix: remove the tag or digest from identity.image.",
             path=str(path), key="identity.image",
         )
-    file = Path(digest_file) if Path(digest_file).is_absolute() else _project_root(path) / digest_file
+    file = Path(digest_file) if Path(digest_file).is_absolute() else project_root_of(path) / digest_file
     try:
         digest = file.read_text().strip()
     except OSError:
@@ -497,62 +288,8 @@ def validate_raw(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
     return validated
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``KEY=VALUE`` with a dotted key and a YAML value (``serve.max_num_seqs=4``)."""
-    key, sep, value = text.partition("=")
-    parts = [p for p in key.strip().split(".") if p]
-    if not sep or not parts:
-        raise RecipeError(f"--vllmqual-set {text!r} is not KEY=VALUE. Fix: e.g. --vllmqual-set serve.max_num_seqs=4 "
-                          "or --vllmqual-set launcher.docker.model_cache=/data/hf.", key=key)
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
-    return parts, parsed
-
-
-def with_overrides(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Recipe:
-    """The recipe with ``--vllmqual-set`` overrides applied, validated again; its sha256 is the
-    SHA-256 of the effective recipe (canonical YAML), ``file_sha256`` that of the file."""
-    if not overrides:
-        return recipe
-    import copy
-
-    raw = copy.deepcopy(recipe.raw)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node = raw
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise RecipeError(f"--vllmqual-set {text!r}: {'.'.join(parts[:i + 1])!r} in recipe {recipe.path} is "
-                                  f"not a mapping. Fix: set a key that exists in the recipe schema.",
-                                  path=str(recipe.path), key=".".join(parts))
-            node = child
-        node[parts[-1]] = value
-    try:
-        raw = validate_raw(recipe.path, raw)
-        _check_launcher(recipe.path, raw)
-        _check_pinning(recipe.path, raw)
-        check_load_section(recipe.path, raw)
-        check_gate_settings(recipe.path, raw)
-    except RecipeError as exc:
-        raise RecipeError(f"{exc} (after --vllmqual-set {', '.join(overrides)})", path=str(recipe.path)) from None
-    data = effective_yaml(raw).encode()
-    typed = _typed(recipe.path, data, raw)
-    from dataclasses import replace
-
-    return replace(typed, overrides=tuple(overrides), file_sha256=recipe.sha256)
-
-
-def effective_yaml(raw: dict[str, Any]) -> str:
-    """The canonical YAML of a recipe mapping (what the effective SHA-256 is taken over)."""
-    return yaml.safe_dump(raw, sort_keys=True, default_flow_style=False)
-
-
-def _typed(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
+def typed_recipe(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
+    """The typed recipe of a checked mapping; ``data`` is what its SHA-256 is taken over."""
     launcher_raw = dict(raw["launcher"])
     docker = DockerOptions(**(launcher_raw.pop("docker", None) or {}))
     launcher = LauncherConfig(

@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 from .gate_order import run_rank
 

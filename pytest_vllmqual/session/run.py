@@ -19,7 +19,9 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.gates.registry import family_of
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe, resolve_recipe_path, with_overrides
+from pytest_vllmqual.recipe.loader import resolve_recipe, resolve_recipe_path
+from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.recipe.overrides import with_overrides
 from pytest_vllmqual.records import GateRecord
 
 from .arms import Arm, ArmSpec

@@ -37,7 +37,7 @@ from pytest_vllmqual.launch.docker.spec import MODEL_DIR_IN_CONTAINER
 from pytest_vllmqual.launch.external import ExternalLauncher
 from pytest_vllmqual.launch.local_process import SubprocessLauncher
 from pytest_vllmqual.launch.readiness import wait_until_ready
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import ServerStatus
 from pytest_vllmqual.vllm.endpoints import fetch_engine_endpoints
 from pytest_vllmqual.vllm.engine_death import ENGINE_DEAD, classify_engine_death

@@ -14,7 +14,8 @@ from pytest_vllmqual.cli import main
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.launch.command_line import command_line
 from pytest_vllmqual.recipe.from_command import recipe_from_command
-from pytest_vllmqual.recipe.loader import Recipe, load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "fixtures" / "recipes").glob("*.yaml"))
