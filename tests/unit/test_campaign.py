@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.campaign.plan import (
+from pytest_vllmqual.campaign.decision import CampaignPlan, decide_arms, requalify
+from pytest_vllmqual.campaign.qualify import campaign_line, qualified_by_fallback
+from pytest_vllmqual.campaign.requirements import evaluate_requirement
+from pytest_vllmqual.campaign.spec import (
     Campaign,
     CampaignArm,
     campaigns_dir,
     load_campaign,
     load_campaign_file,
     parse_campaign_spec,
-    requalify,
 )
-from pytest_vllmqual.campaign.qualify import campaign_line, qualified_by_fallback
-from pytest_vllmqual.campaign.requirements import evaluate_requirement
 from pytest_vllmqual.errors import CampaignError
 from pytest_vllmqual.report.decision import decide, public_record
 from pytest_vllmqual.report.public import validate_report
@@ -88,7 +88,7 @@ REFERENCE_CAMPAIGN = Campaign([CampaignArm("393k-fp8kv", requires=["startup", "k
 
 
 def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     assert plan.next_arm({}) == "393k-fp8kv"
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
     assert plan.next_arm({"393k-fp8kv": primary}) == "393k-offload"
@@ -111,7 +111,7 @@ def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
 
 
 def test_fallback_is_skipped_when_the_primary_passes() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)
     assert plan.next_arm({"393k-fp8kv": primary}) is None
     record = plan.record()
@@ -123,7 +123,7 @@ def test_fallback_is_skipped_when_the_primary_passes() -> None:
 
 
 def test_a_startup_failure_fails_kv_pool_and_names_the_cause() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     assert plan.next_arm({"393k-fp8kv": startup_failed("393k-fp8kv")}) == "393k-offload"
     reason = plan.record()["arms"][1]["reason"]
     assert reason.startswith("393k-offload runs because 393k-fp8kv failed startup: startup failed (kv_insufficient)")
@@ -139,7 +139,7 @@ def test_ladder_needs_a_prompt_above_the_floor_and_passing_post_probe_smokes() -
 
 
 def test_when_the_fallback_also_fails_no_arm_passed() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     reports = {"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=119503),
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)}
     assert plan.next_arm(reports) is None
@@ -154,7 +154,7 @@ def test_when_the_fallback_also_fails_no_arm_passed() -> None:
 
 def test_a_failed_arm_without_fallback_stops_the_campaign() -> None:
     campaign = parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality")
-    plan = campaign.plan()
+    plan = CampaignPlan(campaign)
     control = arm_report("131k-control", kv_tokens=400000, largest=310000)
     assert plan.next_arm({"131k-control": control}) == "393k-fp8kv"
     assert plan.record()["arms"][1]["reason"] == "393k-fp8kv runs after 131k-control passed"
@@ -165,7 +165,7 @@ def test_a_failed_arm_without_fallback_stops_the_campaign() -> None:
     assert record["stopped"] == "campaign stopped: 393k-fp8kv failed kv_pool: 283,917 < 393,216 and has no fallback"
     assert record["arms"][2]["reason"] == record["stopped"]
     with pytest.raises(CampaignError, match="there is a report for arm 393k-quality, but the campaign skipped it"):
-        campaign.decide_arms({"131k-control": control, "393k-fp8kv": failed,
+        decide_arms(campaign, {"131k-control": control, "393k-fp8kv": failed,
                          "393k-quality": arm_report("393k-quality", kv_tokens=400000, largest=310000)})
 
 
@@ -173,7 +173,7 @@ def test_continue_and_stop_flags() -> None:
     failed = arm_report("a", kv_tokens=283917, largest=310000)
     passed = arm_report("b", kv_tokens=400000, largest=310000)
     keep_going = parse_campaign_spec("a:kv_pool?continue,b:kv_pool?stop,c")
-    plan = keep_going.plan()
+    plan = CampaignPlan(keep_going)
     assert plan.next_arm({"a": failed}) == "b"
     assert plan.next_arm({"a": failed, "b": passed}) is None
     record = plan.record()
@@ -183,9 +183,9 @@ def test_continue_and_stop_flags() -> None:
 
 def test_reports_can_be_a_list_keyed_by_run_arm() -> None:
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
-    assert REFERENCE_CAMPAIGN.plan().next_arm([primary]) == "393k-offload"
+    assert CampaignPlan(REFERENCE_CAMPAIGN).next_arm([primary]) == "393k-offload"
     with pytest.raises(CampaignError, match="not arms of this campaign"):
-        REFERENCE_CAMPAIGN.plan().next_arm({"131k-4096": primary})
+        CampaignPlan(REFERENCE_CAMPAIGN).next_arm({"131k-4096": primary})
 
 
 def test_default_requirement_is_every_gate_passed_and_a_complete_run() -> None:
@@ -262,19 +262,19 @@ def test_bad_campaign_files_name_the_file_and_key(tmp_path: Path, text: str, mes
 
 def test_a_qualified_fallback_is_named_for_the_exit_code() -> None:
     """The session exits 0 when the fallback qualified in place of the failed primary (plugin._campaign_exit)."""
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     reports = {"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000),
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
     plan.next_arm(reports)
     assert qualified_by_fallback(plan.record()) == "393k-offload"
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     reports["393k-offload"] = arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)
     plan.next_arm(reports)
     assert qualified_by_fallback(plan.record()) is None  # the fallback failed too
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     plan.next_arm({"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)})
     assert qualified_by_fallback(plan.record()) is None  # nothing failed: the exit code is the session's own
-    plan = parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality").plan()
+    plan = CampaignPlan(parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality"))
     plan.next_arm({"131k-control": arm_report("131k-control", kv_tokens=400000, largest=310000),
                    "393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)})
     assert qualified_by_fallback(plan.record()) is None  # a failed arm without a fallback
@@ -317,7 +317,7 @@ def test_the_committed_393k_campaign_does_not_qualify_an_arm_whose_tools_gate_fa
 
 
 def test_a_fallback_that_stood_in_for_the_kind_of_failure_it_exists_for_exits_0() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
     reports = {"393k-fp8kv": primary,
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
@@ -332,7 +332,7 @@ def test_a_fallback_that_stood_in_for_the_kind_of_failure_it_exists_for_exits_0(
 def test_a_primary_that_also_failed_another_gate_keeps_the_exit_1_though_its_fallback_qualifies() -> None:
     """The tiny-cpu fallback campaign once printed "2 failed, 10 passed" and exited 0: the fallback
     stands in for the primary's KV pool, not for a second failure the primary had besides."""
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = with_failed_gate(arm_report("393k-fp8kv", kv_tokens=283917, largest=310000), "tools")
     reports = {"393k-fp8kv": primary,
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
@@ -345,7 +345,7 @@ def test_a_primary_that_also_failed_another_gate_keeps_the_exit_1_though_its_fal
 
 
 def test_a_fallback_that_met_its_requirements_with_a_failed_gate_does_not_qualify() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     fallback = with_failed_gate(arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None), "json")
     plan.next_arm({"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000),
                    "393k-offload": fallback})
@@ -355,7 +355,7 @@ def test_a_fallback_that_met_its_requirements_with_a_failed_gate_does_not_qualif
 
 
 def test_a_primary_that_never_started_is_stood_in_for_whatever_its_gates_say() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = startup_failed("393k-fp8kv")
     primary["gates"] = [{**g, "outcome": "error", "reason": "the server did not start"}
                         for g in arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)["gates"][:3]]
@@ -370,7 +370,7 @@ def test_the_record_names_the_gates_each_arm_did_not_run() -> None:
     report = arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)
     report["decision"]["gates"].append({"gate": "load", "family": "load", "title": "Load at SLO (goodput)",
                                         "outcome": "absent", "reason": "deselected by -m 'not load'"})
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     plan.next_arm({"393k-fp8kv": report})
     arm = plan.record()["arms"][0]
     assert {"gate": "load", "reason": "deselected by -m 'not load'"} in arm["gates_not_run"]
