@@ -17,7 +17,8 @@ Spec formats (:func:`load_campaign` picks one):
         - {name: 393k-fp8kv, requires: [startup, kv_pool, ladder]}
         - {name: 393k-offload, requires: [startup, ladder], fallback_for: 393k-fp8kv}
 
-  Arm keys: name, recipe, requires, fallback_for, stop_on_failure, stop_on_success.
+  Arm keys: name, recipe, requires, fallback_for, stop_on_failure, stop_on_success
+  (``schemas/campaign.schema.yaml`` checks a file, with the same wording as a recipe's errors).
 """
 
 from __future__ import annotations
@@ -31,16 +32,17 @@ from typing import Any
 import yaml
 
 from pytest_vllmqual.errors import CampaignError
+from pytest_vllmqual.recipe.schema_check import checked
 from pytest_vllmqual.report.query import first_line
 
 from .requirements import BUILTIN_REQUIREMENTS
 
-__all__ = ["ARM_KEYS", "CAMPAIGN_KEYS", "DEFAULT_REQUIREMENTS", "Campaign", "CampaignArm", "campaign_from_mapping",
+__all__ = ["CAMPAIGN_KEYS", "CAMPAIGN_SCHEMA", "DEFAULT_REQUIREMENTS", "Campaign", "CampaignArm", "campaign_from_mapping",
            "campaigns_dir", "load_campaign", "load_campaign_file", "parse_arm_spec", "parse_campaign_spec"]
 
 DEFAULT_REQUIREMENTS = ("gates",)
-ARM_KEYS = ("name", "recipe", "requires", "fallback_for", "stop_on_failure", "stop_on_success")
 CAMPAIGN_KEYS = ("name", "description", "arms")
+CAMPAIGN_SCHEMA = "campaign.schema.yaml"
 CAMPAIGN_SUFFIXES = (".yaml", ".yml")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -187,43 +189,31 @@ def parse_campaign_spec(spec: str, *, name: str = "campaign") -> Campaign:
     return Campaign(arms, name=name)
 
 
-def campaign_from_mapping(data: Any, *, where: str = "campaign") -> Campaign:
-    """A campaign from parsed YAML/JSON (``{name, description, arms: [...]}``); errors name the key."""
+def campaign_from_mapping(data: Any, *, where: str = "campaign", name: str = "campaign") -> Campaign:
+    """A campaign from parsed YAML/JSON (``{name, description, arms: [...]}``), checked by the campaign
+    schema; errors name ``where``, the key and the fix. ``name``: the campaign's name when the mapping has none."""
     if not isinstance(data, Mapping):
         raise CampaignError(f"{where} must be a mapping with keys {', '.join(CAMPAIGN_KEYS)}; got "
-                            f"{type(data).__name__}")
-    unknown = [k for k in data if k not in CAMPAIGN_KEYS]
-    if unknown:
-        raise CampaignError(f"{where}: unknown key(s) {unknown}. Fix: use {', '.join(CAMPAIGN_KEYS)}.")
-    arms_data = data.get("arms")
-    if not isinstance(arms_data, list) or not arms_data:
-        raise CampaignError(f"{where}: key 'arms' must be a non-empty list of arms")
+                            f"{type(data).__name__}. Fix: see fixtures/campaigns/393k.yaml for the form.")
+
+    def fail(message: str, key: str) -> CampaignError:
+        return CampaignError(message)
+
+    checked_data = checked(dict(data), CAMPAIGN_SCHEMA, where=where, fail=fail)
     arms: list[CampaignArm] = []
-    for i, item in enumerate(arms_data):
+    for item in checked_data["arms"]:
         if isinstance(item, str):
             arms.append(parse_arm_spec(item, arms))
             continue
-        if not isinstance(item, Mapping):
-            raise CampaignError(f"{where}: arms[{i}] must be a mapping or an arm spec string")
-        bad = [k for k in item if k not in ARM_KEYS]
-        if bad:
-            raise CampaignError(f"{where}: arms[{i}] has unknown key(s) {bad}. Fix: use {', '.join(ARM_KEYS)}.")
-        if "name" not in item:
-            raise CampaignError(f"{where}: arms[{i}] has no 'name'")
-        requires = item.get("requires", list(DEFAULT_REQUIREMENTS))
-        if not isinstance(requires, list):
-            raise CampaignError(f"{where}: arms[{i}].requires must be a list of gate names")
-        for key in ("stop_on_failure", "stop_on_success"):
-            if key in item and not isinstance(item[key], bool):
-                raise CampaignError(f"{where}: arms[{i}].{key} must be true or false")
-        arms.append(CampaignArm(str(item["name"]), requires=requires, fallback_for=item.get("fallback_for"),
-                        recipe=item.get("recipe"), stop_on_failure=item.get("stop_on_failure", True),
-                        stop_on_success=item.get("stop_on_success", False)))
-    return Campaign(arms, name=str(data.get("name") or "campaign"), description=str(data.get("description") or ""))
+        arms.append(CampaignArm(item["name"], requires=item["requires"], fallback_for=item["fallback_for"],
+                                recipe=item["recipe"], stop_on_failure=item["stop_on_failure"],
+                                stop_on_success=item["stop_on_success"]))
+    return Campaign(arms, name=str(checked_data.get("name") or name),
+                    description=str(checked_data["description"] or ""))
 
 
 def load_campaign_file(path: Path) -> Campaign:
-    """A campaign YAML file; CampaignError names the file on a read or YAML error."""
+    """A campaign YAML file (named after the file unless it says ``name``); CampaignError names the file."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -231,10 +221,7 @@ def load_campaign_file(path: Path) -> Campaign:
         raise CampaignError(f"campaign file {path} cannot be read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise CampaignError(f"campaign file {path} is not valid YAML: {first_line(exc)}") from None
-    campaign = campaign_from_mapping(data, where=f"campaign file {path}")
-    if campaign.name == "campaign":
-        campaign = Campaign(campaign.arms, name=path.stem, description=campaign.description)
-    return campaign
+    return campaign_from_mapping(data, where=f"campaign file {path}", name=path.stem)
 
 
 def campaigns_dir(root: Path) -> Path:

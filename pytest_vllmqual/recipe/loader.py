@@ -15,11 +15,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.layout import RECIPE_SCHEMA, load_schema
+from pytest_vllmqual.layout import RECIPE_SCHEMA
 from pytest_vllmqual.recipe.gate_settings import check_gate_settings
 from pytest_vllmqual.recipe.load_gate_settings import check_load_section
 from pytest_vllmqual.recipe.model import (
@@ -32,6 +31,7 @@ from pytest_vllmqual.recipe.model import (
     StartupConfig,
     project_root_of,
 )
+from pytest_vllmqual.recipe.schema_check import checked
 
 __all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "available_recipes", "check_rules", "load_recipe", "recipes_dir",
            "resolve_recipe", "resolve_recipe_path", "typed_recipe", "validate_raw"]
@@ -89,63 +89,6 @@ def resolve_recipe_path(name_or_path: str, directory: Path) -> Path:
         "or a path to a recipe YAML file.",
         path=str(directory),
     )
-
-
-def _key_path(error: jsonschema.ValidationError) -> str:
-    parts = [str(p) for p in error.absolute_path]
-    return ".".join(parts) if parts else "(top level)"
-
-
-def _schema_error_message(path: Path, error: jsonschema.ValidationError) -> tuple[str, str]:
-    """A one-paragraph message naming file, key path, what was expected and the fix."""
-    key = _key_path(error)
-    where = f"recipe {path}"
-    if error.validator == "additionalProperties":
-        allowed = sorted((error.schema.get("properties") or {}).keys())
-        extras = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
-        unknown = extras[0] if extras else "?"
-        full_key = unknown if key == "(top level)" else f"{key}.{unknown}"
-        close = difflib.get_close_matches(unknown, allowed, n=1)
-        fix = f"rename it to {close[0]!r}" if close else f"remove it; allowed keys here: {', '.join(allowed)}"
-        return f"{where}: unknown key {full_key!r}. Fix: {fix}.", full_key
-    if error.validator == "required":
-        missing = re.findall(r"'([^']+)' is a required property", error.message)
-        name = missing[0] if missing else "?"
-        full_key = name if key == "(top level)" else f"{key}.{name}"
-        description = ""
-        sub = (error.schema.get("properties") or {}).get(name, {})
-        if isinstance(sub, dict) and sub.get("description"):
-            description = f" ({sub['description']})"
-        return f"{where}: missing required key {full_key!r}{description}. Fix: add it.", full_key
-    if error.validator == "type":
-        expected = error.validator_value
-        expected_text = " or ".join(expected) if isinstance(expected, list) else str(expected)
-        got = type(error.instance).__name__
-        return (
-            f"{where}: key {key!r} must be of type {expected_text}, got {got} {error.instance!r}. "
-            f"Fix: write a {expected_text} value for {key!r}.",
-            key,
-        )
-    if error.validator == "enum":
-        return (
-            f"{where}: key {key!r} is {error.instance!r}, which is not one of "
-            f"{', '.join(map(str, error.validator_value))}. Fix: use one of those values.",
-            key,
-        )
-    return f"{where}: key {key!r}: {error.message}. Fix: correct the value of {key!r}.", key
-
-
-def _with_defaults(schema: dict[str, Any], data: Any) -> Any:
-    """Fill schema ``default`` values into a validated mapping (recursively)."""
-    if not isinstance(data, dict) or schema.get("type") != "object":
-        return data
-    out = dict(data)
-    for key, sub in (schema.get("properties") or {}).items():
-        if key not in out and isinstance(sub, dict) and "default" in sub:
-            out[key] = sub["default"]
-        if key in out and isinstance(sub, dict):
-            out[key] = _with_defaults(sub, out[key])
-    return out
 
 
 def _check_pinning(path: Path, raw: dict[str, Any]) -> None:
@@ -275,17 +218,10 @@ def _with_built_image_digest(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
 
 def validate_raw(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
     """Schema-validate a recipe mapping and fill in defaults (RecipeError naming file, key and fix)."""
-    schema = load_schema(RECIPE_SCHEMA)
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(raw), key=lambda e: (len(list(e.absolute_path)), e.message))
-    if errors:
-        best = jsonschema.exceptions.best_match(errors) or errors[0]
-        message, key = _schema_error_message(path, best)
-        if len(errors) > 1:
-            message += f" ({len(errors) - 1} more problem(s) in this file after this one is fixed.)"
-        raise RecipeError(message, path=str(path), key=key)
-    validated: dict[str, Any] = _with_defaults(schema, raw)
-    return validated
+    def fail(message: str, key: str) -> RecipeError:
+        return RecipeError(message, path=str(path), key=key)
+
+    return checked(raw, RECIPE_SCHEMA, where=f"recipe {path}", fail=fail)
 
 
 def typed_recipe(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:

@@ -241,12 +241,14 @@ def test_the_393k_campaign_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("arms: []", "non-empty list"),
-    ("name: x\narms: [{name: a, needs: [kv_pool]}]", r"unknown key\(s\) \['needs'\]"),
-    ("name: x\nrunners: []", r"unknown key\(s\) \['runners'\]"),
-    ("arms: [{requires: [ladder]}]", "has no 'name'"),
-    ("arms: [{name: a, requires: ladder}]", "must be a list of gate names"),
-    ("arms: [{name: a, stop_on_success: 'yes'}]", "must be true or false"),
+    ("arms: []", "key 'arms': .* should be non-empty"),
+    ("name: x\narms: [{name: a, needs: [kv_pool]}]", "unknown key 'arms.0.needs'. Fix: remove it"),
+    ("name: x\narms: [a]\nrunners: []", "unknown key 'runners'. Fix: remove it"),
+    ("arms: [{requires: [ladder]}]", "missing required key 'arms.0.name'"),
+    ("arms: [{name: a, requires: ladder}]", "key 'arms.0.requires' must be of type array"),
+    ("arms: [{name: a, stop_on_success: 'yes'}]", "key 'arms.0.stop_on_success' must be of type boolean"),
+    ("arms: [{name: a, requires: ['kv pool']}]", "key 'arms.0.requires.0' is 'kv pool', which does not have the form"),
+    ("arms: [{name: a, fallback_for: 3}]", "key 'arms.0.fallback_for' must be of type string or null"),
     ("arms: [a, {name: b, fallback_for: c}]", "not an arm of this campaign"),
     ("arms: [\n  - {name: a", "is not valid YAML"),
     ("- a", "must be a mapping"),
@@ -375,3 +377,36 @@ def test_the_record_names_the_gates_each_arm_did_not_run() -> None:
     arm = plan.record()["arms"][0]
     assert {"gate": "load", "reason": "deselected by -m 'not load'"} in arm["gates_not_run"]
     assert "did not run: " in arm["qualification"] and "load" in arm["qualification"]
+
+
+def test_a_bad_campaign_file_gets_one_line_naming_the_file_the_key_and_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("name: typo\narms:\n  - {name: a, requires: [startup]}\n  - {name: b, fallback: a}\n")
+    with pytest.raises(CampaignError) as err:
+        load_campaign_file(path)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"campaign file {path}: unknown key 'arms.1.fallback'")
+    assert "Fix: rename it to 'fallback_for'" in text
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "fixtures" / "campaigns").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_campaign_file_matches_the_campaign_schema(path: Path) -> None:
+    import yaml
+
+    from pytest_vllmqual.layout import schema_errors
+
+    assert schema_errors(yaml.safe_load(path.read_text()), "campaign.schema.yaml") == []
+    campaign = load_campaign_file(path)
+    assert campaign.name == path.stem and len(campaign.arms) >= 2
+    assert all(arm.fallback_for is None or arm.fallback_for in campaign.names for arm in campaign.arms)
+
+
+def test_a_campaign_file_fills_the_schema_defaults_and_keeps_string_arms(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text("arms:\n  - first:startup\n  - {name: second, fallback_for: first}\n")
+    campaign = load_campaign_file(path)
+    assert campaign.name == "mixed" and campaign.description == ""
+    second = campaign.arm("second")
+    assert tuple(second.requires) == ("gates",) and second.stop_on_failure and not second.stop_on_success
+    assert campaign.spec() == "first:startup,second?fallback=first"
