@@ -28,7 +28,7 @@ and the exit code that gives are decided in ``campaign.qualify``.
 Requirements (``requires``) are gate names, evaluated by ``campaign.requirements``. When the
 report has gates of that name, their outcome decides (all passed = met); otherwise these names are evaluated from the report's
 sections: ``startup`` (the server became ready), ``kv_pool`` (engine-reported KV tokens ≥ the
-recipe's ``min_kv_tokens``, else ≥ max_model_len), ``ladder`` (a completed rung above the
+recipe's ``gates.engine.min_kv_tokens``, else ≥ max_model_len), ``ladder`` (a completed rung above the
 recipe's ``min_largest_prompt`` and every post-probe smoke passed), ``preflight`` (k/k) and
 ``gates`` (every gate that ran passed and the run is complete: the default). Any other name
 that did not run is unmet ("did not run").

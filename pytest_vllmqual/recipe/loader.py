@@ -19,7 +19,7 @@ import yaml
 
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.layout import RECIPE_SCHEMA
-from pytest_vllmqual.recipe.gate_settings import check_gate_settings
+from pytest_vllmqual.recipe.gate_settings import check_gate_settings, with_one_min_kv_tokens
 from pytest_vllmqual.recipe.load_gate_settings import check_load_section
 from pytest_vllmqual.recipe.model import (
     DockerOptions,
@@ -217,11 +217,12 @@ def _with_built_image_digest(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_raw(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
-    """Schema-validate a recipe mapping and fill in defaults (RecipeError naming file, key and fix)."""
+    """Schema-validate a recipe mapping, fill in defaults and settle the KV pool minimum in its one place
+    (RecipeError naming file, key and fix)."""
     def fail(message: str, key: str) -> RecipeError:
         return RecipeError(message, path=str(path), key=key)
 
-    return checked(raw, RECIPE_SCHEMA, where=f"recipe {path}", fail=fail)
+    return with_one_min_kv_tokens(path, checked(raw, RECIPE_SCHEMA, where=f"recipe {path}", fail=fail))
 
 
 def typed_recipe(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
