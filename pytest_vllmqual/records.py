@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
-__all__ = ["HEALTH_OK", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource", "FigureStatus", "GateOutcome",
-           "GateRecord", "LevelJudgement", "RunRecord", "RungRecord", "RungSource", "RungVerdict", "ServerStatus",
+__all__ = ["HEALTH_OK", "ArmStatus", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource", "FigureStatus", "GateOutcome",
+           "GateRecord", "LauncherKind", "LevelJudgement", "RunRecord", "RungRecord", "RungSource", "RungVerdict", "ServerStatus",
            "Verdict", "rung_verdict", "worst_outcome"]
 
 _T = TypeVar("_T")
@@ -169,6 +169,36 @@ class LevelJudgement(_Word):
     MISSED = "missed"
     #: The client could not see a figure and the server's buckets cannot tell which side it is on.
     NOT_MEASURED = "not measured"
+
+
+class LauncherKind(_Word):
+    """How a recipe's server is brought up (``launcher.kind``)."""
+
+    #: A local process from the recipe's argv.
+    SUBPROCESS = "subprocess"
+    #: A container from a pinned image.
+    DOCKER = "docker"
+    #: A server this run neither starts nor stops: only its endpoint is known.
+    EXTERNAL = "external"
+
+
+class ArmStatus(_Word):
+    """What a campaign decided for one arm, from the reports so far."""
+
+    #: It ran and met every requirement (``requires``).
+    PASSED = "passed"
+    #: It ran and missed a requirement.
+    FAILED = "failed"
+    #: It does not run: the campaign stopped, or it is a fallback that is not needed.
+    SKIPPED = "skipped"
+    #: It runs next.
+    PENDING = "pending"
+    #: An earlier arm has not run yet.
+    WAITING = "waiting"
+
+    @property
+    def ran(self) -> bool:
+        return self in (ArmStatus.PASSED, ArmStatus.FAILED)
 
 
 def _from_dict(cls: type[_T], data: Mapping[str, Any]) -> _T:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.errors import CampaignError
+from pytest_vllmqual.records import ArmStatus
 
 from .qualify import arm_facts, campaign_exit, qualified_arm
 from .requirements import Requirement, evaluate_requirement
@@ -56,14 +57,14 @@ class ArmDecision:
     """What the campaign decided for one arm, and why."""
 
     arm: CampaignArm
-    status: str  # "passed" | "failed" | "skipped" | "pending" | "waiting"
+    status: ArmStatus
     reason: str
     requirements: list[Requirement] = field(default_factory=list)
     report: Mapping[str, Any] | None = None
 
     @property
     def ran(self) -> bool:
-        return self.status in ("passed", "failed")
+        return self.status.ran
 
     @property
     def failed_requirements(self) -> list[Requirement]:
@@ -82,12 +83,12 @@ class ArmDecision:
             "role": "fallback" if self.arm.fallback_for else "primary",
             "fallback_for": self.arm.fallback_for,
             "requires": list(self.arm.requires),
-            "status": self.status,
+            "status": self.status.value,
             "ran": self.ran,
             "reason": self.reason,
             "requirements": [r.to_dict() for r in self.requirements],
             "run_id": run.get("id") if self.report is not None else None,
-            **arm_facts(self.report if self.ran else None, met_requirements=self.status == "passed"),
+            **arm_facts(self.report if self.ran else None, met_requirements=self.status is ArmStatus.PASSED),
         }
 
 
@@ -100,23 +101,23 @@ def decide_arms(campaign: Campaign, reports: Mapping[str, Mapping[str, Any]] | S
     previous: ArmDecision | None = None
     for arm in campaign.arms:
         if waiting is not None:
-            decisions[arm.name] = ArmDecision(arm, "waiting", f"waits for {waiting}")
+            decisions[arm.name] = ArmDecision(arm, ArmStatus.WAITING, f"waits for {waiting}")
             continue
         if stopped is not None:
-            decisions[arm.name] = ArmDecision(arm, "skipped", stopped)
+            decisions[arm.name] = ArmDecision(arm, ArmStatus.SKIPPED, stopped)
             continue
         if arm.fallback_for is not None:
             primary = decisions[arm.fallback_for]
-            if primary.status == "failed":
+            if primary.status is ArmStatus.FAILED:
                 reason = f"{arm.name} ran because {primary.arm.name} failed {primary.failure_text()}"
-            elif primary.status == "passed":
+            elif primary.status is ArmStatus.PASSED:
                 decisions[arm.name] = ArmDecision(
-                    arm, "skipped", f"{arm.name} skipped: {primary.arm.name} passed "
+                    arm, ArmStatus.SKIPPED, f"{arm.name} skipped: {primary.arm.name} passed "
                     f"{', '.join(primary.arm.requires)}, so its fallback is not needed")
                 continue
             else:
                 decisions[arm.name] = ArmDecision(
-                    arm, "skipped", f"{arm.name} skipped: its primary {primary.arm.name} did not run "
+                    arm, ArmStatus.SKIPPED, f"{arm.name} skipped: its primary {primary.arm.name} did not run "
                     f"({primary.reason})")
                 continue
         elif previous is None:
@@ -125,22 +126,22 @@ def decide_arms(campaign: Campaign, reports: Mapping[str, Mapping[str, Any]] | S
             reason = f"{arm.name} ran after {previous.arm.name} {previous.status}"
         report = by_arm.get(arm.name)
         if report is None:
-            decisions[arm.name] = ArmDecision(arm, "pending", reason.replace(" ran ", " runs ", 1))
+            decisions[arm.name] = ArmDecision(arm, ArmStatus.PENDING, reason.replace(" ran ", " runs ", 1))
             waiting = arm.name
             continue
         requirements = [evaluate_requirement(report, r) for r in arm.requires]
-        status = "passed" if all(r.ok for r in requirements) else "failed"
+        status = ArmStatus.PASSED if all(r.ok for r in requirements) else ArmStatus.FAILED
         decision = ArmDecision(arm, status, reason, requirements, report)
         decisions[arm.name] = decision
         previous = decision
-        if status == "failed":
+        if status is ArmStatus.FAILED:
             has_fallback = any(a.fallback_for == arm.name for a in campaign.arms)
             if not has_fallback and arm.stop_on_failure:
                 stopped = (f"campaign stopped: {arm.name} failed {decision.failure_text()}"
                            + (" and has no fallback" if not arm.fallback_for else ""))
         elif arm.stop_on_success:
             stopped = f"campaign stopped: {arm.name} passed {', '.join(arm.requires)} (stop on success)"
-    unexpected = [name for name, d in decisions.items() if d.status == "skipped" and name in by_arm]
+    unexpected = [name for name, d in decisions.items() if d.status is ArmStatus.SKIPPED and name in by_arm]
     if unexpected:
         name = unexpected[0]
         raise CampaignError(f"campaign {campaign.name}: there is a report for arm {name}, but the campaign skipped it "
@@ -184,7 +185,7 @@ class CampaignPlan:
         """
         self._reports = reports_so_far
         for decision in decide_arms(self.campaign, reports_so_far):
-            if decision.status == "pending":
+            if decision.status is ArmStatus.PENDING:
                 return decision.arm.name
         return None
 
@@ -195,9 +196,9 @@ class CampaignPlan:
         """Which arm ran and why, per arm, which arm qualified, and the exit code that gives
         (plain JSON; ``failed_tests``: pytest's count, when the session knows it)."""
         decisions = self.decisions()
-        pending = next((d.arm.name for d in decisions if d.status == "pending"), None)
-        passed = [d for d in decisions if d.status == "passed"]
-        stopped = next((d.reason for d in decisions if d.status == "skipped" and d.reason.startswith("campaign "
+        pending = next((d.arm.name for d in decisions if d.status is ArmStatus.PENDING), None)
+        passed = [d for d in decisions if d.status is ArmStatus.PASSED]
+        stopped = next((d.reason for d in decisions if d.status is ArmStatus.SKIPPED and d.reason.startswith("campaign "
                                                                                                       "stopped")), None)
         if pending is not None:
             outcome = f"in progress: {pending} runs next"
@@ -212,12 +213,12 @@ class CampaignPlan:
             "spec": self.campaign.spec(),
             "arms": [d.to_dict() for d in decisions],
             "ran": [d.arm.name for d in decisions if d.ran],
-            "skipped": [d.arm.name for d in decisions if d.status == "skipped"],
+            "skipped": [d.arm.name for d in decisions if d.status is ArmStatus.SKIPPED],
             "pending": pending,
             "complete": pending is None,
             "stopped": stopped,
             "outcome": outcome,
-            "reasons": [d.reason for d in decisions if d.status != "waiting"],
+            "reasons": [d.reason for d in decisions if d.status is not ArmStatus.WAITING],
         }
         record["qualified"] = qualified_arm(record)
         record["exit"] = campaign_exit(record, reports_by_arm(self.campaign, self._reports), failed_tests)

@@ -25,6 +25,7 @@ from typing import Any
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.privacy.sanitize import SECRET_KEY_NAME
 from pytest_vllmqual.recipe.installed_vllm import MODULE_FORM, InstalledVllm
+from pytest_vllmqual.records import LauncherKind
 
 # vllm serve flag -> (section, key, type). One table: parsing and the README's key table use it.
 FLAG_KEYS: dict[str, tuple[str, str, str]] = {
@@ -186,7 +187,7 @@ def _finish(raw: dict[str, Any], notes: list[str], runtime_version: str | None) 
     image = identity.get("image")
     revision = identity.get("revision")
     pinned = bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision)) and (
-        raw["launcher"]["kind"] != "docker" or bool(image and re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", image)))
+        raw["launcher"]["kind"] != LauncherKind.DOCKER or bool(image and re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", image)))
     raw["pinned"] = pinned
     if not pinned:
         notes.append("pinned: false (a pinned recipe needs a 40-hex --revision and, for docker, IMAGE@sha256:...)")
@@ -234,7 +235,7 @@ def recipe_from_command(argv: list[str], *, name: str, runtime_version: str | No
                           "Fix: pass one of those after `--`.")
     if installed is not None:
         command, runtime_version = _for_installed(command, runtime_version, installed, raw, notes)
-    raw["launcher"] = {"kind": "subprocess", "command": command}
+    raw["launcher"] = {"kind": LauncherKind.SUBPROCESS.value, "command": command}
     model = _serve_args(rest, raw, notes)
     _identity_from_model(raw, model, notes)
     if env:
@@ -308,7 +309,7 @@ class _DockerOptions:
     docker: dict[str, Any] = field(default_factory=lambda: {"ipc_host": False})
     mounts: dict[str, str] = field(default_factory=dict)
     """Container path -> host path (a local model is mounted, then named by it)."""
-    launcher: dict[str, Any] = field(default_factory=lambda: {"kind": "docker"})
+    launcher: dict[str, Any] = field(default_factory=lambda: {"kind": LauncherKind.DOCKER.value})
 
     def read(self, option: str, token: str, value: str, env: dict[str, str], notes: list[str]) -> None:
         if option in ("-e", "--env"):

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from pytest_vllmqual.errors import EngineEndpointError, RecipeError
+from pytest_vllmqual.records import LauncherKind
 from pytest_vllmqual.vllm.endpoints import EndpointFacts, fetch_engine_endpoints
 
 from .loader import load_recipe
@@ -68,7 +69,7 @@ def discovered_recipe_raw(facts: EndpointFacts, endpoint: str) -> dict[str, Any]
             "runtime_version": facts.version or "unknown",
             "served_model_name": served,
         },
-        "launcher": {"kind": "external", "endpoint": endpoint},
+        "launcher": {"kind": LauncherKind.EXTERNAL.value, "endpoint": endpoint},
         "serve": serve,
     }
 

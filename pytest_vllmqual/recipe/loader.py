@@ -32,6 +32,7 @@ from pytest_vllmqual.recipe.model import (
     project_root_of,
 )
 from pytest_vllmqual.recipe.schema_check import checked
+from pytest_vllmqual.records import LauncherKind
 
 __all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "available_recipes", "check_rules", "load_recipe", "recipes_dir",
            "resolve_recipe", "resolve_recipe_path", "typed_recipe", "validate_raw"]
@@ -113,7 +114,7 @@ def _check_pinning(path: Path, raw: dict[str, Any]) -> None:
                               "experiment.", path=str(path), key="identity.revision")
     built_image = bool((raw["launcher"].get("docker") or {}).get("image_digest_file"))
     image = identity.get("image")
-    if raw["launcher"]["kind"] == "docker" and not built_image and not (isinstance(image, str) and _DIGEST.match(image)):
+    if raw["launcher"]["kind"] == LauncherKind.DOCKER and not built_image and not (isinstance(image, str) and _DIGEST.match(image)):
         raise RecipeError(
             f"recipe {path}: key 'identity.image' is {image!r}, but a pinned docker recipe must name the image by "
             "digest (repo@sha256:<64 hex>); a tag can move. Fix: replace the tag with the digest, e.g. "
@@ -124,12 +125,12 @@ def _check_launcher(path: Path, raw: dict[str, Any]) -> None:
     """Each launcher kind's required key, with what it needs it for and an example."""
     launcher = raw["launcher"]
     required = {
-        "subprocess": ("launcher.command", launcher.get("command"), "the subprocess launcher needs the argv that "
+        LauncherKind.SUBPROCESS: ("launcher.command", launcher.get("command"), "the subprocess launcher needs the argv that "
                        "starts the server. Fix: add e.g. command: ['{python}', '-m', "
                        "'vllm.entrypoints.openai.api_server']."),
-        "docker": ("identity.image", raw["identity"].get("image"), "the docker launcher needs an image. Fix: add "
+        LauncherKind.DOCKER: ("identity.image", raw["identity"].get("image"), "the docker launcher needs an image. Fix: add "
                    "identity.image: repo@sha256:<digest>."),
-        "external": ("launcher.endpoint", launcher.get("endpoint"), "the external launcher needs the base URL of "
+        LauncherKind.EXTERNAL: ("launcher.endpoint", launcher.get("endpoint"), "the external launcher needs the base URL of "
                      "the running server. Fix: add endpoint: http://127.0.0.1:8000, or pass --vllmqual-endpoint URL."),
     }
     key, value, need = required.get(launcher["kind"], ("", True, ""))
@@ -230,7 +231,7 @@ def typed_recipe(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
     launcher_raw = dict(raw["launcher"])
     docker = DockerOptions(**(launcher_raw.pop("docker", None) or {}))
     launcher = LauncherConfig(
-        kind=launcher_raw["kind"],
+        kind=LauncherKind(launcher_raw["kind"]),
         command=tuple(launcher_raw.get("command") or ()),
         endpoint=launcher_raw.get("endpoint"),
         host=launcher_raw.get("host", "127.0.0.1"),

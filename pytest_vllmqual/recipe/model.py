@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.records import LauncherKind
+
 __all__ = ["ContentPin", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig", "ServeConfig",
            "StartupConfig", "project_root_of"]
 
@@ -59,7 +61,7 @@ class DockerOptions:
 class LauncherConfig:
     """How the server is brought up (or, for ``external``, found)."""
 
-    kind: str
+    kind: LauncherKind
     command: tuple[str, ...] = ()
     endpoint: str | None = None
     host: str = "127.0.0.1"

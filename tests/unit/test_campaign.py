@@ -410,3 +410,17 @@ def test_a_campaign_file_fills_the_schema_defaults_and_keeps_string_arms(tmp_pat
     second = campaign.arm("second")
     assert tuple(second.requires) == ("gates",) and second.stop_on_failure and not second.stop_on_success
     assert campaign.spec() == "first:startup,second?fallback=first"
+
+
+def test_an_arm_status_is_a_typed_word_and_the_record_keeps_the_plain_words() -> None:
+    from pytest_vllmqual.records import ArmStatus
+
+    passed = arm_report("393k-fp8kv", kv_tokens=400_000, largest=310_000)
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
+    plan.next_arm({"393k-fp8kv": passed})
+    statuses = [d.status for d in plan.decisions()]
+    assert all(isinstance(s, ArmStatus) for s in statuses)
+    record = json.loads(json.dumps(plan.record()))
+    assert [arm["status"] for arm in record["arms"]] == [str(s) for s in statuses]
+    assert {arm["status"] for arm in record["arms"]} <= {"passed", "failed", "skipped", "pending", "waiting"}
+    assert ArmStatus.PASSED.ran and ArmStatus.FAILED.ran and not ArmStatus.SKIPPED.ran

@@ -232,3 +232,16 @@ def test_the_kv_minimum_of_a_report_reads_the_older_place_too() -> None:
     assert min_kv_tokens({"gates": {"capacity": {"min_kv_tokens": 8192}, "engine": {"min_kv_tokens": None}}}) == 8192
     assert min_kv_tokens({"gates": {"engine": {"min_kv_tokens": True}}}) is None
     assert min_kv_tokens(None) is None and min_kv_tokens({}) is None
+
+
+@pytest.mark.parametrize(("name", "kind"), [("tiny-cpu", "subprocess"), ("tiny-docker", "docker"),
+                                            ("131k-control", "docker")])
+def test_the_launcher_kind_is_a_typed_word_that_prints_and_dumps_as_itself(name: str, kind: str) -> None:
+    from pytest_vllmqual.recipe.overrides import effective_yaml
+    from pytest_vllmqual.records import LauncherKind
+
+    recipe = resolve_recipe(name, RECIPES)
+    assert recipe.launcher.kind is LauncherKind(kind)
+    assert f"{recipe.launcher.kind}" == str(recipe.launcher.kind) == kind
+    assert f"kind: {kind}" in effective_yaml(recipe.raw)
+    assert type(recipe.raw["launcher"]["kind"]) is str
