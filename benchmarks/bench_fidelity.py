@@ -59,7 +59,8 @@ from pytest_vllmqual.client.prompts import ExactPromptBuilder, TokenCounter  # n
 from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
 from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
 from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.model import Recipe  # noqa: E402
 
 
 def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progress: Progress = print_progress,

@@ -15,7 +15,7 @@ from fidelity_common import Progress
 
 from pytest_vllmqual.client.probes import ServerProbe
 from pytest_vllmqual.launch.readiness import ProbeAnswer
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.session.server import ServerManager
 
 STARTUP_COMPLETE = "Application startup complete."

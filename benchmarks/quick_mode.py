@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
+from pytest_vllmqual.recipe.model import Recipe  # noqa: E402
 
 __all__ = ["FAULT_SERVER", "QUICK_HELP", "QUICK_RECIPE", "QUICK_SKIP_VLLM", "add_quick_flag", "fixture_tokenizer",
            "quick_note", "quick_recipe"]

@@ -62,11 +62,13 @@ if TYPE_CHECKING:
     )
     from pytest_vllmqual.gates.recorder import GateRecorder
     from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
-    from pytest_vllmqual.recipe.loader import Recipe, load_recipe
+    from pytest_vllmqual.recipe.loader import load_recipe
+    from pytest_vllmqual.recipe.model import Recipe
     from pytest_vllmqual.records import GateRecord
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "pytest_vllmqual.recipe.loader": ("Recipe", "load_recipe"),
+    "pytest_vllmqual.recipe.model": ("Recipe",),
+    "pytest_vllmqual.recipe.loader": ("load_recipe",),
     "pytest_vllmqual.client.qual_client": ("QualClient",),
     "pytest_vllmqual.gates.recorder": ("GateRecorder",),
     "pytest_vllmqual.records": ("GateRecord",),

@@ -43,7 +43,7 @@ from pytest_vllmqual.plugin import (
     progress_printer,
     session_sanitizer,
 )
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.session.run import QualRun
 from pytest_vllmqual.session.server import traffic_lock
 

@@ -28,7 +28,7 @@ from pytest_vllmqual.gates.registry import title_of
 from pytest_vllmqual.layout import names_shipped_gates
 from pytest_vllmqual.privacy.failure_reason import repeats_its_causes, report_reason
 from pytest_vllmqual.privacy.sanitize import Sanitizer, scrub_test_report
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateRecord, RunRecord, StartupStatus
 from pytest_vllmqual.session.controller import ControllerRun
 from pytest_vllmqual.session.run import QualRun, gate_junit_properties, session_recipe

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
-__all__ = ["HEALTH_OK", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource", "FigureStatus", "GateOutcome",
-           "GateRecord", "LevelJudgement", "RunMode", "RunRecord", "RungRecord", "RungSource", "RungVerdict",
-           "ServerStatus", "StartupStatus", "Verdict", "rung_verdict", "value_at", "worst_outcome"]
+__all__ = ["HEALTH_OK", "ArmStatus", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource",
+           "FigureStatus", "GateOutcome", "GateRecord", "LauncherKind", "LevelJudgement", "RunMode",
+           "RunRecord", "RungRecord", "RungSource", "RungVerdict", "ServerStatus", "StartupStatus", "Verdict",
+           "rung_verdict", "value_at", "worst_outcome"]
 
 _T = TypeVar("_T")
 
@@ -237,6 +238,36 @@ def value_at(node: Any, *path: str) -> Any:
             return None
         node = node.get(key)
     return node
+
+
+class LauncherKind(_Word):
+    """How a recipe's server is brought up (``launcher.kind``)."""
+
+    #: A local process from the recipe's argv.
+    SUBPROCESS = "subprocess"
+    #: A container from a pinned image.
+    DOCKER = "docker"
+    #: A server this run neither starts nor stops: only its endpoint is known.
+    EXTERNAL = "external"
+
+
+class ArmStatus(_Word):
+    """What a campaign decided for one arm, from the reports so far."""
+
+    #: It ran and met every requirement (``requires``).
+    PASSED = "passed"
+    #: It ran and missed a requirement.
+    FAILED = "failed"
+    #: It does not run: the campaign stopped, or it is a fallback that is not needed.
+    SKIPPED = "skipped"
+    #: It runs next.
+    PENDING = "pending"
+    #: An earlier arm has not run yet.
+    WAITING = "waiting"
+
+    @property
+    def ran(self) -> bool:
+        return self in (ArmStatus.PASSED, ArmStatus.FAILED)
 
 
 def _from_dict(cls: type[_T], data: Mapping[str, Any]) -> _T:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.ab.compare import compare_reports
-from pytest_vllmqual.campaign.plan import requalify
+from pytest_vllmqual.campaign.decision import requalify
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
 from pytest_vllmqual.fleet.record import (
     RECORD_SCHEMA_ID,

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_vllmqual.recipe.gate_settings import min_kv_tokens
 from pytest_vllmqual.records import EquivalenceVerdict, RunMode, StartupStatus, Verdict
 from pytest_vllmqual.report.decision import BOUNDARY, max_model_len, verdict_summary
 from pytest_vllmqual.report.number_format import short_tokens
@@ -45,10 +46,9 @@ class Targets:
             value = recipe_value(report, "gates", "capacity", "min_largest_prompt")
             if isinstance(value, int) and not isinstance(value, bool):
                 prompts.append(value)
-            for path in (("gates", "engine", "min_kv_tokens"), ("gates", "capacity", "min_kv_tokens")):
-                value = recipe_value(report, *path)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    contexts.append(value)
+            minimum = min_kv_tokens(recipe_value(report))
+            if minimum is not None:
+                contexts.append(minimum)
         if not prompts and not contexts:
             return cls()
         default = cls()

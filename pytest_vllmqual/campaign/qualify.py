@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllmqual.gates.registry import PREFLIGHT_GATES
-from pytest_vllmqual.records import GateOutcome, Verdict
+from pytest_vllmqual.records import ArmStatus, GateOutcome, Verdict
 
 __all__ = ["QUALIFYING_VERDICTS", "arm_facts", "campaign_exit", "campaign_line", "qualified_arm",
            "qualified_by_fallback"]
@@ -63,7 +63,7 @@ def _ran(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _stood_in_for(name: str, arms: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a fallback of the failed arm ``name`` qualifies, or failed and was itself stood in for."""
-    return any(a.get("qualifies") or (a.get("status") == "failed" and _stood_in_for(str(a["name"]), arms))
+    return any(a.get("qualifies") or (a.get("status") == ArmStatus.FAILED and _stood_in_for(str(a["name"]), arms))
                for a in arms if a.get("fallback_for") == name)
 
 
@@ -71,7 +71,7 @@ def _blocking(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The arms that ran, did not qualify, and no fallback stood in for."""
     arms = _ran(record)
     return [a for a in arms if not a.get("qualifies")
-            and not (a.get("status") == "failed" and _stood_in_for(str(a["name"]), arms))]
+            and not (a.get("status") == ArmStatus.FAILED and _stood_in_for(str(a["name"]), arms))]
 
 
 def qualified_arm(record: Mapping[str, Any]) -> str | None:

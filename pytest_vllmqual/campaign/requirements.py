@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_vllmqual.gates.registry import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
 from pytest_vllmqual.privacy.failure_reason import first_line
+from pytest_vllmqual.recipe.gate_settings import min_kv_tokens
 from pytest_vllmqual.records import GateOutcome, rung_verdict
 from pytest_vllmqual.report.query import (
     gate_outcome,
@@ -73,8 +74,7 @@ def _kv_pool(report: Mapping[str, Any]) -> Requirement:
     for gate in report.get("gates") or []:
         if gate.get("gate") == KV_POOL_GATE:
             threshold = _int((gate.get("thresholds") or {}).get("min_kv_tokens")) or threshold
-    for path in (("gates", "engine", "min_kv_tokens"), ("gates", "capacity", "min_kv_tokens")):
-        threshold = threshold or _int(recipe_value(report, *path))
+    threshold = threshold or min_kv_tokens(recipe_value(report))
     basis = "recipe minimum"
     if threshold is None:
         threshold = _int(recipe_value(report, "serve", "max_model_len"))

@@ -83,7 +83,8 @@ class FleetRun:
         return default_recipes_dir(self.project_dir)
 
     def _new_attempt(self, job: JobSpec, number: int, overrides: tuple[str, ...], node: NodeInfo | None) -> Attempt:
-        from pytest_vllmqual.recipe.loader import resolve_recipe, with_overrides
+        from pytest_vllmqual.recipe.loader import resolve_recipe
+        from pytest_vllmqual.recipe.overrides import with_overrides
 
         recipe_arg = self.spec.recipe_argument(job)
         where = f"-{node.label}" if node else ""

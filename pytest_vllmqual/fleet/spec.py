@@ -2,23 +2,20 @@
 
 A fleet file names what to qualify where; it never names a host. Placement is ``any`` (one run
 on whichever node fits) or ``each_node`` (one run on every node with a Ray label or custom
-resource). Errors name the file, the key and the fix, as the recipe loader's do.
+resource). Errors name the file, the key and the fix, worded as a recipe's are (``recipe.schema_check``).
 """
 
 from __future__ import annotations
 
-import difflib
 import enum
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from pytest_vllmqual.errors import FleetError
-from pytest_vllmqual.layout import load_schema
+from pytest_vllmqual.recipe.schema_check import checked
 
 __all__ = [
     "FLEET_SCHEMA",
@@ -142,50 +139,6 @@ class FleetSpec:
         return text
 
 
-def _key_path(error: jsonschema.ValidationError) -> str:
-    parts = [str(p) for p in error.absolute_path]
-    return ".".join(parts) if parts else "(top level)"
-
-
-def _message(path: Path, error: jsonschema.ValidationError) -> str:
-    key = _key_path(error)
-    where = f"fleet file {path}"
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted((error.schema.get("properties") or {}).keys())
-        unknown = sorted(set(error.instance) - set(allowed))[0]
-        full = unknown if key == "(top level)" else f"{key}.{unknown}"
-        close = difflib.get_close_matches(unknown, allowed, n=1)
-        fix = f"rename it to {close[0]!r}" if close else f"remove it; allowed keys here: {', '.join(allowed)}"
-        return f"{where}: unknown key {full!r}. Fix: {fix}."
-    if error.validator == "required":
-        missing = re.findall(r"'([^']+)' is a required property", error.message)
-        name = missing[0] if missing else "?"
-        full = name if key == "(top level)" else f"{key}.{name}"
-        return f"{where}: missing required key {full!r}. Fix: add it."
-    if error.validator == "enum":
-        return (f"{where}: key {key!r} is {error.instance!r}, which is not one of "
-                f"{', '.join(map(str, error.validator_value))}. Fix: use one of those values.")
-    if error.validator == "pattern":
-        return (f"{where}: key {key!r} is {error.instance!r}, which does not have the form "
-                f"{error.validator_value!r}. Fix: write it as the key's description says (KEY=VALUE for labels "
-                "and overrides; letters, digits, '.', '_' and '-' for names).")
-    return f"{where}: key {key!r}: {error.message}. Fix: correct the value of {key!r}."
-
-
-def _with_defaults(schema: dict[str, Any], data: Any) -> Any:
-    if isinstance(data, list) and isinstance(schema.get("items"), dict):
-        return [_with_defaults(schema["items"], item) for item in data]
-    if not isinstance(data, dict):
-        return data
-    out = dict(data)
-    for key, sub in (schema.get("properties") or {}).items():
-        if key not in out and isinstance(sub, dict) and "default" in sub:
-            out[key] = sub["default"]
-        if key in out and isinstance(sub, dict):
-            out[key] = _with_defaults(sub, out[key])
-    return out
-
-
 def _read(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -227,14 +180,10 @@ def load_fleet(path: Path) -> FleetSpec:
     if not isinstance(raw, dict):
         raise FleetError(f"fleet file {path} must be a YAML mapping with 'name' and 'jobs'. Fix: see "
                          "fixtures/fleets/tiny-cpu.yaml for the form.", path=str(path))
-    schema = load_schema(FLEET_SCHEMA)
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(raw),
-                    key=lambda e: (len(list(e.absolute_path)), e.message))
-    if errors:
-        best = jsonschema.exceptions.best_match(errors) or errors[0]
-        more = f" ({len(errors) - 1} more problem(s) after this one)" if len(errors) > 1 else ""
-        raise FleetError(_message(path, best) + more, path=str(path), key=_key_path(best))
-    data = _with_defaults(schema, raw)
+    def fail(message: str, key: str) -> FleetError:
+        return FleetError(message, path=str(path), key=key)
+
+    data = checked(raw, FLEET_SCHEMA, where=f"fleet file {path}", fail=fail)
     jobs = tuple(_job(job) for job in data["jobs"])
     seen: set[str] = set()
     for index, job in enumerate(jobs):

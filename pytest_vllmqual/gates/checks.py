@@ -24,7 +24,7 @@ from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.client.sdk_findings import json_kind
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 __all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolCase", "ToolProblem", "check_fingerprints",
            "check_json_content", "check_stream_tool", "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures",

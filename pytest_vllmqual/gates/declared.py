@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_vllmqual.privacy.failure_reason import first_line
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateOutcome
 
 from .checks import GateVerdict

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
 
 from .checks import GateVerdict
@@ -77,7 +77,7 @@ def kv_pool_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateReco
     """KV pool: the engine-reported KV tokens reach the recipe minimum (393,216 for 393k-fp8kv)."""
     engine = EngineFacts.from_dict(server_facts["engine"])
     tokens = engine.kv_cache_tokens
-    minimum = recipe.gate("engine").get("min_kv_tokens") or recipe.gate("capacity").get("min_kv_tokens")
+    minimum = recipe.gate("engine").get("min_kv_tokens")
     gate.measure(kv_cache_tokens=tokens, max_concurrency=engine.get("max_concurrency"),
                  concurrency_at_tokens=engine.get("concurrency_at_tokens"),
                  min_rank_kv_gib=engine.get("min_rank_kv_gib"), device=engine.get("device"))

@@ -20,7 +20,7 @@ from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
 from pytest_vllmqual.equivalence.runner import run_probe
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
 from pytest_vllmqual.errors import ServerGoneError
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 from .checks import GateVerdict, ToolCase
 from .functional import JSON_PROMPT

@@ -25,7 +25,7 @@ from pytest_vllmqual.client.sdk import (
 from pytest_vllmqual.client.sdk_findings import SdkFinding
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.privacy.public_text import quote_answer
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import Attempt
 from pytest_vllmqual.vllm.server_messages import public_failure
 

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.records import LauncherKind
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
 from .checkpoint import (
@@ -295,7 +296,7 @@ def check_identity(
     models: list[dict[str, Any]] | None,
     tp_size_seen: int | None,
     image_digest: str | list[str] | None = None,
-    launcher_kind: str = "subprocess",
+    launcher_kind: str = LauncherKind.SUBPROCESS,
     log_text: str = "",
     log_version: str | None = None,
     expected_model_arg: str | None = None,
@@ -315,7 +316,7 @@ def check_identity(
     if entry and isinstance(entry.get("root"), str):
         observations.append((str(entry["root"]), "/v1/models root"))
     # the files: a container reads the recipe's folder mounted from this machine
-    model_dir = recipe.model_location() if launcher_kind == "docker" else expected_location
+    model_dir = recipe.model_location() if launcher_kind == LauncherKind.DOCKER else expected_location
     if _is_local(model_dir) and Path(model_dir).is_dir():
         result.model_files = model_files_sha256(Path(model_dir))
     result.checks.extend([
@@ -336,7 +337,7 @@ def _location_comparer(launcher_kind: str, server_cwd: Path | None,
                        cwd_unknown: str) -> Callable[[str, str], LocationComparison]:
     """How an observed model location is compared: inside a container by the argument the
     launcher gave (its paths are not this machine's), else as files (``gates.checkpoint``)."""
-    if launcher_kind == "docker":
+    if launcher_kind == LauncherKind.DOCKER:
         return lambda observed, expected: LocationComparison(
             observed == expected, "" if observed == expected
             else "another model argument than the launcher gave the container", local=_is_local(observed))
@@ -408,7 +409,7 @@ def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str]) 
 
 def _image_digest_check(recipe: Recipe, launcher_kind: str, image_digest: str | list[str] | None) -> IdentityCheck:
     """Only a container launcher runs an image: its digest against the recipe's pin."""
-    if launcher_kind != "docker":
+    if launcher_kind != LauncherKind.DOCKER:
         return IdentityCheck(
             "image_digest", None, None, None, f"not applicable: the {launcher_kind} launcher runs no container",
             source="n/a", pinned=False)

@@ -25,7 +25,7 @@ from pytest_vllmqual.client.results import StreamResult
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.errors import CalibrationError, ServerGoneError
 from pytest_vllmqual.launch.base import ProgressFn
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import FigureSource, RungRecord, RungSource
 from pytest_vllmqual.vllm.endpoints import MetricsDelta, MetricsSnapshot, parse_metrics
 from pytest_vllmqual.vllm.server_messages import public_rung_error

@@ -31,8 +31,8 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import StreamResult
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.launch.base import ProgressFn
-from pytest_vllmqual.recipe.load_settings import LoadSettings, load_settings
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.load_gate_settings import LoadSettings, load_settings
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import FigureSource, LevelJudgement
 
 from .checks import GateVerdict

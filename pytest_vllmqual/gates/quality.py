@@ -23,7 +23,7 @@ from pytest_vllmqual.errors import CalibrationError
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.privacy.public_text import quote_answers
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.vllm.server_messages import public_failure
 
 from .checks import (

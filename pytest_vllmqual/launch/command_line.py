@@ -12,7 +12,8 @@ from pytest_vllmqual.launch.docker.spec import (
     HF_CACHE_IN_CONTAINER,
     MODEL_DIR_IN_CONTAINER,
 )
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.records import LauncherKind
 
 __all__ = ["command_line", "docker_run_line"]
 
@@ -24,10 +25,10 @@ def _env_prefix(env: dict[str, str]) -> list[str]:
 def command_line(recipe: Recipe) -> list[str]:
     """The argv a run starts for ``recipe`` (``docker run`` for docker, ``env … argv`` for
     subprocess). The API key is never shown: each run generates one and passes it as VLLM_API_KEY."""
-    if recipe.launcher.kind == "external":
+    if recipe.launcher.kind is LauncherKind.EXTERNAL:
         raise RecipeError(f"recipe {recipe.path} uses an external endpoint ({recipe.launcher.endpoint}): this run "
                           "starts nothing.", path=str(recipe.path))
-    if recipe.launcher.kind == "docker":
+    if recipe.launcher.kind is LauncherKind.DOCKER:
         return docker_run_line(recipe)
     argv = recipe.subprocess_argv(host=recipe.launcher.host, port=recipe.launcher.port)
     return [*_env_prefix(recipe.server_env()), *argv]

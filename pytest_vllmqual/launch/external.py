@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult
 

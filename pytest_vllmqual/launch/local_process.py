@@ -20,7 +20,7 @@ from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, kill_run, processes_of
 from pytest_vllmqual.launch.cleanup.reaper import reaper_command
 from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import StartupStatus
 
 from .base import (

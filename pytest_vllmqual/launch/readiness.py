@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from pytest_vllmqual.errors import LaunchError
 from pytest_vllmqual.privacy.public_text import STARTUP_PHASES
-from pytest_vllmqual.recipe.loader import StartupConfig
+from pytest_vllmqual.recipe.model import StartupConfig
 from pytest_vllmqual.records import StartupStatus
 from pytest_vllmqual.vllm.server_log import log_tail
 from pytest_vllmqual.vllm.server_messages import quote_server_message

@@ -4,8 +4,9 @@
 vllm.entrypoints.openai.api_server --model …``, optionally after ``env K=V``) or a ``docker run
 … IMAGE@sha256:… --flag …`` line into a recipe mapping: the flags the recipe schema knows become
 recipe keys, every other flag goes verbatim to ``serve.extra_args``, ``-e``/``K=V`` values to
-the launcher env. Secrets (``--api-key``, ``HF_TOKEN=…``) are refused: they belong in the
-environment, never in a recipe that ends up in a public report.
+the launcher env. Secrets (``--api-key``, ``HF_TOKEN=…``: a name the package's secret policy,
+``privacy.sanitize.SECRET_KEY_NAME``, calls secret) are refused: they belong in the environment,
+never in a recipe that ends up in a public report.
 
 ``launch.command_line`` is the inverse: the exact argv (subprocess) or ``docker run`` line (docker) a
 run starts, and ``recipe_from_command(command_line(r))`` gives back every key that shapes it.
@@ -22,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.privacy.sanitize import SECRET_KEY_NAME
 from pytest_vllmqual.recipe.installed_vllm import MODULE_FORM, InstalledVllm
-
-SECRET_NAME = re.compile(r"((^|_)TOKEN$|(^|_)TOKEN_|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL)",
-                         re.IGNORECASE)
+from pytest_vllmqual.records import LauncherKind
 
 # vllm serve flag -> (section, key, type). One table: parsing and the README's key table use it.
 FLAG_KEYS: dict[str, tuple[str, str, str]] = {
@@ -111,7 +111,7 @@ def _serve_args(tokens: list[str], raw: dict[str, Any], notes: list[str]) -> str
         token = FLAG_ALIASES.get(tokens[i], tokens[i])
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         takes_value = nxt is not None and not (nxt.startswith("--") or re.fullmatch(r"-[A-Za-z]+", nxt))
-        if token.startswith("-") and SECRET_NAME.search(token.lstrip("-").replace("-", "_")):
+        if token.startswith("-") and SECRET_KEY_NAME.search(token.lstrip("-")):
             _refuse_secret("flag", token)
         if token == "--model" and nxt is not None:
             model = nxt
@@ -146,7 +146,7 @@ def _serve_args(tokens: list[str], raw: dict[str, Any], notes: list[str]) -> str
 
 def _env_assignment(text: str, env: dict[str, str], notes: list[str]) -> None:
     name, sep, value = text.partition("=")
-    if SECRET_NAME.search(name):
+    if SECRET_KEY_NAME.search(name):
         if not sep:  # `-e HF_TOKEN`: handed through from the host, no value in the command
             notes.append(f"-e {name}: passed through from the environment at run time, not stored")
             return
@@ -187,7 +187,7 @@ def _finish(raw: dict[str, Any], notes: list[str], runtime_version: str | None) 
     image = identity.get("image")
     revision = identity.get("revision")
     pinned = bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision)) and (
-        raw["launcher"]["kind"] != "docker" or bool(image and re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", image)))
+        raw["launcher"]["kind"] != LauncherKind.DOCKER or bool(image and re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", image)))
     raw["pinned"] = pinned
     if not pinned:
         notes.append("pinned: false (a pinned recipe needs a 40-hex --revision and, for docker, IMAGE@sha256:...)")
@@ -235,7 +235,7 @@ def recipe_from_command(argv: list[str], *, name: str, runtime_version: str | No
                           "Fix: pass one of those after `--`.")
     if installed is not None:
         command, runtime_version = _for_installed(command, runtime_version, installed, raw, notes)
-    raw["launcher"] = {"kind": "subprocess", "command": command}
+    raw["launcher"] = {"kind": LauncherKind.SUBPROCESS.value, "command": command}
     model = _serve_args(rest, raw, notes)
     _identity_from_model(raw, model, notes)
     if env:
@@ -309,7 +309,7 @@ class _DockerOptions:
     docker: dict[str, Any] = field(default_factory=lambda: {"ipc_host": False})
     mounts: dict[str, str] = field(default_factory=dict)
     """Container path -> host path (a local model is mounted, then named by it)."""
-    launcher: dict[str, Any] = field(default_factory=lambda: {"kind": "docker"})
+    launcher: dict[str, Any] = field(default_factory=lambda: {"kind": LauncherKind.DOCKER.value})
 
     def read(self, option: str, token: str, value: str, env: dict[str, str], notes: list[str]) -> None:
         if option in ("-e", "--env"):

@@ -1,16 +1,25 @@
 """Rules between a recipe's gate settings that the schema cannot say: what a smoke answer is
-checked against when the recipe lets it run out of tokens, and what the long-context check
-compares when it asks the smoke prompt again. Each error names the file, the key and the fix,
-like the loader's."""
+checked against when the recipe lets it run out of tokens, what the long-context check
+compares when it asks the smoke prompt again, and where the KV pool minimum lives. Each error
+names the file, the key and the fix, like the loader's.
+
+The KV pool minimum is ``gates.engine.min_kv_tokens`` (the ``kv_pool`` gate is an engine gate).
+Recipes written before it had one place also carry it as ``gates.capacity.min_kv_tokens``;
+they still load when both say the same, and the value moves to the engine gate's block."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
 
-__all__ = ["check_gate_settings"]
+__all__ = ["MIN_KV_TOKENS_KEY", "check_gate_settings", "min_kv_tokens", "with_one_min_kv_tokens"]
+
+MIN_KV_TOKENS_KEY = "gates.engine.min_kv_tokens"
+"""Where a recipe says the smallest KV pool, in tokens, the engine must report."""
+_OLD_MIN_KV_TOKENS_KEY = "gates.capacity.min_kv_tokens"
 
 
 def check_gate_settings(path: Path, raw: dict[str, Any]) -> None:
@@ -32,3 +41,37 @@ def check_gate_settings(path: Path, raw: dict[str, Any]) -> None:
             "Fix: set gates.smoke.expect_substring (e.g. 'cloud' for the prompt 'Say cloud.'), or use the "
             "needle check.",
             path=str(path), key="gates.smoke.expect_substring")
+
+
+def with_one_min_kv_tokens(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the KV pool minimum in ``gates.engine`` only: an older recipe's
+    ``gates.capacity.min_kv_tokens`` moves there (null counts as unset), and one that says two
+    different values is refused."""
+    gates = raw.get("gates") or {}
+    capacity = gates.get("capacity") or {}
+    if "min_kv_tokens" not in capacity:
+        return raw
+    engine = gates.get("engine") or {}
+    old, new = capacity["min_kv_tokens"], engine.get("min_kv_tokens")
+    if old is not None and new is not None and new != old:
+        raise RecipeError(
+            f"recipe {path}: keys '{MIN_KV_TOKENS_KEY}' ({new!r}) and '{_OLD_MIN_KV_TOKENS_KEY}' ({old!r}) "
+            "disagree; the KV pool minimum has one place now. Fix: keep the value you mean in "
+            f"'{MIN_KV_TOKENS_KEY}' and delete '{_OLD_MIN_KV_TOKENS_KEY}'.",
+            path=str(path), key=_OLD_MIN_KV_TOKENS_KEY)
+    settled = {**gates, "capacity": {k: v for k, v in capacity.items() if k != "min_kv_tokens"}}
+    if old is not None:
+        settled["engine"] = {**engine, "min_kv_tokens": old if new is None else new}
+    return {**raw, "gates": settled}
+
+
+def min_kv_tokens(content: Any) -> int | None:
+    """The KV pool minimum of a recipe mapping (a report's recipe content): ``gates.engine``'s, or,
+    in a report of an older recipe, ``gates.capacity``'s; None when neither sets one."""
+    gates = content.get("gates") if isinstance(content, Mapping) else None
+    for block in ("engine", "capacity"):
+        section = gates.get(block) if isinstance(gates, Mapping) else None
+        value = section.get("min_kv_tokens") if isinstance(section, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

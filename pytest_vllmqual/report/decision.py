@@ -61,7 +61,7 @@ from pytest_vllmqual.gates.registry import (
 )
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.privacy.failure_reason import first_line
-from pytest_vllmqual.recipe.load_settings import slo_caveat
+from pytest_vllmqual.recipe.load_gate_settings import slo_caveat
 from pytest_vllmqual.records import (
     GateOutcome,
     GateRecord,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_vllmqual.recipe.load_settings import slo_caveat
+from pytest_vllmqual.recipe.load_gate_settings import slo_caveat
 
 from .html_svg import esc, nice_ticks
 from .load_section import load_of

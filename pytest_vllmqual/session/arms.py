@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.errors import RecipeError, VllmQualError
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateRecord
 
 from .server import ServerManager

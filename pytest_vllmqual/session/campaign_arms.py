@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.campaign.plan import Campaign, CampaignPlan, campaigns_dir, load_campaign
+from pytest_vllmqual.campaign.decision import CampaignPlan
+from pytest_vllmqual.campaign.spec import Campaign, campaigns_dir, load_campaign
 from pytest_vllmqual.layout import shipped_campaigns_dir
 
 from .arms import ArmSpec
@@ -23,7 +24,7 @@ class CampaignArms:
     """The running campaign of the session (``--campaign``)."""
 
     def __init__(self, campaign: Campaign) -> None:
-        self.plan: CampaignPlan = campaign.plan()
+        self.plan = CampaignPlan(campaign)
         #: Every arm of the campaign in order; which of them run is decided arm by arm.
         self.specs = [ArmSpec(a.name, a.recipe_name, "campaign") for a in campaign.arms]
         #: Arms decided not to run, with the reason: decided once, at the arm's first test, and

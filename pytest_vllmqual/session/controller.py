@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytest_vllmqual.campaign.qualify import campaign_line
 from pytest_vllmqual.errors import LaunchError, RecipeError, VllmQualError
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateRecord, RunMode
 
 from .arms import Arm, ArmMarks, ArmSpec, ab_plan, arm_marks

@@ -20,7 +20,9 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.gates.registry import family_of
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe, resolve_recipe_path, with_overrides
+from pytest_vllmqual.recipe.loader import resolve_recipe, resolve_recipe_path
+from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.recipe.overrides import with_overrides
 from pytest_vllmqual.records import GateRecord
 
 from .arms import Arm, ArmSpec
@@ -36,7 +38,7 @@ def session_recipe(settings: Settings) -> tuple[Settings, Recipe]:
     resolved by name or path; ``--vllmqual-set`` overrides applied. Raises RecipeError, or
     OSError when a discovered recipe cannot be written."""
     if settings.endpoint.value and settings.recipe.source == "embedded default":
-        from pytest_vllmqual.recipe.discover import discover_recipe
+        from pytest_vllmqual.recipe.from_endpoint import discover_recipe
 
         recipe = discover_recipe(str(settings.endpoint.value), api_key=os.environ.get("VLLM_API_KEY"),
                                  directory=settings.reports_dir / "private" / "discovered")

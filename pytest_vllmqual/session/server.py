@@ -38,8 +38,8 @@ from pytest_vllmqual.launch.docker.spec import MODEL_DIR_IN_CONTAINER
 from pytest_vllmqual.launch.external import ExternalLauncher
 from pytest_vllmqual.launch.local_process import SubprocessLauncher
 from pytest_vllmqual.launch.readiness import wait_until_ready
-from pytest_vllmqual.recipe.loader import Recipe
-from pytest_vllmqual.records import ServerStatus, StartupStatus
+from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.records import LauncherKind, ServerStatus, StartupStatus
 from pytest_vllmqual.vllm.endpoints import fetch_engine_endpoints
 from pytest_vllmqual.vllm.engine_death import ENGINE_DEAD, classify_engine_death
 from pytest_vllmqual.vllm.log_facts import parse_engine_log
@@ -212,7 +212,7 @@ class ServerManager:
         self.recipe = recipe
         self.run_id = run_id
         self.private_dir = private_dir
-        self.endpoint = endpoint or (recipe.launcher.endpoint if recipe.launcher.kind == "external" else None)
+        self.endpoint = endpoint or (recipe.launcher.endpoint if recipe.launcher.kind is LauncherKind.EXTERNAL else None)
         self.progress = progress
         self.launcher: Launcher | None = None
         self.handle: ServerHandle | None = None
@@ -234,7 +234,7 @@ class ServerManager:
             return ExternalLauncher(self.recipe, self.endpoint)
         api_key = os.environ.get(self.recipe.launcher.api_key_env) if self.recipe.launcher.api_key_env else None
         api_key = api_key or new_api_key()
-        if self.recipe.launcher.kind == "docker":
+        if self.recipe.launcher.kind is LauncherKind.DOCKER:
             try:
                 from pytest_vllmqual.launch.docker.launcher import DockerLauncher
             except ImportError as exc:
@@ -363,7 +363,7 @@ class ServerManager:
 
             found = endpoint_server_directory(self.handle.base_url)
             return {"server_cwd": found.path, "server_cwd_unknown": found.unknown_reason}
-        if self.launcher.kind == "subprocess":
+        if self.launcher.kind == LauncherKind.SUBPROCESS:
             return {"server_cwd": self.recipe.project_root}
         return {"server_cwd": None, "server_cwd_unknown": f"the {self.launcher.kind} launcher's server has its own paths"}
 
@@ -399,7 +399,7 @@ class ServerManager:
         if callable(reported):
             value = reported()
             return str(value) if value else None
-        if self.launcher.kind == "docker" and self.recipe.identity.model_path:
+        if self.launcher.kind == LauncherKind.DOCKER and self.recipe.identity.model_path:
             return MODEL_DIR_IN_CONTAINER
         return self.recipe.model_location()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_vllmqual.errors import LaunchError
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import StartupStatus
 
 from .run import QualRun

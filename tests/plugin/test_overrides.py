@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pytest_vllmqual.recipe.loader import effective_yaml
+from pytest_vllmqual.recipe.overrides import effective_yaml
 
 GATE = "def test_seqs(recipe, gate):\n    gate.measure(seqs=recipe.serve.max_num_seqs)\n"
 
@@ -29,7 +29,8 @@ def test_override_is_applied_and_recorded(pytester: pytest.Pytester) -> None:
     assert recipe["content"]["serve"]["max_num_seqs"] == 3 and recipe["content"]["startup"]["deadline_s"] == 99
     assert recipe["file_sha256"] != recipe["sha256"]
     from pytest_vllmqual.layout import shipped_recipes_dir
-    from pytest_vllmqual.recipe.loader import load_recipe, with_overrides
+    from pytest_vllmqual.recipe.loader import load_recipe
+    from pytest_vllmqual.recipe.overrides import with_overrides
 
     effective = with_overrides(load_recipe(shipped_recipes_dir() / "tiny-cpu.yaml"),
                                ["serve.max_num_seqs=3", "startup.deadline_s=99"])

@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from pytest_vllmqual.campaign.plan import (
+from pytest_vllmqual.campaign.decision import CampaignPlan, decide_arms, requalify
+from pytest_vllmqual.campaign.qualify import campaign_line, qualified_by_fallback
+from pytest_vllmqual.campaign.requirements import evaluate_requirement
+from pytest_vllmqual.campaign.spec import (
     Campaign,
     CampaignArm,
     campaigns_dir,
     load_campaign,
     load_campaign_file,
     parse_campaign_spec,
-    requalify,
 )
-from pytest_vllmqual.campaign.qualify import campaign_line, qualified_by_fallback
-from pytest_vllmqual.campaign.requirements import evaluate_requirement
 from pytest_vllmqual.errors import CampaignError
 from pytest_vllmqual.report.decision import decide, public_record
 from pytest_vllmqual.report.public import validate_report
@@ -88,7 +88,7 @@ REFERENCE_CAMPAIGN = Campaign([CampaignArm("393k-fp8kv", requires=["startup", "k
 
 
 def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     assert plan.next_arm({}) == "393k-fp8kv"
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
     assert plan.next_arm({"393k-fp8kv": primary}) == "393k-offload"
@@ -111,7 +111,7 @@ def test_fallback_runs_because_the_primary_failed_its_kv_pool() -> None:
 
 
 def test_fallback_is_skipped_when_the_primary_passes() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)
     assert plan.next_arm({"393k-fp8kv": primary}) is None
     record = plan.record()
@@ -123,7 +123,7 @@ def test_fallback_is_skipped_when_the_primary_passes() -> None:
 
 
 def test_a_startup_failure_fails_kv_pool_and_names_the_cause() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     assert plan.next_arm({"393k-fp8kv": startup_failed("393k-fp8kv")}) == "393k-offload"
     reason = plan.record()["arms"][1]["reason"]
     assert reason.startswith("393k-offload runs because 393k-fp8kv failed startup: startup failed (kv_insufficient)")
@@ -139,7 +139,7 @@ def test_ladder_needs_a_prompt_above_the_floor_and_passing_post_probe_smokes() -
 
 
 def test_when_the_fallback_also_fails_no_arm_passed() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     reports = {"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=119503),
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)}
     assert plan.next_arm(reports) is None
@@ -154,7 +154,7 @@ def test_when_the_fallback_also_fails_no_arm_passed() -> None:
 
 def test_a_failed_arm_without_fallback_stops_the_campaign() -> None:
     campaign = parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality")
-    plan = campaign.plan()
+    plan = CampaignPlan(campaign)
     control = arm_report("131k-control", kv_tokens=400000, largest=310000)
     assert plan.next_arm({"131k-control": control}) == "393k-fp8kv"
     assert plan.record()["arms"][1]["reason"] == "393k-fp8kv runs after 131k-control passed"
@@ -165,7 +165,7 @@ def test_a_failed_arm_without_fallback_stops_the_campaign() -> None:
     assert record["stopped"] == "campaign stopped: 393k-fp8kv failed kv_pool: 283,917 < 393,216 and has no fallback"
     assert record["arms"][2]["reason"] == record["stopped"]
     with pytest.raises(CampaignError, match="there is a report for arm 393k-quality, but the campaign skipped it"):
-        campaign.decide_arms({"131k-control": control, "393k-fp8kv": failed,
+        decide_arms(campaign, {"131k-control": control, "393k-fp8kv": failed,
                          "393k-quality": arm_report("393k-quality", kv_tokens=400000, largest=310000)})
 
 
@@ -173,7 +173,7 @@ def test_continue_and_stop_flags() -> None:
     failed = arm_report("a", kv_tokens=283917, largest=310000)
     passed = arm_report("b", kv_tokens=400000, largest=310000)
     keep_going = parse_campaign_spec("a:kv_pool?continue,b:kv_pool?stop,c")
-    plan = keep_going.plan()
+    plan = CampaignPlan(keep_going)
     assert plan.next_arm({"a": failed}) == "b"
     assert plan.next_arm({"a": failed, "b": passed}) is None
     record = plan.record()
@@ -183,9 +183,9 @@ def test_continue_and_stop_flags() -> None:
 
 def test_reports_can_be_a_list_keyed_by_run_arm() -> None:
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
-    assert REFERENCE_CAMPAIGN.plan().next_arm([primary]) == "393k-offload"
+    assert CampaignPlan(REFERENCE_CAMPAIGN).next_arm([primary]) == "393k-offload"
     with pytest.raises(CampaignError, match="not arms of this campaign"):
-        REFERENCE_CAMPAIGN.plan().next_arm({"131k-4096": primary})
+        CampaignPlan(REFERENCE_CAMPAIGN).next_arm({"131k-4096": primary})
 
 
 def test_default_requirement_is_every_gate_passed_and_a_complete_run() -> None:
@@ -241,12 +241,14 @@ def test_the_393k_campaign_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("arms: []", "non-empty list"),
-    ("name: x\narms: [{name: a, needs: [kv_pool]}]", r"unknown key\(s\) \['needs'\]"),
-    ("name: x\nrunners: []", r"unknown key\(s\) \['runners'\]"),
-    ("arms: [{requires: [ladder]}]", "has no 'name'"),
-    ("arms: [{name: a, requires: ladder}]", "must be a list of gate names"),
-    ("arms: [{name: a, stop_on_success: 'yes'}]", "must be true or false"),
+    ("arms: []", "key 'arms': .* should be non-empty"),
+    ("name: x\narms: [{name: a, needs: [kv_pool]}]", "unknown key 'arms.0.needs'. Fix: remove it"),
+    ("name: x\narms: [a]\nrunners: []", "unknown key 'runners'. Fix: remove it"),
+    ("arms: [{requires: [ladder]}]", "missing required key 'arms.0.name'"),
+    ("arms: [{name: a, requires: ladder}]", "key 'arms.0.requires' must be of type array"),
+    ("arms: [{name: a, stop_on_success: 'yes'}]", "key 'arms.0.stop_on_success' must be of type boolean"),
+    ("arms: [{name: a, requires: ['kv pool']}]", "key 'arms.0.requires.0' is 'kv pool', which does not have the form"),
+    ("arms: [{name: a, fallback_for: 3}]", "key 'arms.0.fallback_for' must be of type string or null"),
     ("arms: [a, {name: b, fallback_for: c}]", "not an arm of this campaign"),
     ("arms: [\n  - {name: a", "is not valid YAML"),
     ("- a", "must be a mapping"),
@@ -262,19 +264,19 @@ def test_bad_campaign_files_name_the_file_and_key(tmp_path: Path, text: str, mes
 
 def test_a_qualified_fallback_is_named_for_the_exit_code() -> None:
     """The session exits 0 when the fallback qualified in place of the failed primary (plugin._campaign_exit)."""
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     reports = {"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000),
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
     plan.next_arm(reports)
     assert qualified_by_fallback(plan.record()) == "393k-offload"
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     reports["393k-offload"] = arm_report("393k-offload", kv_tokens=283917, largest=119503, min_kv=None)
     plan.next_arm(reports)
     assert qualified_by_fallback(plan.record()) is None  # the fallback failed too
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     plan.next_arm({"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)})
     assert qualified_by_fallback(plan.record()) is None  # nothing failed: the exit code is the session's own
-    plan = parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality").plan()
+    plan = CampaignPlan(parse_campaign_spec("131k-control,393k-fp8kv:kv_pool,393k-quality"))
     plan.next_arm({"131k-control": arm_report("131k-control", kv_tokens=400000, largest=310000),
                    "393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)})
     assert qualified_by_fallback(plan.record()) is None  # a failed arm without a fallback
@@ -317,7 +319,7 @@ def test_the_committed_393k_campaign_does_not_qualify_an_arm_whose_tools_gate_fa
 
 
 def test_a_fallback_that_stood_in_for_the_kind_of_failure_it_exists_for_exits_0() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = arm_report("393k-fp8kv", kv_tokens=283917, largest=310000)
     reports = {"393k-fp8kv": primary,
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
@@ -332,7 +334,7 @@ def test_a_fallback_that_stood_in_for_the_kind_of_failure_it_exists_for_exits_0(
 def test_a_primary_that_also_failed_another_gate_keeps_the_exit_1_though_its_fallback_qualifies() -> None:
     """The tiny-cpu fallback campaign once printed "2 failed, 10 passed" and exited 0: the fallback
     stands in for the primary's KV pool, not for a second failure the primary had besides."""
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = with_failed_gate(arm_report("393k-fp8kv", kv_tokens=283917, largest=310000), "tools")
     reports = {"393k-fp8kv": primary,
                "393k-offload": arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None)}
@@ -345,7 +347,7 @@ def test_a_primary_that_also_failed_another_gate_keeps_the_exit_1_though_its_fal
 
 
 def test_a_fallback_that_met_its_requirements_with_a_failed_gate_does_not_qualify() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     fallback = with_failed_gate(arm_report("393k-offload", kv_tokens=283917, largest=310000, min_kv=None), "json")
     plan.next_arm({"393k-fp8kv": arm_report("393k-fp8kv", kv_tokens=283917, largest=310000),
                    "393k-offload": fallback})
@@ -355,7 +357,7 @@ def test_a_fallback_that_met_its_requirements_with_a_failed_gate_does_not_qualif
 
 
 def test_a_primary_that_never_started_is_stood_in_for_whatever_its_gates_say() -> None:
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     primary = startup_failed("393k-fp8kv")
     primary["gates"] = [{**g, "outcome": "error", "reason": "the server did not start"}
                         for g in arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)["gates"][:3]]
@@ -370,8 +372,55 @@ def test_the_record_names_the_gates_each_arm_did_not_run() -> None:
     report = arm_report("393k-fp8kv", kv_tokens=400000, largest=310000)
     report["decision"]["gates"].append({"gate": "load", "family": "load", "title": "Load at SLO (goodput)",
                                         "outcome": "absent", "reason": "deselected by -m 'not load'"})
-    plan = REFERENCE_CAMPAIGN.plan()
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
     plan.next_arm({"393k-fp8kv": report})
     arm = plan.record()["arms"][0]
     assert {"gate": "load", "reason": "deselected by -m 'not load'"} in arm["gates_not_run"]
     assert "did not run: " in arm["qualification"] and "load" in arm["qualification"]
+
+
+def test_a_bad_campaign_file_gets_one_line_naming_the_file_the_key_and_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("name: typo\narms:\n  - {name: a, requires: [startup]}\n  - {name: b, fallback: a}\n")
+    with pytest.raises(CampaignError) as err:
+        load_campaign_file(path)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"campaign file {path}: unknown key 'arms.1.fallback'")
+    assert "Fix: rename it to 'fallback_for'" in text
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "fixtures" / "campaigns").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_campaign_file_matches_the_campaign_schema(path: Path) -> None:
+    import yaml
+
+    from pytest_vllmqual.layout import schema_errors
+
+    assert schema_errors(yaml.safe_load(path.read_text()), "campaign.schema.yaml") == []
+    campaign = load_campaign_file(path)
+    assert campaign.name == path.stem and len(campaign.arms) >= 2
+    assert all(arm.fallback_for is None or arm.fallback_for in campaign.names for arm in campaign.arms)
+
+
+def test_a_campaign_file_fills_the_schema_defaults_and_keeps_string_arms(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text("arms:\n  - first:startup\n  - {name: second, fallback_for: first}\n")
+    campaign = load_campaign_file(path)
+    assert campaign.name == "mixed" and campaign.description == ""
+    second = campaign.arm("second")
+    assert tuple(second.requires) == ("gates",) and second.stop_on_failure and not second.stop_on_success
+    assert campaign.spec() == "first:startup,second?fallback=first"
+
+
+def test_an_arm_status_is_a_typed_word_and_the_record_keeps_the_plain_words() -> None:
+    from pytest_vllmqual.records import ArmStatus
+
+    passed = arm_report("393k-fp8kv", kv_tokens=400_000, largest=310_000)
+    plan = CampaignPlan(REFERENCE_CAMPAIGN)
+    plan.next_arm({"393k-fp8kv": passed})
+    statuses = [d.status for d in plan.decisions()]
+    assert all(isinstance(s, ArmStatus) for s in statuses)
+    record = json.loads(json.dumps(plan.record()))
+    assert [arm["status"] for arm in record["arms"]] == [str(s) for s in statuses]
+    assert {arm["status"] for arm in record["arms"]} <= {"passed", "failed", "skipped", "pending", "waiting"}
+    assert ArmStatus.PASSED.ran and ArmStatus.FAILED.ran and not ArmStatus.SKIPPED.ran

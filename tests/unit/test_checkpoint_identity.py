@@ -24,7 +24,8 @@ from pytest_vllmqual.gates.engine import identity_gate
 from pytest_vllmqual.gates.identity import UNRESOLVED_DIR, IdentityResult, check_identity
 from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.server_workdir import endpoint_server_directory
-from pytest_vllmqual.recipe.loader import Recipe, load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateRecord
 from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE
 

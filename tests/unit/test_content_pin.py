@@ -18,7 +18,8 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.gates.engine import identity_gate
 from pytest_vllmqual.gates.identity import IdentityResult, check_identity, content_digest
 from pytest_vllmqual.gates.recorder import GateRecorder
-from pytest_vllmqual.recipe.loader import Recipe, load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateRecord
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.recipe.discover import discovered_recipe_raw
-from pytest_vllmqual.recipe.loader import effective_yaml, load_recipe, with_overrides
+from pytest_vllmqual.recipe.from_endpoint import discovered_recipe_raw
+from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.recipe.overrides import effective_yaml, with_overrides
 from pytest_vllmqual.vllm.endpoints import EndpointFacts, parse_metrics
 from pytest_vllmqual.vllm.fact_sources import with_sources
 from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE

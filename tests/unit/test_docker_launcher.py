@@ -36,7 +36,8 @@ from pytest_vllmqual.launch.cleanup.owner import owner_labels
 from pytest_vllmqual.launch.docker import launcher as docker_launch
 from pytest_vllmqual.launch.docker.launcher import DockerLauncher
 from pytest_vllmqual.launch.docker.spec import pull_progress_line
-from pytest_vllmqual.recipe.loader import Recipe, load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 DATA = Path(__file__).parent / "data" / "docker"
 ENGINE = json.loads((DATA / "engine.json").read_text())

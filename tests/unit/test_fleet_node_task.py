@@ -179,7 +179,8 @@ def test_a_gpu_job_is_pinned_to_the_gpus_ray_gave_it(monkeypatch: pytest.MonkeyP
     from pathlib import Path as _Path
 
     from pytest_vllmqual.fleet.node_task import assigned_gpu_override
-    from pytest_vllmqual.recipe.loader import resolve_recipe, with_overrides
+    from pytest_vllmqual.recipe.loader import resolve_recipe
+    from pytest_vllmqual.recipe.overrides import with_overrides
 
     assert assigned_gpu_override(0, "0,1") == [] and assigned_gpu_override(2, None) == []
     assert assigned_gpu_override(2, "GPU-aaaa,GPU-bbbb") == []  # UUIDs: the recipe's own setting stands

@@ -10,7 +10,8 @@ import pytest
 from pytest_vllmqual.errors import FleetError
 from pytest_vllmqual.fleet.runner import job_resources
 from pytest_vllmqual.fleet.spec import PlacementMode, RetryWhen, load_fleet
-from pytest_vllmqual.recipe.loader import resolve_recipe, with_overrides
+from pytest_vllmqual.recipe.loader import resolve_recipe
+from pytest_vllmqual.recipe.overrides import with_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEETS = ROOT / "fixtures" / "fleets"

@@ -18,7 +18,8 @@ from pytest_vllmqual.gates.identity import (
     logged_model_args,
     model_files_sha256,
 )
-from pytest_vllmqual.recipe.loader import Recipe, load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
 DIGEST = "sha256:fdde59fed7f9fc12f9fd5ef1b3b3ea8d5097bf10ebad54b348497102c3a83f82"

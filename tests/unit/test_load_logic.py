@@ -23,7 +23,7 @@ from pytest_vllmqual.gates.load_stats import (
     search_max_level,
     server_cross_check,
 )
-from pytest_vllmqual.recipe.load_settings import SloSource, load_settings, requests_floor
+from pytest_vllmqual.recipe.load_gate_settings import SloSource, load_settings, requests_floor
 from pytest_vllmqual.recipe.loader import load_recipe
 from pytest_vllmqual.vllm.endpoints import parse_metrics
 

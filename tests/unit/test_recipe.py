@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.recipe.gate_settings import min_kv_tokens
 from pytest_vllmqual.recipe.loader import available_recipes, load_recipe, resolve_recipe, resolve_recipe_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,3 +184,64 @@ def test_sdk_strict_and_tools_repeat_are_recipe_keys(tmp_path: Path, gate: str, 
 def test_sdk_strict_and_tools_repeat_are_off_by_default() -> None:
     recipe = load_recipe(RECIPES / "tiny-cpu.yaml")
     assert "strict" not in recipe.gate("openai_sdk") and "repeat" not in recipe.gate("tools")
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_recipe_says_its_kv_pool_minimum_once(path: Path) -> None:
+    data = yaml.safe_load(path.read_text())
+    assert "min_kv_tokens" not in (data["gates"].get("capacity") or {})
+    assert "min_kv_tokens" in data["gates"]["engine"]
+
+
+@pytest.mark.parametrize(("capacity", "engine", "settled"), [
+    (32768, 32768, 32768),   # an older recipe: the same value in both places
+    (32768, None, 32768),    # only the older place set
+    (None, 4096, 4096),      # the older place null: unset
+])
+def test_an_older_recipe_with_the_kv_minimum_in_the_capacity_block_still_loads(
+        tmp_path: Path, capacity: int | None, engine: int | None, settled: int) -> None:
+    data = tiny_data()
+    gates = data["gates"]
+    assert isinstance(gates, dict)
+    gates["capacity"]["min_kv_tokens"] = capacity
+    gates["engine"]["min_kv_tokens"] = engine
+    recipe = load_recipe(write_recipe(tmp_path, "tiny-cpu", data))
+    assert recipe.gate("engine")["min_kv_tokens"] == settled
+    assert "min_kv_tokens" not in recipe.gate("capacity")
+    assert min_kv_tokens(recipe.raw) == settled
+
+
+def test_an_older_recipe_whose_two_kv_minimums_differ_is_refused(tmp_path: Path) -> None:
+    data = tiny_data()
+    gates = data["gates"]
+    assert isinstance(gates, dict)
+    gates["capacity"]["min_kv_tokens"] = 32768
+    gates["engine"]["min_kv_tokens"] = 65536
+    path = write_recipe(tmp_path, "tiny-cpu", data)
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    text = str(err.value)
+    assert text.startswith(f"recipe {path}: keys 'gates.engine.min_kv_tokens' (65536) and "
+                           "'gates.capacity.min_kv_tokens' (32768) disagree")
+    assert "Fix: keep the value you mean in 'gates.engine.min_kv_tokens'" in text
+    assert err.value.key == "gates.capacity.min_kv_tokens"
+
+
+def test_the_kv_minimum_of_a_report_reads_the_older_place_too() -> None:
+    assert min_kv_tokens({"gates": {"engine": {"min_kv_tokens": 8192}}}) == 8192
+    assert min_kv_tokens({"gates": {"capacity": {"min_kv_tokens": 8192}, "engine": {"min_kv_tokens": None}}}) == 8192
+    assert min_kv_tokens({"gates": {"engine": {"min_kv_tokens": True}}}) is None
+    assert min_kv_tokens(None) is None and min_kv_tokens({}) is None
+
+
+@pytest.mark.parametrize(("name", "kind"), [("tiny-cpu", "subprocess"), ("tiny-docker", "docker"),
+                                            ("131k-control", "docker")])
+def test_the_launcher_kind_is_a_typed_word_that_prints_and_dumps_as_itself(name: str, kind: str) -> None:
+    from pytest_vllmqual.recipe.overrides import effective_yaml
+    from pytest_vllmqual.records import LauncherKind
+
+    recipe = resolve_recipe(name, RECIPES)
+    assert recipe.launcher.kind is LauncherKind(kind)
+    assert f"{recipe.launcher.kind}" == str(recipe.launcher.kind) == kind
+    assert f"kind: {kind}" in effective_yaml(recipe.raw)
+    assert type(recipe.raw["launcher"]["kind"]) is str

@@ -14,7 +14,8 @@ from pytest_vllmqual.cli import main
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.launch.command_line import command_line
 from pytest_vllmqual.recipe.from_command import recipe_from_command
-from pytest_vllmqual.recipe.loader import Recipe, load_recipe
+from pytest_vllmqual.recipe.loader import load_recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "fixtures" / "recipes").glob("*.yaml"))
@@ -112,10 +113,22 @@ def test_docker_run_line(tmp_path: Path) -> None:
     "HF_TOKEN=hf_abc vllm serve m --max-model-len 8",
     "docker run -e HF_TOKEN=hf_abc img@sha256:" + "c" * 64 + " m --max-model-len 8",
     "docker run --env=OPENAI_API_KEY=x img m --max-model-len 8",
+    # the package's one secret policy (privacy.sanitize.SECRET_WORDS) decides, passphrases included
+    "SSH_KEY_PASSPHRASE=x vllm serve m --max-model-len 8",
+    "vllm serve m --max-model-len 8 --hub-passphrase abc",
 ])
 def test_secrets_are_refused(line: str) -> None:
     with pytest.raises(RecipeError, match=r"is a secret.*Fix: leave it out of the command"):
         recipe_from_command(shlex.split(line), name="x")
+
+
+def test_names_that_only_contain_a_secret_word_are_kept() -> None:
+    conversion = recipe_from_command(shlex.split(
+        "TOKENIZERS_PARALLELISM=false vllm serve m --max-model-len 8 --max-num-batched-tokens 4096 "
+        "--tokenizer-mode auto"), name="x")
+    assert conversion.raw["launcher"]["env"] == {"TOKENIZERS_PARALLELISM": "false"}
+    assert conversion.raw["serve"]["max_num_batched_tokens"] == 4096
+    assert conversion.raw["serve"]["extra_args"] == ["--tokenizer-mode", "auto"]
 
 
 def test_cli_writes_the_recipe_and_show_prints_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -12,7 +12,8 @@ import pytest
 
 from pytest_vllmqual.errors import LaunchError, VllmQualError
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.recipe.loader import Recipe, resolve_recipe
+from pytest_vllmqual.recipe.loader import resolve_recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import RunRecord
 from pytest_vllmqual.session.campaign_arms import CampaignArms
 from pytest_vllmqual.session.controller import ControllerRun

@@ -12,7 +12,7 @@ import pytest
 from pytest_vllmqual.errors import LaunchError
 from pytest_vllmqual.launch.readiness import wait_until_ready
 from pytest_vllmqual.privacy.public_text import public_startup_details, startup_cause
-from pytest_vllmqual.recipe.loader import StartupConfig
+from pytest_vllmqual.recipe.model import StartupConfig
 from pytest_vllmqual.records import GateOutcome, GateRecord, RunRecord
 from pytest_vllmqual.report.decision import decide
 from pytest_vllmqual.report.summary import summary_lines

@@ -19,7 +19,7 @@ import docker.errors
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
 from pytest_vllmqual.launch.base import ProgressFn
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import StartupStatus
 
 from .spec import DOCKER_FIX, pull_progress_line

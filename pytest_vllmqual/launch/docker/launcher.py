@@ -45,7 +45,7 @@ from pytest_vllmqual.launch import gpu
 from pytest_vllmqual.launch.cleanup.owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import StartupStatus
 
 from ..base import FAILED_START_GRACE_S, Launcher, ProgressFn, ServerHandle, TeardownResult, free_port

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 __all__ = [
     "CONTAINER_HOST",

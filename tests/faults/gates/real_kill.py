@@ -31,7 +31,7 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.ladder import OVER_LENGTH_PREFIX, fetch_metrics, run_ladder
 from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
-from pytest_vllmqual.recipe.loader import Recipe
+from pytest_vllmqual.recipe.model import Recipe
 
 SMOKE = {"messages": [{"role": "user", "content": "Say cloud."}], "max_tokens": 8, "temperature": 0}
 

@@ -17,9 +17,11 @@ from typing import Any
 import yaml
 
 from pytest_vllmqual.errors import EngineEndpointError, RecipeError
+from pytest_vllmqual.records import LauncherKind
 from pytest_vllmqual.vllm.endpoints import EndpointFacts, fetch_engine_endpoints
 
-from .loader import Recipe, load_recipe
+from .loader import load_recipe
+from .model import Recipe
 
 __all__ = ["DISCOVERED_PREFIX", "discover_recipe", "discovered_recipe_raw"]
 
@@ -67,7 +69,7 @@ def discovered_recipe_raw(facts: EndpointFacts, endpoint: str) -> dict[str, Any]
             "runtime_version": facts.version or "unknown",
             "served_model_name": served,
         },
-        "launcher": {"kind": "external", "endpoint": endpoint},
+        "launcher": {"kind": LauncherKind.EXTERNAL.value, "endpoint": endpoint},
         "serve": serve,
     }
 
