@@ -3,11 +3,11 @@ fleet folder's group, one after another with the fleet tests, and weighs as one 
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from xdist_groups import FLEET_ELSEWHERE, HEAVY_WEIGHT, group_tests
+from support import ROOT
+from support.xdist_groups import FLEET_ELSEWHERE, HEAVY_WEIGHT, group_tests
 
 
 def _item(nodeid: str) -> Any:
@@ -17,7 +17,7 @@ def _item(nodeid: str) -> Any:
 
 def test_a_ray_test_elsewhere_joins_the_fleet_folders_group() -> None:
     (elsewhere,) = FLEET_ELSEWHERE
-    assert Path(__file__).resolve().parents[2].joinpath(elsewhere).is_file()
+    assert ROOT.joinpath(elsewhere).is_file()
     items = [_item("tests/fleet/test_fleet_ray.py::test_a"), _item(f"{elsewhere}::test_b"),
              _item("tests/benchmarks/test_guard_rules.py::test_c")]
     groups = group_tests(items)
