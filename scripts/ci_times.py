@@ -14,7 +14,7 @@ The table always lists the steps and test tiers that ``make test`` has (a missin
     python3 scripts/ci_times.py start TIER
     python3 scripts/ci_times.py record TIER SECONDS EXIT_CODE
     python3 scripts/ci_times.py table
-    python3 scripts/ci_times.py files     # seconds per test file, for tests/xdist_groups.py
+    python3 scripts/ci_times.py files     # seconds per test file, for tests/support/xdist_groups.py
 
 The folder is ``$VLLMQUAL_TIMES_DIR``, else ``reports/ci-times`` (ignored by git).
 """
@@ -149,7 +149,7 @@ def table() -> int:
 
 
 def files() -> int:
-    """Seconds per test file, slowest first, in the form ``FILE_SECONDS`` (tests/xdist_groups.py)
+    """Seconds per test file, slowest first, in the form ``FILE_SECONDS`` (tests/support/xdist_groups.py)
     takes: the order in which ``make test`` starts its groups of tests."""
     _per_tier, per_test, _per_worker = read_tests(times_dir())
     per_file: dict[str, float] = defaultdict(float)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's own tests as `make test` runs them: two at a time (pytest-xdist; tests that share
-# a server, a managed run or a Ray cluster stay in one worker, see tests/xdist_groups.py), in two
+# a server, a managed run or a Ray cluster stay in one worker, see tests/support/xdist_groups.py), in two
 # rounds. A real server's boot leaves one core idle for about half of it, which the second worker
 # fills. The Ray fleet tests run in the second round, beside the quick tiers only (unit, plugin,
 # benchmarks): beside a second real server, a local Ray cluster missed its start-up deadlines.

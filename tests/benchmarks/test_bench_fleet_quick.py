@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.fleet_jobs import ROOT
 
 
 def test_quick_fleet_benchmark_is_within_its_makespan_limit(tmp_path: Path) -> None:

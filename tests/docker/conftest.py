@@ -3,16 +3,8 @@ summary says which way it went, so a CI log never hides that they did not run.""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from docker_harness import image_reference, unavailable_reason  # noqa: E402
+from docker_harness import image_reference, unavailable_reason
 
 _REASON = pytest.StashKey[str | None]()
 

@@ -18,8 +18,8 @@ from typing import Any
 import docker
 import docker.errors
 import yaml
-from fault_harness import Recipe, deep_merge, model_pin, tiny_model_dir
-from gatekit import wait_for
+from support.fault_harness import Recipe, deep_merge, model_pin, tiny_model_dir
+from support.gatekit import wait_for
 
 from pytest_vllmqual.launch.cleanup.owner import (
     OWNER_HOST_LABEL,

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 from docker_harness import REPOSITORY, RUN_LABEL, containers, derive_docker_recipe, engine
-from fault_harness import Session
-from test_faults_startup import assert_gates_errored, startup_error
+from support.fault_harness import Session, assert_gates_errored, startup_error
 
 
 def assert_one_paragraph(session: Session, status: str, *needles: str) -> None:

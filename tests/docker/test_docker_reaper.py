@@ -20,8 +20,8 @@ from docker_harness import (
     live_process,
     owned_sleeper,
 )
-from fault_harness import ROOT, Recipe, Session
-from gatekit import run_shm_files, wait_for
+from support.fault_harness import ROOT, Recipe, Session
+from support.gatekit import run_shm_files, wait_for
 
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_unheld
 from pytest_vllmqual.launch.docker.reaper import kill_frozen

@@ -19,7 +19,7 @@ from typing import Any
 import docker.errors
 import pytest
 from docker_harness import DIGEST_FILE, RUN_LABEL, containers, engine, image_reference
-from gatekit import run_shm_files, wait_for
+from support.gatekit import run_shm_files, wait_for
 
 from pytest_vllmqual.report.public import validate_report
 

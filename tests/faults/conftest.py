@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from fault_harness import (
+from planted import ENV, SESSION_ENV
+from support.fault_harness import (
     CANARY_WRAPPER,
     ROOT,
     Session,
@@ -23,7 +24,6 @@ from fault_harness import (
     kill_tagged,
     server_sessions,
 )
-from planted import ENV, SESSION_ENV
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fault_harness import (
+from support.fault_harness import (
     FAULT_SERVER,
     PYTHON,
     RECIPES,

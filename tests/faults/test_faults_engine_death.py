@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from fault_harness import Session
+from support.fault_harness import Session
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 

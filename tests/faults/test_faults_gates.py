@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 import pytest
-from fault_harness import Session, survivors
+from support.fault_harness import Session, survivors
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import ROOT, Session, derive_recipe, public_texts, wait_gone
 from planted import ENV, PLANTED, PREFIX, SESSION_ENV
+from support.fault_harness import ROOT, Session, derive_recipe, public_texts, wait_gone
 
 
 def leaks(text: str) -> list[str]:

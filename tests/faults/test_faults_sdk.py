@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import (
+from support.fault_harness import (
     ROOT,
     Session,
     derive_recipe,
@@ -21,7 +21,7 @@ from fault_harness import (
     kill_tagged,
     server_sessions,
 )
-from shared_server import SharedTinyServer
+from support.shared_server import SharedTinyServer
 
 SDK_GATE = ROOT / "suites" / "test_openai_sdk.py"
 FUNCTIONAL_GATES = ROOT / "suites" / "test_functional.py"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fault_harness import (
+from support.fault_harness import (
     CANARIES,
     PYTHON,
     ROOT,

@@ -15,16 +15,17 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fault_harness import (
+from support.fault_harness import (
     PYTHON,
     Session,
+    assert_gates_errored,
     derive_recipe,
     fault_server_recipe,
     kill_tagged,
     server_sessions,
+    startup_error,
     survivors,
     tagged_processes,
 )
@@ -42,29 +43,6 @@ if sys.argv[1] == "listen":
 print(sock.getsockname()[1], flush=True)
 time.sleep(600)
 """
-
-
-def startup_error(session: Session) -> dict[str, Any]:
-    error = session.report["lifecycle"].get("startup_error")
-    assert error, f"no startup_error in the report\n{session.tail()}"
-    return dict(error)
-
-
-def assert_gates_errored(session: Session, status: str, also_ran: bool = False) -> None:
-    """Both startup-probe gates (and, with ``also_ran``, every other gate of the session) ended as
-    setup errors carrying ``status``, and no gate body ran."""
-    gates = {g["gate"]: g for g in session.report["gates"]}
-    if also_ran:
-        assert {"first_gate", "second_gate"} < set(gates), gates.keys()
-    else:
-        assert set(gates) == {"first_gate", "second_gate"}, gates.keys()
-    for gate in gates.values():
-        assert (gate["outcome"], gate["status"]) == ("error", status), gate
-        assert gate["attempts"] == []
-    assert not session.has_mark("first_gate_ran") and not session.has_mark("second_gate_ran")
-    assert session.report["run"]["status"] == "incomplete"
-    assert any(status in reason for reason in session.report["run"]["status_reasons"]), session.report["run"]
-    assert session.returncode == pytest.ExitCode.TESTS_FAILED, session.tail()
 
 
 def assert_nothing_left(session: Session) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import ProcessSampler, Session, derive_recipe, kill_tagged, survivors, wait_gone
+from support.fault_harness import ProcessSampler, Session, derive_recipe, kill_tagged, survivors, wait_gone
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 
@@ -161,8 +161,8 @@ def test_15_api_server_killed_first(kill_session: Session) -> None:
 @pytest.mark.real_vllm
 def test_16_nothing_left_after_teardown(kill_session: Session, hang_session: Session) -> None:
     """After teardown no process and no /dev/shm file of the run remains, and the report
-    records that check. (Docker: no engine runs here; the container removal and the
-    label check are covered against a recorded Docker API in tests/unit/test_docker_launcher.py.)"""
+    records that check. (Docker: no engine runs here; the container removal and the label check
+    are covered against a recorded Docker API in tests/unit/launch/docker/test_launcher.py.)"""
     for session, mark in ((kill_session, "kill"), (hang_session, "stopped")):
         held = session.mark(mark)["shm"]
         # vLLM's shm: the CPU SHM communicator's vllm_dist_* (when vLLM enables it: on this machine

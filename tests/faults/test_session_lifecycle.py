@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import httpx
-from fault_harness import Session, fault_server_recipe, kill_tagged, server_sessions, tagged_processes
+from support.fault_harness import Session, fault_server_recipe, kill_tagged, server_sessions, tagged_processes
 
 ARM_GATES = '''
 import json, os, pathlib

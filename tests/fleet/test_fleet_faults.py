@@ -1,7 +1,7 @@
 """Fleet faults against a real Ray cluster: a node dies mid-job, Ctrl-C, the driver SIGKILLed.
 
-The jobs are fake (conftest.FAKE_JOB: a process that sleeps and carries a tag), because each
-fault is about what Ray and the fleet do with a job's processes, and a sleeping process shows
+The jobs are fake (support.fleet_jobs.FAKE_JOB: a process that sleeps and carries a tag), because
+each fault is about what Ray and the fleet do with a job's processes, and a sleeping process shows
 that as well as a pytest run would, in seconds. The same with a real pytest run and its
 server is test_fleet_tiny_cpu.py's killed-driver test.
 """
@@ -17,15 +17,15 @@ import time
 import uuid
 from pathlib import Path
 
-from conftest import ROOT, cluster_env, fake_argv, processes_with
+from support import python_path
+from support.fleet_jobs import ROOT, cluster_env, fake_argv, processes_with
+
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs
 from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet
-
-DRIVER = Path(__file__).resolve().parent / "fake_driver.py"
 
 
 def _wait_for(predicate: object, timeout_s: float, what: str) -> None:
@@ -85,9 +85,10 @@ def _start_driver(cluster: LocalRayCluster, tmp_path: Path, tag: str) -> subproc
     fleet.write_text("name: stop\nmax_parallel: 2\njobs:\n"
                      "  - {name: one, recipe: tiny-cpu, placement: {mode: any, resource: fleet_node}}\n"
                      "  - {name: two, recipe: tiny-cpu, placement: {mode: any, resource: fleet_node}}\n")
-    driver = subprocess.Popen([sys.executable, str(DRIVER), cluster.address, str(fleet), str(tmp_path / "out"), tag,
-                               "300"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                              env={**os.environ, **cluster_env(tmp_path)})
+    env = {**os.environ, **cluster_env(tmp_path), "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
+    driver = subprocess.Popen([sys.executable, "-m", "support.fake_driver", cluster.address, str(fleet),
+                               str(tmp_path / "out"), tag, "300"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, cwd=ROOT, env=env)
     _wait_for(lambda: len(processes_with(f"{tag}-")) >= 2 or driver.poll() is not None, 90, "both fake jobs to run")
     assert driver.poll() is None, driver.communicate()[0][-3000:]
     return driver

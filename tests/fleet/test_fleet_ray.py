@@ -2,8 +2,8 @@
 
 What is tested here is Ray's side of a fleet: GPU accounting, a pending job's reason and
 deadline, a bad recipe in one job, a report that does not validate, placement on each node.
-The jobs' commands are stand-ins (conftest.FAKE_JOB) because what they would run, a real pytest
-session, is covered by test_fleet_tiny_cpu.py.
+The jobs' commands are stand-ins (support.fleet_jobs.FAKE_JOB) because what they would run, a
+real pytest session, is covered by test_fleet_tiny_cpu.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from conftest import REPORT_SAMPLE, ROOT, fake_argv, machine_addresses
+from support.fleet_jobs import REPORT_SAMPLE, ROOT, fake_argv, machine_addresses
+
 from pytest_vllmqual.fleet.attempts import Attempt, Outcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs

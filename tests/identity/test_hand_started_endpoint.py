@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import ROOT
-from shared_server import SharedTinyServer
+from support.fault_harness import ROOT
+from support.shared_server import SharedTinyServer
 
 pytestmark = [pytest.mark.real_vllm]
 GATES = ["suites/test_smoke.py", "suites/test_engine.py"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import ONE_RANK_ARGS
+from support.fault_harness import ONE_RANK_ARGS
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 

@@ -9,20 +9,17 @@ plots. Chromium is required: without it this test fails and says how to install 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from support.report_samples import blank_sanitizer, reference_control_run, with_every_gate_passed
 
 from pytest_vllmqual.cli import main
-from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.decision import with_decision
 from pytest_vllmqual.report.public import build_public_report, write_report_atomic
 
@@ -33,17 +30,6 @@ INSTALL_HINT = ("Chromium is needed for the HTML report test and was not found a
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WIDTH, HEIGHT = 1280, 2000
-
-
-def _samples() -> ModuleType:
-    """report_samples lives with the unit tests; load it by path (tests/ is not a package)."""
-    path = Path(__file__).resolve().parents[1] / "unit" / "report_samples.py"
-    spec = importlib.util.spec_from_file_location("report_samples", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("report_samples", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _chromium() -> str:
@@ -79,10 +65,10 @@ def _png_pixels(data: bytes) -> tuple[int, int, bytes]:
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A report written and rendered through the CLI, as an operator would."""
     base = tmp_path_factory.mktemp("html")
-    run = _samples().with_every_gate_passed(_samples().reference_control_run(base / "private"))
+    run = with_every_gate_passed(reference_control_run(base / "private"))
     assert [r["tp_rank"] for r in run.engine["ranks"]] == [0, 1]
     assert sum(1 for r in run.ladder if not r.ok and not r.expected_rejection) == 1
-    report = with_decision(build_public_report(run, sanitizer=Sanitizer(environ={}, hostname="", username="")))
+    report = with_decision(build_public_report(run, sanitizer=blank_sanitizer()))
     path = write_report_atomic(report, base / "report.json")
     assert main(["report", str(path)]) == 0
     return path.with_suffix(".html")

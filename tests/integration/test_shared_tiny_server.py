@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fault_harness import tagged_processes
-from shared_server import SharedTinyServer
+from support.fault_harness import tagged_processes
+from support.shared_server import SharedTinyServer
 
 pytestmark = [pytest.mark.real_vllm]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from gatekit import run_shm_files, wait_for
-from tiny_run import SessionRun
+from support.gatekit import run_shm_files, wait_for
+from support.tiny_run import SessionRun
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 from pytest_vllmqual.report.public import validate_report, verify_report

@@ -14,7 +14,7 @@ import subprocess
 from collections import Counter
 
 import pytest
-from fault_harness import PYTHON, ROOT, Session, survivors
+from support.fault_harness import PYTHON, ROOT, Session, survivors
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from fault_harness import ROOT, Session, fault_server_recipe, kill_tagged, server_sessions
-from tiny_run import SessionRun
+from support.fault_harness import ROOT, Session, fault_server_recipe, kill_tagged, server_sessions
+from support.tiny_run import SessionRun
 
 SUITE = ROOT / "suites" / "test_load.py"
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fault_harness import ONE_RANK_ARGS, tiny_model_dir
+from support.fault_harness import ONE_RANK_ARGS, tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from support.equivalence_samples import attach_probe, probe_body
 from test_bad_input import assert_clean_usage_error, assert_nothing_started, run
-from unit.equivalence_samples import attach_probe, probe_body
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "tests" / "unit" / "data" / "reference_reports"

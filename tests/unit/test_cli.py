@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from equivalence_samples import attach_probe, probe_body
-from report_samples import reference_control_run
+from support.equivalence_samples import attach_probe, probe_body
+from support.report_samples import blank_sanitizer, reference_control_run
 
 from pytest_vllmqual.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
-from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.decision import with_decision
 from pytest_vllmqual.report.public import build_public_report, write_report_atomic
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def written(tmp_path: Path) -> tuple[Path, Path]:
     """(report path, private dir) of a run shaped like the reference campaign's control."""
     private = tmp_path / "private"
-    report = with_decision(build_public_report(reference_control_run(private), sanitizer=Sanitizer(environ={}, hostname="", username="")))
+    report = with_decision(build_public_report(reference_control_run(private), sanitizer=blank_sanitizer()))
     return write_report_atomic(report, tmp_path / "reports" / "run.json"), private
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from gatekit import mark
+from support.gatekit import mark
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import StreamResult

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 
-from gatekit import mark
+from support.gatekit import mark
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.recorder import GateRecorder

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from gatekit import describe_tree, mark, shm_files_held_by, tp_workers
+from support.gatekit import describe_tree, mark, shm_files_held_by, tp_workers
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.recorder import GateRecorder

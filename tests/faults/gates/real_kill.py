@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
-from gatekit import (
+from support.gatekit import (
     alive,
     descendants,
     describe_tree,

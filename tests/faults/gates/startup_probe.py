@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from gatekit import mark
+from support.gatekit import mark
 
 from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle

@@ -12,7 +12,7 @@ import os
 import time
 
 import pytest
-from gatekit import mark
+from support.gatekit import mark
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.recorder import GateRecorder

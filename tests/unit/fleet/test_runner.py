@@ -1,0 +1,77 @@
+"""Planning a fleet run against a stand-in for Ray's node list (no cluster needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from support import ROOT
+
+from pytest_vllmqual.fleet.attempts import Outcome
+from pytest_vllmqual.fleet.cluster import NodeInfo
+from pytest_vllmqual.fleet.runner import FleetRun
+from pytest_vllmqual.fleet.spec import load_fleet
+
+
+class StandInCluster:
+    """What FleetRun.plan asks of RayCluster: the alive nodes."""
+
+    started_locally = False
+
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        self._nodes = nodes
+
+    def nodes(self) -> list[NodeInfo]:
+        return self._nodes
+
+    def label_of(self, node_id: str) -> str:
+        return next(n.label for n in self._nodes if n.node_id == node_id)
+
+
+NODES = [NodeInfo("h", "node-1", {"CPU": 0}), NodeInfo("a", "node-2", {"CPU": 2}),
+         NodeInfo("b", "node-3", {"CPU": 2}, {"kv": "small"}), NodeInfo("g", "node-4", {"CPU": 8, "GPU": 1})]
+
+
+def _plan(text: str, tmp_path: Path) -> tuple[FleetRun, list[str]]:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    lines: list[str] = []
+    cluster: Any = StandInCluster(NODES)
+    run = FleetRun(spec=load_fleet(path), cluster=cluster, progress=lines.append, project_dir=ROOT)
+    run.plan()
+    return run, lines
+
+
+def test_each_node_without_a_filter_is_every_node_that_can_hold_the_job(tmp_path: Path) -> None:
+    run = FleetRun(spec=load_fleet(ROOT / "fixtures" / "fleets" / "tiny-cpu.yaml"), cluster=StandInCluster(NODES),
+                   progress=lambda _l: None, project_dir=ROOT)  # type: ignore[arg-type]
+    attempts = run.plan()
+    every = [a for a in attempts if a.job.name == "every-node"]
+    assert [a.pinned_node for a in every] == ["a", "b", "g"]  # the 0-core head is skipped
+    # every node gets the job's TP=1 overrides; the kv=small node its own on top
+    assert len(every[1].overrides) == len(every[0].overrides) + 2 and every[0].overrides == every[0].job.overrides
+    assert all(not a.done for a in attempts)
+
+
+def test_a_named_node_that_cannot_hold_the_job_is_a_finding(tmp_path: Path) -> None:
+    run, _ = _plan("name: f\njobs: [{name: big, recipe: tiny-gpu, placement: {mode: each_node, label: kv=small}}]\n",
+                   tmp_path)
+    (attempt,) = run.attempts
+    assert attempt.outcome is Outcome.NOT_STARTED
+    assert "node-3 has 0 GPU(s) and 2 core(s); the job needs 2 GPU(s)" in str(attempt.reason)
+
+
+def test_tp_one_override_for_one_gpu_nodes(tmp_path: Path) -> None:
+    run, _ = _plan("name: f\njobs: [{name: g, recipe: tiny-gpu, set: ['serve.tensor_parallel_size=1']}]\n", tmp_path)
+    (attempt,) = run.attempts
+    assert (attempt.cpus, attempt.gpus) == (1.0, 1) and not attempt.done
+
+
+def test_one_gpu_fleet_plans_both_jobs_on_the_one_gpu_node(tmp_path: Path) -> None:
+    one_gpu_node: Any = StandInCluster([NodeInfo("g", "node-1", {"CPU": 16, "GPU": 1})])
+    run = FleetRun(spec=load_fleet(ROOT / "fixtures" / "fleets" / "tiny-gpu-one-node.yaml"), cluster=one_gpu_node,
+                   progress=lambda _l: None, project_dir=ROOT)
+    attempts = run.plan()
+    assert [(a.job.name, a.gpus, a.done) for a in attempts] == [("tiny-gpu", 1, False),
+                                                                 ("tiny-gpu-393k-fp8kv", 1, False)]
+    assert all(a.overrides == ("serve.tensor_parallel_size=1",) and a.pinned_node is None for a in attempts)
