@@ -16,7 +16,7 @@ from typing import Any
 from pytest_vllmqual.gates.registry import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
 from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.recipe.gate_settings import min_kv_tokens
-from pytest_vllmqual.records import GateOutcome, rung_verdict
+from pytest_vllmqual.records import GateOutcome, RunMode, rung_verdict
 from pytest_vllmqual.report.query import (
     gate_outcome,
     largest_rung,
@@ -135,7 +135,7 @@ def _startup(report: Mapping[str, Any]) -> Requirement:
     if why:
         return Requirement("startup", False, why)
     cold = (report.get("lifecycle") or {}).get("cold_start_s")
-    if (report.get("run") or {}).get("mode") == "direct-only":
+    if RunMode.of((report.get("run") or {}).get("mode")) is RunMode.DIRECT_ONLY:
         return Requirement("startup", True, "direct-only: the endpoint was already serving")
     if isinstance(cold, int | float):
         return Requirement("startup", True, f"ready in {cold:.1f} s")

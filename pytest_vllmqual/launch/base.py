@@ -14,8 +14,9 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from pytest_vllmqual.records import LauncherKind
 from pytest_vllmqual.vllm.server_log import read_log
 
 __all__ = [
@@ -90,7 +91,8 @@ class TeardownResult:
 class Launcher(abc.ABC):
     """One server's lifecycle. Implementations must make ``stop`` safe to call twice."""
 
-    kind: str = "abstract"
+    kind: ClassVar[LauncherKind]
+    """Which ``launcher.kind`` of a recipe this class brings up."""
     log_path: Path | None = None
     """The file the server's output goes to; None where the launcher keeps no log (external)."""
 

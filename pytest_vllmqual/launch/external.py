@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.records import LauncherKind
 
 from .base import Launcher, ProgressFn, ServerHandle, TeardownResult
 
@@ -18,7 +19,7 @@ __all__ = ["ExternalLauncher"]
 class ExternalLauncher(Launcher):
     """Points the gates at ``endpoint``; ``stop`` leaves the server running."""
 
-    kind = "external"
+    kind = LauncherKind.EXTERNAL
 
     def __init__(self, recipe: Recipe, endpoint: str) -> None:
         self.recipe = recipe

@@ -21,7 +21,7 @@ from pytest_vllmqual.launch.cleanup.reaper import reaper_command
 from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import StartupStatus
+from pytest_vllmqual.records import LauncherKind, StartupStatus
 
 from .base import (
     FAILED_START_GRACE_S,
@@ -42,7 +42,7 @@ STOP_GRACE_S = 10.0
 class SubprocessLauncher(Launcher):
     """Starts ``launcher.command + --model … + serve flags`` in a new session."""
 
-    kind = "subprocess"
+    kind = LauncherKind.SUBPROCESS
 
     def __init__(self, recipe: Recipe, *, run_id: str, artifacts_dir: Path, api_key: str | None) -> None:
         self.recipe = recipe

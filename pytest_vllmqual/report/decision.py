@@ -257,7 +257,7 @@ def _blocking_reasons(record: RunRecord) -> list[str]:
         reasons.append("provenance mismatch: the server that answered differs from the recipe in "
                        + (", ".join(fields) or "an identity field"))
     teardown = record.lifecycle.get("teardown") or {}
-    if record.mode != "direct-only" and teardown and teardown.get("clean") is False:
+    if record.mode is not RunMode.DIRECT_ONLY and teardown and teardown.get("clean") is False:
         reasons.append(
             f"teardown was not clean: {teardown.get('surviving_processes', 0)} surviving processes, "
             f"{teardown.get('shm_leftover_files', 0)} /dev/shm files, "
@@ -320,7 +320,7 @@ def _proves_identity_and_gates(record: RunRecord) -> list[str]:
             lead = "the server that answered is the recipe's pinned identity, every pinned field checked"
         proves.append(f"{lead}: " + ", ".join(parts))
     cold = record.lifecycle.get("cold_start_s")
-    if record.mode == "managed" and cold is not None:
+    if record.mode is RunMode.MANAGED and cold is not None:
         proves.append(f"a cold managed start passed health and a real completion in {cold:.1f} seconds")
     preflight = preflight_of(record.gates)
     if preflight["passed"]:
@@ -368,7 +368,7 @@ def _proves_capacity(record: RunRecord) -> list[str]:
             text += f" over {len(engine['ranks'])} rank(s)"
         proves.append(text)
     teardown = record.lifecycle.get("teardown") or {}
-    if record.mode == "managed" and teardown.get("clean") is True:
+    if record.mode is RunMode.MANAGED and teardown.get("clean") is True:
         proves.append("teardown left no process, /dev/shm file or container of the run")
     return proves
 
@@ -432,7 +432,7 @@ def _does_not_prove(record: RunRecord, rows: Sequence[CoverageRow]) -> list[str]
     for row in rows:
         if row.outcome in _NOT_RUN_WORDS:
             items.append(f"{row.title} (gate {row.gate}, {row.family}): {_NOT_RUN_WORDS[row.outcome]}: {row.reason}")
-    if record.mode == "direct-only":
+    if record.mode is RunMode.DIRECT_ONLY:
         items.append("a cold start or a clean teardown of this endpoint: it was used direct-only")
     identity = record.identity
     if identity.get("status") in ("unverified", "partially-verified"):
@@ -519,7 +519,7 @@ def _caveats(record: RunRecord) -> list[str]:
     if isinstance(kv, int) and limit and kv < limit:
         caveats.append(f"the engine-reported KV pool ({fmt_num(kv)} tokens) is below the configured "
                        f"{fmt_num(limit)}-token context")
-    if record.mode == "direct-only":
+    if record.mode is RunMode.DIRECT_ONLY:
         caveats.append("direct-only: this run did not start or stop the endpoint; its owner and operating "
                        "mode are outside the evidence")
     return caveats
@@ -529,7 +529,7 @@ def _verdict(record: RunRecord, rows: Sequence[CoverageRow]) -> tuple[Verdict, l
     blocking = _blocking_reasons(record)
     if blocking:
         return Verdict.NO_PROMOTION, blocking
-    if record.mode == "direct-only":
+    if record.mode is RunMode.DIRECT_ONLY:
         return Verdict.DIRECT_ONLY, ["every gate that ran passed on an endpoint this run did not start or stop"]
     missing = _missing_evidence(record, rows)
     if missing:

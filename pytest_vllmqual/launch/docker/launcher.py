@@ -46,7 +46,7 @@ from pytest_vllmqual.launch.cleanup.owner import OWNER_PID_LABEL, OWNER_START_LA
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import StartupStatus
+from pytest_vllmqual.records import LauncherKind, StartupStatus
 
 from ..base import FAILED_START_GRACE_S, Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
 from .image import image_reference, local_image, pinned_by_digest
@@ -75,7 +75,7 @@ DOCKER_LEDGER_INTERVAL_S = 2.0
 class DockerLauncher(Launcher):
     """Start, watch and remove one labelled vLLM container for a recipe."""
 
-    kind = "docker"
+    kind = LauncherKind.DOCKER
 
     def __init__(
         self,
