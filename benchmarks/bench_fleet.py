@@ -28,11 +28,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))  # the local multi-node cluster is test scaffolding, not the package
+
+from local_cluster import LocalRayCluster, NodeSpec  # noqa: E402
 
 from pytest_vllmqual.fleet.attempts import JobAttempt  # noqa: E402
 from pytest_vllmqual.fleet.cluster import RayCluster  # noqa: E402
 from pytest_vllmqual.fleet.command import write_outputs  # noqa: E402
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec  # noqa: E402
 from pytest_vllmqual.fleet.runner import FleetRun  # noqa: E402
 from pytest_vllmqual.fleet.spec import load_fleet  # noqa: E402
 

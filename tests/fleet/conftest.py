@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
+from local_cluster import LocalRayCluster, NodeSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"

@@ -17,11 +17,12 @@ import time
 import uuid
 from pathlib import Path
 
+from local_cluster import LocalRayCluster, NodeSpec
+
 from conftest import ROOT, cluster_env, fake_argv, processes_with
 from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet
 

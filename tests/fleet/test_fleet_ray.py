@@ -14,11 +14,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from local_cluster import LocalRayCluster
+
 from conftest import REPORT_SAMPLE, ROOT, fake_argv, machine_addresses
 from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster
 from pytest_vllmqual.fleet.record import validate_record
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet

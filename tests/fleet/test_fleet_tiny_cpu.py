@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from local_cluster import LocalRayCluster, NodeSpec
 
 from conftest import ROOT, cluster_env, processes_with
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
 from pytest_vllmqual.fleet.node_task import WORKDIR_ENV
 from pytest_vllmqual.report.public import validate_report
 
