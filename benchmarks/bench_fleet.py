@@ -28,11 +28,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the local multi-node cluster is test scaffolding, not the package
 
-from pytest_vllmqual.fleet.attempts import Attempt  # noqa: E402
+from support.local_cluster import LocalRayCluster, NodeSpec  # noqa: E402
+
+from pytest_vllmqual.fleet.attempts import JobAttempt  # noqa: E402
 from pytest_vllmqual.fleet.cluster import RayCluster  # noqa: E402
 from pytest_vllmqual.fleet.command import write_outputs  # noqa: E402
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec  # noqa: E402
 from pytest_vllmqual.fleet.runner import FleetRun  # noqa: E402
 from pytest_vllmqual.fleet.spec import load_fleet  # noqa: E402
 
@@ -49,7 +51,7 @@ def _fleet_file(folder: Path, jobs: int, parallel: int) -> Path:
 
 
 def _one(ray_cluster: RayCluster, folder: Path, jobs: int, nodes: int, job_s: float) -> dict[str, Any]:
-    def argv_for(_attempt: Attempt) -> list[str]:
+    def argv_for(_attempt: JobAttempt) -> list[str]:
         return [sys.executable, "-c", f"import time; time.sleep({job_s})"]
 
     spec = load_fleet(_fleet_file(folder, jobs, parallel=max(jobs, nodes)))

@@ -20,10 +20,31 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
-__all__ = ["HEALTH_OK", "ArmStatus", "Attempt", "Divergence", "EquivalenceVerdict", "FigureSource",
-           "FigureStatus", "GateOutcome", "GateRecord", "LauncherKind", "LevelJudgement", "RunMode",
-           "RunRecord", "RungRecord", "RungSource", "RungVerdict", "ServerStatus", "StartupStatus", "Verdict",
-           "rung_verdict", "value_at", "worst_outcome"]
+__all__ = [
+    "HEALTH_OK",
+    "ArmStatus",
+    "Attempt",
+    "Divergence",
+    "EquivalenceVerdict",
+    "FigureSource",
+    "FigureStatus",
+    "GateOutcome",
+    "GateRecord",
+    "LauncherKind",
+    "LevelJudgement",
+    "RunMode",
+    "RunRecord",
+    "RungRecord",
+    "RungSource",
+    "RungVerdict",
+    "ServerStatus",
+    "StartupStatus",
+    "Verdict",
+    "Word",
+    "rung_verdict",
+    "value_at",
+    "worst_outcome",
+]
 
 _T = TypeVar("_T")
 
@@ -31,7 +52,7 @@ HEALTH_OK = ("healthy", "ok")
 """The exact values a rung's ``health_after`` takes when /health answered 200."""
 
 
-class _Word(str, Enum):
+class Word(str, Enum):
     """A fixed word: ``str()`` and f-strings give the word itself on every Python version."""
 
     def __str__(self) -> str:
@@ -41,7 +62,7 @@ class _Word(str, Enum):
         return format(str(self.value), spec)
 
 
-class Verdict(_Word):
+class Verdict(Word):
     """How far one run's (or one comparison's) evidence goes, lowest first."""
 
     #: A gate failed or errored, the run is incomplete, the identity differs, teardown was not
@@ -61,7 +82,7 @@ class Verdict(_Word):
     PRIORITY_CHALLENGER = "priority-challenger"
 
 
-class EquivalenceVerdict(_Word):
+class EquivalenceVerdict(Word):
     """Whether a candidate answers as its control does, on the same checkpoint (a comparison's finding)."""
 
     #: Every exact figure's far 95% bound is within its threshold.
@@ -75,7 +96,7 @@ class EquivalenceVerdict(_Word):
     NOT_MEASURABLE = "not measurable"
 
 
-class FigureStatus(_Word):
+class FigureStatus(Word):
     """One equivalence figure against its threshold."""
 
     WITHIN = "within"
@@ -86,7 +107,7 @@ class FigureStatus(_Word):
     NOT_MEASURED = "not measured"
 
 
-class Divergence(_Word):
+class Divergence(Word):
     """How two greedy answers to one prompt compare."""
 
     IDENTICAL = "identical"
@@ -95,7 +116,7 @@ class Divergence(_Word):
     HARD = "hard"
 
 
-class GateOutcome(_Word):
+class GateOutcome(Word):
     """What pytest made of one gate (one test); ``ABSENT`` only in coverage, for a gate that did not run."""
 
     PENDING = "pending"
@@ -131,7 +152,7 @@ def worst_outcome(outcomes: Iterable[str]) -> GateOutcome:
         return GateOutcome.ERROR
 
 
-class ServerStatus(_Word):
+class ServerStatus(Word):
     """Whether the server a gate used is still usable: the guard's shared state."""
 
     OK = "ok"
@@ -145,7 +166,7 @@ class ServerStatus(_Word):
         return self is not ServerStatus.OK
 
 
-class StartupStatus(_Word):
+class StartupStatus(Word):
     """Where an arm's server start stands, and why a start failed: the report's
     ``lifecycle.startup_status``, a ``LaunchError``'s status and a gate's status when its server
     never started. Every failure has its words in ``privacy.public_text.STARTUP_CAUSES``."""
@@ -190,7 +211,7 @@ class StartupStatus(_Word):
         return self not in (StartupStatus.NOT_STARTED, StartupStatus.STARTING, StartupStatus.READY)
 
 
-class RunMode(_Word):
+class RunMode(Word):
     """How a run used its server."""
 
     #: The run started the server, measured its cold start and stopped it.
@@ -204,7 +225,7 @@ class RunMode(_Word):
         return cls.DIRECT_ONLY if value == cls.DIRECT_ONLY else cls.MANAGED
 
 
-class RungSource(_Word):
+class RungSource(Word):
     """Where the context ladder's rungs came from."""
 
     #: The recipe's ``gates.capacity.rungs``.
@@ -213,7 +234,7 @@ class RungSource(_Word):
     MAX_MODEL_LEN = "max_model_len"
 
 
-class FigureSource(_Word):
+class FigureSource(Word):
     """Whose view a timing figure is: the client's clock, or the server's own histograms."""
 
     CLIENT = "client"
@@ -222,7 +243,7 @@ class FigureSource(_Word):
     NOT_MEASURED = "not measured"
 
 
-class LevelJudgement(_Word):
+class LevelJudgement(Word):
     """A load level against its SLOs, judged only on figures that were measured."""
 
     MET = "met"
@@ -240,7 +261,7 @@ def value_at(node: Any, *path: str) -> Any:
     return node
 
 
-class LauncherKind(_Word):
+class LauncherKind(Word):
     """How a recipe's server is brought up (``launcher.kind``)."""
 
     #: A local process from the recipe's argv.
@@ -251,7 +272,7 @@ class LauncherKind(_Word):
     EXTERNAL = "external"
 
 
-class ArmStatus(_Word):
+class ArmStatus(Word):
     """What a campaign decided for one arm, from the reports so far."""
 
     #: It ran and met every requirement (``requires``).

@@ -9,19 +9,19 @@ and its report is dropped.
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.errors import ReportError
 from pytest_vllmqual.fleet.spec import JobSpec
+from pytest_vllmqual.records import Word
 
-__all__ = ["Attempt", "Outcome", "evaluate_result"]
+__all__ = ["JobAttempt", "JobOutcome", "evaluate_result"]
 
 
-class Outcome(str, enum.Enum):
-    """What became of an attempt."""
+class JobOutcome(Word):
+    """What became of a job's attempt (a fleet row's outcome; a gate's is ``records.GateOutcome``)."""
 
     PASSED = "passed"
     FAILED = "failed"
@@ -34,8 +34,8 @@ class Outcome(str, enum.Enum):
 
 
 @dataclass
-class Attempt:
-    """One Ray task of a job (or the reason none was submitted)."""
+class JobAttempt:
+    """One Ray task of a job (or the reason none was submitted); one request of a gate is ``records.Attempt``."""
 
     attempt_id: str
     job: JobSpec
@@ -52,10 +52,10 @@ class Attempt:
     submitted_mono: float | None = None
     started_epoch: float | None = None
     finished_epoch: float | None = None
-    outcome: Outcome | None = None
+    outcome: JobOutcome | None = None
     reason: str | None = None
     pending_reason: str | None = None
-    cancel_as: Outcome | None = None
+    cancel_as: JobOutcome | None = None
     result: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] | None = None
     retried_as: str | None = None
@@ -64,7 +64,7 @@ class Attempt:
     def done(self) -> bool:
         return self.outcome is not None
 
-    def finish(self, outcome: Outcome, reason: str | None, at: float) -> None:
+    def finish(self, outcome: JobOutcome, reason: str | None, at: float) -> None:
         self.outcome, self.reason, self.finished_epoch = outcome, reason, at
 
 
@@ -86,7 +86,7 @@ def _report_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
     return report, None
 
 
-def evaluate_result(attempt: Attempt, result: dict[str, Any], at: float) -> None:
+def evaluate_result(attempt: JobAttempt, result: dict[str, Any], at: float) -> None:
     """Turn what the node sent back into the attempt's outcome (and its validated report)."""
     attempt.result = {k: v for k, v in result.items() if k != "report_text"}
     exit_code = result.get("exit_code")
@@ -97,24 +97,24 @@ def evaluate_result(attempt: Attempt, result: dict[str, Any], at: float) -> None
     if result.get("node_lost") and not passed:
         # The node's raylet died while pytest ran, and pytest ended with it (the worker lived long
         # enough to answer): that says nothing about the recipe, so the attempt is lost, not failed.
-        attempt.finish(Outcome.LOST, f"the attempt's node went away mid-job (its raylet ended; pytest exit "
-                                     f"{exit_code}); its partial results stay on that node", at)
+        attempt.finish(JobOutcome.LOST, f"the attempt's node went away mid-job (its raylet ended; pytest exit "
+                                        f"{exit_code}); its partial results stay on that node", at)
         return
     if result.get("report_text") is None:
-        outcome = Outcome.DEADLINE if result.get("timed_out") else Outcome.ERROR
+        outcome = JobOutcome.DEADLINE if result.get("timed_out") else JobOutcome.ERROR
         attempt.finish(outcome, f"pytest ended (exit {exit_code}) without writing a report; its output stays in "
                                 "the node's work folder", at)
         return
     if report is None:
-        attempt.finish(Outcome.INVALID_REPORT, str(problem), at)
+        attempt.finish(JobOutcome.INVALID_REPORT, str(problem), at)
         return
     attempt.report = report
     if result.get("timed_out"):
-        attempt.finish(Outcome.DEADLINE, f"the job ran past its deadline of {attempt.job.deadline_s:g} s; the "
-                                         f"run is {status}", at)
+        attempt.finish(JobOutcome.DEADLINE, f"the job ran past its deadline of {attempt.job.deadline_s:g} s; the "
+                                            f"run is {status}", at)
     elif passed:
-        attempt.finish(Outcome.PASSED, None, at)
+        attempt.finish(JobOutcome.PASSED, None, at)
     else:
         failed = _failed_gates(report)
         what = f"gates failed: {', '.join(failed)}" if failed else f"run status {status}"
-        attempt.finish(Outcome.FAILED, f"pytest exit {exit_code}; {what}", at)
+        attempt.finish(JobOutcome.FAILED, f"pytest exit {exit_code}; {what}", at)

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.fleet.watchdog import group_alive, process_start
+from pytest_vllmqual.fleet.watchdog import group_alive
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
+from pytest_vllmqual.launch.cleanup.owner import process_start
 
 __all__ = ["TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
 

@@ -12,16 +12,16 @@ was compared is ``not compared``, never ``consistent``.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllmqual.clock import utc_now
-from pytest_vllmqual.fleet.attempts import Attempt, Outcome
+from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome
 from pytest_vllmqual.fleet.crossnode import compare_nodes
 from pytest_vllmqual.hashing import sha256_hex
 from pytest_vllmqual.layout import raise_if_invalid
+from pytest_vllmqual.records import Word
 from pytest_vllmqual.version import __version__
 
 __all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "RECORD_SCHEMA_VERSION", "FleetVerdict", "build_record", "decide_fleet",
@@ -30,11 +30,11 @@ __all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "RECORD_SCHEMA_VERSION", "FleetV
 RECORD_SCHEMA = "fleet-record.schema.json"
 RECORD_SCHEMA_VERSION = 2
 RECORD_SCHEMA_ID = f"https://pytest-vllmqual/schemas/fleet-record/{RECORD_SCHEMA_VERSION}"
-_PROBLEMS = {Outcome.LOST, Outcome.DEADLINE, Outcome.CANCELLED, Outcome.NOT_STARTED, Outcome.ERROR,
-             Outcome.INVALID_REPORT}
+_PROBLEMS = {JobOutcome.LOST, JobOutcome.DEADLINE, JobOutcome.CANCELLED, JobOutcome.NOT_STARTED, JobOutcome.ERROR,
+             JobOutcome.INVALID_REPORT}
 
 
-class FleetVerdict(str, enum.Enum):
+class FleetVerdict(Word):
     """What the fleet as a whole shows, lowest first."""
 
     INCOMPLETE = "incomplete"
@@ -43,9 +43,6 @@ class FleetVerdict(str, enum.Enum):
     #: Every job passed, but no job's reports came from two or more nodes: nothing was compared.
     NOT_COMPARED = "not compared"
     CONSISTENT = "consistent"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def _utc(epoch: float | None) -> str | None:
@@ -81,7 +78,7 @@ def _report_facts(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def row_of(attempt: Attempt, node_label: str | None, node_id_sha256: str | None) -> dict[str, Any]:
+def row_of(attempt: JobAttempt, node_label: str | None, node_id_sha256: str | None) -> dict[str, Any]:
     """One record row: the attempt, its node's anonymous label, and its report's figures."""
     report = attempt.report or {}
     result = attempt.result
@@ -94,7 +91,7 @@ def row_of(attempt: Attempt, node_label: str | None, node_id_sha256: str | None)
         "node": node_label, "node_id_sha256": node_id_sha256, "recipe": attempt.recipe_arg.rsplit("/", 1)[-1],
         "recipe_sha256": attempt.recipe_sha256, "overrides": list(attempt.overrides),
         "node_overrides": [o for o in attempt.overrides if o not in attempt.job.overrides],
-        "selection": attempt.job.pytest_selection(), "outcome": (attempt.outcome or Outcome.CANCELLED).value,
+        "selection": attempt.job.pytest_selection(), "outcome": (attempt.outcome or JobOutcome.CANCELLED).value,
         "reason": attempt.reason, "resources": {"cpus": attempt.cpus, "gpus": attempt.gpus},
         "submitted_utc": _utc(attempt.submitted_epoch), "started_utc": _utc(attempt.started_epoch),
         "queue_s": round(queue_s, 3) if queue_s is not None else None,
@@ -141,7 +138,7 @@ def not_compared(rows: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, 
     return out
 
 
-def _comparisons(rows: Sequence[dict[str, Any]], attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
+def _comparisons(rows: Sequence[dict[str, Any]], attempts: Sequence[JobAttempt]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for job in dict.fromkeys(a.job.name for a in attempts):
         latest = _latest_by_node(rows, job)
@@ -159,13 +156,13 @@ def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappin
     not compared (``skipped``, from :func:`not_compared`)."""
     proves: list[str] = []
     not_proven: list[str] = []
-    problems = [r for r in rows if Outcome(r["outcome"]) in _PROBLEMS and not r["retried_as"]]
-    failed = [r for r in rows if r["outcome"] == Outcome.FAILED.value and not r["retried_as"]]
+    problems = [r for r in rows if JobOutcome(r["outcome"]) in _PROBLEMS and not r["retried_as"]]
+    failed = [r for r in rows if r["outcome"] == JobOutcome.FAILED.value and not r["retried_as"]]
     for row in problems:
         not_proven.append(f"job {row['job']} on {row['node'] or 'no node'}: {row['outcome']} ({row['reason']})")
     for row in failed:
         not_proven.append(f"job {row['job']} on {row['node']}: failed ({row['reason']})")
-    passed = [r for r in rows if r["outcome"] == Outcome.PASSED.value]
+    passed = [r for r in rows if r["outcome"] == JobOutcome.PASSED.value]
     for row in passed:
         proves.append(f"job {row['job']} (recipe {row['recipe']}, {' '.join(row['selection']) or 'every gate'}) "
                       f"passed on {row['node']} with verdict {row['verdict']}")
@@ -188,7 +185,7 @@ def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappin
     return FleetVerdict.CONSISTENT, proves, not_proven
 
 
-def build_record(*, fleet: Mapping[str, Any], attempts: Sequence[Attempt], labels: Mapping[str, tuple[str, str]],
+def build_record(*, fleet: Mapping[str, Any], attempts: Sequence[JobAttempt], labels: Mapping[str, tuple[str, str]],
                  nodes: Sequence[Mapping[str, Any]], interrupted: bool, started: float, finished: float,
                  mode: str) -> dict[str, Any]:
     """The fleet record (``labels``: Ray node id -> (node-N, hash)); validated and scrubbed."""

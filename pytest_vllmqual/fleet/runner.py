@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_vllmqual.clock import utc_stamp
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.fleet.attempts import Attempt, Outcome, evaluate_result
+from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome, evaluate_result
 from pytest_vllmqual.fleet.cluster import NodeInfo, RayCluster
 from pytest_vllmqual.fleet.spec import FleetSpec, JobSpec, PlacementMode, RetryWhen
 
@@ -43,7 +43,7 @@ def job_resources(job: JobSpec, recipe: Any) -> tuple[float, int]:
     return float(cpus), int(gpus)
 
 
-def _pending_reason(attempt: Attempt, nodes: list[NodeInfo]) -> str:
+def _pending_reason(attempt: JobAttempt, nodes: list[NodeInfo]) -> str:
     placement = attempt.job.placement
     matching = [n for n in nodes if n.has(label=placement.label, resource=placement.resource)]
     if attempt.pinned_node:
@@ -66,10 +66,10 @@ class FleetRun:
     cluster: RayCluster
     progress: ProgressFn = print
     project_dir: Path = field(default_factory=Path.cwd)
-    argv_for: Callable[[Attempt], list[str]] | None = None
+    argv_for: Callable[[JobAttempt], list[str]] | None = None
     run_id: str = field(default_factory=lambda: utc_stamp() + "-" +
                         uuid.uuid4().hex[:6])
-    attempts: list[Attempt] = field(default_factory=list)
+    attempts: list[JobAttempt] = field(default_factory=list)
     nodes: list[NodeInfo] = field(default_factory=list)
     interrupted: bool = False
     started_epoch: float = 0.0
@@ -82,32 +82,32 @@ class FleetRun:
 
         return default_recipes_dir(self.project_dir)
 
-    def _new_attempt(self, job: JobSpec, number: int, overrides: tuple[str, ...], node: NodeInfo | None) -> Attempt:
+    def _new_attempt(self, job: JobSpec, number: int, overrides: tuple[str, ...], node: NodeInfo | None) -> JobAttempt:
         from pytest_vllmqual.recipe.loader import resolve_recipe
         from pytest_vllmqual.recipe.overrides import with_overrides
 
         recipe_arg = self.spec.recipe_argument(job)
         where = f"-{node.label}" if node else ""
-        attempt = Attempt(attempt_id=f"{job.name}{where}-a{number}-{uuid.uuid4().hex[:4]}", job=job, number=number,
-                          recipe_arg=recipe_arg, overrides=overrides, cpus=0.0, gpus=0,
-                          pinned_node=node.node_id if node else None, node_id=node.node_id if node else None)
+        attempt = JobAttempt(attempt_id=f"{job.name}{where}-a{number}-{uuid.uuid4().hex[:4]}", job=job, number=number,
+                             recipe_arg=recipe_arg, overrides=overrides, cpus=0.0, gpus=0,
+                             pinned_node=node.node_id if node else None, node_id=node.node_id if node else None)
         try:
             recipe = with_overrides(resolve_recipe(recipe_arg, self._recipes_dir()), list(overrides))
         except RecipeError as exc:
-            attempt.finish(Outcome.ERROR, f"job {job.name}: {str(exc).splitlines()[0]}", time.time())
+            attempt.finish(JobOutcome.ERROR, f"job {job.name}: {str(exc).splitlines()[0]}", time.time())
             return attempt
         attempt.recipe_sha256 = recipe.sha256
         attempt.cpus, attempt.gpus = job_resources(job, recipe)
         if node is not None and not node.fits(attempt.cpus, attempt.gpus):
-            attempt.finish(Outcome.NOT_STARTED, f"{node.label} has {node.resources.get('GPU', 0):g} GPU(s) and "
+            attempt.finish(JobOutcome.NOT_STARTED, f"{node.label} has {node.resources.get('GPU', 0):g} GPU(s) and "
                            f"{node.resources.get('CPU', 0):g} core(s); the job needs {attempt.gpus} GPU(s) and "
                            f"{attempt.cpus:g} core(s)", time.time())
         return attempt
 
-    def plan(self) -> list[Attempt]:
+    def plan(self) -> list[JobAttempt]:
         """Every job's first attempts (some already finished: a bad recipe, no matching node)."""
         self.nodes = self.cluster.nodes()
-        planned: list[Attempt] = []
+        planned: list[JobAttempt] = []
         for job in self.spec.jobs:
             if job.placement.mode is PlacementMode.ANY:
                 planned.append(self._new_attempt(job, 1, job.overrides, None))
@@ -116,13 +116,13 @@ class FleetRun:
             if not matching:
                 attempt = self._new_attempt(job, 1, job.overrides, None)
                 if not attempt.done:
-                    attempt.finish(Outcome.NOT_STARTED, f"no alive node matches {job.placement.describe()}",
+                    attempt.finish(JobOutcome.NOT_STARTED, f"no alive node matches {job.placement.describe()}",
                                    time.time())
                 planned.append(attempt)
             filtered = bool(job.placement.label or job.placement.resource)
             for node in matching:
                 attempt = self._new_attempt(job, 1, job.overrides_for(node.labels), node)
-                if not filtered and attempt.outcome is Outcome.NOT_STARTED:
+                if not filtered and attempt.outcome is JobOutcome.NOT_STARTED:
                     self.progress(f"{job.name}: skipping {node.label}, it cannot hold the job ({attempt.reason})")
                     continue  # no filter: "every node that can run it"; a named node that cannot is a finding
                 planned.append(attempt)
@@ -131,7 +131,7 @@ class FleetRun:
 
     # -- running ------------------------------------------------------------------------------
 
-    def _request(self, attempt: Attempt) -> dict[str, Any]:
+    def _request(self, attempt: JobAttempt) -> dict[str, Any]:
         request: dict[str, Any] = {
             "fleet_run_id": f"{self.spec.name}-{self.run_id}", "attempt_id": attempt.attempt_id,
             "recipe": attempt.recipe_arg, "overrides": list(attempt.overrides),
@@ -142,7 +142,7 @@ class FleetRun:
             request["argv"] = self.argv_for(attempt)
         return request
 
-    def _submit(self, attempt: Attempt) -> None:
+    def _submit(self, attempt: JobAttempt) -> None:
         attempt.submitted_epoch, attempt.submitted_mono = time.time(), time.monotonic()
         attempt.ref = self.cluster.submit(self._request(attempt), cpus=attempt.cpus, gpus=attempt.gpus,
                                           node_id=attempt.pinned_node,
@@ -152,29 +152,29 @@ class FleetRun:
         self.progress(f"queued {attempt.job.name} (attempt {attempt.number}) for {where}: "
                       f"{attempt.gpus} GPU(s), {attempt.cpus:g} core(s)")
 
-    def _finish(self, attempt: Attempt) -> None:
+    def _finish(self, attempt: JobAttempt) -> None:
         result, error, lost = self.cluster.outcome(attempt.ref)
         now = time.time()
         if result is not None:
             attempt.node_id = str(result.get("node_id") or attempt.node_id)
             evaluate_result(attempt, result, now)
-            if attempt.cancel_as is Outcome.CANCELLED:
-                attempt.finish(Outcome.CANCELLED, "the fleet run was interrupted (Ctrl-C); the attempt was ended "
+            if attempt.cancel_as is JobOutcome.CANCELLED:
+                attempt.finish(JobOutcome.CANCELLED, "the fleet run was interrupted (Ctrl-C); the attempt was ended "
                                "and its partial report kept", now)
         elif attempt.cancel_as is not None:
             attempt.finish(attempt.cancel_as, attempt.reason, now)
         elif lost:
-            attempt.finish(Outcome.LOST, f"the attempt's worker or node went away mid-job (Ray: {error}); its "
+            attempt.finish(JobOutcome.LOST, f"the attempt's worker or node went away mid-job (Ray: {error}); its "
                            "partial results stay on that node", now)
         else:
-            attempt.finish(Outcome.ERROR, f"the Ray task failed (Ray: {error})", now)
+            attempt.finish(JobOutcome.ERROR, f"the Ray task failed (Ray: {error})", now)
         elapsed = now - (attempt.started_epoch or attempt.submitted_epoch or now)
         node = self.cluster.label_of(attempt.node_id) if attempt.node_id else "no node"
         outcome = attempt.outcome.value if attempt.outcome else "?"
         self.progress(f"done {attempt.job.name} (attempt {attempt.number}) on {node}: {outcome} "
                       f"after {elapsed:.1f} s" + (f" ({attempt.reason})" if attempt.reason else ""))
 
-    def _retry(self, attempt: Attempt) -> Attempt | None:
+    def _retry(self, attempt: JobAttempt) -> JobAttempt | None:
         policy = attempt.job.retry
         if attempt.outcome is None or attempt.number > policy.attempts:
             return None
@@ -193,7 +193,7 @@ class FleetRun:
                       f"{policy.attempts + 1}) on {node.label if node else 'any node'}")
         return retry
 
-    def _check_deadlines(self, in_flight: list[Attempt]) -> None:
+    def _check_deadlines(self, in_flight: list[JobAttempt]) -> None:
         now = time.monotonic()
         for attempt in in_flight:
             if attempt.cancel_as is not None or attempt.submitted_mono is None:
@@ -201,15 +201,15 @@ class FleetRun:
             over = now - attempt.submitted_mono - attempt.job.deadline_s
             if attempt.started_epoch is None and over >= 0:
                 attempt.pending_reason = _pending_reason(attempt, self.cluster.nodes())
-                attempt.cancel_as, attempt.reason = Outcome.NOT_STARTED, (
+                attempt.cancel_as, attempt.reason = JobOutcome.NOT_STARTED, (
                     f"not started within its deadline of {attempt.job.deadline_s:g} s: {attempt.pending_reason}")
                 self.cluster.cancel(attempt.ref)
             elif attempt.started_epoch is not None and over >= DEADLINE_GRACE_S:
-                attempt.cancel_as, attempt.reason = Outcome.DEADLINE, (
+                attempt.cancel_as, attempt.reason = JobOutcome.DEADLINE, (
                     f"ran past its deadline of {attempt.job.deadline_s:g} s and did not end on its node")
                 self.cluster.cancel(attempt.ref)
 
-    def _note_starts(self, in_flight: list[Attempt]) -> None:
+    def _note_starts(self, in_flight: list[JobAttempt]) -> None:
         events = self.cluster.started()
         for attempt in in_flight:
             event = events.get(attempt.attempt_id)
@@ -218,7 +218,7 @@ class FleetRun:
                 self.progress(f"running {attempt.job.name} (attempt {attempt.number}) on "
                               f"{self.cluster.label_of(event[0])}")
 
-    def _heartbeat(self, queue: list[Attempt], in_flight: list[Attempt]) -> None:
+    def _heartbeat(self, queue: list[JobAttempt], in_flight: list[JobAttempt]) -> None:
         now = time.time()
         running = [f"{a.job.name} on {self.cluster.label_of(a.node_id or '')} {now - (a.started_epoch or now):.0f} s"
                    for a in in_flight if a.started_epoch]
@@ -228,7 +228,7 @@ class FleetRun:
         self.progress(f"queued {len(queue)}, running {len(running)}, pending {len(waiting)}, done {done}"
                       + "".join(f"\n  running {r}" for r in running) + "".join(f"\n  pending {w}" for w in waiting))
 
-    def _loop(self, queue: list[Attempt], in_flight: list[Attempt]) -> None:
+    def _loop(self, queue: list[JobAttempt], in_flight: list[JobAttempt]) -> None:
         last_beat = time.monotonic()
         while queue or in_flight:
             while queue and len(in_flight) < self.spec.max_parallel:
@@ -250,11 +250,11 @@ class FleetRun:
                 last_beat = time.monotonic()
                 self._heartbeat(queue, in_flight)
 
-    def _interrupt(self, queue: list[Attempt], in_flight: list[Attempt]) -> None:
+    def _interrupt(self, queue: list[JobAttempt], in_flight: list[JobAttempt]) -> None:
         self.interrupted = True
         self.progress(f"interrupted: cancelling {len(in_flight)} running attempt(s), {len(queue)} queued")
         for attempt in in_flight:
-            attempt.cancel_as, attempt.reason = Outcome.CANCELLED, "the fleet run was interrupted (Ctrl-C)"
+            attempt.cancel_as, attempt.reason = JobOutcome.CANCELLED, "the fleet run was interrupted (Ctrl-C)"
             self.cluster.cancel(attempt.ref)
         deadline = time.monotonic() + 15
         while in_flight and time.monotonic() < deadline:
@@ -263,10 +263,10 @@ class FleetRun:
                 in_flight.remove(attempt)
                 self._finish(attempt)
         for attempt in [*in_flight, *queue]:
-            attempt.finish(Outcome.CANCELLED, "the fleet run was interrupted (Ctrl-C) before this attempt ended",
+            attempt.finish(JobOutcome.CANCELLED, "the fleet run was interrupted (Ctrl-C) before this attempt ended",
                            time.time())
 
-    def run(self) -> list[Attempt]:
+    def run(self) -> list[JobAttempt]:
         """Plan, then run every attempt to an outcome (Ctrl-C cancels the rest)."""
         self.started_epoch = time.time()
         queue = [a for a in self.plan() if not a.done]
@@ -274,7 +274,7 @@ class FleetRun:
             if attempt.done:
                 self.progress(f"skipped {attempt.job.name}: {attempt.outcome.value if attempt.outcome else ''} "
                               f"({attempt.reason})")
-        in_flight: list[Attempt] = []
+        in_flight: list[JobAttempt] = []
         try:
             self._loop(queue, in_flight)
         except KeyboardInterrupt:

@@ -7,7 +7,6 @@ resource). Errors name the file, the key and the fix, worded as a recipe's are (
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import yaml
 
 from pytest_vllmqual.errors import FleetError
 from pytest_vllmqual.recipe.schema_check import checked
+from pytest_vllmqual.records import Word
 
 __all__ = [
     "FLEET_SCHEMA",
@@ -33,14 +33,14 @@ __all__ = [
 FLEET_SCHEMA = "fleet.schema.yaml"
 
 
-class PlacementMode(str, enum.Enum):
+class PlacementMode(Word):
     """Where a job's runs go."""
 
     ANY = "any"
     EACH_NODE = "each_node"
 
 
-class RetryWhen(str, enum.Enum):
+class RetryWhen(Word):
     """Row outcomes a retry policy may retry."""
 
     LOST = "lost"

@@ -11,7 +11,8 @@ pid and start time stop matching (a poll, in case something else holds the pipe 
 sends every group it watches SIGTERM (pytest stops its server and writes what it can), then
 SIGKILL after a grace period (the plugin's own reaper then ends the server), and exits.
 
-Run as ``python -m pytest_vllmqual.fleet.watchdog --owner PID --owner-start TICKS [--group PGID]``.
+Run as ``python -m pytest_vllmqual.fleet.watchdog --owner PID --owner-start START [--group PGID]``, where
+START is ``launch.cleanup.owner.process_start(PID)`` (the one owner of a process's start time).
 """
 
 from __future__ import annotations
@@ -23,26 +24,13 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
-__all__ = ["group_alive", "main", "process_start", "watch"]
+from pytest_vllmqual.launch.cleanup.owner import owner_alive
+
+__all__ = ["group_alive", "main", "watch"]
 
 POLL_S = 0.5
 GRACE_S = 20.0
-
-
-def process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks (field 22 of /proc/PID/stat), or None when gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def _owner_alive(pid: int, start: str) -> bool:
-    return process_start(pid) == start
 
 
 def group_alive(pgid: int) -> bool:
@@ -103,7 +91,7 @@ def watch(owner: int, owner_start: str, groups: set[int], *, commands_fd: int | 
         else:
             time.sleep(poll_s)
         groups.intersection_update({g for g in groups if group_alive(g)})
-        if not _owner_alive(owner, owner_start):
+        if not owner_alive(owner, owner_start):
             break
         if commands_fd is None and not groups:
             return "finished"
@@ -114,7 +102,7 @@ def watch(owner: int, owner_start: str, groups: set[int], *, commands_fd: int | 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_vllmqual.fleet.watchdog")
     parser.add_argument("--owner", type=int, required=True, help="pid of the Ray worker running the task")
-    parser.add_argument("--owner-start", required=True, help="its start time in clock ticks")
+    parser.add_argument("--owner-start", required=True, help="its start time, as launch.cleanup.owner.process_start gives it")
     parser.add_argument("--group", type=int, action="append", default=[],
                         help="a process group to watch from the start (more arrive as 'watch PGID' on stdin)")
     parser.add_argument("--stdin", action="store_true", help="read 'watch PGID' / 'done PGID' lines from stdin")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
-from pytest_vllmqual.records import _Word
+from pytest_vllmqual.records import Word
 
 __all__ = ["MIN_REQUESTS_PER_LEVEL", "REQUESTS_PER_IN_FLIGHT", "LoadSettings", "SloSource", "check_load_section",
            "load_settings", "requests_floor", "slo_caveat"]
@@ -26,7 +26,7 @@ REQUESTS_PER_IN_FLIGHT = 4
 """Each of a level's in-flight slots serves at least this many requests (4 x level in all)."""
 
 
-class SloSource(_Word):
+class SloSource(Word):
     """Who set a recipe's load levels and SLOs (``gates.load.slos_set_by``). Only ``operator``
     makes them a target a promotion can rest on; every other value is a caveat in the report."""
 

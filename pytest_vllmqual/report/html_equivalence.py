@@ -17,8 +17,8 @@ from typing import Any
 from pytest_vllmqual.equivalence.verdict import FIGURES, FigureSpec, Thresholds, check_figure, fmt_interval
 from pytest_vllmqual.records import Divergence, FigureStatus
 
-from .html_kit import bullets, table
-from .html_svg import esc, histogram_svg
+from .html_kit import bullets, esc, table
+from .html_svg import histogram_svg
 from .number_format import fmt_num
 
 __all__ = ["equivalence_html"]

@@ -15,7 +15,8 @@ from typing import Any
 
 from pytest_vllmqual.recipe.load_gate_settings import slo_caveat
 
-from .html_svg import esc, nice_ticks
+from .html_kit import esc, table
+from .html_svg import nice_ticks
 from .load_section import load_of
 from .number_format import fmt_num
 
@@ -156,13 +157,9 @@ def load_html(report: Mapping[str, Any]) -> str:
     headers = ["In flight", "Phase", "Requests", "Errors", "TTFT ms p50/p95/p99", "TPOT ms p50/p95/p99",
                "ITL ms p50/p95/p99", "E2E s p50/p95/p99", "Goodput %", "Goodput req/s", "Output tok/s",
                "Server TTFT mean ms", "Result"]
-    table = ['<table id="load-table"><thead><tr>', *(f"<th>{esc(h)}</th>" for h in headers), "</tr></thead><tbody>"]
-    for cells, css in zip(rows, classes, strict=True):
-        table.append(f'<tr class="{css}">' + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
-    table.append("</tbody></table>")
     return ('<section id="load"><h2>Load at SLO</h2>'
             f"<p>Outcome <b>{esc(section.get('outcome'))}</b>. SLOs per request: {esc(set_slos)}; a level passes "
             f"when at least {esc(section.get('min_goodput_pct'))}% of its requests meet every SLO and none failed. "
             f"Each level kept exactly that many requests in flight after one uncounted warm-up; "
             f"max_num_seqs {esc(section.get('max_num_seqs'))}.{found}{esc(placeholder)}</p>"
-            + load_svg(report) + "".join(table) + "</section>")
+            + load_svg(report) + table("load-table", headers, rows, classes) + "</section>")

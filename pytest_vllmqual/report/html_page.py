@@ -34,7 +34,7 @@ from pytest_vllmqual.gates.registry import (
 )
 from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.records import RunMode
-from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, short_tokens
+from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, readable, short_tokens
 from pytest_vllmqual.report.query import (
     gate_outcome,
     gates_named,
@@ -44,31 +44,19 @@ from pytest_vllmqual.report.query import (
 
 from .html_equivalence import equivalence_html
 from .html_kit import bullets as _list
+from .html_kit import esc, page
 from .html_kit import table as _table
 from .html_load import load_html
-from .html_svg import esc, ladder_svg, memory_svg, rung_kind
+from .html_svg import ladder_svg, memory_svg, rung_kind
 
-__all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "result_rows"]
+__all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "result_rows", "teardown_text"]
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1180px;
-color:#1b1f24;line-height:1.45;padding:0 1rem}
-h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #d0d7de;
-padding-bottom:.2rem}h3{font-size:1.02rem;margin-bottom:.3rem}
-.meta{color:#57606a;font-size:.92rem}
-table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.92rem}
-th,td{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-align:top}
-th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.fail td{background:#ffebe9}tr.skip td{background:#fff8c5}tr.rejected td{background:#fff1e5}
-.badge{display:inline-block;padding:.15rem .6rem;border-radius:1rem;font-weight:600;color:#fff;background:#57606a}
 .verdict-promotable .badge,.verdict-priority-challenger .badge{background:#1a7f37}
 .verdict-healthy .badge{background:#0969da}.verdict-direct-only .badge{background:#8250df}
 .verdict-no-promotion .badge{background:#cf222e}
-.decision{border:1px solid #d0d7de;border-radius:.5rem;padding:.2rem 1.2rem 1rem;background:#fbfcfd}
 .boundary{font-style:italic;color:#57606a}
-code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem;word-break:break-all}
 svg{background:#fff;border:1px solid #d0d7de;border-radius:.4rem;margin:.4rem 0;max-width:100%;height:auto}
-.scroll{overflow-x:auto;max-width:100%}
 svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#1b1f24}
 svg .axis{stroke:#57606a;stroke-width:1}svg .grid{stroke:#eaeef2;stroke-width:1}
 svg .title{font-size:13px;font-weight:600}
@@ -183,21 +171,32 @@ def result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         rows.append((f"{device} KV allocation", text, _outcome_class(engine_gate)))
     teardown = life.get("teardown") or {}
     if teardown:
-        if teardown.get("clean"):
-            text = (f"Clean: no surviving process, {teardown.get('shm_leftover_files', 0)} /dev/shm files, "
-                    f"{teardown.get('containers_left') or 0} containers left ({fmt_num(teardown.get('seconds'), 1)} s)")
-        else:
-            text = (f"Not clean: {teardown.get('surviving_processes')} surviving processes "
-                    f"({', '.join(teardown.get('surviving_process_names') or [])}), "
-                    f"{teardown.get('shm_leftover_files')} /dev/shm files, {teardown.get('containers_left') or 0} containers")
-        reclaim = teardown.get("shm_reclaim")
-        if reclaim:
-            text += "; shm reclaim: " + ", ".join(f"{k} {v}" for k, v in reclaim.items())
-        rows.append(("Teardown", text, "" if teardown.get("clean") else "fail"))
+        rows.append(("Teardown", teardown_text(teardown), "" if teardown.get("clean") else "fail"))
     elif run.get("mode") == RunMode.DIRECT_ONLY:
         rows.append(("Teardown", "Not run: the endpoint was used direct-only", "skip"))
     rows.append(("Route and promotion", "No route or promotion changed", ""))
     return rows
+
+
+def teardown_text(teardown: Mapping[str, Any]) -> str:
+    """The "Teardown" result in words: what was left behind, and what the /dev/shm reclaim did."""
+    if teardown.get("clean"):
+        text = (f"Clean: no surviving process, {teardown.get('shm_leftover_files', 0)} /dev/shm files, "
+                f"{teardown.get('containers_left') or 0} containers left ({fmt_num(teardown.get('seconds'), 1)} s)")
+    else:
+        survivors, names = teardown.get("surviving_processes"), teardown.get("surviving_process_names") or []
+        shm = teardown.get("shm_leftover_files")
+        text = ("Not clean: " + ("surviving processes not counted" if survivors is None else
+                                 f"{survivors} surviving processes" + (f" ({readable(names)})" if names else ""))
+                + ", " + ("/dev/shm not checked" if shm is None else f"{shm} /dev/shm files")
+                + f", {teardown.get('containers_left') or 0} containers")
+    reclaim = teardown.get("shm_reclaim")
+    if isinstance(reclaim, Mapping) and reclaim.get("summary"):
+        files = reclaim.get("reclaimed") or []
+        text += f"; shm reclaim: {reclaim['summary']}" + (f"; files reclaimed: {readable(files)}" if files else "")
+    elif reclaim:
+        text += f"; shm reclaim: {readable(reclaim)}"
+    return text
 
 
 def measurement_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -402,9 +401,7 @@ def _lifecycle_section(report: Mapping[str, Any]) -> str:
     for key in ("stopped", "seconds", "surviving_processes", "surviving_process_names", "shm_leftover_files",
                 "containers_left", "clean", "notes"):
         if key in teardown:
-            value = teardown[key]
-            rows.append((f"Teardown: {key.replace('_', ' ')}",
-                         ", ".join(map(str, value)) if isinstance(value, list) else value))
+            rows.append((f"Teardown: {key.replace('_', ' ')}", readable(teardown[key], missing="n/a")))
     extra = ""
     error = life.get("startup_error") or {}
     if error:
@@ -416,7 +413,7 @@ def _lifecycle_section(report: Mapping[str, Any]) -> str:
                    if k not in ("kind", "last_phase")),
                  ("Server log (private)", f"{log.get('name')} sha256 {log.get('sha256')}" if log else None)]
         extra = (f"<h3>Startup error ({esc(error.get('status'))})</h3><p>{esc(error.get('message'))}</p>"
-                 + _table("startup-error", ["Startup error", "Value"], [(k, v) for k, v in facts if v is not None])
+                 + _table("startup-error", ["Startup error", "Value"], [(k, readable(v)) for k, v in facts if v is not None])
                  + (f"<p>Hint: {esc(error.get('hint'))}</p>" if error.get("hint") else ""))
     return ('<section id="lifecycle"><h2>Lifecycle</h2>' + _table("lifecycle-table", ["Lifecycle", "Value"], rows)
             + extra + "</section>")
@@ -531,7 +528,4 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
         f'<footer><p class="meta">Schema <code>{esc(report.get("schema"))}</code> · reproduce: '
         f'<code>{esc(run.get("reproduce"))}</code></p></footer>',
     ]
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>"
-            + "".join(body) + "</body></html>\n")
+    return page(title, body, _CSS)

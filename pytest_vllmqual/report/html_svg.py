@@ -1,7 +1,7 @@
 """The inline SVG plots of the HTML report: the capacity ladder, the per-rank memory chart, histograms.
 
 Generated here as text (no script, no external asset), so the page works offline; every
-value from the report is escaped with :func:`esc`. ``svg#ladder-plot`` draws TTFT and
+value from the report is escaped with the kit's :func:`~.html_kit.esc`. ``svg#ladder-plot`` draws TTFT and
 effective prefill against API-reported prompt tokens, with failed and rejected rungs marked
 distinctly; ``svg#memory-chart`` stacks weights / KV / peak activation / CUDA graph per rank;
 :func:`histogram_svg` draws counts per bin (the equivalence section's per-position KL).
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from html import escape as _escape
 from typing import Any
 
 from pytest_vllmqual.records import rung_verdict
 from pytest_vllmqual.report.number_format import short_tokens
 
-__all__ = ["esc", "histogram_svg", "ladder_svg", "memory_svg", "nice_ticks", "rung_kind"]
+from .html_kit import esc
+
+__all__ = ["histogram_svg", "ladder_svg", "memory_svg", "nice_ticks", "rung_kind"]
 
 _COLORS = {
     "ok": "#1f77b4",
@@ -28,11 +29,6 @@ _COLORS = {
     "activation": "#f28e2b",
     "graph": "#b07aa1",
 }
-
-
-def esc(value: Any) -> str:
-    """HTML-escape anything (None becomes "n/a")."""
-    return _escape("n/a" if value is None else str(value), quote=True)
 
 
 def nice_ticks(high: float, count: int = 5) -> list[float]:
@@ -195,16 +191,26 @@ def memory_svg(report: Mapping[str, Any]) -> str:
                    f"rank {esc(rank['rank'])}</text>")
         out.append(f'<text x="{x + bar_w / 2:.1f}" y="{sy(base) - 5:.1f}" text-anchor="middle">'
                    f"{base:,.2f}</text></g>")
-    legend_x = left + len(ranks) * (bar_w + gap) + 20
-    out.append('<g id="memory-legend">')
-    for j, (key, css, label) in enumerate(segments):
-        y = top + 10 + j * 22
-        values = [r.get(key) for r in ranks]
-        shown = "n/a" if all(v is None for v in values) else label
-        out.append(f'<rect x="{legend_x}" y="{y - 10}" width="14" height="14" fill="{_COLORS[css]}"/>'
-                   f'<text x="{legend_x + 20}" y="{y + 1}">{esc(shown)}</text>')
-    out.append("</g></svg>")
+    out.append(_memory_legend(segments, ranks, left + len(ranks) * (bar_w + gap) + 20, top))
+    out.append("</svg>")
     return "".join(out)
+
+
+def _memory_legend(segments: Sequence[tuple[str, str, str]], ranks: Sequence[Mapping[str, Any]], x: float,
+                   top: float) -> str:
+    """A swatch per series some rank measured; below them, in words, the series no rank measured."""
+    measured = [s for s in segments if any(isinstance(r.get(s[0]), int | float) for r in ranks)]
+    missing = [segment[2] for segment in segments if segment not in measured]
+    out = ['<g id="memory-legend">']
+    for j, (_, css, label) in enumerate(measured):
+        y = top + 10 + j * 22
+        out.append(f'<rect x="{x}" y="{y - 10}" width="14" height="14" fill="{_COLORS[css]}"/>'
+                   f'<text x="{x + 20}" y="{y + 1}">{esc(label)}</text>')
+    for j, label in enumerate(missing):
+        y = top + 10 + (len(measured) + j) * 22
+        out.append(f'<text class="not-measured" x="{x}" y="{y + 1}" style="fill:#57606a;font-style:italic">'
+                   f"{esc(label)}: not measured</text>")
+    return "".join(out) + "</g>"
 
 
 def histogram_svg(svg_id: str, title: str, bins: Sequence[tuple[str, int]], *, x_label: str, y_label: str) -> str:

@@ -6,15 +6,18 @@ summary, the decision's sentences and the HTML page use it. The exact-decimal he
 (:func:`to_decimal`, :func:`fixed`, :func:`signed`, :func:`signed_percent`,
 :func:`rounded`) serve the A/B comparison, whose changes are computed from the values as
 carried (never from a rounded display) and rounded half-up. :func:`short_tokens` writes
-token counts the reference campaign's way (300K).
+token counts the reference campaign's way (300K). :func:`readable` writes any other value a
+person reads on a page (a list, a yes/no, a small record, a missing value) in words.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
-__all__ = ["fixed", "fmt_decode", "fmt_num", "fmt_places", "rounded", "short_tokens", "signed", "signed_percent", "to_decimal"]
+__all__ = ["fixed", "fmt_decode", "fmt_num", "fmt_places", "readable", "rounded", "short_tokens", "signed",
+           "signed_percent", "to_decimal"]
 
 
 def fmt_num(value: Any, digits: int = 2, unit: str = "") -> str:
@@ -26,6 +29,23 @@ def fmt_num(value: Any, digits: int = 2, unit: str = "") -> str:
     if isinstance(value, float):
         return f"{value:,.{digits}f}{unit}"
     return f"{value}{unit}"
+
+
+def readable(value: Any, missing: str = "not measured") -> str:
+    """A value as a person reads it, never as Python prints it: a list joined with commas ("none"
+    when empty), True/False as yes/no, a record as "key value" pairs joined with semicolons,
+    numbers with thousands separators, and None as ``missing``."""
+    if value is None:
+        return missing
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        return f"{value:,}"
+    if isinstance(value, Mapping):
+        return "; ".join(f"{str(k).replace('_', ' ')} {readable(v, missing)}" for k, v in value.items()) or "none"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(readable(v, missing) for v in value) or "none"
+    return str(value)
 
 
 def fmt_decode(decode_tok_s: Any, source: Any = None, not_measured: Any = None, unit: str = " decode tok/s") -> str:

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.fleet_jobs import cluster_env
-
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
+from support.local_cluster import LocalRayCluster, NodeSpec
 
 
 @pytest.fixture(scope="session")

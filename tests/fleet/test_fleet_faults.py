@@ -19,11 +19,11 @@ from pathlib import Path
 
 from support import python_path
 from support.fleet_jobs import ROOT, cluster_env, fake_argv, processes_with
+from support.local_cluster import LocalRayCluster, NodeSpec
 
-from pytest_vllmqual.fleet.attempts import Attempt, Outcome
+from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet
 
@@ -48,7 +48,7 @@ jobs:
   - {name: again, recipe: tiny-cpu, deadline_s: 300, retry: {attempts: 1, on: [lost]}}
 """)
 
-    def argv_for(attempt: Attempt) -> list[str]:
+    def argv_for(attempt: JobAttempt) -> list[str]:
         return fake_argv(f"{tag}-{attempt.attempt_id}", 120.0 if attempt.number == 1 else 1.0)
 
     with LocalRayCluster([NodeSpec(2), NodeSpec(2), NodeSpec(2)], env=cluster_env(tmp_path)) as cluster, \
@@ -108,7 +108,7 @@ def test_ctrl_c_cancels_every_job_and_the_record_says_incomplete(three_nodes: Lo
     record = json.loads((folder / "fleet.json").read_text())
     assert record["status"] == "incomplete" and record["interrupted"] is True
     assert record["decision"]["verdict"] == "incomplete"
-    assert {r["outcome"] for r in record["rows"]} == {Outcome.CANCELLED.value}
+    assert {r["outcome"] for r in record["rows"]} == {JobOutcome.CANCELLED.value}
     assert "interrupted" in output
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from support.fleet_jobs import REPORT_SAMPLE, ROOT, fake_argv, machine_addresses
+from support.local_cluster import LocalRayCluster
 
-from pytest_vllmqual.fleet.attempts import Attempt, Outcome
+from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome
 from pytest_vllmqual.fleet.cluster import RayCluster
 from pytest_vllmqual.fleet.command import write_outputs
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster
 from pytest_vllmqual.fleet.record import validate_record
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet
@@ -32,7 +32,7 @@ def run_fleet_file(cluster: LocalRayCluster, tmp_path: Path, text: str, sleep_s:
     lines: list[str] = []
     tag = f"vqfake-{uuid.uuid4().hex[:8]}"
 
-    def argv_for(attempt: Attempt) -> list[str]:
+    def argv_for(attempt: JobAttempt) -> list[str]:
         return fake_argv(f"{tag}-{attempt.attempt_id}", sleep_s, report=report)
 
     with RayCluster.connect(cluster.address) as ray_cluster:
@@ -91,7 +91,7 @@ jobs:
   - {name: g3, recipe: tiny-cpu, resources: {gpus: 2, cpus: 0}, placement: {mode: any}}
 """, sleep_s=2.0)
     attempts = sorted(run.attempts, key=lambda a: a.started_epoch or 0)
-    assert [a.outcome for a in attempts] == [Outcome.PASSED] * 3
+    assert [a.outcome for a in attempts] == [JobOutcome.PASSED] * 3
     assert len({a.node_id for a in attempts}) == 1  # only one node has GPUs
     for earlier, later in itertools.pairwise(attempts):
         assert (later.started_epoch or 0) >= (earlier.finished_epoch or 0) - 1.0 or \

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from support.fleet_jobs import ROOT, cluster_env, processes_with
+from support.local_cluster import LocalRayCluster, NodeSpec
 
-from pytest_vllmqual.fleet.local_cluster import LocalRayCluster, NodeSpec
 from pytest_vllmqual.fleet.node_task import WORKDIR_ENV
 from pytest_vllmqual.report.public import validate_report
 

@@ -7,8 +7,7 @@ import os
 import sys
 
 import pytest
-
-from pytest_vllmqual.fleet.local_cluster import RAY_START, LocalRayCluster, NodeSpec, listening_sockets
+from support.local_cluster import RAY_START, LocalRayCluster, NodeSpec, listening_sockets
 
 
 def test_a_node_that_fails_to_join_stops_the_head(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,6 +66,21 @@ def test_listening_sockets_reads_this_process_own_listener() -> None:
         assert f"127.0.0.1:{port}" in listening_sockets([os.getpid()])
     assert f"127.0.0.1:{port}" not in listening_sockets([os.getpid()])
     assert listening_sockets([]) == []
+
+
+def test_listening_sockets_writes_an_ipv6_listener_in_brackets() -> None:
+    import os
+    import socket
+
+    try:
+        server = socket.socket(socket.AF_INET6)
+        server.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    with server:
+        server.listen()
+        port = server.getsockname()[1]
+        assert f"[::1]:{port}" in listening_sockets([os.getpid()])
 
 
 def test_the_clusters_processes_see_their_own_home() -> None:

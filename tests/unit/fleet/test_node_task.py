@@ -17,7 +17,8 @@ import pytest
 from support import ROOT
 
 from pytest_vllmqual.fleet.node_task import private_manifest, pytest_command, run_on_node
-from pytest_vllmqual.fleet.watchdog import group_alive, process_start
+from pytest_vllmqual.fleet.watchdog import group_alive
+from pytest_vllmqual.launch.cleanup.owner import process_start
 
 FAKE_REPORT = """
 import json, pathlib, sys, time

@@ -15,11 +15,12 @@ import pytest
 from support import ROOT
 
 from pytest_vllmqual.errors import FleetError
-from pytest_vllmqual.fleet.attempts import Attempt, Outcome, evaluate_result
+from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome, evaluate_result
 from pytest_vllmqual.fleet.command import exit_code
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
-from pytest_vllmqual.fleet.record import build_record, validate_record
+from pytest_vllmqual.fleet.record import FleetVerdict, build_record, validate_record
 from pytest_vllmqual.fleet.spec import JobSpec, Placement, PlacementMode
+from pytest_vllmqual.records import Word
 
 SAMPLE = ROOT / "tests" / "fleet" / "data" / "tiny-cpu-report.json"
 JOB = JobSpec(name="every", recipe="tiny-cpu", placement=Placement(PlacementMode.EACH_NODE, resource="fleet_node"),
@@ -27,13 +28,13 @@ JOB = JobSpec(name="every", recipe="tiny-cpu", placement=Placement(PlacementMode
 
 
 def _attempt(node: str, *, kv: int | None = None, outcome_result: dict[str, Any] | None = None,
-             overrides: tuple[str, ...] = ()) -> Attempt:
+             overrides: tuple[str, ...] = ()) -> JobAttempt:
     report = json.loads(SAMPLE.read_text())
     if kv is not None:
         report["engine"]["kv_cache_tokens"] = kv
-    attempt = Attempt(attempt_id=f"every-{node}-a1", job=JOB, number=1, recipe_arg="tiny-cpu", overrides=overrides,
-                      cpus=2.0, gpus=0, node_id=node, recipe_sha256="a" * 64, submitted_epoch=time.time() - 60,
-                      started_epoch=time.time() - 59)
+    attempt = JobAttempt(attempt_id=f"every-{node}-a1", job=JOB, number=1, recipe_arg="tiny-cpu", overrides=overrides,
+                         cpus=2.0, gpus=0, node_id=node, recipe_sha256="a" * 64, submitted_epoch=time.time() - 60,
+                         started_epoch=time.time() - 59)
     result = outcome_result or {"exit_code": 0, "timed_out": False, "elapsed_s": 58.0, "run_id": "r",
                                 "report_text": json.dumps(report), "html_text": "<html></html>",
                                 "private": {"files": 12, "manifest_sha256": "b" * 64}}
@@ -44,12 +45,19 @@ def _attempt(node: str, *, kv: int | None = None, outcome_result: dict[str, Any]
 LABELS = {f"id{i}": (f"node-{i}", f"{i:012x}") for i in range(1, 4)}
 
 
-def _record(attempts: list[Attempt], interrupted: bool = False) -> dict[str, Any]:
+def _record(attempts: list[JobAttempt], interrupted: bool = False) -> dict[str, Any]:
     return build_record(fleet={"name": "f", "description": "", "file_sha256": "c" * 64, "max_parallel": 1,
                                "run_id": "x"}, attempts=attempts, labels=LABELS,
                         nodes=[{"node": label, "node_id_sha256": tag, "cpus": 2, "gpus": 0}
                                for label, tag in LABELS.values()],
                         interrupted=interrupted, started=time.time() - 70, finished=time.time(), mode="address")
+
+
+@pytest.mark.parametrize("word", [*JobOutcome, *FleetVerdict], ids=str)
+def test_the_fleet_s_fixed_words_print_as_their_word(word: JobOutcome | FleetVerdict) -> None:
+    """On Python 3.11 a plain (str, Enum) prints "JobOutcome.PASSED" in an f-string."""
+    assert isinstance(word, Word)
+    assert f"{word}" == str(word) == word.value and f"{word:>20}" == f"{word.value:>20}"
 
 
 def test_three_nodes_one_with_half_the_kv_is_inconsistent_and_named() -> None:
@@ -64,9 +72,9 @@ def test_three_nodes_one_with_half_the_kv_is_inconsistent_and_named() -> None:
 
 
 def test_lost_row_makes_the_fleet_incomplete_and_is_never_passed() -> None:
-    lost = Attempt(attempt_id="every-id2-a1", job=JOB, number=1, recipe_arg="tiny-cpu", overrides=(), cpus=2.0,
-                   gpus=0, node_id="id2")
-    lost.finish(Outcome.LOST, "the attempt's worker or node went away mid-job", time.time())
+    lost = JobAttempt(attempt_id="every-id2-a1", job=JOB, number=1, recipe_arg="tiny-cpu", overrides=(), cpus=2.0,
+                      gpus=0, node_id="id2")
+    lost.finish(JobOutcome.LOST, "the attempt's worker or node went away mid-job", time.time())
     record = _record([_attempt("id1"), lost])
     assert record["rows"][1]["outcome"] == "lost" and record["rows"][1]["verdict"] is None
     assert record["decision"]["verdict"] == "incomplete" and record["status"] == "incomplete"
@@ -78,16 +86,16 @@ def test_invalid_report_is_dropped_with_its_reason() -> None:
     report = json.loads(SAMPLE.read_text())
     del report["decision"]
     attempt = _attempt("id1", outcome_result={"exit_code": 0, "timed_out": False, "report_text": json.dumps(report)})
-    assert attempt.outcome is Outcome.INVALID_REPORT and attempt.report is None
+    assert attempt.outcome is JobOutcome.INVALID_REPORT and attempt.report is None
     assert "does not match the report schema" in str(attempt.reason)
 
 
 def test_no_report_and_a_deadline() -> None:
     no_report = _attempt("id1", outcome_result={"exit_code": 4, "timed_out": False, "report_text": None})
-    assert no_report.outcome is Outcome.ERROR and "without writing a report" in str(no_report.reason)
+    assert no_report.outcome is JobOutcome.ERROR and "without writing a report" in str(no_report.reason)
     late = _attempt("id1", outcome_result={"exit_code": -15, "timed_out": True,
                                            "report_text": SAMPLE.read_text()})
-    assert late.outcome is Outcome.DEADLINE
+    assert late.outcome is JobOutcome.DEADLINE
 
 
 def test_failed_gate_is_a_failed_row() -> None:
@@ -95,7 +103,7 @@ def test_failed_gate_is_a_failed_row() -> None:
     report["gates"][0]["outcome"] = "failed"
     report["run"]["status"] = "complete"
     attempt = _attempt("id1", outcome_result={"exit_code": 1, "timed_out": False, "report_text": json.dumps(report)})
-    assert attempt.outcome is Outcome.FAILED and report["gates"][0]["gate"] in str(attempt.reason)
+    assert attempt.outcome is JobOutcome.FAILED and report["gates"][0]["gate"] in str(attempt.reason)
     assert _record([attempt])["decision"]["verdict"] == "failed"
 
 
@@ -106,7 +114,7 @@ def test_a_run_ended_with_its_node_is_lost_not_failed(report_text: str | None) -
     # exit by a signal (and the report it had written), where Ray usually reports the worker gone.
     attempt = _attempt("id1", outcome_result={"exit_code": -15, "timed_out": False, "node_lost": True,
                                               "report_text": report_text})
-    assert attempt.outcome is Outcome.LOST and "went away mid-job" in str(attempt.reason)
+    assert attempt.outcome is JobOutcome.LOST and "went away mid-job" in str(attempt.reason)
     assert attempt.report is None
     assert _record([attempt])["decision"]["verdict"] == "incomplete"
 
@@ -114,7 +122,7 @@ def test_a_run_ended_with_its_node_is_lost_not_failed(report_text: str | None) -
 def test_a_run_that_passed_before_its_node_died_stays_passed() -> None:
     attempt = _attempt("id1", outcome_result={"exit_code": 0, "timed_out": False, "node_lost": True,
                                               "report_text": SAMPLE.read_text()})
-    assert attempt.outcome is Outcome.PASSED
+    assert attempt.outcome is JobOutcome.PASSED
 
 def test_schema_refuses_a_host_name_as_node() -> None:
     record = _record([_attempt("id1")])

@@ -7,7 +7,7 @@ from typing import Any
 
 from support import ROOT
 
-from pytest_vllmqual.fleet.attempts import Outcome
+from pytest_vllmqual.fleet.attempts import JobOutcome
 from pytest_vllmqual.fleet.cluster import NodeInfo
 from pytest_vllmqual.fleet.runner import FleetRun
 from pytest_vllmqual.fleet.spec import load_fleet
@@ -57,7 +57,7 @@ def test_a_named_node_that_cannot_hold_the_job_is_a_finding(tmp_path: Path) -> N
     run, _ = _plan("name: f\njobs: [{name: big, recipe: tiny-gpu, placement: {mode: each_node, label: kv=small}}]\n",
                    tmp_path)
     (attempt,) = run.attempts
-    assert attempt.outcome is Outcome.NOT_STARTED
+    assert attempt.outcome is JobOutcome.NOT_STARTED
     assert "node-3 has 0 GPU(s) and 2 core(s); the job needs 2 GPU(s)" in str(attempt.reason)
 
 

@@ -71,3 +71,20 @@ def test_a_run_mode_read_back_is_typed_and_anything_but_direct_only_was_managed(
 def test_only_the_three_progress_words_are_not_a_failed_start() -> None:
     assert {s for s in StartupStatus if not s.failed} == {StartupStatus.NOT_STARTED, StartupStatus.STARTING,
                                                           StartupStatus.READY}
+
+
+def test_every_fixed_word_in_the_package_is_on_the_one_word_base() -> None:
+    """A plain ``(str, Enum)`` prints ``Class.MEMBER`` in an f-string on Python 3.11; every enum of
+    the package derives from ``records.Word`` instead (the base itself is the one exception)."""
+    import ast
+
+    from support import ROOT
+
+    stray = []
+    for path in sorted((ROOT / "pytest_vllmqual").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name != "Word":
+                bases = {ast.unparse(base) for base in node.bases}
+                if bases & {"Enum", "enum.Enum", "StrEnum", "enum.StrEnum", "IntEnum"}:
+                    stray.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert stray == []

@@ -6,6 +6,7 @@ A real-browser check (Chromium screenshot and DOM) is tests/integration/test_htm
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from support.report_samples import blank_sanitizer, reference_candidate_run, reference_control_run
 
 from pytest_vllmqual.report.decision import with_decision
-from pytest_vllmqual.report.html_page import per_rank, render_html
+from pytest_vllmqual.report.html_page import per_rank, render_html, teardown_text
 from pytest_vllmqual.report.html_svg import nice_ticks
 from pytest_vllmqual.report.public import build_public_report
 
@@ -170,3 +171,33 @@ def test_page_says_where_the_recipe_and_each_fact_came_from(control: dict[str, A
     assert "<code>serve.max_num_seqs=4</code>" in page and "ab" * 32 in page
     sources = [c.get("source") for c in control["identity"]["checks"] if c.get("source")]
     assert all(html.escape(s) in render_html(control) for s in sources)
+
+
+TINY_CPU = Path(__file__).resolve().parents[2] / "tests" / "fleet" / "data" / "tiny-cpu-report.json"
+
+
+def test_a_tiny_cpu_page_reads_in_words_never_as_python_prints_a_record() -> None:
+    """A plain tiny-cpu run's record: the teardown row and the lifecycle table write lists, yes/no
+    and the reclaim's own sentence; the memory legend names what no rank measured as such."""
+    page = render_html(json.loads(TINY_CPU.read_text()))
+    teardown = dict((r[0], r[1]) for r in table_rows(page, "gate-results")[1:])["Teardown"]
+    assert teardown == ("Clean: no surviving process, 0 /dev/shm files, 0 containers left (1.2 s); shm reclaim: "
+                        "reclaimed 2 unmapped files (8,389,120 bytes); clean postcondition; files reclaimed: "
+                        "vllm_dist_20e7fc6ad5f3444289f0483ad700710c-tp:0-[0-1]-cpushm_0 (4,194,560 bytes), "
+                        "vllm_dist_20e7fc6ad5f3444289f0483ad700710c-tp:0-[0-1]-cpushm_1 (4,194,560 bytes)")
+    life = dict((r[0], r[1]) for r in table_rows(page, "lifecycle-table")[1:])
+    assert (life["Teardown: clean"], life["Teardown: stopped"]) == ("yes", "yes")
+    assert (life["Teardown: surviving process names"], life["Teardown: notes"]) == ("none", "none")
+    legend = re.search(r'<g id="memory-legend">(.*?)</g>', page, re.S)
+    assert legend
+    words = re.findall(r"<text[^>]*>(.*?)</text>", legend.group(1))
+    assert words == ["KV cache", "Weights: not measured", "Peak activation: not measured"]
+
+
+def test_teardown_row_without_the_reclaim_s_sentence_names_each_fact() -> None:
+    row = teardown_text({"clean": False, "surviving_processes": 2, "surviving_process_names": ["vllm", "python"],
+                         "shm_leftover_files": 1, "shm_reclaim": {"scanned": 3, "remaining": [],
+                                                                  "postcondition_clean": True}})
+    assert row == ("Not clean: 2 surviving processes (vllm, python), 1 /dev/shm files, 0 containers; "
+                   "shm reclaim: scanned 3; remaining none; postcondition clean yes")
+    assert teardown_text({"clean": False}).startswith("Not clean: surviving processes not counted, /dev/shm not checked")

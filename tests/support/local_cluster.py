@@ -1,5 +1,8 @@
 """A real multi-node Ray cluster on one machine, for the fleet's tests and its benchmark.
 
+Test scaffolding, not part of the package: it patches a private function of Ray (below), which
+no user's cluster should run with. Process facts come from psutil.
+
 Every node is its own raylet (``ray start --head`` once, then ``ray start --address`` per
 node), each with its own CPU count, GPUs (logical), custom resources and labels, all under one
 ``--temp-dir`` of this cluster's own. It is stopped by its own processes only (those whose
@@ -34,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 __all__ = ["RAY_START", "LocalRayCluster", "NodeSpec", "listening_sockets"]
 
 RAY_START = ("import sys\nimport ray._private.services as services\n"
@@ -61,64 +66,27 @@ def _free_port() -> int:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return ""
 
 
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    try:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    except OSError:
-        pass
-    return inodes
-
-
-def _hex_address(text: str) -> str:
-    """``0100007F:1F90`` (``/proc/net/tcp``) -> ``127.0.0.1:8080``; IPv6 (incl. IPv4-mapped) alike."""
-    host, port = text.split(":")
-    raw = bytes.fromhex(host)
-    if len(raw) == 4:
-        return f"{socket.inet_ntop(socket.AF_INET, raw[::-1])}:{int(port, 16)}"
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-    return f"[{socket.inet_ntop(socket.AF_INET6, words)}]:{int(port, 16)}"
+def _address(ip: str, port: int) -> str:
+    """``127.0.0.1:8080``; IPv6 (incl. IPv4-mapped) in brackets: ``[::1]:8080``."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def listening_sockets(pids: list[int]) -> list[str]:
-    """The TCP addresses (``host:port``) these processes listen on, read from ``/proc/net/tcp*``."""
-    owned = set().union(*(_socket_inodes(pid) for pid in pids)) if pids else set()
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    """The TCP addresses (``host:port``) these processes listen on."""
+    found: set[str] = set()
+    for pid in pids:
         try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
+            connections = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:
             continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and fields[9] in owned:  # 0A: LISTEN
-                found.append(_hex_address(fields[1]))
+        found.update(_address(c.laddr.ip, c.laddr.port) for c in connections
+                     if c.status == psutil.CONN_LISTEN and c.laddr)
     return sorted(found)
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[-1].split()[1])
-        tree.setdefault(ppid, []).append(int(entry.name))
-    return tree
 
 
 class LocalRayCluster:
@@ -178,11 +146,14 @@ class LocalRayCluster:
     def pids(self) -> list[int]:
         """Every process of this cluster: it names our temp dir or port, or descends from one that does."""
         markers = [str(self.temp_dir)] + ([f"--address={self.address}"] if self.address else [])
-        roots = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) != os.getpid()
-                 and any(m in _cmdline(int(e.name)) for m in markers)]
-        if not roots:
-            return []
-        tree, seen, stack = _children(), set[int](), list(roots)
+        me, tree, roots = os.getpid(), dict[int, list[int]](), []
+        for proc in psutil.process_iter(["pid", "ppid", "cmdline"]):
+            pid, ppid, argv = proc.info["pid"], proc.info["ppid"], proc.info["cmdline"] or []
+            tree.setdefault(ppid, []).append(pid)
+            line = " ".join(argv)
+            if pid != me and any(m in line for m in markers):
+                roots.append(pid)
+        seen, stack = set[int](), roots
         while stack:
             pid = stack.pop()
             if pid in seen:
