@@ -428,7 +428,9 @@ class ServerManager:
                               "launcher_kind": handle.launcher_kind, "api_key": handle.api_key,
                               "direct_only": handle.direct_only, "cold_start_s": handle.cold_start_s}
             info["facts"] = self.facts_dict()
-        return info
+        # xdist ships this through execnet, which refuses any type but the plain ones: a fixed word
+        # (a str enum such as the launcher kind) goes as its string.
+        return dict(json.loads(json.dumps(info)))
 
     def facts_dict(self) -> dict[str, Any]:
         """The facts as the ``server_facts`` fixture hands them to gates."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ROOT
 from support.report_samples import blank_sanitizer, reference_candidate_run, reference_control_run
 
 from pytest_vllmqual.report.decision import with_decision
@@ -173,7 +174,7 @@ def test_page_says_where_the_recipe_and_each_fact_came_from(control: dict[str, A
     assert all(html.escape(s) in render_html(control) for s in sources)
 
 
-TINY_CPU = Path(__file__).resolve().parents[2] / "tests" / "fleet" / "data" / "tiny-cpu-report.json"
+TINY_CPU = ROOT / "tests" / "fleet" / "data" / "tiny-cpu-report.json"
 
 
 def test_a_tiny_cpu_page_reads_in_words_never_as_python_prints_a_record() -> None:
