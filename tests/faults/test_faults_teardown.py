@@ -118,7 +118,7 @@ def test_14_interrupted_pytest_leaves_no_process(how: str, tmp_path: Path, reque
         assert leftovers == [], f"{how}: /dev/shm files of the run survived: {leftovers}"
         if how == "SIGINT":
             assert session.returncode == pytest.ExitCode.INTERRUPTED, session.tail()
-            assert len(sampler.tp_workers()) == 2, seen
+            assert len(sampler.tp_workers()) == 2, sampler.worker_rows()
             report = session.report
             assert report["run"]["status"] == "incomplete"
             assert any("interrupted" in r for r in report["run"]["status_reasons"])
@@ -126,7 +126,7 @@ def test_14_interrupted_pytest_leaves_no_process(how: str, tmp_path: Path, reque
             assert teardown["clean"] and teardown["surviving_processes"] == 0, teardown
         elif how == "SIGKILL":
             assert session.returncode == -signal.SIGKILL
-            assert len(sampler.tp_workers()) == 2, seen
+            assert len(sampler.tp_workers()) == 2, sampler.worker_rows()
             assert session.report_paths() == [], "a SIGKILLed pytest cannot have written a report"
         else:
             assert session.returncode == 1 and "Timeout" in session.stdout, session.tail()

@@ -531,6 +531,12 @@ class ProcessSampler:
     def run_ids(self) -> set[str]:
         return {row["run_id"] for row in self.seen.values() if row["run_id"]}
 
+    def worker_rows(self) -> list[dict[str, Any]]:
+        """Every spawned process seen with its parent and session: what a wrong TP-worker count is
+        read against."""
+        return [{k: row[k] for k in ("pid", "ppid", "session", "name", "cmdlines")} for row in self.seen.values()
+                if any("spawn_main" in c or "VLLM::" in c for c in row["cmdlines"])]
+
     def tp_workers(self) -> list[int]:
         """The TP workers seen, from the moment they were spawned (before they import vLLM and take
         their ``VLLM::Worker_TP<n>`` titles): spawned processes whose parent, the engine core, is a
