@@ -8,10 +8,13 @@ gates, the fleet's stand-in driver) gets the same folders from :func:`python_pat
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["ROOT", "TESTS", "UNIT_DATA", "python_path"]
+__all__ = ["ROOT", "TESTS", "UNIT_DATA", "load_script", "python_path"]
 
 TESTS = Path(__file__).resolve().parents[1]
 """The ``tests/`` folder."""
@@ -25,3 +28,17 @@ def python_path(inherited: str | None = None) -> str:
     """``PYTHONPATH`` for a child Python that imports ``support`` and this checkout's package,
     ahead of what it would inherit."""
     return os.pathsep.join(filter(None, [str(TESTS), str(ROOT), inherited]))
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script of the checkout (not a package module) imported under ``name`` for its tests.
+
+    It is registered in ``sys.modules`` first: a dataclass looks its module up there while the
+    module runs. Each call runs the script afresh, so a test that sets the environment first sees
+    the script read it."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT
+from support import ROOT, load_script
 
 from pytest_vllmqual.ab.compare import compare_files, report_digest, validate_comparison
 from pytest_vllmqual.equivalence import sidecar
@@ -94,14 +94,7 @@ def test_gpu_ab_compares_8192_against_4096_from_real_arms() -> None:
 
 
 def _migrate_script() -> Any:
-    import importlib.util
-
-    path = ROOT / "scripts" / "gpu" / "migrate_report_v1.py"
-    spec = importlib.util.spec_from_file_location("migrate_report_v1", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "gpu" / "migrate_report_v1.py", "migrate_report_v1")
 
 
 def test_the_migration_carries_report_2_forward_renaming_its_candidate_verdict() -> None:
@@ -338,13 +331,7 @@ def test_a_recomputed_decision_is_shown_beside_the_stored_one_on_the_page() -> N
 @pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("comparison.json")), ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_every_committed_comparison_is_what_today_s_code_computes_from_its_arms(path: Path) -> None:
     """When the comparison code changes, this fails until scripts/migrate_examples.py is run again."""
-    import importlib.util
-
-    script = ROOT / "scripts" / "migrate_examples.py"
-    spec = importlib.util.spec_from_file_location("migrate_examples", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(ROOT / "scripts" / "migrate_examples.py", "migrate_examples")
     comparison = load(path)
     assert module.refresh_comparison(comparison, path.parent) == comparison
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support import ROOT, TESTS, python_path
@@ -38,3 +39,14 @@ def test_the_blank_sanitizer_learned_nothing_from_this_machine(monkeypatch: pyte
     monkeypatch.setenv("VLLMQUAL_SUPPORT_TOKEN", "support-canary-value")
     assert "support-canary-value" not in Sanitizer().scrub("x support-canary-value y")
     assert blank_sanitizer().scrub("x support-canary-value y") == "x support-canary-value y"
+
+
+def test_a_script_loads_under_its_own_name_and_its_dataclasses_work(tmp_path: Path) -> None:
+    """A script's dataclass looks its module up in ``sys.modules`` while the script runs."""
+
+    from support import load_script
+
+    script = tmp_path / "a_script.py"
+    script.write_text("from dataclasses import dataclass\n\n@dataclass\nclass Point:\n    x: int\n\nORIGIN = Point(0)\n")
+    module = load_script(script, "a_script_under_test")
+    assert module.ORIGIN.x == 0 and sys.modules["a_script_under_test"] is module
