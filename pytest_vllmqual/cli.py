@@ -8,7 +8,8 @@ Subcommands:
 - ``vllmqual recipes [--dir DIR]``: the recipes there, with launcher and max_model_len.
 - ``vllmqual compare A.json B.json [--replay A2.json] [-o comparison.json] [--html OUT.html]``:
   the A/B comparison (``ab.compare`` and the ``ab`` modules beside it), written atomically and printed as a markdown table;
-  exit 1 when its verdict is no-promotion.
+  exit 1 when its verdict is no-promotion; an equivalence not measured is said last, exit 0
+  (``--strict``: exit 1), the rule of :mod:`pytest_vllmqual.not_measured`.
 - ``vllmqual recipe from-command -- CMD ...`` / ``vllmqual recipe show NAME|PATH``: a recipe
   from a ``vllm serve`` or ``docker run`` line, and the exact command a recipe runs.
 - ``vllmqual fleet run FLEET.yaml [--address HOST:PORT] [-o DIR]``: the fleet file's jobs on a Ray
@@ -143,6 +144,9 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-context", type=int, metavar="TOKENS", default=None,
                         help="'does not prove' startup at this context (default: the recipes' min_kv_tokens, "
                              "else 393,216)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when the equivalence could not be decided (not measurable or inconclusive) "
+                             "and the verdict is not no-promotion; by default that is said last and the exit is 0")
 
 
 def _run_compare(args: argparse.Namespace) -> int:
@@ -177,11 +181,26 @@ def _run_compare(args: argparse.Namespace) -> int:
         page = render_html(load_arm_report(args.candidate, "candidate"), comparison=comparison)
         write_text_atomic(page, args.html, what="HTML report")
         print(f"wrote {args.html}")
-    verdict = (comparison.get("decision") or {}).get("verdict")
-    if verdict == "no-promotion":  # the comparison's verdict fails: a script must not read it as a pass
+    return _compare_exit(comparison, strict=args.strict)
+
+
+def _compare_exit(comparison: dict[str, object], *, strict: bool) -> int:
+    """1 for a no-promotion verdict (a script must not read it as a pass); an equivalence not
+    measured is said last, and exits 1 only with ``--strict``."""
+    from pytest_vllmqual.not_measured import equivalence_unmeasured, exit_code, summary_lines
+
+    decision = comparison.get("decision")
+    code = EXIT_OK
+    if isinstance(decision, dict) and decision.get("verdict") == "no-promotion":
         print("verdict no-promotion: exit 1", file=sys.stderr)
-        return EXIT_PROBLEMS
-    return EXIT_OK
+        code = EXIT_PROBLEMS
+    section = comparison.get("equivalence")
+    found = equivalence_unmeasured("equivalence (A/B comparison)", section if isinstance(section, dict) else None)
+    unmeasured = [found] if found is not None else []
+    code = exit_code(code, unmeasured, strict=strict)
+    for line in summary_lines(unmeasured, code=code, strict=strict, option="--strict"):
+        print(line, file=sys.stderr)
+    return code
 
 
 # -- recipe from-command / show ------------------------------------------------------------

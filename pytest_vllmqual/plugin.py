@@ -161,6 +161,7 @@ def _new_run(config: pytest.Config, settings: Settings, recipe: Recipe) -> QualR
         return WorkerRun(settings, recipe, progress=progress, invocation_args=args,
                          handoff=config.workerinput.get("vllmqual", {}))  # type: ignore[attr-defined]
     run = ControllerRun(settings, recipe, progress=progress, invocation_args=args, hooks=_ReportHookCalls(config))
+    run.strict = bool(config.getoption("vllmqual_strict"))
     try:
         run.plan_arms(ab=config.getoption("vllmqual_ab"), bracket=bool(config.getoption("vllmqual_bracket")),
                       campaign=config.getoption("vllmqual_campaign"), rootdir=Path(str(config.rootpath)),
@@ -419,6 +420,8 @@ class RunHooks:
             session.exitstatus = pytest.ExitCode.OK
         elif outcome in ("report_not_written", "not_equivalent") or (outcome == "campaign_failed" and judged):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            session.exitstatus = self.run.exit_code(int(session.exitstatus))  # a check not measured, strict: 1
 
 
 @pytest.hookimpl(trylast=True)

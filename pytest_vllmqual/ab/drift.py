@@ -16,6 +16,9 @@ The drift does not change this run's verdict: the verdict rates the run on its o
 A/B's equivalence finding leaves each arm's verdict alone), so that a report is decided the same
 whichever reference it was held against. ``not equivalent`` fails the session instead (a non-zero
 exit) and stands in the report's ``drift`` section, the page and the terminal line beside the verdict.
+``not measurable`` and ``inconclusive`` are a check not measured (:mod:`pytest_vllmqual.not_measured`):
+junit skips it as ``not measured: ...``, the terminal names it last, and the exit is 0 unless
+``--vllmqual-strict``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ __all__ = ["EFFECT", "NO_FLOOR", "Reference", "drift_line", "drift_section", "lo
 
 NO_FLOOR = "a drift check has no A/A floor (the reference run's own restart was not measured)"
 EFFECT = ("The drift does not change this run's verdict (it rates the run's own gates); a drift that is "
-          "not equivalent fails the session.")
+          "not equivalent fails the session, and one not measurable or inconclusive is not measured: neither a "
+          "pass nor a failure, exit 0 unless --vllmqual-strict.")
 _WORDS = ArmWords(control="the reference run", candidate="this run", both="the two runs", plural="runs")
 
 

@@ -1,10 +1,11 @@
 """The equivalence probe as a gate: each arm answers the same probe, and keeps its answers.
 
 The gate does not judge the arm: a comparison does, over two arms' answers. It passes when the
-probe was answered, and is skipped (with the reason) when the server returns no log probabilities,
-which makes any comparison of this arm "not measurable". It runs with the server to itself (the
-plugin holds the traffic lock exclusively for it), because log probabilities change with batch
-composition. A server that dies under the probe is recorded with the chunk in flight: vLLM
+probe was answered, and is skipped as not measured (``not measured: ...``, the rule of
+:mod:`pytest_vllmqual.not_measured`) when the server returns no log probabilities, which makes any
+comparison of this arm "not measurable", or when no context length of the probe fits the model.
+It runs with the server to itself (the plugin holds the traffic lock exclusively for it), because
+log probabilities change with batch composition. A server that dies under the probe is recorded with the chunk in flight: vLLM
 computes a prompt's log probabilities over the whole vocabulary outside its memory budget.
 """
 
@@ -20,6 +21,7 @@ from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
 from pytest_vllmqual.equivalence.runner import run_probe
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
 from pytest_vllmqual.errors import ServerGoneError
+from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
 from .checks import GateVerdict, ToolCase
@@ -53,8 +55,8 @@ def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
     if not settings.context_lengths:
         reason = (f"no context length of gates.equivalence fits this model (max_model_len "
                   f"{recipe.serve.max_model_len}, chunk cap {settings.max_chunk_tokens:,})")
-        gate.summary(reason)
-        return GateVerdict(skip_reason=reason)
+        gate.summary(not_measured(reason))
+        return GateVerdict(skip_reason=not_measured(reason))
     try:
         result = run_probe(client, settings, probe_prompts(recipe, tool_fixtures))
     except ServerGoneError:
@@ -67,8 +69,8 @@ def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
         return GateVerdict(failure=f"the equivalence probe failed: {exc}")
     gate.measure(top_k=result.top_k, probe_seconds=result.seconds)
     if not result.measured:
-        gate.summary(f"not measurable: {result.reason}")
-        return GateVerdict(skip_reason=f"equivalence not measurable on this server: {result.reason}")
+        gate.summary(not_measured(str(result.reason)))
+        return GateVerdict(skip_reason=not_measured(f"{result.reason}; no comparison with this arm can be made"))
     body = result.body
     write_text_atomic(json.dumps(body, separators=(",", ":")), Path(gate.private_dir) / PRIVATE_NAME,
                       what="probe answers")

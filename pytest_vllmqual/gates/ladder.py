@@ -25,6 +25,7 @@ from pytest_vllmqual.client.results import StreamResult
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.errors import CalibrationError, ServerGoneError
 from pytest_vllmqual.launch.base import ProgressFn
+from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import FigureSource, RungRecord, RungSource
 from pytest_vllmqual.vllm.endpoints import MetricsDelta, MetricsSnapshot, parse_metrics
@@ -76,8 +77,8 @@ def ladder_plan(recipe: Recipe, *, direct_only: bool) -> LadderPlan:
     if configured:
         return LadderPlan(configured, RungSource.RECIPE)
     if direct_only:
-        return LadderPlan((), RungSource.RECIPE, not_measured=(
-            f"not measured: recipe {recipe.name} sets no gates.capacity.rungs, and against a server this run did "
+        return LadderPlan((), RungSource.RECIPE, not_measured=not_measured(
+            f"recipe {recipe.name} sets no gates.capacity.rungs, and against a server this run did "
             "not start the ladder sends only the prompts a recipe asks for (none were sent)"))
     return LadderPlan(DERIVED_RUNGS, RungSource.MAX_MODEL_LEN)
 

@@ -13,7 +13,8 @@ A level passes when its goodput (``load_stats``) reaches ``min_goodput_pct`` wit
 each SLO judged on the figures that were measured: where the client's view differs from the
 server's beyond the histogram's resolution, on the server's (``load_views``). The gate passes
 when every promoted level does, fails when one missed, and is skipped as not measured when a
-level's goodput bounds straddle the minimum. A level above ``serve.max_num_seqs`` is
+level's goodput bounds straddle the minimum (the one rule of :mod:`pytest_vllmqual.not_measured`: a
+failure outranks it). A level above ``serve.max_num_seqs`` is
 measured like any other: its requests queue in the server, which the report says. With
 ``find_max`` the gate also searches the highest level that meets the SLOs, up to
 ``max_ceiling``; that search is reported and never fails the gate.
@@ -31,9 +32,10 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import StreamResult
 from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.launch.base import ProgressFn
+from pytest_vllmqual.not_measured import Measured, not_measured, of_level
 from pytest_vllmqual.recipe.load_gate_settings import LoadSettings, load_settings
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import FigureSource, LevelJudgement
+from pytest_vllmqual.records import FigureSource
 
 from .checks import GateVerdict
 from .ladder import fetch_metrics_text, parse_metrics_text
@@ -147,7 +149,7 @@ def _level_line(figures: LevelFigures, met: bool) -> str:
     return (f"load level {figures.level}: {figures.requests} requests, {figures.errors} errors, "
             f"TTFT p95 {_ms(row.get('ttft_p95_s'))}, TPOT p95 {_ms(row.get('tpot_p95_s'))}, "
             f"goodput {figures.goodput_pct:.1f}%{per_second}"
-            + (" - meets the SLOs" if met else " - SLOs not measured" if figures.judgement is LevelJudgement.NOT_MEASURED
+            + (" - meets the SLOs" if met else " - SLOs not measured" if of_level(figures.judgement) is Measured.NOT_MEASURED
                else " - BELOW the SLOs"))
 
 
@@ -210,7 +212,7 @@ def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progres
                  errors=sum(f.errors for f in result.levels), slos_set_by=str(settings.slos_set_by),
                  max_num_seqs=recipe.serve.max_num_seqs, **_search_measurements(result.search),
                  slos_judged_on_server=sorted({key for f in promoted for key in _server_judged(f.row)}))
-    unmeasured = [f.level for f in promoted if f.judgement is LevelJudgement.NOT_MEASURED]
+    unmeasured = [f.level for f in promoted if of_level(f.judgement) is Measured.NOT_MEASURED]
     failing = [level for level, ok in result.met.items() if not ok and level not in unmeasured]
     found = "" if result.search is None else (
         f"; max at SLO {result.search.best}" if result.search.best else "; no level met the SLOs in the search")
@@ -218,10 +220,10 @@ def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progres
     gate.summary(f"{met}/{len(settings.levels)} promoted levels met the SLOs"
                  + (f", {len(unmeasured)} not measured" if unmeasured else "") + found)
     if not failing and unmeasured:
-        return GateVerdict(skip_reason="not measured: " + "; ".join(
+        return GateVerdict(skip_reason=not_measured("; ".join(
             f"level {f.level}: goodput between {f.row.get('goodput_pct_low')}% and {f.row.get('goodput_pct_high')}% "
             f"(minimum {settings.min_goodput_pct:g}%): {f.row.get('views_differ')}"
-            for f in promoted if f.level in unmeasured))
+            for f in promoted if f.level in unmeasured)))
     if not failing:
         return GateVerdict()
     parts = []

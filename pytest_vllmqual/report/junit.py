@@ -1,4 +1,5 @@
-"""junit XML scrubbing: the second line of defence behind the plugin's own redaction.
+"""junit XML: an equivalence section as junit, and scrubbing, the second line of defence behind
+the plugin's own redaction.
 
 pytest writes the machine's host name and every failure message into ``--junitxml``; the
 plugin rewrites that file at the end of the session (atomically, through
@@ -8,12 +9,40 @@ plugin rewrites that file at the end of the session (atomically, through
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pytest_vllmqual.atomic_io import write_text_atomic
+from pytest_vllmqual.not_measured import Measured, junit_element, not_measured, of_equivalence, of_figure
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 
-__all__ = ["redact_junit_hostname", "scrub_junit"]
+__all__ = ["equivalence_junit", "redact_junit_hostname", "scrub_junit"]
+
+
+def equivalence_junit(section: Mapping[str, Any], line: str, *, name: str = "equivalence",
+                      title: str = "vllmqual comparison") -> str:
+    """An equivalence section (an A/B comparison's or a drift's) as junit: one testcase for the
+    verdict (its message ``line``, the terminal's) and one per figure, each passed, failed or
+    skipped as ``not measured: ...`` by the one rule (:mod:`pytest_vllmqual.not_measured`)."""
+    import xml.etree.ElementTree as ET
+
+    figures = list(section.get("figures") or [])
+    cases = [("verdict", of_equivalence(section.get("verdict")), line)]
+    cases += [(str(f.get("figure")), of_figure(f.get("status")),
+               f"{f.get('label')} {f.get('point')} [{f.get('low')}, {f.get('high')}] against {f.get('threshold')}: "
+               f"{f.get('status')}") for f in figures]
+    failed = sum(1 for _, measured, _ in cases if measured is Measured.FAILED)
+    suite = ET.Element("testsuite", name=name, tests=str(len(cases)), failures=str(failed), errors="0",
+                       skipped=str(sum(1 for _, measured, _ in cases if measured is Measured.NOT_MEASURED)))
+    for case_name, measured, message in cases:
+        case = ET.SubElement(suite, "testcase", classname=name, name=case_name)
+        element = junit_element(measured)
+        if element is not None:
+            ET.SubElement(case, element, message=not_measured(message) if element == "skipped" else message)
+    root = ET.Element("testsuites", name=title)
+    root.append(suite)
+    return ET.tostring(root, encoding="unicode")
 
 
 def redact_junit_hostname(path: Path) -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytest_vllmqual.campaign.qualify import campaign_line
 from pytest_vllmqual.errors import LaunchError, RecipeError, VllmQualError
 from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
+from pytest_vllmqual.not_measured import Unmeasured, exit_code, summary_lines
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateRecord, RunMode
 
@@ -52,6 +53,10 @@ class ControllerRun(QualRun):
         """The earlier run the session recipe's arm is held against (``--vllmqual-reference``)."""
         self.arm_marks: dict[str, ArmMarks] = {}
         """Per A/B arm key: the marker expression that picks its gates (``--vllmqual-arm-marks``)."""
+        self.strict = False
+        """``--vllmqual-strict``: a check not measured makes the session exit 1 (``not_measured``)."""
+        self.exit_status: int | None = None
+        """The session's exit code once decided, for the terminal's last line."""
 
     # -- planning -----------------------------------------------------------------------
 
@@ -278,6 +283,20 @@ class ControllerRun(QualRun):
             return None
         return self.reports.write_comparison(control, candidate, replay)
 
+    def unmeasured(self) -> list[Unmeasured]:
+        """Every check of the session that was not measured, in the order the summary names them."""
+        return self.reports.unmeasured(list(self.arms.values()))
+
+    def exit_code(self, code: int) -> int:
+        """The session's exit code under the not-measured rule (``code``: pytest's and the reports'),
+        kept for the terminal's last line."""
+        self.exit_status = exit_code(code, self.unmeasured(), strict=self.strict)
+        return self.exit_status
+
     def summary_sections(self) -> list[tuple[str, list[str]]]:
-        """The terminal summary: (title, lines) per arm with a report, then the A/B comparison."""
-        return self.reports.summary_sections(list(self.arms.values()))
+        """The terminal summary: (title, lines) per arm with a report, then the A/B comparison, and
+        last the checks not measured with the exit code they leave (``not_measured``)."""
+        sections = self.reports.summary_sections(list(self.arms.values()))
+        lines = summary_lines(self.unmeasured(), code=self.exit_status or 0, strict=self.strict,
+                              option="--vllmqual-strict")
+        return sections + ([("not measured", lines)] if lines else [])

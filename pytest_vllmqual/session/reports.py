@@ -12,8 +12,15 @@ from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, publish
 from pytest_vllmqual.launch.base import ProgressFn
+from pytest_vllmqual.not_measured import (
+    Measured,
+    Unmeasured,
+    equivalence_unmeasured,
+    is_not_measured,
+    of_equivalence,
+)
 from pytest_vllmqual.privacy.sanitize import Sanitizer
-from pytest_vllmqual.records import EquivalenceVerdict, RungRecord, RunMode, RunRecord, ServerStatus
+from pytest_vllmqual.records import RungRecord, RunMode, RunRecord, ServerStatus
 from pytest_vllmqual.version import __version__
 
 from .arms import Arm
@@ -131,9 +138,13 @@ class SessionReports:
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
         if reference is not None:
             from pytest_vllmqual.ab.drift import drift_line, drift_section
+            from pytest_vllmqual.report.junit import equivalence_junit
 
             report["drift"] = self.drift = sanitizer.scrub_obj(drift_section(reference, report, target.parent))
-            self.progress(drift_line(self.drift))
+            junit = write_text_atomic(equivalence_junit(self.drift, drift_line(self.drift), name="drift",
+                                                        title="vllmqual drift"),
+                                      target.with_suffix(".drift.xml"), what="drift junit")
+            self.progress(f"{drift_line(self.drift)} (junit: {junit})")
         path = write_arm_report(report, target)
         arm.report_path = path
         arm.report = report
@@ -151,7 +162,8 @@ class SessionReports:
         """Compare control and candidate (and the replay) into comparison.json and its page; None
         while either report is missing."""
         from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
-        from pytest_vllmqual.ab.equivalence import render_junit, summary_line
+        from pytest_vllmqual.ab.equivalence import summary_line
+        from pytest_vllmqual.report.junit import equivalence_junit
 
         if control.report is None or candidate.report is None:
             return None
@@ -164,9 +176,10 @@ class SessionReports:
         write_comparison_atomic(self.comparison, path)
         self.comparison_path = path
         self.progress(f"comparison written: {path}")
-        junit = write_text_atomic(render_junit(self.comparison["equivalence"]), path.with_suffix(".xml"),
+        line = summary_line(self.comparison["equivalence"])
+        junit = write_text_atomic(equivalence_junit(self.comparison["equivalence"], line), path.with_suffix(".xml"),
                                   what="comparison junit")
-        self.progress(f"{summary_line(self.comparison['equivalence'])} (junit: {junit})")
+        self.progress(f"{line} (junit: {junit})")
         self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
         return path
 
@@ -175,7 +188,18 @@ class SessionReports:
         """The comparison found the candidate not equivalent to the control, or the drift check this
         run not equivalent to its reference (the session must fail)."""
         sections = [(self.comparison or {}).get("equivalence") or {}, self.drift or {}]
-        return any(section.get("verdict") == EquivalenceVerdict.NOT_EQUIVALENT for section in sections)
+        return any(of_equivalence(section.get("verdict")) is Measured.FAILED for section in sections if section)
+
+    def unmeasured(self, arms: Sequence[Arm]) -> list[Unmeasured]:
+        """Every check of the session that was not measured (the rule of ``not_measured``): each
+        arm's gates skipped as ``not measured: ...``, then the drift check and the A/B's equivalence."""
+        found = [Unmeasured(f"gate {gate.get('gate')} ({arm.key})", str(gate.get("reason")).splitlines()[0])
+                 for arm in arms for gate in (arm.report or {}).get("gates") or []
+                 if gate.get("outcome") == "skipped" and is_not_measured(gate.get("reason"))]
+        name = ((self.drift or {}).get("reference") or {}).get("report") or "the reference"
+        sections = [equivalence_unmeasured(f"drift against {name}", self.drift),
+                    equivalence_unmeasured("equivalence (A/B comparison)", (self.comparison or {}).get("equivalence"))]
+        return found + [section for section in sections if section is not None]
 
     def write_campaign_record(self, record: dict[str, Any]) -> Path:
         """The campaign record, beside the arm reports."""

@@ -166,6 +166,11 @@ COMMAND_LINE_OPTIONS = (
         "(its probe sidecar beside it; same checkpoint pin and probe hash, else not measurable). "
         "'not equivalent' fails the session; the run's verdict is unchanged. Not with --ab or --campaign."),
     CommandLineOption(
+        ("--vllmqual-strict",), "vllmqual_strict", flag_only=True,
+        help="exit 1 when a check was not measured and nothing failed (a load level, the ladder, the "
+        "equivalence probe, an A/B's equivalence or a drift that could not be decided); by default such a "
+        "check is skipped as 'not measured: ...', listed last, and the exit stays 0."),
+    CommandLineOption(
         ("--vllmqual-no-fail-fast",), "vllmqual_no_fail_fast", flag_only=True,
         help="run every gate even after smoke or identity failed (default: the remaining gates "
         "end as 'not run: smoke failed' / 'not run: identity mismatch')."),

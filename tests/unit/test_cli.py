@@ -137,3 +137,19 @@ def test_compare_reads_the_equivalence_probes_beside_the_two_reports(
     assert section["arms"]["candidate"]["probe_sha256"] == "p" * 64
     assert f"equivalence: {verdict}: " in capsys.readouterr().out
     assert 'id="equivalence-kl-histogram"' in page.read_text()
+
+
+def test_compare_says_an_equivalence_not_measured_last_and_strict_exits_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two reports without probe sidecars: the equivalence is not measurable. The last lines say so
+    and what the exit is; 0 by default (the comparison's verdict is healthy), 1 with ``--strict``."""
+    data = ROOT / "tests" / "unit" / "data" / "reference_reports"
+    args = ["compare", str(data / "control-8192.json"), str(data / "candidate-4096.json"), "-o", str(tmp_path / "c.json")]
+    assert main(args) == EXIT_OK
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) >= 2 and lines[-2].startswith(
+        "equivalence (A/B comparison): not measured: not measurable: the control ran no equivalence probe"), lines
+    assert lines[-1] == "1 check not measured: not a pass and not a failure (exit 0; --strict makes it exit 1)"
+    assert main([*args, "--strict"]) == EXIT_PROBLEMS
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1:] == ["1 check not measured: not a pass; --strict makes that exit 1 (exit 1)"], lines
