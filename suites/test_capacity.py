@@ -23,6 +23,6 @@ def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, pro
 
 @pytest.mark.gate("concurrency")
 def test_concurrency(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: ProgressFn) -> None:
-    """Concurrency: N simultaneous requests complete; per-request and aggregate figures, preemptions."""
+    """Concurrency: N requests sent at once complete; per-request and aggregate figures, preemptions."""
     verdict = concurrency_gate(qual_client, recipe, gate, progress=progress)
     assert verdict.passed, verdict.failure

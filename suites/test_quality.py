@@ -48,7 +48,7 @@ def test_quality_session_recall(qual_client: QualClient, recipe: Recipe, gate: G
 
 @pytest.mark.gate("quality_tools")
 def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
-    """Tools, repeated: the same typed call is made correctly every time, k/N."""
+    """Tools, repeated: the same typed call, the right tool with schema-valid arguments every time, k/N."""
     verdict = quality_tools_gate(qual_client, recipe, gate)
     if verdict.skip_reason:
         pytest.skip(verdict.skip_reason)

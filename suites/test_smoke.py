@@ -1,4 +1,4 @@
-"""Smoke: one short chat completion proves the served model answers and stops."""
+"""Smoke: one short chat completion proves the served model answers, finishing as the recipe allows."""
 
 from __future__ import annotations
 

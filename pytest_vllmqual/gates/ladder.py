@@ -463,7 +463,7 @@ def ladder_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progr
 
 def concurrency_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
                      progress: ProgressFn) -> GateVerdict:
-    """Concurrency: N simultaneous requests complete; per-request and aggregate figures, preemptions."""
+    """Concurrency: N requests sent at once complete; per-request and aggregate figures, preemptions."""
     settings = recipe.gate("capacity").get("concurrency") or {}
     result = run_concurrency(client, recipe, progress=progress)
     gate.measure(requests=len(result.requests), prompt_tokens=settings.get("prompt_tokens"),

@@ -151,8 +151,9 @@ def repeated_check_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, 
 
 
 def quality_tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVerdict:
-    """Tools, repeated: the same typed call is made correctly every time, k/N (declared not
-    applicable under ``gates.quality.not_applicable.tools``, it still runs)."""
+    """Tools, repeated: the same typed call, naming the right tool with arguments valid against its
+    schema, every time, k/N; the argument values are not compared (declared not applicable under
+    ``gates.quality.not_applicable.tools``, it still runs)."""
     fixtures = recipe_tool_fixtures(recipe)
     fixture = fixtures[1 % len(fixtures)]
     n = _repeat(recipe)

@@ -58,15 +58,65 @@ class GateSpec:
         return self.proves_fn(gate)
 
 
+def _values_said(gate: Mapping[str, Any]) -> str:
+    """What a tool gate's record says of the argument values: compared, not compared, or (a record
+    from before the gate wrote it) nothing."""
+    checked = _measured(gate, "value_checks")
+    if checked is True:
+        return " and equal to the expected values"
+    if checked is False:
+        return " (argument values were not compared with the expected ones)"
+    return ""
+
+
 def _tools(gate: Mapping[str, Any]) -> str:
     passed = _measured(gate, "passed") if _measured(gate, "passed") is not None else _measured(gate, "valid_calls")
     total = _measured(gate, "total") if _measured(gate, "total") is not None else _measured(gate, "count")
     repeat = _measured(gate, "repeat")
     times = f", each asked {repeat} times" if isinstance(repeat, int) and repeat > 1 else ""
-    if isinstance(passed, int) and isinstance(total, int):
-        return (f"{passed}/{total} typed tool calls came back through the server's tool parser with valid "
-                f"arguments{times}")
-    return "typed tool calls came back through the server's tool parser with valid arguments"
+    counted = f"{passed}/{total} " if isinstance(passed, int) and isinstance(total, int) else ""
+    return (f"{counted}typed tool calls came back through the server's tool parser, each naming the expected tool, "
+            f"its arguments valid against the tool's JSON schema{_values_said(gate)}{times}")
+
+
+def _streaming_tool(gate: Mapping[str, Any]) -> str:
+    ended = ("; the stream ended with [DONE] and a usage chunk"
+             if _measured(gate, "saw_done") is True and _measured(gate, "usage_chunk") is True else "")
+    return ("a streamed tool call reassembled into one call naming the expected tool, its arguments valid against "
+            f"the tool's JSON schema{_values_said(gate)}{ended}")
+
+
+def _quality_tools(gate: Mapping[str, Any]) -> str:
+    """The repeated call is checked for its name and its arguments' schema; values only where the
+    record says they were compared (the gate does not compare them)."""
+    passed, repeat = _measured(gate, "passed"), _measured(gate, "repeat")
+    counted = f"{passed}/{repeat} times" if isinstance(passed, int) and isinstance(repeat, int) else _k_of_n(gate)
+    tool = _measured(gate, "tool")
+    naming = f"naming {tool}" if isinstance(tool, str) and tool else "naming the expected tool"
+    values = (_values_said(gate) if _measured(gate, "value_checks") is not None
+              else " (argument values were not compared with the expected ones)")
+    return (f"the same typed tool call came back {counted} {naming}, its arguments valid against the tool's JSON "
+            f"schema{values}")
+
+
+def _smoke(gate: Mapping[str, Any]) -> str:
+    """What the smoke's answer showed, in the words of the finish reasons the recipe allowed in this
+    run (``gates.smoke.finish_reasons``, recorded as a threshold; a record without it ran under the
+    default, stop only)."""
+    thresholds = gate.get("thresholds") or {}
+    finish = _measured(gate, "finish_reason")
+    allowed = [str(r) for r in thresholds.get("finish_reasons") or ["stop"]]
+    setting = f"gates.smoke.finish_reasons {' or '.join(allowed)}"
+    expect = thresholds.get("expect_substring")
+    holding = f", its content holding {expect!r}" if isinstance(expect, str) and expect else ""
+    if finish == "length":
+        return ("a short chat completion returned content and usage and was cut off at max_tokens "
+                f"(finish_reason length, which the recipe allows: {setting}){holding}")
+    if finish is None:
+        return f"a short chat completion finished with content and usage, as the recipe allows ({setting}){holding}"
+    others = [r for r in allowed if r != finish]
+    also = f" (the recipe also allowed {' or '.join(others)}: {setting})" if others else ""
+    return f"a short chat completion finished with content, usage and finish_reason {finish}{also}{holding}"
 
 
 def _openai_sdk(gate: Mapping[str, Any]) -> str:
@@ -133,7 +183,8 @@ def _ladder(gate: Mapping[str, Any]) -> str:
 
 
 def _concurrency(gate: Mapping[str, Any]) -> str:
-    return f"{_count(_measured(gate, 'requests'))} simultaneous requests completed"
+    """Sent at once from as many threads; how many the server ran together is not measured here."""
+    return f"{_count(_measured(gate, 'requests'))} requests sent at once all completed"
 
 
 def _load(gate: Mapping[str, Any]) -> str:
@@ -187,14 +238,12 @@ def _fixed(text: str) -> ProvesFn:
 
 
 REGISTRY: tuple[GateSpec, ...] = (
-    GateSpec("smoke", "functional", "Smoke",
-             _fixed("a short chat completion finished with content, usage and finish_reason stop"), "smoke"),
+    GateSpec("smoke", "functional", "Smoke", _smoke, "smoke"),
     GateSpec("identity", "engine", "Identity", _identity),
     GateSpec("json", "functional", "JSON structured output",
              _fixed("a json_schema response_format answer parsed and validated against its schema"), "JSON"),
     GateSpec("tools", "functional", "Typed tool calls", _tools, "typed tool calls"),
-    GateSpec("streaming_tool", "functional", "Streaming tool call",
-             _fixed("a streamed tool call reassembled into one valid typed call"), "streaming tool"),
+    GateSpec("streaming_tool", "functional", "Streaming tool call", _streaming_tool, "streaming tool"),
     GateSpec("tool_continuation", "functional", "Tool-result continuation", _continuation,
              "tool-result continuation"),
     GateSpec("responses", "functional", "Responses API",
@@ -205,8 +254,7 @@ REGISTRY: tuple[GateSpec, ...] = (
              lambda g: f"a known-answer question was answered correctly {_k_of_n(g)}"),
     GateSpec("quality_session_recall", "quality", "Session recall",
              lambda g: f"a fact from the first turn was recalled turns later, {_k_of_n(g)}"),
-    GateSpec("quality_tools", "quality", "Tools, repeated",
-             lambda g: f"the same typed tool call was made correctly {_k_of_n(g)}"),
+    GateSpec("quality_tools", "quality", "Tools, repeated", _quality_tools),
     GateSpec("quality_long_context", "quality", "Long context", _long_context),
     GateSpec("engine_ranks", "engine", "Per-rank engine facts", _ranks),
     GateSpec("kv_pool", "engine", "KV pool", _kv_pool),

@@ -32,10 +32,12 @@ from pytest_vllmqual.gates.registry import (
     PREFLIGHT_GATES,
     family_of,
 )
+from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.privacy.failure_reason import first_line
-from pytest_vllmqual.records import RunMode
+from pytest_vllmqual.records import GateOutcome, RunMode
 from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, readable, short_tokens
 from pytest_vllmqual.report.query import (
+    decision_shown,
     gate_outcome,
     gates_named,
     largest_rung,
@@ -55,6 +57,7 @@ _CSS = """
 .verdict-promotable .badge,.verdict-priority-challenger .badge{background:#1a7f37}
 .verdict-healthy .badge{background:#0969da}.verdict-direct-only .badge{background:#8250df}
 .verdict-no-promotion .badge{background:#cf222e}
+.stored .badge{background:#57606a}
 .boundary{font-style:italic;color:#57606a}
 svg{background:#fff;border:1px solid #d0d7de;border-radius:.4rem;margin:.4rem 0;max-width:100%;height:auto}
 svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#1b1f24}
@@ -128,6 +131,10 @@ def result_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     elif error:
         rows.append(("Cold managed start", f"Failed ({error.get('status')}): "
                      f"{first_line(error.get('cause') or error.get('message'))}", "fail"))
+    elif (cold := gate_outcome(report, COLD_START_GATE)) not in (GateOutcome.PASSED, GateOutcome.ABSENT):
+        # the gate judged the start against the recipe's ceiling: its words, not "passed health"
+        gate = next(g for g in gates_named(report, COLD_START_GATE) if g.get("outcome") == cold)
+        rows.append(("Cold managed start", _gate_result(gate), _outcome_class(cold)))
     elif life.get("cold_start_s") is not None:
         rows.append(("Cold managed start", f"Passed health in {life['cold_start_s']:.1f} seconds", ""))
     else:
@@ -258,31 +265,38 @@ def measurement_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _decision_section(report: Mapping[str, Any]) -> str:
-    decision = report.get("decision") or {}
-    verdict = str(decision.get("verdict") or "unknown")
+    """The decision block. A carried-forward record that today's rules decide differently leads with
+    that recomputation; the decision its run wrote follows, as written, labelled as the stored one."""
+    shown = decision_shown(report)
+    verdict = str(shown.first.get("verdict") or "unknown")
+    if shown.stored is None:
+        return (f'<section id="decision" class="decision verdict-{esc(verdict)}"><h2>Decision</h2>'
+                + _decision_block(shown.first, "") + "</section>")
     return (
         f'<section id="decision" class="decision verdict-{esc(verdict)}"><h2>Decision</h2>'
-        f'<p class="verdict"><span class="badge" id="verdict">{esc(verdict)}</span> {esc(decision.get("summary"))}'
-        f' <span class="meta">({esc(decision.get("scope"))})</span></p>'
-        + _list(decision.get("reasons") or [], "decision-reasons")
-        + "<h3>What this proves</h3>" + _list(decision.get("proves") or [], "proves")
-        + "<h3>What it does not prove</h3>" + _list(decision.get("does_not_prove") or [], "does-not-prove")
-        + "<h3>Caveats</h3>" + _list(decision.get("caveats") or [], "caveats")
-        + f'<p class="boundary">{esc(decision.get("boundary"))}</p>' + _recomputed(report) + "</section>"
+        f'<p id="decided-again">Decided again by the rules of {esc(shown.rules)}: this record was carried forward '
+        "from an earlier version, and those rules decide it as shown first. The decision the run wrote is kept "
+        "below it, as written.</p>"
+        + _decision_block(shown.first, "")
+        + '<div class="stored"><h3 id="stored-decision">The decision the run wrote (stored)</h3>'
+        + _decision_block(shown.stored, "stored-") + "</div></section>"
     )
 
 
-def _recomputed(report: Mapping[str, Any]) -> str:
-    """A carried-forward record's decision by later rules, beside the one the run wrote: what it adds."""
-    again = report.get("decision_recomputed")
-    if not isinstance(again, Mapping):
-        return ""
-    stored, later = report.get("decision") or {}, again.get("decision") or {}
-    new = [item for key in ("reasons", "does_not_prove", "caveats") for item in later.get(key) or []
-           if item not in (stored.get(key) or [])]
-    return (f'<h3>Decided again ({esc(again.get("rules"))}, {esc(again.get("date"))})</h3>'
-            f'<p>The decision above is the one the run wrote. The rules of {esc(again.get("rules"))} decide '
-            f'<b>{esc(later.get("verdict"))}</b>, and say besides:</p>' + _list(new, "decided-again"))
+def _decision_block(decision: Mapping[str, Any], prefix: str) -> str:
+    """One decision's verdict, reasons, proves, does-not-prove, caveats and boundary; ``prefix`` keeps
+    the element ids of a second block apart from the first's."""
+    level = "h4" if prefix else "h3"
+    return (
+        f'<p class="verdict"><span class="badge" id="{prefix}verdict">{esc(decision.get("verdict") or "unknown")}'
+        f'</span> {esc(decision.get("summary"))} <span class="meta">({esc(decision.get("scope"))})</span></p>'
+        + _list(decision.get("reasons") or [], f"{prefix}decision-reasons")
+        + f"<{level}>What this proves</{level}>" + _list(decision.get("proves") or [], f"{prefix}proves")
+        + f"<{level}>What it does not prove</{level}>"
+        + _list(decision.get("does_not_prove") or [], f"{prefix}does-not-prove")
+        + f"<{level}>Caveats</{level}>" + _list(decision.get("caveats") or [], f"{prefix}caveats")
+        + f'<p class="boundary">{esc(decision.get("boundary"))}</p>'
+    )
 
 
 def _ladder_section(report: Mapping[str, Any]) -> str:
@@ -342,16 +356,19 @@ def _engine_section(report: Mapping[str, Any]) -> str:
 
 
 def _gates_section(report: Mapping[str, Any]) -> str:
+    """Every gate; a passed one says what it proves in today's words, from its measurements (a
+    record carried forward keeps the sentence its run wrote, which may say more than was checked)."""
     gates = report.get("gates") or []
     rows = [(g.get("gate"), g.get("family") or family_of(str(g.get("gate"))) or "other", g.get("title"),
              g.get("outcome"), g.get("status") or "", fmt_num(g.get("duration_s"), 2),
              len(g.get("attempts") or []), g.get("retained_failures"),
-             first_line((g.get("proves") or g.get("summary")) if g.get("outcome") == "passed" else g.get("reason"), 300))
+             first_line((gate_proves(g) or g.get("proves") or g.get("summary")) if g.get("outcome") == "passed"
+                        else g.get("reason"), 300))
             for g in gates]
     classes = [_outcome_class(g.get("outcome")) for g in gates]
     ran = {str(g.get("gate")) for g in gates}
     missing = [(row["gate"], row["family"], row["title"], row["outcome"], row.get("reason") or "")
-               for row in (report.get("decision") or {}).get("gates") or [] if row.get("gate") not in ran]
+               for row in decision_shown(report).first.get("gates") or [] if row.get("gate") not in ran]
     absent = ("" if not missing else "<h3>Registered gates that did not run</h3>" + _table(
         "gates-not-run", ["Gate", "Family", "Title", "Outcome", "Why"], missing, ["skip"] * len(missing)))
     return ('<section id="gates"><h2>All gates</h2>'
@@ -503,9 +520,8 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
     run = report.get("run") or {}
     recipe = report.get("recipe") or {}
     tool = report.get("tool") or {}
-    decision = report.get("decision") or {}
     results = result_rows(report)
-    title = f"vllmqual: {recipe.get('name')} ({run.get('arm')}) — {decision.get('verdict')}"
+    title = f"vllmqual: {recipe.get('name')} ({run.get('arm')}) — {decision_shown(report).first.get('verdict')}"
     body = [
         f"<header><h1>Qualification report: {esc(recipe.get('name'))}</h1>",
         f'<p class="meta">arm <b>{esc(run.get("arm"))}</b> · run <code>{esc(run.get("id"))}</code> · '

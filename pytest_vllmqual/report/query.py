@@ -11,13 +11,14 @@ page, the one-line summary) ask the same questions here, by the same rules: a ru
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_vllmqual.records import GateOutcome, GateRecord, rung_verdict, value_at, worst_outcome
 
 from .decision import preflight_of
 
-__all__ = ["gate_outcome", "gates_named", "largest_rung", "ok_rungs", "preflight_summary", "recipe_value"]
+__all__ = ["DecisionShown", "decision_shown", "gate_outcome", "gates_named", "largest_rung", "ok_rungs",
+           "preflight_summary", "recipe_value"]
 
 
 def gates_named(report: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
@@ -49,3 +50,26 @@ def largest_rung(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def recipe_value(report: Mapping[str, Any], *path: str) -> Any:
     """A value of the report's recipe content by key path (None when absent)."""
     return value_at((report.get("recipe") or {}).get("content") or {}, *path)
+
+
+class DecisionShown(NamedTuple):
+    """The decision a reader sees first, and the one the run wrote when today's rules differ."""
+
+    first: Mapping[str, Any]
+    """Today's rules' decision of a carried-forward record where it differs, else the stored one."""
+    stored: Mapping[str, Any] | None
+    """The decision the run wrote, as written, when ``first`` is a recomputation (else None)."""
+    rules: str
+    """Which rules decided ``first`` again, and when ("" when the stored decision stands)."""
+
+
+def decision_shown(report: Mapping[str, Any]) -> DecisionShown:
+    """Which decision leads: a carried-forward record keeps the decision its run wrote, and where the
+    rules of today decide it differently (``decision_recomputed``) that recomputation leads, because
+    it is what the record is worth under the rules a reader runs now."""
+    stored = report.get("decision") or {}
+    again = report.get("decision_recomputed")
+    later = again.get("decision") if isinstance(again, Mapping) else None
+    if not isinstance(again, Mapping) or not isinstance(later, Mapping) or later == stored:
+        return DecisionShown(stored, None, "")
+    return DecisionShown(later, stored, f"{again.get('rules')} ({again.get('date')})")

@@ -11,15 +11,19 @@ from typing import Any
 
 from .load_section import load_summary_line
 from .number_format import fmt_decode, fmt_num
-from .query import largest_rung
+from .query import decision_shown, largest_rung
 
 __all__ = ["summary_lines"]
 
 
 def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
-    """Lines in the reference campaign's vocabulary: verdict, preflight k/6, cold start, KV pool, largest prompt."""
+    """Lines in the reference campaign's vocabulary: verdict, preflight k/6, cold start, KV pool, largest prompt.
+
+    A carried-forward record that today's rules decide differently leads with that verdict, and the
+    next two lines give both decisions' reasons, the stored one labelled as the run wrote it."""
     run = report.get("run", {})
-    decision = report.get("decision", {})
+    shown = decision_shown(report)
+    decision = shown.first
     lifecycle = report.get("lifecycle", {})
     engine = report.get("engine", {})
     identity = report.get("identity", {})
@@ -38,6 +42,9 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
     if recipe.get("overrides"):
         lines.insert(1, f"recipe overrides: {', '.join(recipe['overrides'])} (effective sha256 "
                         f"{str(recipe.get('sha256', ''))[:12]})")
+    if shown.stored is not None:
+        lines[1:1] = [f"  decided again by the rules of {shown.rules}: {_said(shown.first)}",
+                      f"  the decision the run wrote (stored): {_said(shown.stored)}"]
     preflight = report.get("preflight") or {}
     if preflight.get("total"):
         lines.append(f"functional preflight: {preflight.get('summary')}")
@@ -77,6 +84,11 @@ def summary_lines(report: dict[str, Any], path: Path | None) -> list[str]:
         if path.with_suffix(".html").exists():
             lines.append(f"readable report: {path.with_suffix('.html')}")
     return lines
+
+
+def _said(decision: Any) -> str:
+    reasons = "; ".join(str(r) for r in decision.get("reasons") or [])
+    return f"{decision.get('verdict', '?')}" + (f" — {reasons}" if reasons else "")
 
 
 def _unfinished_gate_lines(gates: list[dict[str, Any]]) -> list[str]:

@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from support import ROOT
 from support.report_samples import blank_sanitizer, reference_control_run, with_every_gate_passed
 
 from pytest_vllmqual.cli import main
@@ -102,3 +103,16 @@ def test_dom_has_the_tables_and_both_plots(rendered: Path, tmp_path: Path) -> No
     assert '<g id="memory-rank-0"' in dom and '<g id="memory-rank-1"' in dom
     assert 'class="seg seg-weights"' in dom and 'class="seg seg-kv"' in dom and 'class="seg seg-activation"' in dom
     assert 'id="verdict">promotable<' in dom
+
+
+def test_a_carried_forward_example_leads_with_its_recomputed_decision_in_the_browser(tmp_path: Path) -> None:
+    """The committed unpinned tiny-gpu example, rendered by ``vllmqual report``: Chromium's DOM holds
+    the recomputed decision first and the stored one after it, labelled."""
+    example = ROOT / "reports" / "examples" / "gpu-tp1" / "tiny-gpu.json"
+    page = tmp_path / "tiny-gpu.html"
+    assert main(["report", str(example), "-o", str(page)]) == 0
+    dom = _run_chromium(_chromium(), tmp_path / "profile", "--dump-dom", page.as_uri()).stdout
+    assert "The decision the run wrote (stored)" in dom and 'id="stored-decision"' in dom
+    first, stored = dom.index('id="decision-reasons"'), dom.index('id="stored-decision"')
+    assert dom.index('id="decided-again"') < first < stored < dom.index('id="stored-decision-reasons"')
+    assert "the run is not pinned: the recipe says pinned: false" in dom[first:stored]

@@ -91,4 +91,5 @@ def test_long_context_proves_recall_only_in_needle_mode() -> None:
 
 def test_tools_proves_its_count() -> None:
     gate = {"gate": "tools", "outcome": "passed", "measurements": {"passed": 20, "total": 20}}
-    assert proves(gate) == "20/20 typed tool calls came back through the server's tool parser with valid arguments"
+    assert proves(gate) == ("20/20 typed tool calls came back through the server's tool parser, each naming the "
+                            "expected tool, its arguments valid against the tool's JSON schema")

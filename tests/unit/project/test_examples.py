@@ -318,13 +318,13 @@ def test_one_gpu_rerun_ab_collected_from_the_background_reproduced_its_control()
     assert (RERUN / "ab-131k" / "tiny-gpu-ab.xml").is_file()
 
 
-def test_a_recomputed_decision_is_shown_beside_the_stored_one_on_the_page() -> None:
+def test_a_recomputed_decision_leads_the_page_and_the_stored_one_follows_it() -> None:
     from pytest_vllmqual.report.html_page import render_html
 
     report = load(GPU / "tiny-gpu.json")
     page = render_html(report)
-    assert "Decided again (pytest-vllmqual" in page and "The decision above is the one the run wrote" in page
-    assert "Load at SLO (goodput) (gate load, load): not run" in page
+    assert "Decided again by the rules of pytest-vllmqual" in page and "The decision the run wrote (stored)" in page
+    assert page.index("Load at SLO (goodput) (gate load, load): not run") < page.index('id="stored-decision"')
     assert "Decided again" not in render_html({k: v for k, v in report.items() if k != "decision_recomputed"})
 
 
