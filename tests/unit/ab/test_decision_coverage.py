@@ -9,9 +9,9 @@ from pathlib import Path
 from support.campaign_samples import pin_revision
 from support.equivalence_samples import attach_probe, probe_body
 from support.report_samples import blank_sanitizer
-from unit.ab.test_compare import redecide, reference_report, with_every_gate
 
 from pytest_vllmqual.ab.compare import compare_reports
+from unit.ab.test_compare import redecide, reference_report, with_every_gate
 
 
 def test_a_candidate_arm_that_deselected_openai_sdk_is_no_priority_challenger(tmp_path: Path) -> None:
