@@ -12,7 +12,8 @@ measure.
   report; the fleet page and junit rendered again;
 - comparisons: computed again by today's code from the migrated arm reports in the same folder
   (found by run id; with the code of report/4 this changed only each arm's SHA-256), so a section
-  a later version adds to comparisons appears in the committed ones;
+  a later version adds to comparisons appears in the committed ones; where an arm's probe sidecar
+  was left out of the folder, the comparison stays as measured and only its arms' SHA-256 follow;
 - campaign records: which arm qualifies, and the exit code that gives, decided again by today's
   rule from the arm reports beside them (found by run id);
 - each report's and comparison's HTML page beside it rendered again.
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.ab.compare import compare_reports
+from pytest_vllmqual.ab.compare import compare_reports, report_digest
 from pytest_vllmqual.campaign.decision import requalify
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
 from pytest_vllmqual.fleet.record import (
@@ -106,11 +107,22 @@ def refresh_comparison(comparison: dict[str, Any], folder: Path) -> dict[str, An
     paths = {r: arms[comparison[r]["run_id"]] for r in roles}
     reports = {r: _load(paths[r]) for r in roles}
     if any(not _sidecar_beside(reports[r], folder) for r in roles):
-        return comparison  # a probe's sidecar was left out of the folder (size): its section stays as measured
+        return _rehashed(comparison, reports, paths)  # a sidecar was left out (size): the sections stay as measured
     hashes = {r: sha256_file(paths[r]) for r in roles
               if comparison[r].get("hashed") == "file"}
     return compare_reports(reports["control"], reports["candidate"], replay=reports.get("replay"),
                            report_hashes=hashes, folders=dict.fromkeys(roles, folder))
+
+
+def _rehashed(comparison: dict[str, Any], reports: dict[str, dict[str, Any]],
+              paths: dict[str, Path]) -> dict[str, Any]:
+    """The comparison as it was, its arm references hashed again the way it hashed them: a migrated
+    arm report (a decision recomputed beside the stored one) keeps its comparison pointing at it."""
+    out = json.loads(json.dumps(comparison))
+    for role, report in reports.items():
+        ref = out[role]
+        ref["report_sha256"] = sha256_file(paths[role]) if ref.get("hashed") == "file" else report_digest(report)
+    return out
 
 
 def _sidecar_beside(report: dict[str, Any], folder: Path) -> bool:

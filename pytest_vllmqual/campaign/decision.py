@@ -22,15 +22,16 @@ Rules, in arm order:
   when the arm says ``stop_on_success=True``.
 
 "Passed" and "failed" here are about an arm's ``requires`` only: they decide which arm runs next.
-Which arm *qualifies* the campaign (its own verdict at least ``healthy`` over the gates that ran)
-and the exit code that gives are decided in ``campaign.qualify``.
+Which arm *qualifies* the campaign (its own verdict at least ``healthy`` over the gates that ran,
+and its run pinned) and the exit code that gives are decided in ``campaign.qualify``.
 
 Requirements (``requires``) are gate names, evaluated by ``campaign.requirements``. When the
 report has gates of that name, their outcome decides (all passed = met); otherwise these names are evaluated from the report's
 sections: ``startup`` (the server became ready), ``kv_pool`` (engine-reported KV tokens ≥ the
 recipe's ``gates.engine.min_kv_tokens``, else ≥ max_model_len), ``ladder`` (a completed rung above the
 recipe's ``min_largest_prompt`` and every post-probe smoke passed), ``preflight`` (k/k) and
-``gates`` (every gate that ran passed and the run is complete: the default). Any other name
+``gates`` (no gate failed and the run is complete: the default; gates a declaration excused are
+named as excused, not counted as passed). Any other name
 that did not run is unmet ("did not run").
 
 The campaign itself (its arms, the string and YAML formats) is ``campaign.spec``.

@@ -2,9 +2,13 @@
 
 The rule, in one place:
 
-- an arm **qualifies** when it ran, met its ``requires``, and its own report's verdict is at
-  least ``healthy`` over the gates that ran (so no gate of it failed); the record lists the
-  registered gates each arm did not run (deselected with ``-m``/``-k``, or not collected);
+- an arm **qualifies** when it ran, met its ``requires``, its own report's verdict is at least
+  ``healthy`` over the gates that ran (so no gate of it failed), and its run is pinned (its
+  decision has no "not pinned" item: the model named by a hub revision or a content digest, an
+  image by digest, and the recipe not saying ``pinned: false``). An unpinned arm does not
+  qualify, and its ``qualification`` says why in words. The record lists the registered gates
+  each arm did not run (deselected with ``-m``/``-k``, or not collected) and the gates a
+  declaration excused (declared not applicable, measured failing): excused, never passed;
 - ``requires`` decide only whether a fallback runs: an arm that met them with a failed gate
   neither qualifies nor lets its fallback run;
 - the campaign qualifies the last arm that qualifies, when every other arm that ran is a
@@ -24,37 +28,48 @@ from typing import Any
 
 from pytest_vllmqual.gates.registry import PREFLIGHT_GATES
 from pytest_vllmqual.records import ArmStatus, GateOutcome, Verdict
+from pytest_vllmqual.report.decision import declared_failing, public_record, unpinned
 
 __all__ = ["QUALIFYING_VERDICTS", "arm_facts", "campaign_exit", "campaign_line", "qualified_arm",
            "qualified_by_fallback"]
 
 QUALIFYING_VERDICTS = (Verdict.HEALTHY, Verdict.PROMOTABLE, Verdict.PRIORITY_CHALLENGER)
-"""The verdicts at or above ``healthy``: an arm's own report must have one of them to qualify."""
+"""The verdicts at or above ``healthy``: an arm's own report must have one of them to qualify (and
+its run must be pinned, see :func:`arm_facts`)."""
 
 _FAILING = (GateOutcome.FAILED, GateOutcome.ERROR)
 
 
 def arm_facts(report: Mapping[str, Any] | None, *, met_requirements: bool) -> dict[str, Any]:
     """What the campaign record says of one arm beyond its requirements: its verdict, its failed
-    gates, the registered gates it did not run, and whether it qualifies (and why, or why not)."""
+    gates, the registered gates it did not run, the gates a declaration excused, why it is not
+    pinned (empty when it is), and whether it qualifies (and why, or why not, in words)."""
     if report is None:
-        return {"verdict": None, "qualifies": False, "failed_gates": [], "gates_not_run": [], "qualification": ""}
+        return {"verdict": None, "qualifies": False, "failed_gates": [], "gates_not_run": [], "excused_gates": [],
+                "not_pinned": [], "qualification": ""}
     verdict = (report.get("decision") or {}).get("verdict")
     failed = list(dict.fromkeys(str(g.get("gate")) for g in report.get("gates") or [] if g.get("outcome") in _FAILING))
     not_run = [{"gate": str(g.get("gate")), "reason": str(g.get("reason") or "")}
                for g in (report.get("decision") or {}).get("gates") or [] if g.get("outcome") == GateOutcome.ABSENT]
-    qualifies = met_requirements and verdict in QUALIFYING_VERDICTS
+    record = public_record(report)
+    not_pinned, excused = unpinned(record), declared_failing(record)
+    qualifies = met_requirements and verdict in QUALIFYING_VERDICTS and not not_pinned
     if not met_requirements:
         why = "did not meet its requirements"
     elif qualifies:
-        why = f"qualifies: its verdict is {verdict} over the gates that ran"
+        why = f"qualifies: its verdict is {verdict} over the gates that ran, and its run is pinned"
+    elif verdict in QUALIFYING_VERDICTS:
+        why = f"met its requirements and its verdict is {verdict}, but it does not qualify: the run is not pinned: " \
+              + "; ".join(not_pinned)
     else:
         why = f"met its requirements, but its verdict is {verdict}" + (
             f" (failed: {', '.join(failed)})" if failed else "")
+    if excused:
+        why += f"; measured failing under a declaration: {', '.join(excused)} (excused, not passed)"
     if not_run:
         why += f"; {len(not_run)} registered gate(s) did not run: {', '.join(g['gate'] for g in not_run)}"
     return {"verdict": verdict, "qualifies": qualifies, "failed_gates": failed, "gates_not_run": not_run,
-            "qualification": why}
+            "excused_gates": excused, "not_pinned": not_pinned, "qualification": why}
 
 
 def _ran(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -1,7 +1,10 @@
 """A campaign arm's requirements, evaluated on its public report dict.
 
 ``evaluate_requirement(report, name)`` says whether one required name is met and why, in the
-words a campaign record quotes ("kv_pool: 283,917 < 393,216"). Names with a built-in reading
+words a campaign record quotes ("kv_pool: 283,917 < 393,216"; "gates: every gate that ran passed
+or was excused by a declaration (18 passed, 3 skipped; measured failing under a declaration:
+quality_intelligence, quality_session_recall)": a declared gate that measured failing is excused,
+never counted as passed). Names with a built-in reading
 (``BUILTIN_REQUIREMENTS``: startup, kv_pool, ladder, preflight, gates) are read from the
 report's sections, the ladder through each rung's verdict; any other name is a gate name whose
 outcome decides. ``campaign`` orders the arms and applies these.
@@ -17,6 +20,7 @@ from pytest_vllmqual.gates.registry import COLD_START_GATE, KV_POOL_GATE, LADDER
 from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.recipe.gate_settings import min_kv_tokens
 from pytest_vllmqual.records import GateOutcome, RunMode, rung_verdict
+from pytest_vllmqual.report.decision import declared_failing, public_record
 from pytest_vllmqual.report.query import (
     gate_outcome,
     largest_rung,
@@ -167,7 +171,13 @@ def _all_gates(report: Mapping[str, Any]) -> Requirement:
         return Requirement("gates", False, f"the run is incomplete: {reasons}")
     if not gates:
         return Requirement("gates", False, "no gate ran")
-    return Requirement("gates", True, f"every gate that ran passed ({len(gates)})")
+    excused = declared_failing(public_record(report))
+    passed = sum(1 for g in gates if g.get("outcome") == GateOutcome.PASSED)
+    counted = f"{passed} passed" + (f", {len(gates) - passed} skipped" if passed < len(gates) else "")
+    if excused:
+        return Requirement("gates", True, f"every gate that ran passed or was excused by a declaration ({counted}; "
+                                          f"measured failing under a declaration: {', '.join(excused)})")
+    return Requirement("gates", True, f"every gate that ran passed ({counted})")
 
 
 def evaluate_requirement(report: Mapping[str, Any], name: str) -> Requirement:

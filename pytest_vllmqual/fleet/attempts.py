@@ -4,7 +4,9 @@ An attempt is what Ray ran (or refused to run): the job, the node it was pinned 
 on, the overrides it ran with, when it was submitted and started, and its outcome. Outcomes
 never overclaim: an attempt whose node went away is ``lost`` (never ``passed``), one that ran
 out of time is ``deadline``, one whose report fails the report schema is ``invalid_report``
-and its report is dropped.
+and its report is dropped. A job that passed with gates a declaration excused (declared not
+applicable by the recipe, measured failing) is ``passed`` with a reason that names them: they
+were excused, not passed.
 """
 
 from __future__ import annotations
@@ -72,6 +74,15 @@ def _failed_gates(report: dict[str, Any]) -> list[str]:
     return [str(g.get("gate")) for g in report.get("gates") or [] if g.get("outcome") in ("failed", "error")]
 
 
+def _excused_text(report: dict[str, Any]) -> str | None:
+    """A passed job's words when a declaration excused some of its gates (declared not applicable,
+    measured failing): they did not pass, and the row says so; None when none was excused."""
+    from pytest_vllmqual.report.decision import declared_failing, no_gate_failed, public_record
+
+    excused = declared_failing(public_record(report))
+    return no_gate_failed(excused) if excused else None
+
+
 def _report_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
     from pytest_vllmqual.report.public import validate_report
 
@@ -113,7 +124,7 @@ def evaluate_result(attempt: JobAttempt, result: dict[str, Any], at: float) -> N
         attempt.finish(JobOutcome.DEADLINE, f"the job ran past its deadline of {attempt.job.deadline_s:g} s; the "
                                             f"run is {status}", at)
     elif passed:
-        attempt.finish(JobOutcome.PASSED, None, at)
+        attempt.finish(JobOutcome.PASSED, _excused_text(report), at)
     else:
         failed = _failed_gates(report)
         what = f"gates failed: {', '.join(failed)}" if failed else f"run status {status}"

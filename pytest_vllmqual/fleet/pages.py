@@ -38,7 +38,8 @@ def _row_cells(row: Mapping[str, Any]) -> list[Any]:
     outcome = Markup(f"<b>{esc(row.get('outcome'))}</b>" + (f"<br>{esc(row.get('reason'))}" if row.get("reason") else ""))
     overrides = Markup("<br>".join(f"<code>{esc(o)}</code>" for o in row.get("node_overrides") or [])) or "—"
     return [row.get("job"), row.get("attempt"), row.get("node") or "—", row.get("recipe"), outcome, verdict,
-            f"{gates.get('passed', 0)} / {gates.get('failed', 0)} / {gates.get('not_applicable', 0)}",
+            f"{gates.get('passed', 0)} / {gates.get('failed', 0)} / {gates.get('not_applicable', 0)}"
+            + (f" + {gates['excused_by_declaration']} excused" if gates.get("excused_by_declaration") else ""),
             _num(row.get("cold_start_s"), 1), _num(row.get("kv_cache_tokens")), _num(row.get("largest_prompt_tokens")),
             _num(row.get("largest_ttft_s")), _num(row.get("queue_s"), 1), _num(row.get("elapsed_s"), 1), overrides]
 

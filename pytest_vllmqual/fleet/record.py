@@ -3,7 +3,7 @@
 It validates against its own versioned schema (``schemas/fleet-record.schema.json``) before it
 is written, and is scrubbed again like every public file. Nodes appear only as ``node-N`` and a
 hash of Ray's node id. A row carries what the node's sanitized report says (verdict, gates
-passed/failed/not applicable, cold start, KV pool, largest prompt and its TTFT); a report that
+passed/failed/not applicable/excused by a declaration, cold start, KV pool, largest prompt and its TTFT); a report that
 did not validate is not in the record, only the reason. Private artifacts are named by node,
 run id and the SHA-256 of their manifest: they stay on the node. A job whose reports came from
 fewer than two nodes is not compared, and the decision says so and why; a fleet in which no job
@@ -49,11 +49,20 @@ def _utc(epoch: float | None) -> str | None:
     return utc_now(epoch) if epoch else None
 
 
+def _excused(gate: Mapping[str, Any]) -> bool:
+    """A gate record a declaration excused: declared not applicable, measured failing, recorded skipped."""
+    measured = gate.get("measurements") or {}
+    return bool(measured.get("declared_not_applicable")) and measured.get("measured_outcome") == "failed"
+
+
 def _gate_counts(report: Mapping[str, Any]) -> dict[str, int]:
-    counts = {"passed": 0, "failed": 0, "not_applicable": 0}
+    """Gate records by outcome; one a declaration excused counts as ``excused_by_declaration``,
+    neither passed nor merely not applicable."""
+    counts = {"passed": 0, "failed": 0, "not_applicable": 0, "excused_by_declaration": 0}
     for gate in report.get("gates") or []:
         outcome = gate.get("outcome")
-        key = "passed" if outcome == "passed" else "failed" if outcome in ("failed", "error") else "not_applicable"
+        key = "passed" if outcome == "passed" else "failed" if outcome in ("failed", "error") \
+            else "excused_by_declaration" if _excused(gate) else "not_applicable"
         counts[key] += 1
     return counts
 
@@ -103,7 +112,7 @@ def row_of(attempt: JobAttempt, node_label: str | None, node_id_sha256: str | No
     row.update({k: None for k in ("verdict", "run_status", "cold_start_s", "kv_cache_tokens", "max_concurrency",
                                    "min_rank_kv_gib", "kv_tokens_per_gib", "tp_size_seen", "vllm_version",
                                    "largest_prompt_tokens", "largest_ttft_s")})
-    row["gates"], row["gate_outcomes"] = {"passed": 0, "failed": 0, "not_applicable": 0}, {}
+    row["gates"], row["gate_outcomes"] = {"passed": 0, "failed": 0, "not_applicable": 0, "excused_by_declaration": 0}, {}
     if attempt.report is not None:
         row.update(_report_facts(attempt.report))
         text = json.dumps(attempt.report, sort_keys=True)
@@ -165,7 +174,8 @@ def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappin
     passed = [r for r in rows if r["outcome"] == JobOutcome.PASSED.value]
     for row in passed:
         proves.append(f"job {row['job']} (recipe {row['recipe']}, {' '.join(row['selection']) or 'every gate'}) "
-                      f"passed on {row['node']} with verdict {row['verdict']}")
+                      f"passed on {row['node']} with verdict {row['verdict']}"
+                      + (f"; {row['reason']}" if row.get("reason") else ""))
     for comparison in comparisons:
         (proves if comparison["agree"] else not_proven).append(f"job {comparison['job']}: {comparison['summary']}")
     for job in skipped:

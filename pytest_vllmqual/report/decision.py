@@ -18,21 +18,25 @@ has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verd
     (interrupted, server gone, startup failed), the served identity differs from the recipe
     (``provenance_mismatch``), teardown left something behind, or no gate ran.
 ``direct-only``
-    Every gate that ran passed, but the endpoint was used as it was (external launcher): this
-    run neither started nor stopped it, so cold start and teardown are not evidence.
+    No gate failed, but the endpoint was used as it was (external launcher): this run neither
+    started nor stopped it, so cold start and teardown are not evidence.
 ``healthy``
-    Managed, and every gate that ran passed, but the qualification is incomplete: a gate of
-    the registry (``gates.registry.REGISTRY``) was not applicable, skipped or deselected (a gate the
-    recipe declares not applicable that ran and failed is skipped: the claim held, and the
-    reasons name it as measured failing; one that passed counts as passed, with a caveat that
-    the declaration no longer holds), the identity is not verified, the run is not pinned (the
-    model named neither by a hub revision nor by a content digest, a container image not by
-    digest, or the recipe says ``pinned: false``), there is no completed capacity rung, no cold
-    start was measured, or the engine's KV pool was not read. Every gate that did not pass is named, with its reason,
-    under ``does_not_prove``.
+    Managed, and no gate failed, but the qualification is incomplete: a row of the coverage
+    (:func:`coverage`: every gate of the registry ``gates.registry.REGISTRY``, every other gate
+    that ran, and every other gate pytest deselected, a user's own gates included; a gate only a
+    comparison judges, such as the equivalence probe, is a row only when it ran) was not run,
+    deselected or skipped; the identity is not verified; the run is not pinned (the model named
+    neither by a hub revision nor by a content digest, a container image not by digest, or the
+    recipe says ``pinned: false``); there is no completed capacity rung; no cold start was
+    measured; or the engine's KV pool was not read. A gate the recipe declares not applicable
+    that ran and failed is skipped: the declaration excuses it, so it neither fails the run nor
+    counts as passed; the reason says "passed or was excused by a declaration" and names it as
+    measured failing. One that passed counts as passed, with a caveat that the declaration no
+    longer holds. Every gate that did not pass is named, with its reason, under
+    ``does_not_prove``.
 ``promotable``
-    Every registered gate of every family passed, on a managed cold start with a verified and
-    pinned identity, a completed capacity rung, engine facts read and a clean teardown. This is the
+    Every row of the coverage ran and passed, on a managed cold start with a verified and pinned
+    identity, a completed capacity rung, engine facts read and a clean teardown. This is the
     most a single run can earn. (Report schema 2 called it ``candidate``; that word now only
     names the B arm of an A/B.)
 ``priority-challenger``
@@ -52,6 +56,7 @@ from typing import Any
 
 from pytest_vllmqual.gates.identity import IdentityResult
 from pytest_vllmqual.gates.registry import (
+    COMPARISON_GATES,
     PREFLIGHT_GATES,
     PREFLIGHT_LABELS,
     REGISTRY,
@@ -74,8 +79,8 @@ from pytest_vllmqual.records import (
 
 from .number_format import fmt_decode, fmt_num, short_tokens
 
-__all__ = ["BOUNDARY", "CoverageRow", "Decision", "coverage", "decide", "max_model_len", "preflight_of",
-           "public_record", "verdict_summary", "with_decision"]
+__all__ = ["BOUNDARY", "CoverageRow", "Decision", "coverage", "decide", "declared_failing", "max_model_len",
+           "no_gate_failed", "preflight_of", "public_record", "unpinned", "verdict_summary", "with_decision"]
 
 BOUNDARY = "No route or promotion changed: a qualification run never promotes."
 
@@ -206,12 +211,14 @@ def preflight_of(gates: Sequence[GateRecord]) -> dict[str, Any]:
 
 
 def coverage(record: RunRecord) -> list[CoverageRow]:
-    """Every registered gate (and every other gate that ran), one row each, with why it did not pass."""
+    """Every registered gate, every other gate that ran and every other gate pytest deselected (a
+    user's own included; a gate only a comparison judges only when it ran), one row each, with why
+    it did not pass. ``promotable`` needs every row passed."""
     deselected = {str(d.get("gate")): str(d.get("reason") or "") for d in record.deselected_gates}
     names = [spec.name for spec in REGISTRY]
-    for gate in record.gates:
-        if gate.gate not in names:
-            names.append(gate.gate)
+    for name in [g.gate for g in record.gates] + [n for n in deselected if n not in COMPARISON_GATES]:
+        if name and name not in names:
+            names.append(name)
     rows: list[CoverageRow] = []
     for name in names:
         records = record.gates_named(name)
@@ -272,11 +279,11 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
         absent = [PREFLIGHT_LABELS.get(str(g["gate"]), str(g["gate"])) + f" ({g['outcome']})"
                   for g in preflight["gates"] if g["outcome"] != GateOutcome.PASSED]
         missing.append(f"the functional preflight is {preflight['summary']}; not passed: {', '.join(absent)}")
-    others = [f"{row.gate} ({row.outcome})" for row in rows
-              if row.outcome is not GateOutcome.PASSED and row.family != "functional"]
+    others = [f"{row.gate} ({row.outcome})" for row in rows  # the preflight's six are named just above
+              if row.outcome is not GateOutcome.PASSED and row.gate not in PREFLIGHT_GATES]
     if others:
         missing.append("not every gate passed: " + ", ".join(others))
-    failing = _declared(record, GateOutcome.FAILED)
+    failing = declared_failing(record)
     if failing:
         missing.append("declared not applicable by the recipe and measured failing in this run (a claim, not a "
                        "pass): " + ", ".join(failing))
@@ -285,9 +292,9 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
         unchecked = [str(f) for f in identity.get("not_checked") or []]
         missing.append(f"the identity is {identity.get('status') or 'unverified'}"
                        + (f" (not checked: {', '.join(unchecked)})" if unchecked else ""))
-    unpinned = _unpinned(record)
-    if unpinned:
-        missing.append("the run is not pinned: " + "; ".join(unpinned))
+    not_pinned = unpinned(record)
+    if not_pinned:
+        missing.append("the run is not pinned: " + "; ".join(not_pinned))
     if record.lifecycle.get("cold_start_s") is None:
         missing.append("no cold start was measured")
     if not record.completed_rungs:
@@ -297,9 +304,10 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
     return missing
 
 
-def _unpinned(record: RunRecord) -> list[str]:
+def unpinned(record: RunRecord) -> list[str]:
     """Why the served model is not pinned by content: the recipe says so, or its identity checks
-    pin neither the model nor a container's image (a pinned run names both)."""
+    pin neither the model nor a container's image (a pinned run names both). Empty when pinned;
+    a campaign qualifies only a pinned arm (``campaign.qualify``)."""
     said = ["the recipe says pinned: false"] if record.recipe_value("pinned") is False else []
     return said + IdentityResult.from_dict(record.identity).unpinned
 
@@ -311,11 +319,11 @@ def _proves_identity_and_gates(record: RunRecord) -> list[str]:
     if matched:
         parts = [f"{c.get('field')} {_shown(c.get('expected'))} (from {c.get('source') or 'the server'})"
                  for c in matched]
-        unpinned = _unpinned(record)
+        not_pinned = unpinned(record)
         if identity.get("status") != "verified":
             lead = "these pinned identity fields matched"
-        elif unpinned:
-            lead = f"every identity field the recipe names was checked and matched ({'; '.join(unpinned)})"
+        elif not_pinned:
+            lead = f"every identity field the recipe names was checked and matched ({'; '.join(not_pinned)})"
         else:
             lead = "the server that answered is the recipe's pinned identity, every pinned field checked"
         proves.append(f"{lead}: " + ", ".join(parts))
@@ -506,6 +514,20 @@ def _declared(record: RunRecord, measured: GateOutcome) -> list[str]:
                    and g.measurements.get("measured_outcome") == measured.value})
 
 
+def declared_failing(record: RunRecord) -> list[str]:
+    """Gates a declaration excused: declared not applicable by the recipe, measured failing in this
+    run and so recorded skipped. They neither fail the run nor count as passed."""
+    return _declared(record, GateOutcome.FAILED)
+
+
+def no_gate_failed(excused: Sequence[str]) -> str:
+    """What the gates that ran did, in words: passed, or passed or excused (naming the excused)."""
+    if not excused:
+        return "every gate that ran passed"
+    return ("every gate that ran passed or was excused by a declaration (measured failing under a declaration: "
+            + ", ".join(excused) + ")")
+
+
 def _caveats(record: RunRecord) -> list[str]:
     caveats = _failure_caveats(record) + _ladder_caveats(record)
     caveats += [f"gate {name} is declared not applicable in the recipe but passed in this run: the declaration "
@@ -529,13 +551,14 @@ def _verdict(record: RunRecord, rows: Sequence[CoverageRow]) -> tuple[Verdict, l
     blocking = _blocking_reasons(record)
     if blocking:
         return Verdict.NO_PROMOTION, blocking
+    ran = no_gate_failed(declared_failing(record))
     if record.mode is RunMode.DIRECT_ONLY:
-        return Verdict.DIRECT_ONLY, ["every gate that ran passed on an endpoint this run did not start or stop"]
+        return Verdict.DIRECT_ONLY, [f"{ran} on an endpoint this run did not start or stop"]
     missing = _missing_evidence(record, rows)
     if missing:
-        return Verdict.HEALTHY, ["every gate that ran passed, but the qualification is incomplete: "
-                                 + "; ".join(missing)]
-    return Verdict.PROMOTABLE, ["every registered gate of every family passed on a managed cold start, with a "
+        return Verdict.HEALTHY, [f"{ran}, but the qualification is incomplete: " + "; ".join(missing)]
+    return Verdict.PROMOTABLE, [f"every gate of the coverage ran and passed ({len(rows)}: every registered gate of "
+                               "every family, and every other gate that ran) on a managed cold start, with a "
                                "verified and pinned identity, a completed capacity ladder, engine facts and a clean "
                                "teardown; a single run is at most promotable (priority-challenger needs an A/B "
                                "against the control arm)"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from support import ROOT, UNIT_DATA
+from support.campaign_samples import pin_revision
 
 from pytest_vllmqual.campaign.decision import CampaignPlan, decide_arms, requalify
 from pytest_vllmqual.campaign.qualify import campaign_line, qualified_by_fallback
@@ -41,6 +42,7 @@ def arm_report(name: str, *, kv_tokens: int | None, largest: int | None, smoke: 
     content["gates"]["capacity"]["min_kv_tokens"] = min_kv
     content["gates"]["capacity"]["min_largest_prompt"] = min_prompt
     report["engine"]["kv_cache_tokens"] = kv_tokens
+    pin_revision(report)
     top = report["ladder"][3]
     top["prompt_tokens"], top["post_probe_smoke"] = largest, smoke
     top["post_probe_smoke_ok"] = smoke == "passed"  # the builder derives the flag from the text

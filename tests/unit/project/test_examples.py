@@ -294,14 +294,18 @@ def test_one_gpu_rerun_passes_every_applicable_gate(name: str) -> None:
 
 
 def test_one_gpu_rerun_393k_keeps_its_tools_and_the_ladder_past_300k() -> None:
-    """The fixture model rebuilt with a bf16 answer margin keeps the tool the earlier build lost on FP8 KV."""
+    """The fixture model rebuilt with a bf16 answer margin keeps the tool the earlier build lost on FP8 KV.
+    Its recipe said ``pinned: false``: the arm is healthy, but its campaign qualifies no arm (exit 1),
+    and says why."""
     report = load(RERUN / "tiny-gpu-393k-fp8kv.json")
     assert _gate(report, "tools")["measurements"]["passed"] == 20
     assert _gate(load(GPU_TP1 / "tiny-gpu-393k-fp8kv.json"), "tools")["measurements"]["passed"] == 19
     measured = [r for r in report["ladder"] if not r["expected_rejection"]]
     assert max(r["prompt_tokens"] for r in measured) > 300_000
     campaign = load(RERUN / "campaign-393k.json")
-    assert campaign["qualified"] == "tiny-gpu-393k-fp8kv" and campaign["exit"]["code"] == 0
+    assert report["recipe"]["content"]["pinned"] is False
+    assert campaign["qualified"] is None and campaign["exit"]["code"] == 1, "a campaign qualifies a pinned arm only"
+    assert "the run is not pinned: the recipe says pinned: false" in campaign["arms"][0]["qualification"]
 
 
 def test_one_gpu_rerun_kvfail_stops_the_never_ready_server_after_its_short_grace() -> None:

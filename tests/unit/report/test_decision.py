@@ -36,7 +36,7 @@ def test_reference_control_as_published_is_healthy_and_names_every_gate_it_lacks
                             "quality_long_context", "concurrency", "load"}
     assert ("Concurrency (gate concurrency, capacity): not run: did not run in this session (deselected with -m/-k, "
             "or not collected)") in decision["does_not_prove"]
-    assert "not every gate passed: quality_intelligence (absent)" in decision["reasons"][0]
+    assert "not every gate passed: openai_sdk (absent), quality_intelligence (absent)" in decision["reasons"][0]
 
 
 def test_reference_control_with_every_gate_is_promotable_and_never_more(run: RunRecord) -> None:

@@ -193,12 +193,26 @@ def test_a_guard_verdict_is_written_whole_and_read_by_every_process(tmp_path: Pa
     assert gone is not None and gone.status == "server_dead"
 
 
+def pinned_manager(tmp_path: Path, key: str) -> ServerManager:
+    """A server manager that never started, whose identity pins the model by its content digest (as a
+    real tiny-cpu run's does): a campaign qualifies only a pinned arm."""
+    manager = ServerManager(tiny(), run_id=f"{key}-r1", private_dir=tmp_path / key, progress=lambda line: None)
+    digest = "sha256:" + "0" * 64
+    manager.facts.identity = {"status": "verified", "checks": [
+        {"field": "content_digest", "expected": digest, "observed": digest, "ok": True, "status": "matched",
+         "source": "the model folder", "pinned": True}]}
+    return manager
+
+
 def _fallback_session(tmp_path: Path, primary_failures: list[str]) -> tuple[ControllerRun, list[str]]:
-    """A campaign of tiny-cpu-kvfail (required: kv_pool) with tiny-cpu as its fallback, gates added by hand."""
+    """A campaign of tiny-cpu-kvfail (required: kv_pool) with tiny-cpu as its fallback, gates added by hand,
+    each arm's identity pinned by its content digest."""
     lines: list[str] = []
     run = ControllerRun(settings_for(tmp_path), tiny(), progress=lines.append, invocation_args=[])
     run.plan_arms(ab=None, bracket=False, campaign="tiny-cpu-kvfail:kv_pool,tiny-cpu?fallback", rootdir=tmp_path)
     first, second = (spec.key for spec in run.plan)
+    for key in (first, second):
+        run.arm(key).manager = pinned_manager(tmp_path, key)
     assert run.campaign_skip_reason(first) is None
     for gate in ("kv_pool", "identity", "smoke"):
         outcome = "failed" if gate in primary_failures else "passed"
