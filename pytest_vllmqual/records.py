@@ -85,11 +85,12 @@ class Verdict(Word):
 class EquivalenceVerdict(Word):
     """Whether a candidate answers as its control does, on the same checkpoint (a comparison's finding)."""
 
-    #: Every exact figure's far 95% bound is within its threshold.
+    #: Every exact figure measured on at least its minimum units, its far 95% bound within its threshold.
     EQUIVALENT = "equivalent"
     #: A figure's near 95% bound is beyond its threshold (or the KL lower bound's lower bound is).
     NOT_EQUIVALENT = "not equivalent"
-    #: Measured, but some interval straddles its threshold: neither shown equivalent nor not.
+    #: Measured, but some figure straddles its threshold, was not measured, or was measured on too
+    #: few units: neither shown equivalent nor not.
     INCONCLUSIVE = "inconclusive"
     #: No comparison was possible: no probe, no log probabilities (K = 0), or the arms differ in
     #: checkpoint pin, tokenizer or probe.
@@ -105,6 +106,8 @@ class FigureStatus(Word):
     #: A figure that can only show a difference (the KL lower bound) and did not.
     NOT_SHOWN = "not shown"
     NOT_MEASURED = "not measured"
+    #: Measured, not beyond, but on fewer units (chunks, prompts, items) than its minimum.
+    TOO_FEW = "too few units"
 
 
 class Divergence(Word):

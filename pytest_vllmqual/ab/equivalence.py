@@ -19,7 +19,7 @@ from typing import Any
 from pytest_vllmqual.equivalence import sidecar as sidecars
 from pytest_vllmqual.equivalence.answers import count_flips
 from pytest_vllmqual.equivalence.figures import greedy_figures, teacher_forced
-from pytest_vllmqual.equivalence.intervals import ratio_interval
+from pytest_vllmqual.equivalence.intervals import exact_interval
 from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 from pytest_vllmqual.records import EquivalenceVerdict
 from pytest_vllmqual.report.query import recipe_value
@@ -75,9 +75,7 @@ def _flips(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[di
     record = {"items": count.n, "b": count.b, "c": count.c, "flips": round(count.flips, 6),
               "delta_accuracy": round(count.delta_accuracy, 6), "mcnemar_p": round(count.p_value, 6),
               "flipped": [k for k in shared if left[k] != right[k]]}
-    interval = None
-    if shared:
-        interval = ratio_interval([1.0 if left[k] != right[k] else 0.0 for k in shared], [1.0] * len(shared)).to_dict()
+    interval = exact_interval(count.b + count.c, count.n).to_dict() if count.n else None
     return record, interval
 
 

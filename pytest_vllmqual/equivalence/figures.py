@@ -3,8 +3,9 @@
 :func:`teacher_forced` pools the positions of each chunk (the independent unit) into sums and
 bootstraps over chunks: the KL lower bound (mean, p99, max, coverage), top-1 agreement, ln PPL
 ratio, ΔPPL and RMS Δp, overall and per context length. :func:`greedy_figures` compares the
-greedy answers prompt by prompt (identical, first divergence, near tie or hard) and bootstraps
-the hard-divergence rate over prompts. Both read the sidecar bodies of :mod:`.runner`.
+greedy answers prompt by prompt (identical, first divergence, near tie or hard) and gives the
+hard-divergence rate over prompts its exact binomial interval (a count of prompts: 0 of 8 is
+[0, 36.9%], where a bootstrap would say [0, 0]). Both read the sidecar bodies of :mod:`.runner`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from pytest_vllmqual.records import Divergence
 
 from .answers import GreedyStep, compare_paths
-from .intervals import Interval, ratio_interval, unit_interval
+from .intervals import Interval, exact_interval, ratio_interval, unit_interval
 from .position import Position, compare_position
 
 __all__ = ["ChunkSums", "chunk_sums", "greedy_figures", "kl_histogram", "teacher_forced"]
@@ -119,16 +120,16 @@ def _steps(answer: Mapping[str, Any]) -> list[GreedyStep]:
 
 
 def greedy_figures(control: Mapping[str, Any], candidate: Mapping[str, Any], *, max_tokens: int) -> dict[str, Any]:
-    """Each greedy prompt compared, and the rates over prompts (hard divergence with its interval)."""
+    """Each greedy prompt compared, and the rates over prompts (hard divergence with its exact interval)."""
     rows = []
     for r, c in zip(control["greedy"], candidate["greedy"], strict=True):
         path = compare_paths(_steps(r), _steps(c), max_tokens=max_tokens)
         rows.append({"id": str(r["id"]), "kind": path.kind.value, "position": path.position, "length": path.length})
-    hard = [1.0 if row["kind"] == Divergence.HARD else 0.0 for row in rows]
+    hard = sum(1 for row in rows if row["kind"] == Divergence.HARD)
     result: dict[str, Any] = {
         "prompts": len(rows), "identical": sum(1 for row in rows if row["kind"] == Divergence.IDENTICAL),
-        "near_ties": sum(1 for row in rows if row["kind"] == Divergence.NEAR_TIE), "hard": int(sum(hard)),
+        "near_ties": sum(1 for row in rows if row["kind"] == Divergence.NEAR_TIE), "hard": hard,
         "answers": rows}
     if rows:
-        result["hard_divergence"] = ratio_interval(hard, [1.0] * len(rows)).to_dict()
+        result["hard_divergence"] = exact_interval(hard, len(rows)).to_dict()
     return result

@@ -27,15 +27,17 @@ def _position(t: int, *, shift: float, swap_top: bool) -> list[Any]:
 
 
 def probe_body(*, shift: float = 0.0, swap_top: bool = False, top_k: int = 2, probe: str = "p" * 64,
-               tokenizer: str = "t" * 64, hard_greedy: bool = False) -> dict[str, Any]:
-    """Two lengths × three chunks, four greedy prompts."""
+               tokenizer: str = "t" * 64, hard_greedy: bool = False, chunks_per_length: int = 4,
+               prompts: int = 8) -> dict[str, Any]:
+    """Two lengths × four chunks and eight greedy prompts, as the probe's defaults (the verdict's
+    minimum units); fewer with ``chunks_per_length`` and ``prompts``."""
     chunks = [{"length": length, "scored_from": length // 2,
                "positions": [_position(t + 3 * n, shift=shift * (1 + n % 3), swap_top=swap_top)
                              for t in range(length // 2)]}
-              for length in (16, 32) for n in range(3)]
+              for length in (16, 32) for n in range(chunks_per_length)]
     greedy = [{"id": f"g{n}", "prompt_sha256": "0" * 64, "finish_reason": "stop",
                "steps": [[5, [[5, -0.1], [6, -2.5]]], [7 if not (hard_greedy and n == 0) else 9, [[7, -0.2]]]]}
-              for n in range(4)]
+              for n in range(prompts)]
     return {"source": "synthetic", "parameters": {"greedy_max_tokens": 8}, "probe_sha256": probe,
             "tokenizer_sha256": tokenizer, "top_k": top_k, "chunk_tokens": [], "chunks": chunks, "greedy": greedy}
 

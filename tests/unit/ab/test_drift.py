@@ -58,8 +58,12 @@ def test_the_same_probe_is_equivalent_with_every_difference_at_zero(tmp_path: Pa
     section = drift(tmp_path, probe_body(), probe_body())
     assert section["verdict"] == "equivalent"
     assert figure(section, "top1_agreement")["point"] == 100.0
-    for key in ("ln_ppl_ratio", "rms_delta_p", "hard_divergence", "kl_lower_bound"):
+    for key in ("ln_ppl_ratio", "rms_delta_p", "kl_lower_bound"):
         assert figure(section, key)["point"] == figure(section, key)["high"] == 0.0, key
+    for key, units in (("hard_divergence", 8), ("flips", 14)):  # counts: 0 events, an exact upper bound above 0
+        checked = figure(section, key)
+        assert (checked["point"], checked.get("events"), checked.get("units"), checked["status"]) == (0.0, 0, units, "within")
+        assert checked["high"] == pytest.approx(100 * (1 - 0.025 ** (1 / units)), abs=0.001)
     assert section["floor"] == {"status": "not measured", "reason": NO_FLOOR}
     assert all(f["floor"] is None for f in section["figures"])
     assert section["reference"]["report"] == "earlier.json" and section["reference"]["sidecar"] == "earlier.probe.json.gz"
@@ -132,7 +136,12 @@ class PinHook:
         report["identity"]["model_files"] = {"content": PIN}
 
 
-def session(reports: Path, body: dict[str, Any], reference: Path | None) -> tuple[ControllerRun, Any, list[str]]:
+SCORED = ("smoke", "json", "tools", "quality_intelligence", "quality_session_recall", "quality_tools")
+"""Gates of the functional and quality families: six items each run scores, so flips are measured."""
+
+
+def session(reports: Path, body: dict[str, Any], reference: Path | None,
+            scored: tuple[str, ...] = SCORED) -> tuple[ControllerRun, Any, list[str]]:
     settings = resolve_settings(rootdir=ROOT, env={}, cli_recipe="tiny-cpu", ini_recipe=None, cli_reports=str(reports),
                                 ini_reports=None, cli_endpoint=None, cli_recipes_dir=str(RECIPES), ini_recipes_dir=None)
     lines: list[str] = []
@@ -142,6 +151,9 @@ def session(reports: Path, body: dict[str, Any], reference: Path | None) -> tupl
                   reference=str(reference) if reference is not None else None)
     run.add_gate("tiny-cpu", {"nodeid": "t.py::test_probe", "gate": "equivalence_probe", "arm": "tiny-cpu",
                               "outcome": "passed", "measurements": {}})
+    for gate in scored:
+        run.add_gate("tiny-cpu", {"nodeid": f"t.py::test_{gate}", "gate": gate, "arm": "tiny-cpu",
+                                  "outcome": "passed", "measurements": {}})
     private = run.arm("tiny-cpu").private_dir / PRIVATE_NAME
     private.parent.mkdir(parents=True, exist_ok=True)
     private.write_text(json.dumps(body))
@@ -155,6 +167,9 @@ def test_the_session_writes_the_drift_and_fails_when_not_equivalent(tmp_path: Pa
     verdict = json.loads(earlier.read_text())["decision"]["verdict"]
     run, end, lines = session(tmp_path / "night-2", probe_body(), earlier)
     assert end is None and run.reports.drift is not None and run.reports.drift["verdict"] == "equivalent"
+    run, end, lines = session(tmp_path / "night-2b", probe_body(), earlier, scored=())
+    assert end is None and run.reports.drift is not None and run.reports.drift["verdict"] == "inconclusive"
+    assert run.reports.drift["reasons"][0].startswith("flips not measured: 0 items scored in both arms")
     run, end, lines = session(tmp_path / "night-3", probe_body(shift=0.2, swap_top=True), earlier)
     assert end == "not_equivalent"
     (path,) = (tmp_path / "night-3").glob("tiny-cpu-*Z.json")

@@ -5,6 +5,7 @@ the terminal line and the junit file."""
 from __future__ import annotations
 
 import json
+import random
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from support import UNIT_DATA
 from support.equivalence_samples import attach_probe, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
-from pytest_vllmqual.ab.equivalence import flip_items, render_junit, summary_line
+from pytest_vllmqual.ab.equivalence import equivalence_section, flip_items, render_junit, summary_line
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 
@@ -54,12 +55,14 @@ def test_an_exact_repeat_is_equivalent_with_every_figure_at_its_floor(tmp_path: 
     section = result["equivalence"]
     assert section["verdict"] == "equivalent"
     assert section["floor"]["status"] == "measured"
-    for key in ("top1_agreement", "ln_ppl_ratio", "rms_delta_p", "hard_divergence"):
+    for key in ("top1_agreement", "ln_ppl_ratio", "rms_delta_p", "hard_divergence", "flips"):
         checked = figure(section, key)
         assert checked["status"] == "within" and checked["within_floor"] is True
-        assert checked["low"] == checked["high"] == checked["point"]
+        assert checked["low"] == checked["point"]
+        # A bootstrap of identical chunks has nothing to resample; a count of 0 keeps its exact width.
+        assert checked["high"] == checked["point"] if checked.get("events") is None else checked["high"] > 0
     assert figure(section, "kl_lower_bound")["status"] == "not shown"  # a lower bound never shows equivalence
-    assert section["greedy"]["identical"] == 4
+    assert section["greedy"]["identical"] == 8
     assert any("answers the equivalence probe as the control does" in p for p in result["decision"]["proves"])
 
 
@@ -127,3 +130,101 @@ def test_flip_items_read_gates_tool_cases_and_ladder_smokes() -> None:
         "ladder": [{"target": 1024, "post_probe_smoke_ok": True}]}
     assert flip_items(report) == {"gate:smoke": True, "gate:tools": False, "tools:get_weather": True,
                                   "tools:set_thermostat": False, "ladder:1024": True}
+
+
+# -- equivalence needs its evidence: every figure measured on enough units -------------------
+
+
+def _scoring_only(report: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any]:
+    """The report as an arm that ran only the gates named in ``keep`` (and no ladder)."""
+    report["gates"] = [g for g in report["gates"] if g["gate"] in keep]
+    report["ladder"] = []
+    return report
+
+
+def test_a_candidate_that_scored_no_item_is_inconclusive_naming_the_flips(tmp_path: Path, arms: Arms) -> None:
+    """``--vllmqual-arm-marks candidate=equivalence``: nothing scored in both arms, so flips are not
+    measured, and a verdict that needs them cannot be equivalent."""
+    _scoring_only(arms[1], ())
+    section = compare(tmp_path, arms, probe_body(), probe_body())["equivalence"]
+    assert section["verdict"] == "inconclusive", section["reasons"]
+    assert "flips not measured: 0 items scored in both arms, at least 6 needed" in section["reasons"][0]
+    assert "every exact figure within" not in summary_line(section)
+
+
+def test_one_item_scored_in_both_arms_is_too_few_and_says_how_many_are_needed(tmp_path: Path, arms: Arms) -> None:
+    _scoring_only(arms[1], ("smoke",))
+    section = compare(tmp_path, arms, probe_body(), probe_body())["equivalence"]
+    assert section["verdict"] == "inconclusive"
+    assert "flips 0 of 1 item scored in both arms" in section["reasons"][0]
+    assert "fewer than the 6 needed" in section["reasons"][0]
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ({"prompts": 4}, "0 of 4 greedy prompts"),
+    ({"chunks_per_length": 2}, "on 4 scored chunks"),
+])
+def test_a_probe_with_too_few_units_is_inconclusive_naming_them(tmp_path: Path, arms: Arms, body: dict[str, int],
+                                                                  named: str) -> None:
+    section = compare(tmp_path, arms, probe_body(**body), probe_body(**body))["equivalence"]
+    assert section["verdict"] == "inconclusive", section["reasons"]
+    assert any(named in reason and "fewer than the 8 needed" in reason for reason in section["reasons"])
+
+
+def test_the_recipe_raises_the_minimum_items(tmp_path: Path, arms: Arms) -> None:
+    arms[0]["recipe"]["content"].setdefault("compare", {})["equivalence"] = {"min_shared_items": 10}
+    section = compare(tmp_path, arms, probe_body(), probe_body())["equivalence"]
+    assert section["verdict"] == "inconclusive"
+    assert "flips 0 of 7 items scored in both arms" in section["reasons"][0]
+    assert "fewer than the 10 needed" in section["reasons"][0]
+
+
+def test_counted_figures_have_exact_binomial_intervals(tmp_path: Path, arms: Arms) -> None:
+    """0 of 8 greedy prompts diverged hard: within the zero threshold, its exact 95% upper bound
+    (Clopper-Pearson, 36.9%) printed beside it; 1 of 8 is beyond zero."""
+    section = compare(tmp_path, arms, probe_body(), probe_body())["equivalence"]
+    assert section["verdict"] == "equivalent", section["reasons"]
+    hard = figure(section, "hard_divergence")
+    assert (hard["status"], hard["low"], hard.get("units"), hard.get("events")) == ("within", 0.0, 8, 0)
+    assert hard["high"] == pytest.approx(36.94, abs=0.01)
+    flips = figure(section, "flips")
+    assert (flips["status"], flips.get("units"), flips.get("events")) == ("within", 7, 0)
+    assert flips["high"] == pytest.approx(100 * (1 - 0.025 ** (1 / 7)), abs=0.01)
+    assert any("hard-divergence rate 0 of 8 greedy prompts" in r and "36.9" in r for r in section["reasons"])
+    one = compare(tmp_path, arms, probe_body(), probe_body(hard_greedy=True))["equivalence"]
+    hard = figure(one, "hard_divergence")
+    assert one["verdict"] == "not equivalent" and hard["status"] == "beyond" and hard["events"] == 1
+    assert (hard["low"], hard["high"]) == (pytest.approx(0.316, abs=0.01), pytest.approx(52.65, abs=0.01))
+
+
+def _section(items: dict[str, bool], candidate_items: dict[str, bool], flips_pct: float) -> str:
+    """The verdict of two arms with the same probe answers that scored these items."""
+    def report(scored: dict[str, bool]) -> dict[str, Any]:
+        gates = [{"gate": name, "family": "quality", "outcome": "passed" if ok else "failed", "measurements": {}}
+                 for name, ok in scored.items()]
+        return {"gates": gates, "recipe": {"content": {"compare": {"equivalence": {"max_flips_pct": flips_pct}}}}}
+    body = {**probe_body(), "arm": {"checkpoint_pin": {"kind": "content digest", "value": "ab" * 32}}}
+    section = equivalence_section(report(items), report(candidate_items), None, {"control": body, "candidate": body})
+    return str(section["verdict"])
+
+
+def test_property_scored_items_that_agree_never_take_equivalence_away_and_a_flip_may() -> None:
+    """Seeded random cases: the arms score items one by one in both arms, from none. An item answered alike
+    (a figure measured within) never turns ``equivalent`` into ``inconclusive``; once enough have
+    agreed the A/A is equivalent; an item that flipped beyond a zero threshold makes it ``not
+    equivalent``."""
+    rng = random.Random(20261205)
+    for _ in range(40):
+        control: dict[str, bool] = {}
+        before = _section(control, dict(control), 0.0)  # no item scored in both arms: flips not measured
+        for number in range(rng.randint(7, 10)):
+            control[f"item{number}"] = rng.random() < 0.7
+            after = _section(control, dict(control), 0.0)
+            assert not (before == "equivalent" and after != "equivalent"), (before, after, control)
+            before = after
+        assert before == "equivalent", control
+        flipped = dict(control)
+        name = rng.choice(sorted(flipped))
+        flipped[name] = not flipped[name]
+        assert _section(control, flipped, 0.0) == "not equivalent"
+        assert _section(control, flipped, 100.0) in ("equivalent", "inconclusive")

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from support import ROOT, load_script
 
-from pytest_vllmqual.ab.compare import compare_files, report_digest, validate_comparison
+from pytest_vllmqual.ab.compare import report_digest, validate_comparison
+from pytest_vllmqual.cli import EXIT_OK, main
 from pytest_vllmqual.equivalence import sidecar
 from pytest_vllmqual.fleet.record import validate_record as validate_fleet_record
 from pytest_vllmqual.report.decision import with_decision
@@ -394,18 +395,36 @@ def test_cpu_smollm2_fp8_kv_is_not_equivalent_naming_its_figures_against_the_a_a
     assert top1["status"] == "beyond" and top1["within_floor"] is False
     assert top1["high"] < top1["threshold"] == 97.67 and top1["floor"]["point"] == 100.0
     assert section["reasons"][0].startswith(f"top-1 agreement {top1['point']:.1f}% [")
+    # 2 of 8 greedy answers diverged hard: the exact interval [3.2%, 65.1%] excludes the zero threshold
+    # (a bootstrap over the 8 prompts reached 0 and left it undecided).
     assert {name for name, f in figures.items() if f["status"] == "beyond"} == {
-        "top1_agreement", "ln_ppl_ratio", "rms_delta_p", "kl_lower_bound"}
-    assert (CPU_SMOLLM2 / "comparison.xml").read_text().count("<failure") == 5
+        "top1_agreement", "ln_ppl_ratio", "rms_delta_p", "hard_divergence", "kl_lower_bound"}
+    assert (figures["hard_divergence"]["events"], figures["hard_divergence"]["units"]) == (2, 8)
+    assert figures["flips"]["status"] == "too few units" and figures["flips"]["units"] == 1
+    assert (CPU_SMOLLM2 / "comparison.xml").read_text().count("<failure") == 6
     assert comparison["controlled_variables"]["functional"] == ["serve.kv_cache_dtype"]
 
 
-def test_cpu_smollm2_control_against_its_replay_is_at_the_a_a_floor() -> None:
-    section = compare_files(_cpu_smollm2_arm("A"), _cpu_smollm2_arm("A2"))["equivalence"]
-    assert section["verdict"] == "equivalent", section["reasons"]
-    points = {f["figure"]: f["point"] for f in section["figures"]}
-    assert points["top1_agreement"] == 100.0
-    assert points["ln_ppl_ratio"] == points["rms_delta_p"] == points["kl_lower_bound"] == 0.0
+def test_cpu_smollm2_control_against_its_replay_is_at_the_a_a_floor_but_flips_were_not_measured(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vllmqual compare`` on the committed A/A pair: every probe figure at its floor (top-1 100%,
+    every difference 0, 0 of 8 greedy answers diverged), but the replay ran the probe only
+    (``--vllmqual-arm-marks replay=equivalence``), so no item was scored in both arms and the flips
+    are not measured: ``inconclusive``, naming them. (It said ``equivalent`` while flips were
+    dropped unmeasured.)"""
+    out = tmp_path / "comparison.json"
+    assert main(["compare", str(_cpu_smollm2_arm("A")), str(_cpu_smollm2_arm("A2")), "-o", str(out)]) == EXIT_OK
+    section = load(out)["equivalence"]
+    assert section["verdict"] == "inconclusive", section["reasons"]
+    assert section["reasons"] == ["flips not measured: 0 items scored in both arms, at least 6 needed "
+                                  "(fix: run the functional and quality gates on both arms)"]
+    assert "equivalence: inconclusive: flips not measured" in capsys.readouterr().out
+    figures = {f["figure"]: f for f in section["figures"]}
+    assert figures["top1_agreement"]["point"] == 100.0 and figures["top1_agreement"]["status"] == "within"
+    assert figures["ln_ppl_ratio"]["point"] == figures["rms_delta_p"]["point"] == 0.0
+    assert figures["kl_lower_bound"]["point"] == 0.0
+    hard = figures["hard_divergence"]
+    assert (hard["status"], hard["events"], hard["units"]) == ("within", 0, 8)
 
 
 def test_cpu_smollm2_arms_ran_their_own_gates_and_the_example_stays_small() -> None:
