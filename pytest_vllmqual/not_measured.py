@@ -51,7 +51,7 @@ _EQUIVALENCE = {EquivalenceVerdict.EQUIVALENT: Measured.PASSED, EquivalenceVerdi
 # A figure that can only show a difference (the KL lower bound) and did not has passed its one test.
 _FIGURE = {FigureStatus.WITHIN: Measured.PASSED, FigureStatus.NOT_SHOWN: Measured.PASSED,
            FigureStatus.BEYOND: Measured.FAILED, FigureStatus.UNDECIDED: Measured.NOT_MEASURED,
-           FigureStatus.NOT_MEASURED: Measured.NOT_MEASURED}
+           FigureStatus.NOT_MEASURED: Measured.NOT_MEASURED, FigureStatus.TOO_FEW: Measured.NOT_MEASURED}
 _LEVEL = {LevelJudgement.MET: Measured.PASSED, LevelJudgement.MISSED: Measured.FAILED,
           LevelJudgement.NOT_MEASURED: Measured.NOT_MEASURED}
 

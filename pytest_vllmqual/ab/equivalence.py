@@ -24,7 +24,7 @@ from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figur
 from pytest_vllmqual.records import EquivalenceVerdict
 from pytest_vllmqual.report.query import recipe_value
 
-__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "render_junit", "summary_line"]
+__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "summary_line"]
 
 LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
                     "are merged into one bucket): it can show a difference, never equivalence")
@@ -185,31 +185,3 @@ def summary_line(section: Mapping[str, Any], *, label: str = "equivalence") -> s
     floor = section.get("floor") or {}
     tail = "" if floor.get("status") == "measured" else "; A/A floor not measured"
     return f"{label}: {section.get('verdict')}: {first}{more}{tail}"
-
-
-def render_junit(section: Mapping[str, Any], *, name: str = "equivalence") -> str:
-    """The section as junit: one testcase per figure (a figure beyond its threshold fails, one not
-    decided or not measured is skipped) and one for the verdict itself."""
-    import xml.etree.ElementTree as ET
-
-    figures = list(section.get("figures") or [])
-    verdict = str(section.get("verdict"))
-    failed = sum(1 for f in figures if f.get("status") == "beyond") + (verdict == EquivalenceVerdict.NOT_EQUIVALENT)
-    suite = ET.Element("testsuite", name=name, tests=str(len(figures) + 1), failures=str(failed), errors="0")
-    case = ET.SubElement(suite, "testcase", classname=name, name="verdict")
-    line = summary_line(section)
-    if verdict == EquivalenceVerdict.NOT_EQUIVALENT:
-        ET.SubElement(case, "failure", message=line)
-    elif verdict != EquivalenceVerdict.EQUIVALENT:
-        ET.SubElement(case, "skipped", message=line)
-    for figure in figures:
-        case = ET.SubElement(suite, "testcase", classname=name, name=str(figure.get("figure")))
-        text = (f"{figure.get('label')} {figure.get('point')} [{figure.get('low')}, {figure.get('high')}] "
-                f"against {figure.get('threshold')}: {figure.get('status')}")
-        if figure.get("status") == "beyond":
-            ET.SubElement(case, "failure", message=text)
-        elif figure.get("status") != "within":
-            ET.SubElement(case, "skipped", message=text)
-    root = ET.Element("testsuites", name="vllmqual comparison")
-    root.append(suite)
-    return ET.tostring(root, encoding="unicode")

@@ -33,7 +33,7 @@ def test_every_equivalence_word_maps_onto_the_rule(word: object, measured: Measu
 
 def test_figures_and_levels_map_onto_the_rule() -> None:
     assert [of_figure(s) for s in FigureStatus] == [Measured.PASSED, Measured.FAILED, Measured.NOT_MEASURED,
-                                                     Measured.PASSED, Measured.NOT_MEASURED]
+                                                     Measured.PASSED, Measured.NOT_MEASURED, Measured.NOT_MEASURED]
     assert [of_level(j) for j in LevelJudgement] == [Measured.PASSED, Measured.FAILED, Measured.NOT_MEASURED]
     assert [junit_element(m) for m in Measured] == [None, "failure", "skipped"]
 

@@ -15,9 +15,10 @@ from support import UNIT_DATA
 from support.equivalence_samples import attach_probe, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
-from pytest_vllmqual.ab.equivalence import equivalence_section, flip_items, render_junit, summary_line
+from pytest_vllmqual.ab.equivalence import equivalence_section, flip_items, summary_line
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.report.junit import equivalence_junit
 
 Arms = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
 
@@ -80,7 +81,7 @@ def test_a_shifted_candidate_is_not_equivalent_and_the_comparison_is_no_promotio
     assert line.startswith("equivalence: not equivalent: top-1 agreement 75.0% [") and "below 97.7%" in line
     assert "A/A floor not measured" in line
     assert "### Output equivalence" in render_markdown(result)
-    suite = ET.fromstring(render_junit(section)).find("testsuite")
+    suite = ET.fromstring(equivalence_junit(section, line)).find("testsuite")
     assert suite is not None and int(suite.get("failures") or 0) >= 3
 
 
