@@ -5,11 +5,13 @@ on demand, which is exactly why the checks need proof that they fire."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import httpx
 import pytest
+from support.recipes import RECIPES
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.checks import (
@@ -19,10 +21,12 @@ from pytest_vllmqual.gates.checks import (
     check_json_content,
     check_stream_tool,
     check_tool_call,
+    missing_tool_flags,
     schema_violations,
     tool_call_problems,
 )
 from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.recipe.loader import load_recipe
 
 WEATHER = ToolCase(
     name="get_weather", description="", prompt="What is the weather in Lima in celsius?",
@@ -195,3 +199,15 @@ def test_explicit_retries_record_every_attempt() -> None:
         assert result.ok is expected_ok and len(recorded) == expected_attempts == len(calls)
         assert recorded[0].status_code == 500 and not recorded[0].ok
         assert [a.label for a in recorded] == ["flaky", "flaky-retry1"][:expected_attempts]
+
+
+def test_the_tool_flags_a_recipe_lacks_are_read_from_its_keys_and_its_extra_args() -> None:
+    tiny = load_recipe(RECIPES / "tiny-cpu.yaml")
+    assert missing_tool_flags(tiny) == []
+    bare = dataclasses.replace(tiny, serve=dataclasses.replace(tiny.serve, enable_auto_tool_choice=False,
+                                                               tool_call_parser=None))
+    assert missing_tool_flags(bare) == [("--enable-auto-tool-choice", "serve.enable_auto_tool_choice: true"),
+                                        ("--tool-call-parser", "serve.tool_call_parser: NAME")]
+    extra = dataclasses.replace(bare, serve=dataclasses.replace(
+        bare.serve, extra_args=("--enable-auto-tool-choice", "--tool-call-parser=hermes")))
+    assert missing_tool_flags(extra) == []
