@@ -24,6 +24,7 @@ from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.client.sdk_findings import json_kind
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
+from pytest_vllmqual.recipe.gate_settings import SMOKE_PROMPT
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import Attempt, FailureKind, LauncherKind
 from pytest_vllmqual.vllm.server_messages import public_failure
@@ -315,10 +316,6 @@ def failed_request(attempt: Attempt, recipe: Recipe, *, auto_tools: bool = False
     if flags:
         return GateVerdict(f"{what}{said}; {flags}", kind=FailureKind.CONFIG)
     return GateVerdict(f"{what}{said}", kind=attempt.failure_kind)
-
-
-SMOKE_PROMPT = "Say cloud."
-"""The smoke prompt when the recipe sets none (``gates.smoke.prompt``)."""
 
 
 @dataclass(frozen=True)
