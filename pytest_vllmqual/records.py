@@ -8,7 +8,7 @@ ignores keys it does not know so old and new workers interoperate. A rung's verd
 decision, the campaign and the HTML page alike, from a ``RungRecord`` or a report's rung dict.
 
 The fixed words of a run are ``str`` enums here (:class:`Verdict`, :class:`GateOutcome`,
-:class:`ServerStatus`, :class:`StartupStatus`, :class:`RunMode`): each member *is* its string, so it compares equal to the word a report
+:class:`ServerStatus`, :class:`StartupStatus`, :class:`RunMode`, :class:`FailureKind`): each member *is* its string, so it compares equal to the word a report
 read back from disk holds, and JSON writes it as that word.
 """
 
