@@ -8,7 +8,7 @@ ignores keys it does not know so old and new workers interoperate. A rung's verd
 decision, the campaign and the HTML page alike, from a ``RungRecord`` or a report's rung dict.
 
 The fixed words of a run are ``str`` enums here (:class:`Verdict`, :class:`GateOutcome`,
-:class:`ServerStatus`, :class:`StartupStatus`, :class:`RunMode`): each member *is* its string, so it compares equal to the word a report
+:class:`ServerStatus`, :class:`StartupStatus`, :class:`RunMode`, :class:`FailureKind`): each member *is* its string, so it compares equal to the word a report
 read back from disk holds, and JSON writes it as that word.
 """
 
@@ -26,6 +26,7 @@ __all__ = [
     "Attempt",
     "Divergence",
     "EquivalenceVerdict",
+    "FailureKind",
     "FigureSource",
     "FigureStatus",
     "GateOutcome",
@@ -43,6 +44,7 @@ __all__ = [
     "Word",
     "rung_verdict",
     "value_at",
+    "worst_failure",
     "worst_outcome",
 ]
 
@@ -133,6 +135,54 @@ class GateOutcome(Word):
     def failing(self) -> bool:
         """A failed or errored gate: it blocks any verdict above no-promotion."""
         return self in (GateOutcome.FAILED, GateOutcome.ERROR)
+
+
+class FailureKind(Word):
+    """Whose failure a gate's failure is: a recipe's declaration (``not_applicable``) excuses only
+    the model's answers (``model_behaviour``); every other kind fails the gate even where declared."""
+
+    #: The server answered as the API asks, and the model's answer broke the gate's rule (no tool
+    #: call, wrong arguments, a wrong answer, a finish reason the recipe does not allow).
+    MODEL_BEHAVIOUR = "model_behaviour"
+    #: The server answered against the API: an HTTP error status, a broken stream contract, an
+    #: error event inside the stream, or an engine figure below the recipe's bar.
+    SERVER_ERROR = "server_error"
+    #: No answer came back: a timeout, a refused or broken connection, while the server was
+    #: not found gone.
+    TRANSPORT = "transport"
+    #: No usable server: it died or hung (``server_dead``, ``hung``), never started, or was stopped.
+    SERVER_GONE = "server_gone"
+    #: The recipe's own settings caused it: e.g. tools sent with ``tool_choice: auto`` to a server
+    #: the recipe starts without ``--enable-auto-tool-choice`` or ``--tool-call-parser``.
+    CONFIG = "config"
+
+    @property
+    def excused_by_declaration(self) -> bool:
+        """Only a failure in the model's answers is what a declaration claims."""
+        return self is FailureKind.MODEL_BEHAVIOUR
+
+    @property
+    def said(self) -> str:
+        """The kind in a user's words, for a failure message."""
+        return _FAILURE_KIND_WORDS[self]
+
+
+_FAILURE_KIND_WORDS = {
+    FailureKind.MODEL_BEHAVIOUR: "the model's answers",
+    FailureKind.SERVER_ERROR: "a server error",
+    FailureKind.TRANSPORT: "a request that got no answer (transport)",
+    FailureKind.SERVER_GONE: "a server that was gone",
+    FailureKind.CONFIG: "the recipe's own settings",
+}
+_FAILURE_RANK = (FailureKind.SERVER_GONE, FailureKind.TRANSPORT, FailureKind.SERVER_ERROR, FailureKind.CONFIG,
+                 FailureKind.MODEL_BEHAVIOUR)
+
+
+def worst_failure(kinds: Iterable[FailureKind | None]) -> FailureKind | None:
+    """One kind for a gate whose requests failed in several ways: the server's or the transport's
+    failure before the recipe's, and any of those before the model's (None when none failed)."""
+    seen = {k for k in kinds if k is not None}
+    return next((k for k in _FAILURE_RANK if k in seen), None)
 
 
 _OUTCOME_RANK = (GateOutcome.ERROR, GateOutcome.FAILED, GateOutcome.PENDING, GateOutcome.SKIPPED)
@@ -318,6 +368,16 @@ class Attempt:
     expected_rejection: bool = False
     timing: dict[str, Any] | None = None
 
+    @property
+    def failure_kind(self) -> FailureKind:
+        """Whose failure this request is, when it did not come back as asked (an error status, no
+        answer, a broken stream): the model's never, since no answer of the model's came back whole."""
+        if self.error_kind in (ServerStatus.SERVER_DEAD, ServerStatus.HUNG):
+            return FailureKind.SERVER_GONE
+        if self.error_kind in ("timeout", "connection"):
+            return FailureKind.TRANSPORT
+        return FailureKind.SERVER_ERROR
+
     def __repr__(self) -> str:
         """No server text (``error`` may hold it): a failed assertion prints this repr publicly."""
         return f"Attempt(kind={self.kind!r}, label={self.label!r}, ok={self.ok}, status_code={self.status_code})"
@@ -338,7 +398,10 @@ class GateRecord:
     word for why the gate could not run against a usable server, and is None when it could: a
     :class:`ServerStatus` (``server_dead``, ``hung``) or a :class:`StartupStatus` (a failed start's
     ``kv_insufficient``, ``not_run`` when stopped by fail-fast, ``stopped``). A gate that failed on
-    its own evidence has an outcome of ``failed`` and no status.
+    its own evidence has an outcome of ``failed`` and no status. ``failure_kind`` says whose
+    failure it was (a :class:`FailureKind`): set on a failed or errored gate, and on a declared gate
+    that ended skipped because the model's answers failed; None otherwise, and where nothing the
+    gate or the harness saw tells (an exception in a user's own gate code).
     """
 
     nodeid: str
@@ -351,6 +414,7 @@ class GateRecord:
     status: str | None = None
     duration_s: float | None = None
     summary: str | None = None
+    failure_kind: str | None = None
     measurements: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, Any] = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
@@ -366,6 +430,7 @@ class GateRecord:
         data = dataclasses.asdict(self)
         data["outcome"] = _outcome(self.outcome).value  # a plain string: xdist ships plain types only
         data["status"] = None if self.status is None else str(self.status)
+        data["failure_kind"] = None if self.failure_kind is None else str(self.failure_kind)
         data["attempts"] = [a.to_dict() for a in self.attempts]
         return data
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.hashing import sha256_hex
-from pytest_vllmqual.records import Attempt
+from pytest_vllmqual.records import Attempt, FailureKind
 
 from .qual_client import AttemptSink
 from .sdk_findings import SdkFinding, json_kind, render_path, strict_findings
@@ -58,12 +58,28 @@ class SdkResult:
     chunks: int = 0
     failure: str | None = None
     """What an application could not read or use, in schema words; None when it got everything."""
+    failure_kind: FailureKind | None = None
+    """Whose failure it is: the model's only where the answer came back whole and lacked the call."""
     findings: list[SdkFinding] = field(default_factory=list)
     exchange: SdkExchange = field(default_factory=SdkExchange)
 
 
 class _Unusable(Exception):
     """A read an application makes failed, or gave the wrong kind of value (schema words only)."""
+
+    kind = FailureKind.SERVER_ERROR
+
+
+class _NoCall(_Unusable):
+    """The stream came back whole, and the model made no call the SDK can use."""
+
+    kind = FailureKind.MODEL_BEHAVIOUR
+
+
+class _Broken(_Unusable):
+    """The connection broke before the answer was complete."""
+
+    kind = FailureKind.TRANSPORT
 
 
 def sdk_version() -> str:
@@ -175,7 +191,7 @@ def _keep(result: SdkResult, http_response: Any) -> None:
     try:
         result.exchange.response = http_response.read()
     except Exception:  # httpx's or httpx2's transport error, as the SDK's own stream would meet it
-        raise _Unusable("the connection broke before the answer was complete") from None
+        raise _Broken("the connection broke before the answer was complete") from None
 
 
 def _call(result: SdkResult, body: Callable[[], None]) -> SdkResult:
@@ -187,7 +203,7 @@ def _call(result: SdkResult, body: Callable[[], None]) -> SdkResult:
     try:
         body()
     except _Unusable as exc:
-        result.failure = str(exc)
+        result.failure, result.failure_kind = str(exc), exc.kind
     except openai.APIStatusError as exc:
         try:
             _keep(result, exc.response)
@@ -195,9 +211,10 @@ def _call(result: SdkResult, body: Callable[[], None]) -> SdkResult:
             pass
         result.failure = f"the server answered HTTP {exc.status_code}"
     except openai.APITimeoutError:
-        result.failure = "the request timed out"
+        result.failure, result.failure_kind = "the request timed out", FailureKind.TRANSPORT
     except openai.APIConnectionError:
         result.failure = "the connection failed before the answer was complete"
+        result.failure_kind = FailureKind.TRANSPORT
     except openai.APIError:
         result.failure = "the answer carried an error event"
     except (pydantic.ValidationError, AttributeError, TypeError, KeyError, IndexError, RuntimeError) as exc:
@@ -205,6 +222,8 @@ def _call(result: SdkResult, body: Callable[[], None]) -> SdkResult:
     except ValueError as exc:  # json.JSONDecodeError included: the SDK could not decode the answer
         kind = "not JSON" if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
         result.failure = f"the SDK could not decode the answer ({kind})"
+    if result.failure is not None and result.failure_kind is None:
+        result.failure_kind = FailureKind.SERVER_ERROR
     result.seconds = time.monotonic() - started
     result.failure = f"{result.label}: {result.failure}" if result.failure else None
     return result
@@ -315,11 +334,13 @@ def sdk_stream_tool_call(client: Any, model: str, prompt: str, tools: list[dict[
             _read_chunk(result, chunk, result.chunks, arguments)
         result.tool_arguments = "".join(arguments)
         if not (isinstance(result.tool_name, str) and result.tool_name):
-            raise _Unusable("no chunk named the tool call's function" if result.chunks else "the stream was empty")
+            if not result.chunks:
+                raise _Unusable("the stream was empty")
+            raise _NoCall("no chunk named the tool call's function")
         try:
             json.loads(result.tool_arguments)
         except ValueError:
-            raise _Unusable(f"the tool call's arguments are not JSON ({len(result.tool_arguments)} "
+            raise _NoCall(f"the tool call's arguments are not JSON ({len(result.tool_arguments)} "
                             "characters)") from None
         if result.finish_reason is None:
             raise _Unusable("no chunk carried a finish_reason")

@@ -24,22 +24,30 @@ from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.client.sdk_findings import json_kind
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
+from pytest_vllmqual.recipe.gate_settings import SMOKE_PROMPT
 from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.records import Attempt, FailureKind, LauncherKind
+from pytest_vllmqual.vllm.server_messages import public_failure
 
-__all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolCase", "ToolProblem", "check_fingerprints",
-           "check_json_content", "check_stream_tool", "check_tool_call", "load_tool_fixtures", "recipe_tool_fixtures",
+__all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolCase", "ToolProblem",
+           "auto_tool_choice", "check_fingerprints", "check_json_content", "check_stream_tool",
+           "check_tool_call", "failed_request", "load_tool_fixtures", "missing_tool_flags", "recipe_tool_fixtures",
            "recipe_tool_fixtures_path", "run_smoke", "schema_problems", "schema_violations", "shipped_tool_fixtures",
-           "tool_call_problems", "warm_up_validation"]
+           "tool_call_problems", "tool_flags_problem", "warm_up_validation"]
 
 
 @dataclass(frozen=True, repr=False)
 class GateVerdict:
     """How a shipped gate ended: passed, failed with the first rule it broke (the message the
     test fails with), or skipped with the reason. The gate function has already written its
-    measurements, thresholds and summary into the recorder; the test asserts on this."""
+    measurements, thresholds and summary into the recorder; the test asserts on this.
+
+    ``kind`` says whose failure it is (:class:`FailureKind`); a failure without one is never
+    excused by a declaration."""
 
     failure: str | None = None
     skip_reason: str | None = None
+    kind: FailureKind | None = None
 
     @property
     def passed(self) -> bool:
@@ -254,10 +262,11 @@ def check_tool_call(
 
 
 def check_stream_tool(result: StreamResult, fixture: ToolCase, *, value_checks: bool) -> list[str]:
-    """Streaming-tool gate: the SSE contract, then the reassembled call."""
+    """Streaming-tool gate: the SSE contract, then the reassembled call. A request the server did
+    not answer is said as every gate says it (:func:`public_failure`): never the server's own text."""
     problems = list(result.violations)
     if result.status_code != 200:
-        return [f"HTTP {result.status_code}: {result.attempt.error}", *problems]
+        return [public_failure(result.attempt), *problems]
     calls = [{"name": c.name, "arguments": c.arguments} for c in result.tool_calls]
     problems += check_tool_call(calls, fixture, value_checks=value_checks)
     if result.tool_calls and result.finish_reason != "tool_calls":
@@ -265,8 +274,48 @@ def check_stream_tool(result: StreamResult, fixture: ToolCase, *, value_checks: 
     return problems
 
 
-SMOKE_PROMPT = "Say cloud."
-"""The smoke prompt when the recipe sets none (``gates.smoke.prompt``)."""
+def auto_tool_choice(tool_choice: Any) -> bool:
+    """A request with tools and this ``tool_choice`` needs vLLM's tool parser (``auto``, or none given)."""
+    return tool_choice is None or tool_choice == "auto"
+
+
+_TOOL_FLAGS = (("--enable-auto-tool-choice", "serve.enable_auto_tool_choice: true"),
+               ("--tool-call-parser", "serve.tool_call_parser: NAME"))
+
+
+def missing_tool_flags(recipe: Recipe) -> list[tuple[str, str]]:
+    """The serve flags ``tool_choice: auto`` needs that the server this recipe starts lacks, each
+    with the recipe key that sets it; none for an endpoint the run does not start (its flags are
+    not the recipe's)."""
+    if recipe.launcher.kind == LauncherKind.EXTERNAL:
+        return []
+    argv = [*recipe.launcher.command, *recipe.serve.extra_args]
+    given = {"--enable-auto-tool-choice": recipe.serve.enable_auto_tool_choice,
+             "--tool-call-parser": bool(recipe.serve.tool_call_parser)}
+    return [(flag, key) for flag, key in _TOOL_FLAGS
+            if not given[flag] and not any(a == flag or a.startswith(f"{flag}=") for a in argv)]
+
+
+def tool_flags_problem(recipe: Recipe, status_code: int | None, *, auto_tools: bool) -> str | None:
+    """Why an HTTP 400 to a request with tools for vLLM's tool parser (``auto_tools``) is the
+    recipe's own doing: the server it starts lacks the flags that parser needs (named, with the
+    recipe keys that set them); None when it is not."""
+    missing = missing_tool_flags(recipe) if auto_tools and status_code == 400 else []
+    if not missing:
+        return None
+    return (f"the recipe starts the server without {' and '.join(f for f, _ in missing)}, which tool_choice auto "
+            f"needs. Fix: set {' and '.join(k for _, k in missing)} in the recipe")
+
+
+def failed_request(attempt: Attempt, recipe: Recipe, *, auto_tools: bool = False, what: str = "") -> GateVerdict:
+    """A gate's failure for a request the server did not answer as asked: said without the server's
+    own text (:func:`public_failure`), with its kind; ``config`` where the recipe's missing tool
+    flags caused it (:func:`tool_flags_problem`)."""
+    said = public_failure(attempt)
+    flags = tool_flags_problem(recipe, attempt.status_code, auto_tools=auto_tools)
+    if flags:
+        return GateVerdict(f"{what}{said}; {flags}", kind=FailureKind.CONFIG)
+    return GateVerdict(f"{what}{said}", kind=attempt.failure_kind)
 
 
 @dataclass(frozen=True)

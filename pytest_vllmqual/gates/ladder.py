@@ -29,7 +29,7 @@ from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import FigureSource, RungRecord, RungSource
 from pytest_vllmqual.vllm.endpoints import MetricsDelta, MetricsSnapshot, parse_metrics
-from pytest_vllmqual.vllm.server_messages import public_rung_error
+from pytest_vllmqual.vllm.server_messages import public_failure, public_rung_error
 
 from .checks import GateVerdict, run_smoke
 from .recorder import GateRecorder
@@ -421,7 +421,7 @@ def run_concurrency(client: QualClient, recipe: Recipe, *, progress: ProgressFn,
         m = res.metrics()
         rows.append({"request": i, "status_code": res.status_code, **m})
         if not res.ok:
-            failures.append(f"request {i}: {res.attempt.error}")
+            failures.append(f"request {i}: {public_failure(res.attempt)}")
         total_out += int(m["completion_tokens"] or 0)
     preemptions = None
     before_snapshot, after_snapshot = parse_metrics_text(before), parse_metrics_text(after)

@@ -24,6 +24,7 @@ from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.layout import fixtures_dir
 from pytest_vllmqual.privacy.public_text import quote_answers
 from pytest_vllmqual.recipe.model import Recipe
+from pytest_vllmqual.records import Attempt, FailureKind, worst_failure
 from pytest_vllmqual.vllm.server_messages import public_failure
 
 from .checks import (
@@ -31,6 +32,7 @@ from .checks import (
     GateVerdict,
     check_fingerprints,
     check_tool_call,
+    failed_request,
     judge_final_number,
     recipe_tool_fixtures,
 )
@@ -62,12 +64,12 @@ def _fingerprints(client: QualClient, recipe: Recipe, gate: GateRecorder) -> Gat
         result = client.chat({"messages": messages, "reasoning_effort": effort, "max_tokens": 1,
                               "temperature": 0}, label=f"fingerprint-{effort}")
         if result.status_code != 200:
-            return GateVerdict(f"effort {effort}: {public_failure(result.attempt)}")
+            return failed_request(result.attempt, recipe, what=f"effort {effort}: ")
         usage_count = result.prompt_tokens or 0
         tokenized = client.tokenize_chat(messages, chat_template_kwargs={"reasoning_effort": effort},
                                          label=f"tokenize-{effort}")
         if tokenized.status_code != 200:
-            return GateVerdict(f"/tokenize for {effort}: HTTP {tokenized.status_code}")
+            return failed_request(tokenized.attempt, recipe, what=f"/tokenize for {effort}: ")
         token_count = int((tokenized.body or {}).get("count", -1))
         if token_count != usage_count:
             disagreements.append(f"effort {effort}: usage.prompt_tokens {usage_count} but /tokenize {token_count}")
@@ -83,7 +85,9 @@ def _fingerprints(client: QualClient, recipe: Recipe, gate: GateRecorder) -> Gat
         problems = disagreements
     else:
         problems = disagreements + check_fingerprints(counts, expected)
-    return GateVerdict("reasoning contract: " + "; ".join(problems)) if problems else GateVerdict()
+    # Usage and /tokenize counting differently is the server's; the template's prompt lengths, the model's.
+    kind = FailureKind.SERVER_ERROR if disagreements else FailureKind.MODEL_BEHAVIOUR
+    return GateVerdict("reasoning contract: " + "; ".join(problems), kind=kind) if problems else GateVerdict()
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,13 +126,15 @@ def repeated_check_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, 
     messages = list(check["turns"]) if family == "session_recall" else [{"role": "user", "content": check["prompt"]}]
     n = _repeat(recipe)
     answers: list[str] = []
+    unanswered: list[Attempt] = []
     passed = number_only = 0
     for i in range(n):
         result = client.chat({"messages": messages, "max_tokens": 32, "temperature": 0,
                               **_effort_body(recipe)}, label=f"{label}-{i + 1}")
-        answer = result.content if result.status_code == 200 else f"HTTP {result.status_code}"
+        answer = result.content if result.status_code == 200 else _unanswered(result.attempt)
         answers.append(answer)
         if result.status_code != 200:
+            unanswered.append(result.attempt)
             continue
         if "answer" in check:
             judgement = judge_final_number(answer, float(check["answer"]))
@@ -145,9 +151,20 @@ def repeated_check_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, 
             gate.measure(finding=f"{n - number_only}/{n} answers were not the number alone, as the prompt asks; "
                                  "judged by their final number")
     gate.threshold(required=f"{n}/{n}")
-    verdict = GateVerdict(f"{label}: {passed}/{n} answers matched {rule}; answers: {quote_answers(answers)}") if passed != n \
-        else GateVerdict()
+    verdict = GateVerdict(f"{label}: {passed}/{n} answers matched {rule}; answers: {quote_answers(answers)}",
+                          kind=_asked_kind(unanswered)) if passed != n else GateVerdict()
     return judged(recipe, gate, quality_declaration(recipe, family), verdict)
+
+
+def _unanswered(attempt: Attempt) -> str:
+    """An ask the server did not answer, in the list of answers: its status code or its error kind."""
+    return f"HTTP {attempt.status_code}" if attempt.status_code else str(attempt.error_kind or "no answer")
+
+
+def _asked_kind(unanswered: list[Attempt]) -> FailureKind:
+    """Whose failure a repeated check is: any ask the server did not answer makes it the server's
+    (or the transport's), since the model was not heard on it; else the model's answers."""
+    return worst_failure(a.failure_kind for a in unanswered) or FailureKind.MODEL_BEHAVIOUR
 
 
 def quality_tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVerdict:
@@ -158,18 +175,24 @@ def quality_tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -
     fixture = fixtures[1 % len(fixtures)]
     n = _repeat(recipe)
     passed, problems_seen = 0, []
+    unanswered_kinds: list[FailureKind | None] = []
     for i in range(n):
         result = client.chat({"messages": [{"role": "user", "content": fixture.prompt}],
                               "tools": [f.openai_tool() for f in fixtures], "tool_choice": "auto",
                               "max_tokens": recipe.gate("tools").get("max_tokens", 256), "temperature": 0,
                               **_effort_body(recipe)}, label=f"quality-tool-{i + 1}")
-        problems = (check_tool_call(result.tool_calls, fixture, value_checks=False)
-                    if result.status_code == 200 else [f"HTTP {result.status_code}"])
+        if result.status_code != 200:
+            failed = failed_request(result.attempt, recipe, auto_tools=True)
+            problems = [failed.failure or public_failure(result.attempt)]
+            unanswered_kinds.append(failed.kind)
+        else:
+            problems = check_tool_call(result.tool_calls, fixture, value_checks=False)
         passed += not problems
         problems_seen += [p for p in problems if p not in problems_seen]
     gate.summary(f"{passed}/{n}")
     gate.measure(passed=passed, repeat=n, tool=fixture.name)
-    verdict = GateVerdict(f"tools {passed}/{n}: {'; '.join(problems_seen)}") if passed != n else GateVerdict()
+    kind = worst_failure(unanswered_kinds) or FailureKind.MODEL_BEHAVIOUR
+    verdict = GateVerdict(f"tools {passed}/{n}: {'; '.join(problems_seen)}", kind=kind) if passed != n else GateVerdict()
     return judged(recipe, gate, quality_declaration(recipe, "tools"), verdict)
 
 
@@ -227,6 +250,10 @@ def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
     "needle" mode a fact at the start is recalled at the end; in "smoke_after_filler" mode the smoke
     prompt is answered after filler (no recall). Without ``long_context_tokens`` the prompt is sized
     to what the server serves; a size that cannot be built is a failure that says why, not an error."""
+    return gate.ended(_long_context(client, recipe, gate, progress=progress))
+
+
+def _long_context(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progress: ProgressFn) -> GateVerdict:
     reason = quality_declaration(recipe, "long_context")
     if reason is not None:
         return not_run(recipe, gate, reason, "each long prompt costs a full prefill")
@@ -234,7 +261,7 @@ def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
     mode = settings.get("long_context_check", "needle")
     question = _long_context_question(recipe, mode)
     if isinstance(question, str):
-        return GateVerdict(f"long context ({mode}): {question}")
+        return GateVerdict(f"long context ({mode}): {question}", kind=FailureKind.CONFIG)
     text, expect, system = question
     shape = ChatShape(question=text, system_prompt=system, reasoning_effort=settings.get("reasoning_effort"))
     counter = ServerTokenCounter(client.http, client.model)
@@ -244,25 +271,27 @@ def long_context_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *,
         counter.count_chat(shape.messages(text), shape)  # learns the served max_model_len
         target, sized = long_context_target(settings, counter.max_model_len)
         if target is None:
-            return GateVerdict(f"long context ({mode}) cannot run: {sized}")
+            return GateVerdict(f"long context ({mode}) cannot run: {sized}", kind=FailureKind.CONFIG)
         # Built before the first request: calibration between requests would wait out the server's
         # post-step busy-poll (docs/PERFORMANCE.md).
         prompts = [builder.build(target, shape, nonce=new_nonce(f"long-{i}")) for i in range(n)]
     except CalibrationError as exc:
-        return GateVerdict(f"long context ({mode}): no prompt of the asked size could be built: {exc}")
+        return GateVerdict(f"long context ({mode}): no prompt of the asked size could be built: {exc}",
+                           kind=FailureKind.SERVER_ERROR)
     gate.measure(target_tokens=target, sized=sized)
-    passed, answers, sizes = 0, [], []
+    passed, answers, sizes, unanswered = 0, [], [], []
     for i, prompt in enumerate(prompts):
         progress(f"long-context check {i + 1}/{n}: {prompt.measured_tokens:,} prompt tokens")
         result = client.chat({**prompt.request_fields(), "max_tokens": ANSWER_ROOM_TOKENS, "temperature": 0},
                              label=f"long-context-{i + 1}")
         sizes.append(result.prompt_tokens)
-        answer = result.content if result.status_code == 200 else f"HTTP {result.status_code}"
+        answer = result.content if result.status_code == 200 else _unanswered(result.attempt)
         answers.append(answer)
+        unanswered += [] if result.status_code == 200 else [result.attempt]
         passed += result.status_code == 200 and bool(re.search(expect, answer, re.IGNORECASE))
     gate.summary(f"{passed}/{n} at {target:,} tokens ({mode.replace('_', ' ')})")
     gate.measure(passed=passed, repeat=n, prompt_tokens=sizes, check=mode)
     if passed != n:
         return GateVerdict(f"long context ({mode}) {passed}/{n} at {target:,} tokens matched /{expect}/; "
-                           f"answers: {quote_answers(answers)}")
+                           f"answers: {quote_answers(answers)}", kind=_asked_kind(unanswered))
     return GateVerdict()

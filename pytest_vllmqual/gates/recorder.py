@@ -18,12 +18,15 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_vllmqual.errors import ArtifactError, ServerGoneError
-from pytest_vllmqual.records import Attempt, GateOutcome, GateRecord
+from pytest_vllmqual.errors import ArtifactError, RecipeError, ServerGoneError
+from pytest_vllmqual.records import Attempt, FailureKind, GateOutcome, GateRecord, StartupStatus
 
-__all__ = ["GateRecorder", "artifact_part", "end_phase", "failed_on_its_own"]
+if TYPE_CHECKING:
+    from .checks import GateVerdict
+
+__all__ = ["GateRecorder", "artifact_part", "end_phase", "failed_on_its_own", "failure_kind"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -70,6 +73,11 @@ class GateRecorder:
     def summary(self, text: str) -> None:
         self.record.summary = text
 
+    def ended(self, verdict: GateVerdict) -> GateVerdict:
+        """Keep whose failure the gate's verdict is (``failure_kind``), and hand the verdict on."""
+        self.record.failure_kind = None if verdict.failure is None or verdict.kind is None else str(verdict.kind)
+        return verdict
+
 
 def end_phase(record: GateRecord, *, when: str, outcome: str, duration_s: float, error: BaseException | None = None,
               error_status: str | None = None, reason: str | None = None) -> bool:
@@ -95,7 +103,36 @@ def end_phase(record: GateRecord, *, when: str, outcome: str, duration_s: float,
         record.reason = f"{gone.status}: {gone}" if gone is not None else reason
     if when == "setup" and record.status is None and error is not None:
         record.status = error_status
+    if record.outcome.failing:
+        kind = failure_kind(record, error)
+        record.failure_kind = None if kind is None else str(kind)
     return True
+
+
+def failure_kind(record: GateRecord, error: BaseException | None) -> FailureKind | str | None:
+    """Whose failure a failed gate is: a server found gone or never started, else what the gate's
+    own verdict said, else the recipe (a recipe error), else its first failed request's kind;
+    None when nothing tells (an exception in a user's own gate code)."""
+    if isinstance(error, ServerGoneError) or _server_gone(record.status):
+        return FailureKind.SERVER_GONE
+    if record.failure_kind is not None:
+        return record.failure_kind
+    if isinstance(error, RecipeError):
+        return FailureKind.CONFIG
+    failed = next((a for a in record.attempts if not a.ok and not a.expected_rejection), None)
+    return failed.failure_kind if failed is not None else None
+
+
+def _server_gone(status: str | None) -> bool:
+    """A harness status that says the gate had no usable server (gone, or a start that failed)."""
+    if status is None:
+        return False
+    if status in ("server_dead", "hung"):
+        return True
+    try:
+        return StartupStatus(status).failed
+    except ValueError:
+        return False
 
 
 def failed_on_its_own(record: GateRecord) -> bool:

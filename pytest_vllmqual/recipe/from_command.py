@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.privacy.sanitize import SECRET_KEY_NAME
+from pytest_vllmqual.recipe.gate_settings import SMOKE_PROMPT
 from pytest_vllmqual.recipe.installed_vllm import MODULE_FORM, InstalledVllm
 from pytest_vllmqual.records import LauncherKind
 
@@ -199,6 +200,9 @@ def _finish(raw: dict[str, Any], notes: list[str], runtime_version: str | None) 
         raise RecipeError("the command has no --max-model-len, and a recipe pins the context length it qualifies. "
                           "Fix: add --max-model-len N to the command.", key="--max-model-len")
     raw["description"] = "Converted from a command by `vllmqual recipe from-command`."
+    # The default smoke prompt, written out: the one a small instruct model answers within the
+    # smoke's tokens, so the ladder's post-probe smokes do not fail on an essay.
+    raw["gates"] = {"smoke": {"prompt": SMOKE_PROMPT}}
     return Conversion(raw, notes)
 
 

@@ -15,7 +15,13 @@ from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
 
-__all__ = ["MIN_KV_TOKENS_KEY", "check_gate_settings", "min_kv_tokens", "with_one_min_kv_tokens"]
+__all__ = ["MIN_KV_TOKENS_KEY", "SMOKE_PROMPT", "check_gate_settings", "min_kv_tokens", "with_one_min_kv_tokens"]
+
+SMOKE_PROMPT = "Reply with the single word: cloud"
+"""The smoke prompt when the recipe sets none (``gates.smoke.prompt``), and the one a recipe
+written from a command asks: a small instruct model (SmolLM2-135M-Instruct, the smollm2-cpu
+recipe) answers it within the smoke's 32 tokens, where "Say cloud." got an essay that ran out
+of tokens. The fixture model's recipes set "Say cloud.", the prompt it was trained on."""
 
 MIN_KV_TOKENS_KEY = "gates.engine.min_kv_tokens"
 """Where a recipe says the smallest KV pool, in tokens, the engine must report."""

@@ -145,6 +145,7 @@ def _gate(gate: GateRecord) -> dict[str, Any]:
         "outcome": gate.outcome,
         "reason": _text(gate.reason),
         "status": gate.status,
+        "failure_kind": gate.failure_kind,
         "duration_s": gate.duration_s,
         "summary": _text(gate.summary),
         "measurements": {str(k): _measurement(v) for k, v in gate.measurements.items()

@@ -49,7 +49,8 @@ def session_recipe(settings: Settings) -> tuple[Settings, Recipe]:
 
 
 def gate_junit_properties(record: GateRecord, sanitizer: Sanitizer) -> list[tuple[str, object]]:
-    """A gate's junit ``<property>`` rows (family, title, scalar measurements, summary), scrubbed."""
+    """A gate's junit ``<property>`` rows (family, title, scalar measurements, summary, whose failure
+    it was), scrubbed."""
     prefix = f"vllmqual.{record.gate}"
     properties: list[tuple[str, object]] = [
         (f"{prefix}.family", family_of(record.gate, record.markers) or "other"),
@@ -60,6 +61,8 @@ def gate_junit_properties(record: GateRecord, sanitizer: Sanitizer) -> list[tupl
             properties.append((f"{prefix}.{key}", sanitizer.scrub_obj(value)))
     if record.summary:
         properties.append((f"{prefix}.summary", sanitizer.scrub(record.summary)))
+    if record.failure_kind:
+        properties.append((f"{prefix}.failure_kind", str(record.failure_kind)))
     return properties
 
 

@@ -288,3 +288,44 @@ def test_the_gate_holds_a_finding_against_the_server_only_when_strict(server: tu
     assert strict.failure == (f"strict validation (gates.openai_sdk.strict: true): 1 finding(s): responses: "
                               f"usage.input_tokens_details.cache_write_tokens is missing (openai {sdk_version()}'s "
                               "Response)")
+
+
+PROSE_CHUNKS = [
+    {**CHUNK, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "It is sunny."},
+                           "finish_reason": None}]},
+    {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+]
+
+
+def declared_sdk_gate_run(url: str, tmp_path: Path) -> tuple[Any, GateRecorder]:
+    tiny = load_recipe(ROOT / "fixtures" / "recipes" / "tiny-cpu.yaml")
+    recipe = dataclasses.replace(tiny, gates={**tiny.gates, "openai_sdk": {"not_applicable": "no tools"}})
+    recorder = GateRecorder(GateRecord(nodeid="t::sdk", gate="openai_sdk", title="sdk"), tmp_path)
+    server = ServerHandle(base_url=url, served_model_name="m", launcher_kind="external")
+    return openai_sdk_gate(server, recipe, recorder), recorder
+
+
+def test_a_declared_streamed_tool_call_is_excused_only_when_the_model_made_none(server: tuple[str, Scripted],
+                                                                               tmp_path: Path) -> None:
+    """The declaration covers the model's missing call; a stream the SDK cannot decode is the server's."""
+    url, script = server
+    conforming(script, shipped_tool_fixtures()[0].name)
+    script.bodies["/v1/chat/completions:stream"] = PROSE_CHUNKS
+    excused, _ = declared_sdk_gate_run(url, tmp_path / "prose")
+    assert excused.skip_reason is not None and "no chunk named the tool call's function" in excused.skip_reason
+    script.bodies["/v1/chat/completions:stream"] = [TOOL_CHUNKS[0], "{\"choices\": [", TOOL_CHUNKS[2]]
+    broken, recorder = declared_sdk_gate_run(url, tmp_path / "broken")
+    assert broken.skip_reason is None, f"a stream the SDK cannot decode was excused: {broken.skip_reason}"
+    assert broken.failure is not None and "the SDK could not decode the answer (not JSON)" in broken.failure
+    assert recorder.record.failure_kind == "server_error"
+
+
+def test_each_sdk_failure_says_whose_it_is(server: tuple[str, Scripted]) -> None:
+    url, script = server
+    script.bodies = {"/v1/chat/completions:stream": PROSE_CHUNKS}
+    assert stream(url).failure_kind == "model_behaviour"
+    script.status = 500
+    script.bodies = {"/v1/chat/completions": {"error": {"message": "secret-engine-words"}}}
+    assert chat(url).failure_kind == "server_error"
+    assert sdk_chat(sdk_client("http://127.0.0.1:9", None, timeout_s=2), "m", "hi", max_tokens=1).failure_kind \
+        == "transport"

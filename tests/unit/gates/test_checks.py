@@ -5,24 +5,29 @@ on demand, which is exactly why the checks need proof that they fire."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import httpx
 import pytest
+from support.recipes import RECIPES
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.gates.checks import (
     ArgumentViolation,
+    SmokeRule,
     ToolCase,
     check_fingerprints,
     check_json_content,
     check_stream_tool,
     check_tool_call,
+    missing_tool_flags,
     schema_violations,
     tool_call_problems,
 )
 from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.recipe.loader import load_recipe
 
 WEATHER = ToolCase(
     name="get_weather", description="", prompt="What is the weather in Lima in celsius?",
@@ -195,3 +200,35 @@ def test_explicit_retries_record_every_attempt() -> None:
         assert result.ok is expected_ok and len(recorded) == expected_attempts == len(calls)
         assert recorded[0].status_code == 500 and not recorded[0].ok
         assert [a.label for a in recorded] == ["flaky", "flaky-retry1"][:expected_attempts]
+
+
+def test_the_default_smoke_prompt_is_the_one_a_small_instruct_model_answers_in_its_tokens() -> None:
+    """"Say cloud." in 32 tokens got an essay from SmolLM2, so every post-probe smoke of a recipe without
+    a smoke prompt failed; the smollm2-cpu recipe found the prompt such a model answers, and a recipe
+    that sets no prompt gets that one."""
+    found = load_recipe(RECIPES / "smollm2-cpu.yaml").gate("smoke")["prompt"]
+    tiny = load_recipe(RECIPES / "tiny-cpu.yaml")
+    bare = dataclasses.replace(tiny, gates={k: v for k, v in tiny.gates.items() if k != "smoke"})
+    assert SmokeRule.of(bare).prompt == found
+    assert SmokeRule().prompt == found
+
+
+@pytest.mark.parametrize("name", ["tiny-cpu", "tiny-cpu-4096", "tiny-cpu-kvfail", "tiny-docker", "tiny-gpu",
+                                  "tiny-gpu-kvfail", "tiny-gpu-131k-4096", "tiny-gpu-131k-8192",
+                                  "tiny-gpu-393k-fp8kv", "tiny-gpu-393k-offload"])
+def test_the_tiny_recipes_keep_the_prompt_their_model_was_trained_on(name: str) -> None:
+    """The fixture model learned "Say cloud." -> "Cloud."; each tiny recipe says so itself, so a new
+    default changes nothing for them."""
+    assert load_recipe(RECIPES / f"{name}.yaml").gate("smoke").get("prompt") == "Say cloud."
+
+
+def test_the_tool_flags_a_recipe_lacks_are_read_from_its_keys_and_its_extra_args() -> None:
+    tiny = load_recipe(RECIPES / "tiny-cpu.yaml")
+    assert missing_tool_flags(tiny) == []
+    bare = dataclasses.replace(tiny, serve=dataclasses.replace(tiny.serve, enable_auto_tool_choice=False,
+                                                               tool_call_parser=None))
+    assert missing_tool_flags(bare) == [("--enable-auto-tool-choice", "serve.enable_auto_tool_choice: true"),
+                                        ("--tool-call-parser", "serve.tool_call_parser: NAME")]
+    extra = dataclasses.replace(bare, serve=dataclasses.replace(
+        bare.serve, extra_args=("--enable-auto-tool-choice", "--tool-call-parser=hermes")))
+    assert missing_tool_flags(extra) == []

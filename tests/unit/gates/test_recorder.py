@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pytest_vllmqual.errors import LaunchError, ServerGoneError
 from pytest_vllmqual.gates.recorder import end_phase, failed_on_its_own
-from pytest_vllmqual.records import GateOutcome, GateRecord, ServerStatus, StartupStatus
+from pytest_vllmqual.records import Attempt, FailureKind, GateOutcome, GateRecord, ServerStatus, StartupStatus
 
 
 def _record() -> GateRecord:
@@ -61,3 +61,35 @@ def test_a_teardown_leaves_the_outcome_but_records_a_server_gone() -> None:
     gone = ServerGoneError("no answer", status=ServerStatus.HUNG)
     assert end_phase(record, when="teardown", outcome="failed", duration_s=0.1, error=gone) is False
     assert (record.outcome, record.status, record.duration_s) == (GateOutcome.PASSED, "hung", 1.0)
+
+
+def test_a_failed_gate_keeps_whose_failure_its_verdict_said() -> None:
+    record = _record()
+    record.failure_kind = "model_behaviour"  # the gate's verdict (GateRecorder.ended)
+    end_phase(record, when="call", outcome="failed", duration_s=1.0, error=AssertionError("no cloud"), reason="x")
+    assert record.failure_kind == FailureKind.MODEL_BEHAVIOUR
+    assert record.to_dict()["failure_kind"] == "model_behaviour"
+    assert GateRecord.from_dict(record.to_dict()).failure_kind == "model_behaviour"
+
+
+def test_a_gate_without_a_kind_of_its_own_is_classified_by_what_the_harness_saw() -> None:
+    gone = ServerGoneError("the server is gone", status=ServerStatus.SERVER_DEAD)
+    record = _record()
+    record.failure_kind = "model_behaviour"
+    end_phase(record, when="call", outcome="failed", duration_s=1.0, error=gone, error_status=gone.status)
+    assert record.failure_kind == "server_gone", "a server found gone wins over what the gate had said"
+    never = _record()
+    error = LaunchError("the KV cache is too small", status=StartupStatus.KV_INSUFFICIENT)
+    end_phase(never, when="setup", outcome="failed", duration_s=1.0, error=error, error_status=error.status)
+    assert never.failure_kind == "server_gone"
+    timed_out = _record()
+    timed_out.attempts = [Attempt(kind="chat", label="a", ok=True, status_code=200),
+                          Attempt(kind="chat", label="b", ok=False, error_kind="timeout")]
+    end_phase(timed_out, when="call", outcome="failed", duration_s=1.0, error=AssertionError("late"))
+    assert timed_out.failure_kind == "transport"
+    unknown = _record()
+    end_phase(unknown, when="call", outcome="failed", duration_s=1.0, error=KeyError("x"))
+    assert unknown.failure_kind is None, "nothing tells whose failure an exception in the gate's own code is"
+    passed = _record()
+    end_phase(passed, when="call", outcome="passed", duration_s=1.0)
+    assert passed.failure_kind is None

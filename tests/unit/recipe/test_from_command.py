@@ -193,3 +193,13 @@ def test_the_cli_writes_a_recipe_that_boots_here(tmp_path: Path, capsys: pytest.
     recipe = load_recipe(out)
     assert recipe.launcher.command[1:] == ("-m", "vllm.entrypoints.openai.api_server")
     assert recipe.identity.runtime_version == "0.32.0"
+
+
+def test_a_converted_recipe_asks_the_smoke_prompt_a_small_instruct_model_answers(tmp_path: Path) -> None:
+    """Every ladder rung's post-probe smoke of a converted recipe failed when it asked "Say cloud." (an
+    essay in 32 tokens): the recipe written asks what the smollm2-cpu recipe found such a model answers."""
+    found = load_recipe(ROOT / "fixtures" / "recipes" / "smollm2-cpu.yaml").gate("smoke")["prompt"]
+    conversion = recipe_from_command(shlex.split("vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --max-model-len 8192"),
+                                     name="smol")
+    assert (conversion.raw.get("gates") or {}).get("smoke", {}).get("prompt") == found
+    assert write(conversion.raw, tmp_path).gate("smoke")["prompt"] == found

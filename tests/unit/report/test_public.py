@@ -420,3 +420,19 @@ def test_load_report_errors_are_one_clear_report_error(tmp_path: Path) -> None:
         bad.write_text(f'{{"schema": "https://pytest-vllmqual/schemas/{old}"}}')
         with pytest.raises(ReportError, match=r"older version of pytest-vllmqual\. Fix: carry it forward"):
             load_report(bad)
+
+
+def test_a_gate_says_whose_failure_it_was_and_a_report_without_it_still_reads(private_dir: Path) -> None:
+    """``failure_kind`` is optional in report/4: a report written before it validates as it is."""
+    run = reference_control_run(private_dir)
+    run.gates[0].outcome, run.gates[0].failure_kind = "failed", "server_error"
+    report = with_decision(build_public_report(run, sanitizer=blank_sanitizer()))
+    assert validation_errors(report) == []
+    assert report["gates"][0]["failure_kind"] == "server_error"
+    assert {g["failure_kind"] for g in report["gates"][1:]} == {None}
+    older = json.loads(json.dumps(report))
+    for gate in older["gates"]:
+        del gate["failure_kind"]
+    assert validation_errors(older) == []
+    older["gates"][0]["failure_kind"] = "the model, probably"
+    assert validation_errors(older), "a kind outside the fixed words is refused"
