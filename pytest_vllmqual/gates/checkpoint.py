@@ -26,10 +26,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint_hash import CONTENT_SCHEME, WRITER_KEYS, FileHash, ProgressWriter, hash_files
+from .checkpoint_hash import (
+    CONTENT_SCHEME,
+    SAMPLED_ABOVE_BYTES,
+    WRITER_KEYS,
+    FileHash,
+    ProgressWriter,
+    hash_files,
+)
 
 __all__ = [
     "CONTENT_SCHEME",
+    "SAMPLED_ABOVE_BYTES",
     "WRITER_KEYS",
     "WRITER_RECORDS",
     "FileHash",

@@ -46,6 +46,7 @@ from pytest_vllmqual.records import LauncherKind
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
 from .checkpoint import (
+    SAMPLED_ABOVE_BYTES,
     FileHash,
     LocationComparison,
     ProgressWriter,
@@ -339,7 +340,7 @@ def check_identity(
         _checkpoint_check(recipe, expected_location, observations,
                           _location_comparer(launcher_kind, server_cwd, server_cwd_unknown)),
         _revision_check(recipe, args, observations),
-        *_content_check(recipe, _is_local(model_dir), result.model_files),
+        *_content_check(recipe, _is_local(model_dir), result.model_files, result.file_hashes),
         _image_digest_check(recipe, launcher_kind, image_digest),
         _runtime_version_check(recipe, version, log_version),
         _tensor_parallel_check(recipe, tp_size_seen),
@@ -403,9 +404,12 @@ def _revision_check(recipe: Recipe, args: dict[str, Any], observations: list[tup
         source=rev_source or "log, /v1/models")
 
 
-def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str]) -> list[IdentityCheck]:
+def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str],
+                   file_hashes: Mapping[str, Mapping[str, Any]] | None = None) -> list[IdentityCheck]:
     """A local folder's content digest against the recipe's pin (none for a hub model the recipe
-    does not pin by content). The pin file is read now, after the build wrote it."""
+    does not pin by content). The pin file is read now, after the build wrote it. A mismatch in a
+    folder with a file the previous content rules sampled says so: such a pin differs even for
+    the very files it was measured on."""
     pin = recipe.content_pin()
     if pin is None and not local:
         return []
@@ -419,8 +423,12 @@ def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str]) 
                               source=source)]
     note = "" if observed else ("the model folder cannot be read from here" if local
                                 else "the model is not a local folder")
-    return [IdentityCheck("content_digest", pin.digest, observed, None if observed is None else observed == pin.digest,
-                          note or f"pinned by {pin.source}", source=source)]
+    ok = None if observed is None else observed == pin.digest
+    if ok is False and any(int(entry.get("size") or 0) > SAMPLED_ABOVE_BYTES for entry in (file_hashes or {}).values()):
+        note = (f"pinned by {pin.source}; a pin written under content rules 2, which read a file over 512 MiB by its "
+                f"first and last MiB, differs for this folder even when its files are those it was measured on: "
+                f"if so, measure the pin again from a copy you trust")
+    return [IdentityCheck("content_digest", pin.digest, observed, ok, note or f"pinned by {pin.source}", source=source)]
 
 
 def _image_digest_check(recipe: Recipe, launcher_kind: str, image_digest: str | list[str] | None) -> IdentityCheck:

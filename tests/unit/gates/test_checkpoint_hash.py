@@ -5,6 +5,7 @@ is left; the identity record says which files came from the cache and when they 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -204,3 +205,22 @@ def test_the_identity_record_names_the_files_from_the_cache_and_validates(tmp_pa
     report["identity"]["file_hashes"]["model-00001.bin"]["sha256"] = "not a digest"
     assert [e for e in validation_errors(report) if "identity" in e] == [
         "identity.file_hashes.model-00001.bin.sha256: 'not a digest' does not match '^[0-9a-f]{64}$'"]
+
+
+def test_a_mismatch_in_a_folder_the_previous_rules_sampled_says_so(tmp_path: Path, cache: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pin written under content rules 2 differs for a folder with a file over 512 MiB (here a
+    threshold of 4 MiB stands for it): the note says why, and to measure it again from a copy
+    one trusts; a folder of small files gets the plain note."""
+    from pytest_vllmqual.gates import identity
+
+    folder = model(tmp_path / "m")
+    recipe = dataclasses.replace(recipe_with_model(folder), identity=dataclasses.replace(
+        recipe_with_model(folder).identity, content_digest="sha256:" + "0" * 64))
+    plain = next(c for c in checkpoint_of(recipe, str(folder)).checks if c.field == "content_digest")
+    assert (plain.ok, plain.note) == (False, "pinned by identity.content_digest")
+    monkeypatch.setattr(identity, "SAMPLED_ABOVE_BYTES", 4 * MIB)
+    sampled = next(c for c in checkpoint_of(recipe, str(folder)).checks if c.field == "content_digest")
+    assert sampled.ok is False
+    assert "content rules 2, which read a file over 512 MiB by its first and last MiB" in sampled.note
+    assert sampled.note.endswith("measure the pin again from a copy you trust")
