@@ -107,9 +107,11 @@ class FileHash:
 
 
 def hash_workers(files: int) -> int:
-    """Threads for ``files`` files: one per core, at most ``MAX_WORKERS`` (hashing is bound by
-    the CPU or the disk; more threads than cores only interleave)."""
-    return max(1, min(files, os.cpu_count() or 1, MAX_WORKERS))
+    """Threads for ``files`` files: one per core this process may run on, at most
+    ``MAX_WORKERS`` (hashing is bound by the CPU or the disk; more threads than cores only
+    interleave)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(files, cores, MAX_WORKERS))
 
 
 # -- one file -------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import dataclasses
 import json
 import os
 import re
-import threading
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -124,21 +125,16 @@ def test_a_cache_that_cannot_be_written_costs_only_the_next_read(tmp_path: Path,
     assert not any(found.from_cache for found in hash_model_directory(folder).values())
 
 
-def test_two_readers_at_once_agree_and_leave_whole_entries(tmp_path: Path, cache: Path) -> None:
-    folder = model(tmp_path / "m", shard_mib=32)
-    results: list[dict[str, str]] = []
-    start = threading.Barrier(2)
-
-    def reader() -> None:
-        start.wait()
-        results.append(model_directory_fingerprint(folder))
-
-    threads = [threading.Thread(target=reader) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(results) == 2 and results[0] == results[1]
+def test_two_processes_at_once_agree_and_leave_whole_entries(tmp_path: Path, cache: Path) -> None:
+    folder = model(tmp_path / "m", shard_mib=64)
+    script = ("import json, sys; from pathlib import Path; "
+              "from pytest_vllmqual.gates.checkpoint import model_directory_fingerprint; "
+              "print(json.dumps(model_directory_fingerprint(Path(sys.argv[1]))))")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(folder)], stdout=subprocess.PIPE,
+                              env={**os.environ, "VLLMQUAL_CACHE_DIR": str(cache.parent)}) for _ in range(2)]
+    outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0]
+    assert json.loads(outputs[0]) == json.loads(outputs[1]) == model_directory_fingerprint(folder)
     assert sorted(p.suffix for p in cache.rglob("*") if p.is_file()) == [".json", ".json"], "no partial file left"
     assert all(json.loads(p.read_text())["content"] for p in cache.rglob("*.json"))
 
