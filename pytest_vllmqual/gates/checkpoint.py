@@ -8,12 +8,12 @@ different content is a mismatch; a relative path whose base this run does not kn
 directory it cannot read, is "not checked" with the reason.
 
 The content is compared file by file (every file below the directory, hidden ones left out):
-names, sizes and SHA-256; a file over ``FULL_HASH_MAX_BYTES`` (a weights shard) is hashed over
-its first and last ``SAMPLE_BYTES`` and its size, which tells a different shard from a copy
-without reading hundreds of GiB.
+names, sizes and SHA-256 of every byte, read once and then remembered by the file's identity
+(``gates.checkpoint_hash``: shards in parallel, a user cache, progress for a large first read,
+and each file's raw SHA-256 beside its content digest, the name the model hub gives its bytes).
 
 The content is the model (weights, tokenizer, chat template, configuration), not the stamp its
-writer left: a JSON file's top-level ``transformers_version`` (and ``_WRITER_KEYS``' other loading flags) and a safetensors header's
+writer left: a JSON file's top-level ``transformers_version`` (and ``WRITER_KEYS``' other loading flags) and a safetensors header's
 ``__metadata__`` are left out (a safetensors file is read as its tensor index and its data), and
 so is a build's own record (``WRITER_RECORDS``). A conversion by another transformers version
 that yields the same tensors is the same content.
@@ -21,41 +21,37 @@ that yields the same tensors is the same content.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_vllmqual.hashing import sha256_hex
+from .checkpoint_hash import (
+    CONTENT_SCHEME,
+    SAMPLED_ABOVE_BYTES,
+    WRITER_KEYS,
+    FileHash,
+    ProgressWriter,
+    hash_files,
+)
 
 __all__ = [
     "CONTENT_SCHEME",
-    "FULL_HASH_MAX_BYTES",
-    "SAMPLE_BYTES",
+    "SAMPLED_ABOVE_BYTES",
+    "WRITER_KEYS",
     "WRITER_RECORDS",
+    "FileHash",
     "LocationComparison",
+    "ProgressWriter",
     "compare_model_locations",
+    "hash_model_directory",
     "is_local_location",
     "model_directory_fingerprint",
+    "model_files",
 ]
 
-FULL_HASH_MAX_BYTES = 512 * 1024 * 1024
-CONTENT_SCHEME = 2
-"""The version of the content rules above; a digest recorded under another version is measured
-again (2: a JSON file is hashed as canonical JSON without the writer's keys)."""
-"""A file up to this size is hashed whole (a small model's single weights file, about a third of
-a second per 270 MB); a larger shard by samples."""
-SAMPLE_BYTES = 1024 * 1024
 WRITER_RECORDS = frozenset({"BUILD_STAMP.json"})
 """Files a model build writes about itself (inputs, timings), not part of the model."""
-_WRITER_KEYS = frozenset({"transformers_version", "is_local", "local_files_only"})
-"""Top-level JSON keys a writer stamps (its version, and whether it loaded from a local folder),
-not part of the model: transformers 5 writes the last two into ``tokenizer_config.json``."""
-_SAFETENSORS_METADATA = "__metadata__"
-_HEADER_MAX_BYTES = 100 * 1024 * 1024
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?$")
 """A hub model id: ``name`` or ``namespace/name``; a value with more parts is a path."""
 
@@ -140,79 +136,30 @@ def _difference(expected: dict[str, str], observed: dict[str, str], limit: int =
     return "; ".join(parts)
 
 
-def model_directory_fingerprint(directory: Path) -> dict[str, str]:
+def model_directory_fingerprint(directory: Path, *, progress: ProgressWriter | None = None) -> dict[str, str]:
     """Relative file name -> ``size:sha256`` of its content for every file of the model below
     ``directory`` (symlinks followed, as a hub cache's snapshot links to its blobs; hidden names
     and ``WRITER_RECORDS`` left out; version stamps left out of the content, see the module)."""
-    out: dict[str, str] = {}
+    return {name: found.content for name, found in hash_model_directory(directory, progress=progress).items()}
+
+
+def hash_model_directory(directory: Path, *, progress: ProgressWriter | None = None,
+                         use_cache: bool = True) -> dict[str, FileHash]:
+    """Relative file name -> its digests (content and raw SHA-256, whether from the hash cache and
+    when its bytes were read) for the files :func:`model_directory_fingerprint` names; every byte
+    of a file not in the cache is read (``gates.checkpoint_hash``), and ``progress`` is told how
+    far a large first read has got."""
+    return hash_files(model_files(directory), progress=progress, use_cache=use_cache)
+
+
+def model_files(directory: Path) -> dict[str, Path]:
+    """Relative file name -> path of every file of the model below ``directory``, sorted."""
+    out: dict[str, Path] = {}
     for root, dirs, files in os.walk(directory, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if name.startswith(".") or name in WRITER_RECORDS:
                 continue
             path = Path(root) / name
-            relative = path.relative_to(directory).as_posix()
-            out[relative] = _content_digest(path)
+            out[path.relative_to(directory).as_posix()] = path
     return out
-
-
-def _content_digest(path: Path) -> str:
-    """A file's ``size:sha256``; a config's without its writer's version, a safetensors file's over
-    its tensor index (no metadata) and its data."""
-    size = path.stat().st_size
-    if path.suffix == ".json" and size <= _HEADER_MAX_BYTES:
-        return _json_digest(path, size)
-    if path.suffix == ".safetensors":
-        return _safetensors_digest(path, size)
-    return _file_digest(path, size)
-
-
-def _json_digest(path: Path, size: int) -> str:
-    raw = path.read_bytes()
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        data = None
-    if not isinstance(data, dict):
-        return _file_digest(path, size)
-    for key in _WRITER_KEYS:
-        data.pop(key, None)
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    return f"{len(canonical)}:{sha256_hex(canonical)}"
-
-
-def _safetensors_digest(path: Path, size: int) -> str:
-    """The tensor index (names, dtypes, shapes, offsets; sorted, without ``__metadata__``) and the
-    data after the header, by the same rule as any file; a file that is not safetensors as bytes."""
-    with open(path, "rb") as handle:
-        raw = handle.read(8)
-        length = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
-        header = handle.read(length) if 0 <= length <= min(_HEADER_MAX_BYTES, size - 8) else b""
-    try:
-        index = json.loads(header) if header else None
-    except (ValueError, UnicodeDecodeError):
-        index = None
-    if not isinstance(index, dict):
-        return _file_digest(path, size)
-    index.pop(_SAFETENSORS_METADATA, None)
-    digest = hashlib.sha256(json.dumps(index, sort_keys=True, separators=(",", ":")).encode())
-    data_size, data = _file_digest(path, size, start=8 + length).split(":", 1)
-    digest.update(data.encode())
-    return f"{data_size}:{digest.hexdigest()}"
-
-
-def _file_digest(path: Path, size: int, start: int = 0) -> str:
-    """``size:sha256`` of the bytes from ``start``: all of them up to ``FULL_HASH_MAX_BYTES``, else
-    the first and last ``SAMPLE_BYTES``."""
-    length = size - start
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        if length <= FULL_HASH_MAX_BYTES:
-            for block in iter(lambda: handle.read(SAMPLE_BYTES), b""):
-                digest.update(block)
-        else:
-            digest.update(handle.read(SAMPLE_BYTES))
-            handle.seek(size - SAMPLE_BYTES)
-            digest.update(handle.read(SAMPLE_BYTES))
-    return f"{length}:{digest.hexdigest()}"

@@ -46,10 +46,13 @@ from pytest_vllmqual.records import LauncherKind
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
 from .checkpoint import (
+    SAMPLED_ABOVE_BYTES,
+    FileHash,
     LocationComparison,
+    ProgressWriter,
     compare_model_locations,
+    hash_model_directory,
     is_local_location,
-    model_directory_fingerprint,
 )
 
 __all__ = [
@@ -123,6 +126,9 @@ class IdentityResult:
 
     checks: list[IdentityCheck] = field(default_factory=list)
     model_files: dict[str, str] = field(default_factory=dict)
+    file_hashes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per model file: size, content digest, raw SHA-256 (the hub's name for its bytes), when its
+    bytes were read and whether this run took that from the hash cache (``FileHash.to_dict``)."""
 
     @property
     def not_checked(self) -> list[str]:
@@ -168,7 +174,9 @@ class IdentityResult:
     def from_dict(cls, data: Mapping[str, Any]) -> IdentityResult:
         """The result as ``to_dict`` wrote it; ``status`` is computed again from the checks."""
         return cls(checks=[IdentityCheck.from_dict(c) for c in data.get("checks") or [] if isinstance(c, Mapping)],
-                   model_files=dict(data.get("model_files") or {}))
+                   model_files=dict(data.get("model_files") or {}),
+                   file_hashes={str(k): dict(v) for k, v in (data.get("file_hashes") or {}).items()
+                                if isinstance(v, Mapping)})
 
     def to_dict(self, recipe: Recipe) -> dict[str, Any]:
         return {
@@ -187,6 +195,7 @@ class IdentityResult:
             "checks": [c.to_dict() for c in self.checks],
             "not_checked": self.not_checked,
             "model_files": dict(self.model_files),
+            "file_hashes": {name: dict(entry) for name, entry in self.file_hashes.items()},
         }
 
 
@@ -239,22 +248,27 @@ def image_digest_matches(expected_image: str | None, reported: str | list[str] |
     return any(str(v).endswith(expected) for v in values)
 
 
-def model_files_sha256(directory: Path) -> dict[str, str]:
+def model_files_sha256(directory: Path, *, progress: ProgressWriter | None = None) -> dict[str, str]:
     """SHA-256 of a local model's ``config.json`` and weights index (``*.index.json``); for a
     single-file safetensors model, of its header (the tensor index: names, dtypes, shapes,
     offsets). ``content`` is the SHA-256 of every model file's name, size and digest
-    (``gates.checkpoint``: without a writer's version stamp; a shard over 512 MiB by its first and
-    last MiB), so a model retrained into the same shapes is told apart too, and a conversion by
-    another transformers version into the same tensors is not. What a content pin compares."""
+    (``gates.checkpoint``: every byte, without a writer's version stamp), so a model retrained
+    into the same shapes is told apart too, and a conversion by another transformers version
+    into the same tensors is not. What a content pin compares."""
+    return _model_files(directory, progress)[0]
+
+
+def _model_files(directory: Path, progress: ProgressWriter | None) -> tuple[dict[str, str], dict[str, FileHash]]:
+    """:func:`model_files_sha256`, and each file's digests behind its ``content``."""
     out = _description_sha256(directory)
     try:
-        files = model_directory_fingerprint(directory)
+        files = hash_model_directory(directory, progress=progress)
     except OSError:
-        return out  # an unreadable file: the description above still says what it can
+        return out, {}  # an unreadable file: the description above still says what it can
     if files:
-        listing = "".join(f"{name}\t{digest}\n" for name, digest in sorted(files.items()))
+        listing = "".join(f"{name}\t{found.content}\n" for name, found in sorted(files.items()))
         out[CONTENT_KEY] = sha256_hex(listing)
-    return out
+    return out, files
 
 
 def content_digest(directory: Path) -> str | None:
@@ -302,10 +316,12 @@ def check_identity(
     expected_model_arg: str | None = None,
     server_cwd: Path | None = None,
     server_cwd_unknown: str = "",
+    progress: ProgressWriter | None = None,
 ) -> IdentityResult:
     """Compare what the server reports with what the recipe pins, field by field. A relative
     model path the server reports is resolved against ``server_cwd`` (the server's working
-    directory, when the run knows it; ``server_cwd_unknown`` says why not)."""
+    directory, when the run knows it; ``server_cwd_unknown`` says why not). ``progress`` is told
+    how far the first read of a large model folder has got."""
     result = IdentityResult()
     served = recipe.identity.served_model_name
     entry = next((m for m in models or [] if m.get("id") == served), None)
@@ -318,12 +334,13 @@ def check_identity(
     # the files: a container reads the recipe's folder mounted from this machine
     model_dir = recipe.model_location() if launcher_kind == LauncherKind.DOCKER else expected_location
     if _is_local(model_dir) and Path(model_dir).is_dir():
-        result.model_files = model_files_sha256(Path(model_dir))
+        result.model_files, hashes = _model_files(Path(model_dir), progress)
+        result.file_hashes = {name: found.to_dict() for name, found in hashes.items()}
     result.checks.extend([
         _checkpoint_check(recipe, expected_location, observations,
                           _location_comparer(launcher_kind, server_cwd, server_cwd_unknown)),
         _revision_check(recipe, args, observations),
-        *_content_check(recipe, _is_local(model_dir), result.model_files),
+        *_content_check(recipe, _is_local(model_dir), result.model_files, result.file_hashes),
         _image_digest_check(recipe, launcher_kind, image_digest),
         _runtime_version_check(recipe, version, log_version),
         _tensor_parallel_check(recipe, tp_size_seen),
@@ -387,9 +404,12 @@ def _revision_check(recipe: Recipe, args: dict[str, Any], observations: list[tup
         source=rev_source or "log, /v1/models")
 
 
-def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str]) -> list[IdentityCheck]:
+def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str],
+                   file_hashes: Mapping[str, Mapping[str, Any]] | None = None) -> list[IdentityCheck]:
     """A local folder's content digest against the recipe's pin (none for a hub model the recipe
-    does not pin by content). The pin file is read now, after the build wrote it."""
+    does not pin by content). The pin file is read now, after the build wrote it. A mismatch in a
+    folder with a file the previous content rules sampled says so: such a pin differs even for
+    the very files it was measured on."""
     pin = recipe.content_pin()
     if pin is None and not local:
         return []
@@ -403,8 +423,12 @@ def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str]) 
                               source=source)]
     note = "" if observed else ("the model folder cannot be read from here" if local
                                 else "the model is not a local folder")
-    return [IdentityCheck("content_digest", pin.digest, observed, None if observed is None else observed == pin.digest,
-                          note or f"pinned by {pin.source}", source=source)]
+    ok = None if observed is None else observed == pin.digest
+    if ok is False and any(int(entry.get("size") or 0) > SAMPLED_ABOVE_BYTES for entry in (file_hashes or {}).values()):
+        note = (f"pinned by {pin.source}; a pin written under content rules 2, which read a file over 512 MiB by its "
+                f"first and last MiB, differs for this folder even when its files are those it was measured on: "
+                f"if so, measure the pin again from a copy you trust")
+    return [IdentityCheck("content_digest", pin.digest, observed, ok, note or f"pinned by {pin.source}", source=source)]
 
 
 def _image_digest_check(recipe: Recipe, launcher_kind: str, image_digest: str | list[str] | None) -> IdentityCheck:

@@ -216,7 +216,7 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
             status = "verified"
         else:
             status = "unverified"
-    return {
+    out: dict[str, Any] = {
         "status": status,
         "expected": {k: _shallow(v) for k, v in _pick(identity.get("expected"), _IDENTITY_FIELDS).items()},
         "observed": {k: _shallow(v) for k, v in _pick(identity.get("observed"), _IDENTITY_FIELDS).items()},
@@ -225,6 +225,26 @@ def _identity(identity: Mapping[str, Any]) -> dict[str, Any]:
         "model_files": {str(k): str(v) for k, v in (identity.get("model_files") or {}).items()
                         if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)},
     }
+    file_hashes = _file_hashes(identity.get("file_hashes"))
+    if file_hashes:  # a local model folder's files (a hub model has none here)
+        out["file_hashes"] = file_hashes
+    return out
+
+
+def _file_hashes(value: Any) -> dict[str, dict[str, Any]]:
+    """Each model file's digests as ``FileHash.to_dict`` wrote them; a malformed entry is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in (value or {}).items() if isinstance(value, Mapping) else ():
+        if not isinstance(entry, Mapping):
+            continue
+        size, content, raw = entry.get("size"), entry.get("content"), entry.get("sha256")
+        if (isinstance(size, int) and isinstance(content, str) and re.fullmatch(r"[0-9]+:[0-9a-f]{64}", content)
+                and isinstance(raw, str) and re.fullmatch(r"[0-9a-f]{64}", raw)
+                and isinstance(entry.get("hashed_at"), str)):
+            out[str(_text(name, 500))] = {"size": size, "content": content, "sha256": raw,
+                                          "hashed_at": str(_text(entry["hashed_at"], 40)),
+                                          "from_cache": entry.get("from_cache") is True}
+    return out
 
 
 def _hardware(hardware: Mapping[str, Any]) -> dict[str, Any]:

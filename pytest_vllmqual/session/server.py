@@ -349,6 +349,7 @@ class ServerManager:
             log_text=log,
             log_version=facts.vllm_version,
             expected_model_arg=self._model_argument(),
+            progress=self.progress,
             **self._server_directory(),
         )
         self.facts.identity = identity.to_dict(self.recipe)
