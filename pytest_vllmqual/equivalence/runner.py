@@ -19,20 +19,23 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.hashing import sha256_hex
 
 from .probe import (
+    GREEDY_STOP_RULES,
     K_STEPS,
     ProbeSettings,
     chunk_plan,
     parse_chat_steps,
     parse_prompt_positions,
     probe_sha256,
-    probe_text,
+    request_rules,
+    tokenizer_sample,
 )
 
-__all__ = ["ProbeResult", "find_top_k", "run_probe"]
+__all__ = ["ProbeResult", "chat_template_fingerprint", "find_top_k", "run_probe"]
 
 _CHARS_PER_TOKEN = 3
 _TOKENIZER_SAMPLE = 1024
-"""The tokenizer's fingerprint: the SHA-256 of the first token IDs of the probe text."""
+"""The tokenizer's fingerprint: the SHA-256 of the first token IDs of the tokenizer sample, a fixed
+text of its own (the probe text may change; the fingerprint of the same tokenizer must not)."""
 
 
 @dataclass
@@ -101,7 +104,7 @@ def _greedy(client: QualClient, prompts: Sequence[tuple[str, str]], top_k: int,
     out = []
     for name, prompt in prompts:
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
-                "logprobs": True, "top_logprobs": top_k, "return_tokens_as_token_ids": True}
+                "logprobs": True, "top_logprobs": top_k, "return_tokens_as_token_ids": True, **GREEDY_STOP_RULES}
         result = client.chat(body, label=f"equivalence-greedy-{name}")
         if not result.ok:
             raise ValueError(f"greedy prompt {name} failed: {result.attempt.error or result.status_code}")
@@ -111,11 +114,28 @@ def _greedy(client: QualClient, prompts: Sequence[tuple[str, str]], top_k: int,
     return out
 
 
+def chat_template_fingerprint(client: QualClient, prompts: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The chat template as this server applies it: the SHA-256 of every greedy prompt's token IDs
+    after the template (``/tokenize``, ``add_generation_prompt``). Two servers that render the
+    prompts alike fed the model the same tokens, whatever file the template came from."""
+    rendered = []
+    for name, prompt in prompts:
+        result = client.tokenize_chat([{"role": "user", "content": prompt}], label=f"equivalence-template-{name}")
+        tokens = [int(t) for t in (result.body or {}).get("tokens") or []]
+        if not result.ok or not tokens:
+            return {"rendered_sha256": None, "reason": f"the server did not render greedy prompt {name}: "
+                                                       f"{result.attempt.error or result.status_code}"}
+        rendered.append([name, tokens])
+    return {"rendered_sha256": sha256_hex(json.dumps(rendered, separators=(",", ":"))),
+            "prompt_tokens": {name: len(tokens) for name, tokens in rendered},
+            "how": "SHA-256 of the greedy prompts' token IDs as the server's chat template renders them"}
+
+
 def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tuple[str, str]]) -> ProbeResult:
     """Answer the probe: teacher-forced chunks, then greedy prompts ((name, text) pairs)."""
     started = time.perf_counter()
-    text, source = probe_text()
-    tokens = _tokenize(client, text, max(settings.tokens_needed, _TOKENIZER_SAMPLE))
+    text = settings.text()
+    tokens = _tokenize(client, text.text, settings.tokens_needed)
     plan = chunk_plan(tokens, settings)
     if len({length for length, _ in plan}) < 1:
         return ProbeResult(0, reason="the probe text is too short for any chunk of the recipe's context lengths")
@@ -123,12 +143,15 @@ def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tup
     if refusal is not None:
         return ProbeResult(0, reason=refusal, seconds=round(time.perf_counter() - started, 3))
     chunks = _chunks(client, plan, top_k)
+    template = chat_template_fingerprint(client, prompts)
     greedy = _greedy(client, prompts, top_k, settings.greedy_max_tokens)
     prompt_hashes = [[g["id"], g["prompt_sha256"]] for g in greedy]
-    tokenizer = sha256_hex(json.dumps(tokens[:_TOKENIZER_SAMPLE], separators=(",", ":")))
-    body = {"source": source, "parameters": {**settings.to_dict(), "top_k": top_k},
-            "probe_sha256": probe_sha256(tokens, plan, prompt_hashes, settings, top_k),
+    sample = _tokenize(client, tokenizer_sample(), _TOKENIZER_SAMPLE)
+    tokenizer = sha256_hex(json.dumps(sample[:_TOKENIZER_SAMPLE], separators=(",", ":")))
+    body = {"source": text.source, "text": text.record(), "parameters": {**settings.to_dict(), "top_k": top_k},
+            "requests": request_rules(settings, top_k), "chat_template": template,
+            "probe_sha256": probe_sha256(tokens, plan, prompt_hashes, settings, top_k, text=text.record(),
+                                         chat_template=template),
             "tokenizer_sha256": tokenizer, "top_k": top_k, "chunk_tokens": [ids for _, ids in plan],
             "chunks": chunks, "greedy": greedy}
     return ProbeResult(top_k, body, seconds=round(time.perf_counter() - started, 3))
-

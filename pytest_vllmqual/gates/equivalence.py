@@ -47,7 +47,7 @@ def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolCase]) -> list[tup
 def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
                      tool_fixtures: Sequence[ToolCase]) -> GateVerdict:
     """Answer the probe and keep the answers in the private folder for the report's sidecar."""
-    settings = ProbeSettings.from_recipe(recipe.gate(GATE_NAME), recipe.serve.max_model_len)
+    settings = ProbeSettings.from_recipe(recipe.gate(GATE_NAME), recipe.serve.max_model_len, recipe.project_root)
     gate.threshold(context_lengths=list(settings.context_lengths), chunks_per_length=settings.chunks_per_length,
                    max_chunk_tokens=settings.max_chunk_tokens, greedy_max_tokens=settings.greedy_max_tokens)
     if settings.dropped_lengths:

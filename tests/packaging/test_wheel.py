@@ -30,6 +30,9 @@ EXPECTED_MEMBERS = [
     "pytest_vllmqual/layout.py",
     "pytest_vllmqual/schemas/recipe.schema.yaml",
     "pytest_vllmqual/schemas/report.schema.json",
+    "pytest_vllmqual/equivalence/data/probe_text.txt.gz",
+    "pytest_vllmqual/equivalence/data/tokenizer_sample.txt",
+    "pytest_vllmqual/equivalence/data/README.md",
     "pytest_vllmqual/suites/__init__.py",
     "pytest_vllmqual/suites/test_smoke.py",
     "pytest_vllmqual/suites/test_functional.py",
@@ -120,6 +123,16 @@ def test_installed_package_is_imported_not_the_checkout(installed: Installed, tm
     assert Path(data_root) == installed.site / "pytest_vllmqual" / "data"
     assert checkout == "None"
     assert Path(models) == tmp_path / "cache" / "models"
+
+
+def test_the_installed_package_loads_its_own_probe_text(installed: Installed, tmp_path: Path) -> None:
+    """The probe text comes from the wheel (checked against its pinned SHA-256), not the interpreter."""
+    result = _run(installed, tmp_path, "-c", "import pytest_vllmqual.equivalence.probe as p; t = p.probe_text(); "
+                  "print(p.__file__); print(t.sha256, len(t.text), len(p.tokenizer_sample()))")
+    assert result.returncode == 0, result.stderr
+    module, loaded = result.stdout.split("\n")[:2]
+    assert Path(module).is_relative_to(installed.site)
+    assert loaded == "e89c5431b88a26cfa6fe67094765ded9f4c05afbe562fed17251e5b508400c90 1151625 16384"
 
 
 def test_help_and_collection_from_an_empty_directory(installed: Installed, tmp_path: Path) -> None:

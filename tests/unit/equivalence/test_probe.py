@@ -1,4 +1,4 @@
-"""The probe's pieces without a server: its text, the recipe's settings within the model's limits,
+"""The probe's pieces without a server (its text: test_probe_text.py): the recipe's settings within the model's limits,
 the chunks, the parse of vLLM's prompt and chat log probabilities, the probe hash."""
 
 from __future__ import annotations
@@ -9,15 +9,8 @@ from pytest_vllmqual.equivalence.probe import (
     parse_chat_steps,
     parse_prompt_positions,
     probe_sha256,
-    probe_text,
     token_id,
 )
-
-
-def test_the_probe_text_is_the_standard_librarys_help_topics() -> None:
-    text, source = probe_text()
-    assert len(text) > 200_000 and "assert" in text
-    assert source.startswith("pydoc_data.topics of Python 3.") and "PSF" in source
 
 
 def test_settings_keep_lengths_the_model_and_the_chunk_cap_allow() -> None:
