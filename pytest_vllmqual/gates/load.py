@@ -10,10 +10,10 @@ histograms (``/metrics``) are read after the warm-up and after the counted reque
 see exactly those requests.
 
 A level passes when its goodput (``load_stats``) reaches ``min_goodput_pct`` with no errors,
-each SLO judged on the figures that were measured: where the client's view differs from the
-server's beyond the histogram's resolution, on the server's (``load_views``). The gate passes
-when every promoted level does, fails when one missed, and is skipped as not measured when a
-level's goodput bounds straddle the minimum. A level above ``serve.max_num_seqs`` is
+TTFT and E2E judged on the client's figures (what the user waits), TPOT on the client's and the
+server's histogram both (``load_views``). The gate passes when every promoted level does, fails
+when one missed, and is skipped as not measured when a level missed while the client itself fell
+behind (``client.lag``, measured over each level). A level above ``serve.max_num_seqs`` is
 measured like any other: its requests queue in the server, which the report says. With
 ``find_max`` the gate also searches the highest level that meets the SLOs, up to
 ``max_ceiling``; that search is reported and never fails the gate.
@@ -25,6 +25,7 @@ import concurrent.futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_vllmqual.client.lag import LagMeter
 from pytest_vllmqual.client.load_loop import LoopRequest, run_closed_loop
 from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, new_nonce
 from pytest_vllmqual.client.qual_client import QualClient
@@ -33,7 +34,7 @@ from pytest_vllmqual.client.token_counters import ServerTokenCounter
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.recipe.load_gate_settings import LoadSettings, load_settings
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import FigureSource, LevelJudgement
+from pytest_vllmqual.records import LevelJudgement
 
 from .checks import GateVerdict
 from .ladder import fetch_metrics_text, parse_metrics_text
@@ -97,10 +98,12 @@ class LevelRunner:
         note = f" (above max_num_seqs {self.max_num_seqs}: requests queue in the server)" if queued else ""
         self.progress(f"load level {level} ({phase}): {count} requests, {level} in flight{note}")
         before: list[str | None] = []
+        lag = LagMeter()
 
         def warmup() -> StreamResult:
             result = self._send(prompts[0], f"load-{level}-warmup")
             before.append(fetch_metrics_text(self.client.http))  # the window then holds only the counted requests
+            lag.start()
             return result
 
         def send(i: int) -> StreamResult:
@@ -111,6 +114,7 @@ class LevelRunner:
                 self.failures.append(f"level {level} request {done.index}: {done.result.attempt.error_kind or 'failed'}")
 
         loop = run_closed_loop(level, count, send, warmup=warmup, on_done=failed)
+        client_lag = lag.stop()
         after = fetch_metrics_text(self.client.http)
         snapshot_before, snapshot_after = parse_metrics_text(before[0] if before else None), parse_metrics_text(after)
         delta = snapshot_after.delta(snapshot_before) if snapshot_before and snapshot_after else None
@@ -124,11 +128,13 @@ class LevelRunner:
             self.failures.append(f"level {level} warm-up request: "
                                  f"{loop.warmup.attempt.error_kind if loop.warmup is not None else 'not sent'}")
         figures.judgement, low, high = judge_level(figures.requests, figures.errors, figures.good, views,
-                                                   self.settings.min_goodput_pct)
+                                                   self.settings.min_goodput_pct, lag=client_lag)
         met = figures.meets(self.settings.min_goodput_pct)
         figures.row.update(**views.row(), slo_judgement=str(figures.judgement),
                            goodput_pct_low=round(low, 3) if views.server_shares else None,
-                           goodput_pct_high=round(high, 3) if views.server_shares else None)
+                           goodput_pct_high=round(high, 3) if views.server_shares else None, **client_lag.row(),
+                           not_measured_because=(client_lag.fell_behind
+                                                 if figures.judgement is LevelJudgement.NOT_MEASURED else None))
         figures.row.update(phase=phase, errors=figures.errors, warmup_ok=warmup_ok, met_slo=met,
                            above_max_num_seqs=queued, max_in_flight=loop.max_in_flight,
                            sustained_starts=loop.sustained_starts, **server_cross_check(delta))
@@ -182,8 +188,8 @@ def run_load(client: QualClient, recipe: Recipe, settings: LoadSettings, *, prog
 
 
 def _server_judged(row: dict[str, Any]) -> list[str]:
-    """The SLOs of a level row judged on the server's histograms (the client could not see them)."""
-    return [key for key, (short, _) in SLO_FIGURES.items() if row.get(f"{short}_source") == FigureSource.SERVER_METRICS]
+    """The SLOs of a level row the server's histograms judged too (TPOT, beside the client's figures)."""
+    return [key for key, (short, _) in SLO_FIGURES.items() if row.get(f"server_{short}_within_slo_pct_high") is not None]
 
 
 def _search_measurements(search: SearchResult | None) -> dict[str, Any]:
@@ -219,8 +225,8 @@ def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progres
                  + (f", {len(unmeasured)} not measured" if unmeasured else "") + found)
     if not failing and unmeasured:
         return GateVerdict(skip_reason="not measured: " + "; ".join(
-            f"level {f.level}: goodput between {f.row.get('goodput_pct_low')}% and {f.row.get('goodput_pct_high')}% "
-            f"(minimum {settings.min_goodput_pct:g}%): {f.row.get('views_differ')}"
+            f"level {f.level}: goodput {f.goodput_pct:.1f}% (minimum {settings.min_goodput_pct:g}%): "
+            f"{f.row.get('not_measured_because')}"
             for f in promoted if f.level in unmeasured))
     if not failing:
         return GateVerdict()

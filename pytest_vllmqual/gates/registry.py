@@ -152,8 +152,7 @@ def _load(gate: Mapping[str, Any]) -> str:
         text += f"; the highest level found at SLO was {best:,}"
     judged = _measured(gate, "slos_judged_on_server")
     if isinstance(judged, list) and judged:
-        text += (f" ({', '.join(map(str, judged))} judged on the server's own histograms, to their bucket "
-                 "resolution: the client could not see them)")
+        text += f" ({', '.join(map(str, judged))} judged on the server's own histograms, to their bucket resolution)"
     if _measured(gate, "slos_set_by") != "operator":
         text += f" (levels and SLOs: {_measured(gate, 'slos_set_by') or 'not stated'}, not an operator's)"
     return text
