@@ -51,7 +51,7 @@ def _bucket(row: Mapping[str, Any], short: str, q: int) -> str:
     low, high = row.get(f"{short}_outside_engine_p{q}_s_low"), row.get(f"{short}_outside_engine_p{q}_s_high")
     if not all(isinstance(v, int | float) for v in (client, low, high)):
         return "n/a"
-    return f"({(client - high) * 1000:.0f}, {(client - low) * 1000:.0f}]"
+    return f"({round((client - high) * 1000) + 0}, {round((client - low) * 1000) + 0}]"  # + 0: no "-0"
 
 
 def _client_e2e_mean(report: Mapping[str, Any], level: int) -> float | None:
