@@ -25,7 +25,7 @@ import concurrent.futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_vllmqual.client.lag import ClientLag, LagMeter
+from pytest_vllmqual.client.lag import LagMeter
 from pytest_vllmqual.client.load_loop import LoopRequest, run_closed_loop
 from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, new_nonce
 from pytest_vllmqual.client.qual_client import QualClient
@@ -46,7 +46,7 @@ from .load_stats import (
     search_max_level,
     server_cross_check,
 )
-from .load_views import SLO_FIGURES, compare_views, good_without_lag, judge_level
+from .load_views import SLO_FIGURES, compare_views, good_without_lag, judge_level, lag_reason
 from .recorder import GateRecorder
 
 __all__ = ["LevelRunner", "LoadResult", "load_gate", "run_load"]
@@ -113,8 +113,10 @@ class LevelRunner:
             if not done.result.ok:
                 self.failures.append(f"level {level} request {done.index}: {done.result.attempt.error_kind or 'failed'}")
 
-        loop = run_closed_loop(level, count, send, warmup=warmup, on_done=failed)
-        client_lag = lag.stop()
+        try:
+            loop = run_closed_loop(level, count, send, warmup=warmup, on_done=failed)
+        finally:
+            client_lag = lag.stop()  # the reader's timer stops firing even when the server is gone
         after = fetch_metrics_text(self.client.http)
         snapshot_before, snapshot_after = parse_metrics_text(before[0] if before else None), parse_metrics_text(after)
         delta = snapshot_after.delta(snapshot_before) if snapshot_before and snapshot_after else None
@@ -134,21 +136,13 @@ class LevelRunner:
         figures.row.update(**views.row(), slo_judgement=str(figures.judgement),
                            goodput_pct_low=round(low, 3) if views.server_shares else None,
                            goodput_pct_high=round(high, 3) if views.server_shares else None, **client_lag.row(),
-                           not_measured_because=_lag_reason(client_lag, unlagged, figures.requests)
+                           not_measured_because=lag_reason(client_lag, unlagged, figures.requests)
                            if figures.judgement is LevelJudgement.NOT_MEASURED else None)
         figures.row.update(phase=phase, errors=figures.errors, warmup_ok=warmup_ok, met_slo=met,
                            above_max_num_seqs=queued, max_in_flight=loop.max_in_flight,
                            sustained_starts=loop.sustained_starts, **server_cross_check(delta))
         self.progress(_level_line(figures, met) + (f" ({'; '.join(views.notes)})" if views.notes else ""))
         return figures
-
-
-def _lag_reason(lag: ClientLag, unlagged: int | None, requests: int) -> str:
-    """Why a level is not measured: the client fell behind, and what the level would be without its lag."""
-    if unlagged is None:
-        return f"{lag.fell_behind}; its lag was not measured as a time, so any miss may be its own"
-    return (f"{lag.fell_behind}; with that lag taken off each TTFT and E2E, {unlagged} of {requests} requests "
-            "would have met the SLOs")
 
 
 def _ms(value: Any) -> str:
@@ -224,7 +218,7 @@ def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progres
                  min_level_goodput_pct=min((f.goodput_pct for f in promoted), default=None),
                  errors=sum(f.errors for f in result.levels), slos_set_by=str(settings.slos_set_by),
                  max_num_seqs=recipe.serve.max_num_seqs, **_search_measurements(result.search),
-                 slos_judged_on_server=sorted({key for f in promoted for key in _server_judged(f.row)}))
+                 slos_also_judged_on_server=sorted({key for f in promoted for key in _server_judged(f.row)}))
     unmeasured = [f.level for f in promoted if f.judgement is LevelJudgement.NOT_MEASURED]
     failing = [level for level, ok in result.met.items() if not ok and level not in unmeasured]
     found = "" if result.search is None else (

@@ -41,7 +41,7 @@ __all__ = [
     "bucket_index",
     "compare_views",
     "good_without_lag",
-    "judge_level",
+    "judge_level", "lag_reason",
     "outside_engine",
     "share_within",
 ]
@@ -187,6 +187,14 @@ def good_without_lag(requests: Sequence[RequestFigures], slo: Mapping[str, float
 
     return sum(1 for r in requests if meets_slo(dataclasses.replace(
         r, ttft_s=earlier(r.ttft_s), e2e_s=earlier(r.e2e_s), last_output_s=earlier(r.last_output_s)), slo))
+
+
+def lag_reason(lag: ClientLag, unlagged_good: int | None, requests: int) -> str:
+    """Why a level is not measured: the client fell behind, and what the level would be without its lag."""
+    if unlagged_good is None:
+        return f"{lag.fell_behind}; its lag was not measured as a time, so any miss may be its own"
+    return (f"{lag.fell_behind}; with that lag taken off each TTFT and E2E, {unlagged_good} of {requests} "
+            "requests would have met the SLOs")
 
 
 def judge_level(requests: int, errors: int, client_good: int, views: LevelViews, min_goodput_pct: float,

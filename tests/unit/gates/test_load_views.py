@@ -145,6 +145,9 @@ def test_the_load_gate_proves_names_slos_judged_on_the_server() -> None:
     text = str(proves(gate))
     assert "(tpot_ms, ttft_ms judged on the server's own histograms, to their bucket resolution)" in text
     assert "could not see" not in text, "the client saw every figure; the server's view starts later"
+    gate["measurements"] = {"promoted_levels": [1, 2, 4], "slos_also_judged_on_server": ["tpot_ms"]}
+    assert ("(tpot_ms also judged on the server's own histograms, to their bucket resolution: met only where "
+            "they do not show a miss)") in str(proves(gate))
 
 
 def judged(requests: list[RequestFigures], delta: MetricsDelta | None, slo: dict[str, float],
