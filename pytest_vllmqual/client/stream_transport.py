@@ -426,7 +426,8 @@ class _StreamReactor:
                 for stream in list(self._streams.values()):
                     if stream.deadline is not None and now >= stream.deadline and not stream.done.is_set():
                         self._finish(stream, httpx.ReadTimeout("timed out"))
-            self.timer.fired(time.monotonic())
+            if self.timer.due is not None:  # watched: no clock read per chunk otherwise
+                self.timer.fired(time.monotonic())
 
 
 _reactor: _StreamReactor | None = None
