@@ -274,5 +274,5 @@ def test_the_api_servers_own_http_duration_of_chat_completions_is_read() -> None
         return "\n".join(lines) + "\n"
 
     check = server_cross_check(parse_metrics(body(34, 20.5)).delta(parse_metrics(body(2, 0.5))))
-    assert check["server_http_count"] == 32 and check["server_http_duration_mean_s"] == 0.625
+    assert check.get("server_http_count") == 32 and check.get("server_http_duration_mean_s") == 0.625
     assert server_cross_check(None)["server_http_duration_mean_s"] is None
