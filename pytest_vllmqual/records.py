@@ -301,7 +301,7 @@ class LevelJudgement(Word):
 
     MET = "met"
     MISSED = "missed"
-    #: The client could not see a figure and the server's buckets cannot tell which side it is on.
+    #: The level missed on the client's figures while the client itself fell behind (``client.lag``).
     NOT_MEASURED = "not measured"
 
 

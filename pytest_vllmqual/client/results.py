@@ -9,8 +9,9 @@ these; gates, checks and the ladder read them instead of raw response JSON.
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,19 @@ from pytest_vllmqual.records import Attempt
 from .stream_transport import BodySink
 
 __all__ = ["ChatResult", "ResponsesResult", "StreamBody", "StreamResult", "StreamedToolCall", "decode_tok_s",
-           "stream_error_event", "tpot_s"]
+           "percentile", "stream_error_event", "tpot_s"]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) by linear interpolation between the two nearest ranks (numpy's
+    default, which ``vllm bench serve`` uses); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def tpot_s(completion_tokens: int | None, ttft_s: float | None, last_output_s: float | None) -> float | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator
 
 import httpx
 
-__all__ = ["BodySink", "StreamTransport", "shared_ssl_context"]
+__all__ = ["LAG_TIMER_PERIOD_S", "BodySink", "ReaderTimer", "StreamTransport", "shared_ssl_context", "watch_reader_lag"]
 
 
 @functools.cache
@@ -63,6 +63,8 @@ _USE_SO_RCVTIMEO = sys.platform == "linux" and hasattr(socket, "SO_RCVTIMEO")
 _HAS_EPOLL = hasattr(select, "epoll")
 #: How often the reactor looks for streams past their read timeout (their precision).
 _DEADLINE_CHECK_S = 0.05
+#: The period of the reader's lag timer while a load level is measured (``ReaderTimer``).
+LAG_TIMER_PERIOD_S = 0.01
 
 BodySink = Callable[[bytes], None]
 
@@ -285,6 +287,55 @@ class _ReactorStream:
         self.error: BaseException | None = None
 
 
+class ReaderTimer:
+    """A short timer the reader thread keeps while someone watches it: how late each firing came.
+
+    The reader thread takes each chunk's time as it parses it, so however late this thread runs
+    (waiting for a core, for the GIL, or parsing other streams' chunks first) is added to the
+    client's TTFT and E2E. While ``watchers`` is above zero the thread wakes every
+    ``LAG_TIMER_PERIOD_S`` and records by how much it overslept, after handling what woke it.
+    """
+
+    def __init__(self) -> None:
+        self.watchers = 0
+        self.due: float | None = None
+        self.late: list[float] = []
+        self.lock = threading.Lock()
+
+    def watch(self) -> int:
+        """Start (or join) a watch; the mark to pass to ``since``."""
+        with self.lock:
+            if self.watchers == 0:
+                self.late.clear()
+            self.watchers += 1
+            return len(self.late)
+
+    def unwatch(self) -> None:
+        with self.lock:
+            self.watchers = max(0, self.watchers - 1)
+
+    def since(self, mark: int) -> list[float]:
+        """Every oversleep (seconds) recorded since ``mark``."""
+        with self.lock:
+            return self.late[mark:]
+
+    def timeout(self, timeout: float, now: float) -> float:
+        """The reader's poll timeout, shortened to the timer's next firing while watched."""
+        if not self.watchers:
+            self.due = None
+            return timeout
+        if self.due is None:
+            self.due = now + LAG_TIMER_PERIOD_S
+        return min(timeout, max(0.0, self.due - now))
+
+    def fired(self, now: float) -> None:
+        """Record the oversleep where the timer was due by ``now``."""
+        if self.due is not None and now >= self.due:
+            with self.lock:
+                self.late.append(now - self.due)
+            self.due = now + LAG_TIMER_PERIOD_S
+
+
 class _StreamReactor:
     """One thread that reads every plain-http stream of the process (epoll), parsing as it reads."""
 
@@ -293,11 +344,24 @@ class _StreamReactor:
         self._streams: dict[int, _ReactorStream] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self.timer = ReaderTimer()
+        #: Written to wake the thread from a long idle poll when a watch starts.
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK) if hasattr(os, "eventfd") else None
+        if self._wake is not None:
+            self._epoll.register(self._wake, select.EPOLLIN)
         self._thread = threading.Thread(target=self._run, name="vllmqual-stream-reader", daemon=True)
         self._thread.start()
 
     def usable(self) -> bool:
         return self._pid == os.getpid() and self._thread.is_alive()
+
+    def watch_lag(self) -> int:
+        """Start the reader's lag timer now (see ``ReaderTimer``); the mark for ``lag_since``."""
+        mark = self.timer.watch()
+        if self._wake is not None:
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._wake, 1)
+        return mark
 
     def read(self, connection: _Connection, parser: _ResponseParser, timeout: float | None) -> None:
         """Read the whole response; raise what reading it raised, in the caller's thread."""
@@ -330,9 +394,14 @@ class _StreamReactor:
     def _run(self) -> None:
         next_check = 0.0
         while True:
-            events = self._epoll.poll(_DEADLINE_CHECK_S if self._streams else 1.0)
+            events = self._epoll.poll(self.timer.timeout(_DEADLINE_CHECK_S if self._streams else 1.0,
+                                                         time.monotonic()))
             now = time.monotonic()
             for fd, _mask in events:
+                if fd == self._wake:
+                    with contextlib.suppress(OSError):
+                        os.eventfd_read(fd)
+                    continue
                 stream = self._streams.get(fd)
                 if stream is None or stream.done.is_set():
                     continue
@@ -357,6 +426,8 @@ class _StreamReactor:
                 for stream in list(self._streams.values()):
                     if stream.deadline is not None and now >= stream.deadline and not stream.done.is_set():
                         self._finish(stream, httpx.ReadTimeout("timed out"))
+            if self.timer.due is not None:  # watched: no clock read per chunk otherwise
+                self.timer.fired(time.monotonic())
 
 
 _reactor: _StreamReactor | None = None
@@ -370,6 +441,14 @@ def _stream_reactor() -> _StreamReactor:
         if _reactor is None or not _reactor.usable():
             _reactor = _StreamReactor()
         return _reactor
+
+
+def watch_reader_lag() -> tuple[ReaderTimer, int] | None:
+    """Start watching the stream reader's lag now: its timer and the mark to read it from."""
+    if not _HAS_EPOLL:
+        return None
+    reactor = _stream_reactor()
+    return reactor.timer, reactor.watch_lag()
 
 
 def _direct_target(base_url: httpx.URL) -> tuple[str, str, int, str, str] | None:

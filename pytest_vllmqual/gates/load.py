@@ -10,11 +10,11 @@ histograms (``/metrics``) are read after the warm-up and after the counted reque
 see exactly those requests.
 
 A level passes when its goodput (``load_stats``) reaches ``min_goodput_pct`` with no errors,
-each SLO judged on the figures that were measured: where the client's view differs from the
-server's beyond the histogram's resolution, on the server's (``load_views``). The gate passes
-when every promoted level does, fails when one missed, and is skipped as not measured when a
-level's goodput bounds straddle the minimum (the one rule of :mod:`pytest_vllmqual.not_measured`: a
-failure outranks it). A level above ``serve.max_num_seqs`` is
+TTFT and E2E judged on the client's figures (what the user waits), TPOT on the client's and the
+server's histogram both (``load_views``). The gate passes when every promoted level does, fails
+when one missed, and is skipped as not measured when a level missed while the client itself fell
+behind (``client.lag``, measured over
+each level): the one rule of :mod:`pytest_vllmqual.not_measured`, where a failure outranks it. A level above ``serve.max_num_seqs`` is
 measured like any other: its requests queue in the server, which the report says. With
 ``find_max`` the gate also searches the highest level that meets the SLOs, up to
 ``max_ceiling``; that search is reported and never fails the gate.
@@ -26,6 +26,7 @@ import concurrent.futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_vllmqual.client.lag import LagMeter
 from pytest_vllmqual.client.load_loop import LoopRequest, run_closed_loop
 from pytest_vllmqual.client.prompts import ChatShape, ExactPrompt, ExactPromptBuilder, new_nonce
 from pytest_vllmqual.client.qual_client import QualClient
@@ -35,7 +36,7 @@ from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.not_measured import Measured, not_measured, of_level
 from pytest_vllmqual.recipe.load_gate_settings import LoadSettings, load_settings
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import FigureSource
+from pytest_vllmqual.records import LevelJudgement
 
 from .checks import GateVerdict
 from .ladder import fetch_metrics_text, parse_metrics_text
@@ -47,7 +48,7 @@ from .load_stats import (
     search_max_level,
     server_cross_check,
 )
-from .load_views import SLO_FIGURES, compare_views, judge_level
+from .load_views import SLO_FIGURES, compare_views, good_without_lag, judge_level, lag_reason
 from .recorder import GateRecorder
 
 __all__ = ["LevelRunner", "LoadResult", "load_gate", "run_load"]
@@ -99,10 +100,12 @@ class LevelRunner:
         note = f" (above max_num_seqs {self.max_num_seqs}: requests queue in the server)" if queued else ""
         self.progress(f"load level {level} ({phase}): {count} requests, {level} in flight{note}")
         before: list[str | None] = []
+        lag = LagMeter()
 
         def warmup() -> StreamResult:
             result = self._send(prompts[0], f"load-{level}-warmup")
             before.append(fetch_metrics_text(self.client.http))  # the window then holds only the counted requests
+            lag.start()
             return result
 
         def send(i: int) -> StreamResult:
@@ -112,7 +115,10 @@ class LevelRunner:
             if not done.result.ok:
                 self.failures.append(f"level {level} request {done.index}: {done.result.attempt.error_kind or 'failed'}")
 
-        loop = run_closed_loop(level, count, send, warmup=warmup, on_done=failed)
+        try:
+            loop = run_closed_loop(level, count, send, warmup=warmup, on_done=failed)
+        finally:
+            client_lag = lag.stop()  # the reader's timer stops firing even when the server is gone
         after = fetch_metrics_text(self.client.http)
         snapshot_before, snapshot_after = parse_metrics_text(before[0] if before else None), parse_metrics_text(after)
         delta = snapshot_after.delta(snapshot_before) if snapshot_before and snapshot_after else None
@@ -125,12 +131,15 @@ class LevelRunner:
             figures.errors += 1
             self.failures.append(f"level {level} warm-up request: "
                                  f"{loop.warmup.attempt.error_kind if loop.warmup is not None else 'not sent'}")
+        unlagged = good_without_lag(requests, {key: slo[key] for key in views.client_slo_keys}, client_lag)
         figures.judgement, low, high = judge_level(figures.requests, figures.errors, figures.good, views,
-                                                   self.settings.min_goodput_pct)
+                                                   self.settings.min_goodput_pct, lag=client_lag, unlagged_good=unlagged)
         met = figures.meets(self.settings.min_goodput_pct)
         figures.row.update(**views.row(), slo_judgement=str(figures.judgement),
                            goodput_pct_low=round(low, 3) if views.server_shares else None,
-                           goodput_pct_high=round(high, 3) if views.server_shares else None)
+                           goodput_pct_high=round(high, 3) if views.server_shares else None, **client_lag.row(),
+                           not_measured_because=lag_reason(client_lag, unlagged, figures.requests)
+                           if figures.judgement is LevelJudgement.NOT_MEASURED else None)
         figures.row.update(phase=phase, errors=figures.errors, warmup_ok=warmup_ok, met_slo=met,
                            above_max_num_seqs=queued, max_in_flight=loop.max_in_flight,
                            sustained_starts=loop.sustained_starts, **server_cross_check(delta))
@@ -184,8 +193,8 @@ def run_load(client: QualClient, recipe: Recipe, settings: LoadSettings, *, prog
 
 
 def _server_judged(row: dict[str, Any]) -> list[str]:
-    """The SLOs of a level row judged on the server's histograms (the client could not see them)."""
-    return [key for key, (short, _) in SLO_FIGURES.items() if row.get(f"{short}_source") == FigureSource.SERVER_METRICS]
+    """The SLOs of a level row the server's histograms judged too (TPOT, beside the client's figures)."""
+    return [key for key, (short, _) in SLO_FIGURES.items() if row.get(f"server_{short}_within_slo_pct_high") is not None]
 
 
 def _search_measurements(search: SearchResult | None) -> dict[str, Any]:
@@ -211,7 +220,7 @@ def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progres
                  min_level_goodput_pct=min((f.goodput_pct for f in promoted), default=None),
                  errors=sum(f.errors for f in result.levels), slos_set_by=str(settings.slos_set_by),
                  max_num_seqs=recipe.serve.max_num_seqs, **_search_measurements(result.search),
-                 slos_judged_on_server=sorted({key for f in promoted for key in _server_judged(f.row)}))
+                 slos_also_judged_on_server=sorted({key for f in promoted for key in _server_judged(f.row)}))
     unmeasured = [f.level for f in promoted if of_level(f.judgement) is Measured.NOT_MEASURED]
     failing = [level for level, ok in result.met.items() if not ok and level not in unmeasured]
     found = "" if result.search is None else (
@@ -221,8 +230,8 @@ def load_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, *, progres
                  + (f", {len(unmeasured)} not measured" if unmeasured else "") + found)
     if not failing and unmeasured:
         return GateVerdict(skip_reason=not_measured("; ".join(
-            f"level {f.level}: goodput between {f.row.get('goodput_pct_low')}% and {f.row.get('goodput_pct_high')}% "
-            f"(minimum {settings.min_goodput_pct:g}%): {f.row.get('views_differ')}"
+            f"level {f.level}: goodput {f.goodput_pct:.1f}% (minimum {settings.min_goodput_pct:g}%): "
+            f"{f.row.get('not_measured_because')}"
             for f in promoted if f.level in unmeasured)))
     if not failing:
         return GateVerdict()

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_vllmqual.client.results import tpot_s
+from pytest_vllmqual.client.results import percentile, tpot_s
 from pytest_vllmqual.records import LevelJudgement
-from pytest_vllmqual.vllm.endpoints import HistogramDelta, MetricsDelta
+from pytest_vllmqual.vllm.endpoints import HTTP_CHAT_DURATION, HistogramDelta, MetricsDelta
 
 __all__ = ["DEFINITIONS", "PERCENTILES", "SERVER_HISTOGRAMS", "LevelFigures", "RequestFigures", "SearchResult",
            "bucket_quantile", "level_figures", "meets_slo", "percentile", "search_max_level", "server_cross_check"]
@@ -38,8 +38,8 @@ DEFINITIONS = {
     "itl_s": "each gap between two streamed chunks that carry output, pooled over the level's requests",
     "e2e_s": "time from sending the request to the end of the stream",
     "goodput_pct": ("the share of the level's requests that met every set SLO judged on the client's figures (a "
-                    "failed request meets none), in %; where the client could not see a figure (its *_source is "
-                    "server_metrics), goodput_pct_low and goodput_pct_high bound the share that met every SLO"),
+                    "failed request meets none), in %; where the server's TPOT histogram judged TPOT too, "
+                    "goodput_pct_low and goodput_pct_high bound the share that met every SLO on both views"),
     "goodput_req_s": "the requests that met every set SLO, per second of the level's wall time",
     "output_tok_s": "completion tokens of the level's completed requests per second of its wall time",
     "wall_s": "from the first counted request's start to the last one's end (the warm-up is not counted)",
@@ -55,17 +55,6 @@ SERVER_HISTOGRAMS = {
     "queue": "vllm:request_queue_time_seconds",
 }
 """The server's own histograms read before and after each level (where ``/metrics`` exists)."""
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclass(frozen=True)
@@ -178,13 +167,18 @@ def bucket_quantile(histogram: HistogramDelta, q: float) -> float | None:
 
 
 def server_cross_check(delta: MetricsDelta | None) -> dict[str, Any]:
-    """The server's own view of the level: per histogram its new observations, mean and p95 bucket bound."""
+    """The server's own view of the level: per histogram its new observations, mean and p95 bucket bound;
+    the API server's own mean HTTP duration of the level's chat completions (the engine's E2E plus the
+    time the API server spent outside the engine)."""
     out: dict[str, Any] = {}
     for short, name in SERVER_HISTOGRAMS.items():
         histogram = delta.histograms.get(name) if delta is not None else None
         out[f"server_{short}_count"] = int(histogram.count) if histogram is not None else None
         out[f"server_{short}_mean_s"] = histogram.mean if histogram is not None else None
         out[f"server_{short}_p95_le_s"] = bucket_quantile(histogram, 95) if histogram is not None else None
+    http = delta.histograms.get(HTTP_CHAT_DURATION) if delta is not None else None
+    out["server_http_count"] = int(http.count) if http is not None else None
+    out["server_http_duration_mean_s"] = http.mean if http is not None else None
     out["server_preemptions"] = int(delta.counter("vllm:num_preemptions_total")) if delta is not None else None
     return out
 

@@ -201,10 +201,13 @@ def _load(gate: Mapping[str, Any]) -> str:
     best = _measured(gate, "max_at_slo")
     if isinstance(best, int):
         text += f"; the highest level found at SLO was {best:,}"
-    judged = _measured(gate, "slos_judged_on_server")
+    judged = _measured(gate, "slos_judged_on_server")  # reports before the client's figures judged every SLO
     if isinstance(judged, list) and judged:
-        text += (f" ({', '.join(map(str, judged))} judged on the server's own histograms, to their bucket "
-                 "resolution: the client could not see them)")
+        text += f" ({', '.join(map(str, judged))} judged on the server's own histograms, to their bucket resolution)"
+    also = _measured(gate, "slos_also_judged_on_server")
+    if isinstance(also, list) and also:
+        text += (f" ({', '.join(map(str, also))} also judged on the server's own histograms, to their bucket "
+                 "resolution: met only where they do not show a miss)")
     if _measured(gate, "slos_set_by") != "operator":
         text += f" (levels and SLOs: {_measured(gate, 'slos_set_by') or 'not stated'}, not an operator's)"
     return text

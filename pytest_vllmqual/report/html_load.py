@@ -125,13 +125,28 @@ def load_svg(report: Mapping[str, Any]) -> str:
             "(x axis); red: the level missed its SLOs; dashed: the SLO</text></svg>")
 
 
+def _outside(row: Mapping[str, Any], short: str) -> str:
+    """The time outside the engine at p50/p95, each a range in ms ("n/a" where the server's view was not there)."""
+    def one(q: int) -> str:
+        low, high = row.get(f"{short}_outside_engine_p{q}_s_low"), row.get(f"{short}_outside_engine_p{q}_s_high")
+        return f"{fmt_num(_ms(low), 0)}..{fmt_num(_ms(high), 0)}" if low is not None and high is not None else "n/a"
+    return f"{one(50)} / {one(95)}"
+
+
+def _lag(row: Mapping[str, Any]) -> str:
+    share, late = row.get("client_cpu_share"), row.get("client_reader_oversleep_p99_s")
+    text = (f"CPU {fmt_num(share * 100.0 if isinstance(share, int | float) else None, 0)}%, "
+            f"reader late {fmt_num(_ms(late), 1)} ms p99")
+    return text + (" (fell behind)" if row.get("client_fell_behind") else "")
+
+
 def _row(row: Mapping[str, Any]) -> tuple[Any, ...]:
     def ms(key: str) -> str:
         return "/".join(fmt_num(_ms(row.get(f"{key}_{q}_s")), 1) for q in ("p50", "p95", "p99"))
     return (row.get("level"), row.get("phase"), row.get("requests"), row.get("errors"), ms("ttft"), ms("tpot"),
             ms("itl"), "/".join(fmt_num(row.get(f"e2e_{q}_s"), 3) for q in ("p50", "p95", "p99")),
             fmt_num(row.get("goodput_pct"), 1), fmt_num(row.get("goodput_req_s"), 2), fmt_num(row.get("output_tok_s"), 1),
-            fmt_num(_ms(row.get("server_ttft_mean_s")), 1),
+            fmt_num(_ms(row.get("server_ttft_mean_s")), 1), _outside(row, "ttft"), _lag(row),
             ("met" if row.get("met_slo") else "not measured" if row.get("slo_judgement") == "not measured" else "missed") + (", queued in the server" if row.get("above_max_num_seqs")
                                                            else ""))
 
@@ -156,7 +171,7 @@ def load_html(report: Mapping[str, Any]) -> str:
     classes = ["" if row.get("met_slo") else "fail" for row in section.get("levels") or []]
     headers = ["In flight", "Phase", "Requests", "Errors", "TTFT ms p50/p95/p99", "TPOT ms p50/p95/p99",
                "ITL ms p50/p95/p99", "E2E s p50/p95/p99", "Goodput %", "Goodput req/s", "Output tok/s",
-               "Server TTFT mean ms", "Result"]
+               "Server TTFT mean ms", "TTFT outside the engine ms p50 / p95", "Client", "Result"]
     return ('<section id="load"><h2>Load at SLO</h2>'
             f"<p>Outcome <b>{esc(section.get('outcome'))}</b>. SLOs per request: {esc(set_slos)}; a level passes "
             f"when at least {esc(section.get('min_goodput_pct'))}% of its requests meet every SLO and none failed. "

@@ -74,7 +74,9 @@ def load_summary_line(report: Mapping[str, Any]) -> str | None:
     line = f"load: {len(met)}/{len(promoted)} promoted levels met the SLOs"
     line += f" ({', '.join(met)} in flight)" if met else ""
     line += f"; missed at {', '.join(missed)}" if missed else ""
-    line += f"; not measured at {', '.join(unmeasured)} (the client could not see a figure)" if unmeasured else ""
+    behind = any(row.get("client_fell_behind") for row in promoted if str(row.get("level")) in unmeasured)
+    why = "the load generator fell behind" if behind else "the server's buckets could not tell"
+    line += f"; not measured at {', '.join(unmeasured)} ({why})" if unmeasured else ""
     line += f"; lowest goodput {min(goodputs):.1f}%" if goodputs else ""
     search = section.get("search")
     if isinstance(search, Mapping):

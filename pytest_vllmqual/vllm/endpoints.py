@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytest_vllmqual.errors import EngineEndpointError, MetricsParseError
 
 __all__ = [
+    "HTTP_CHAT_DURATION",
     "EndpointFacts",
     "HistogramDelta",
     "HistogramSnapshot",
@@ -168,8 +169,26 @@ class MetricsSnapshot:
         }
 
 
+#: The API server's own HTTP timing of chat completions (prometheus-fastapi-instrumentator's
+#: ``http_request_duration_seconds``, handler ``/v1/chat/completions``), kept under this name. It
+#: starts when the request reaches the app and ends with the last streamed byte, so unlike the
+#: engine's histograms it holds the parsing, templating and tokenizing of the request.
+HTTP_CHAT_DURATION = "http_request_duration_seconds:/v1/chat/completions"
+_HTTP_DURATION = "http_request_duration_seconds"
+
+
+def _kept_name(family: str, sample: Any) -> str | None:
+    """The name a sample is kept under: ``vllm:*`` as it is, the chat handler's HTTP duration renamed."""
+    if family.startswith("vllm:"):
+        return str(sample.name)
+    if family == _HTTP_DURATION and sample.labels.get("handler") == "/v1/chat/completions":
+        return HTTP_CHAT_DURATION + str(sample.name)[len(_HTTP_DURATION):]
+    return None
+
+
 def parse_metrics(text: str) -> MetricsSnapshot:
-    """Parse a ``/metrics`` body with ``prometheus_client``; keep the ``vllm:`` series.
+    """Parse a ``/metrics`` body with ``prometheus_client``; keep the ``vllm:`` series (and the API
+    server's HTTP duration of chat completions, ``HTTP_CHAT_DURATION``).
 
     Counters and histograms are summed over label sets; gauges too, except ``*_perc`` ones
     (utilisation), where the maximum over engines is kept. ``*_created`` series are dropped.
@@ -186,12 +205,13 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     except (ValueError, TypeError, IndexError) as exc:
         raise MetricsParseError(f"the /metrics body is not Prometheus text format: {exc}") from exc
     for family in families:
-        if not family.name.startswith("vllm:"):
+        if not family.name.startswith("vllm:") and family.name != _HTTP_DURATION:
             continue
         for sample in family.samples:
-            name, value = sample.name, float(sample.value)
-            if name.endswith("_created") or math.isnan(value):
+            kept, value = _kept_name(family.name, sample), float(sample.value)
+            if kept is None or kept.endswith("_created") or math.isnan(value):
                 continue
+            name = kept
             if family.type == "histogram":
                 if name.endswith("_bucket"):
                     base = name[: -len("_bucket")]

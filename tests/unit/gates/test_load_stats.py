@@ -258,3 +258,21 @@ def test_every_shipped_recipe_with_a_load_gate_says_who_set_its_slos(path: Path)
         return
     expected = "project" if path.stem.startswith("tiny-") else "placeholder"
     assert load.get("slos_set_by") == expected
+
+
+def test_the_api_servers_own_http_duration_of_chat_completions_is_read() -> None:
+    """prometheus-fastapi-instrumentator's histogram as vllm 0.32.0 exposes it (tests/unit/data/engine_logs
+    holds a real one for /v1/completions): only the chat handler's series is kept, as HTTP_CHAT_DURATION."""
+    def body(chat_count: int, chat_sum: float) -> str:
+        lines = ["# TYPE http_request_duration_seconds histogram"]
+        for handler, count, total in (("/v1/chat/completions", chat_count, chat_sum), ("/tokenize", 7, 0.7)):
+            labels = f'handler="{handler}",method="POST"'
+            lines += [f'http_request_duration_seconds_bucket{{{labels},le="1.0"}} {count}',
+                      f'http_request_duration_seconds_bucket{{{labels},le="+Inf"}} {count}',
+                      f"http_request_duration_seconds_count{{{labels}}} {count}",
+                      f"http_request_duration_seconds_sum{{{labels}}} {total}"]
+        return "\n".join(lines) + "\n"
+
+    check = server_cross_check(parse_metrics(body(34, 20.5)).delta(parse_metrics(body(2, 0.5))))
+    assert check.get("server_http_count") == 32 and check.get("server_http_duration_mean_s") == 0.625
+    assert server_cross_check(None)["server_http_duration_mean_s"] is None
