@@ -91,7 +91,7 @@ def _server_part(record: RunRecord, manager: ServerManager, *, launcher_kind: st
         state = manager.guard.state()
         if state.get("status", "ok") != "ok":
             reasons.append(death_words(state))
-            record.lifecycle["server_state"] = state
+            record.lifecycle["server_state"] = {**state, "cause": death_words(state)}
     return reasons
 
 

@@ -56,3 +56,21 @@ def test_the_kernels_word_and_the_request_in_flight_reach_the_state(tmp_path: Pa
         "the server died: killed by the kernel's OOM killer at 0.1 GB resident (python3, pid 30725), read from the "
         "cgroup's oom_kill counter and the kernel log, while answering the equivalence probe's 1,024-token "
         "prompt-log-probability request (equivalence-chunk05-1024), during gate equivalence"), str(gone)
+
+
+def test_the_runs_status_says_which_gate_the_server_died_during(tmp_path: Path) -> None:
+    from pytest_vllmqual.session.controller import ControllerRun
+    from pytest_vllmqual.session.reports import run_record
+    from pytest_vllmqual.session.server import ServerManager
+    from tests.unit.session.test_run import settings_for
+
+    run = ControllerRun(settings_for(tmp_path / "reports"), tiny(), progress=lambda line: None, invocation_args=[])
+    arm = run.arm("tiny-cpu")
+    arm.manager = ServerManager(tiny(), run_id="r1", private_dir=tmp_path, progress=lambda line: None)
+    arm.manager.guard = _guard(tmp_path)
+    arm.manager.guard.current_gate = "equivalence"
+    arm.manager.guard.mark("server_dead", "the server process exited with status -9")
+    record = run_record(arm, mode="managed", reproduce="pytest --recipe=tiny-cpu", deselected=[])
+    assert record.status == "incomplete"
+    assert record.status_reasons == ["the server died, during gate equivalence (the server process exited with "
+                                     "status -9)"], record.status_reasons
