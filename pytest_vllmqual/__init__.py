@@ -27,6 +27,7 @@ from pytest_vllmqual.version import __version__
 
 if TYPE_CHECKING:
     from pytest_vllmqual.client.qual_client import QualClient
+    from pytest_vllmqual.equivalence.memory import server_memory
     from pytest_vllmqual.errors import (
         CalibrationError,
         LaunchError,
@@ -84,6 +85,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.gates.load": ("load_gate",),
     "pytest_vllmqual.gates.engine": ("cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"),
     "pytest_vllmqual.gates.equivalence": ("equivalence_gate",),
+    "pytest_vllmqual.equivalence.memory": ("server_memory",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -120,6 +122,7 @@ __all__ = [
     "recipe_tool_fixtures",
     "repeated_check_gate",
     "responses_gate",
+    "server_memory",
     "shipped_tool_fixtures",
     "smoke_gate",
     "streaming_tool_gate",

@@ -128,11 +128,13 @@ class LaunchError(VllmQualError):
 class ServerGoneError(VllmQualError):
     """The server died (``server_dead``) or stopped answering (``hung``) during the run."""
 
-    def __init__(self, message: str, *, status: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, *, status: str, log_tail: str = "", during: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.log_tail = log_tail
         """Raw server text: for the private folder and the local terminal, never a public output."""
+        self.during = during
+        """The gate during which the server went (None: not known, or between gates)."""
 
 
 class CalibrationError(VllmQualError):

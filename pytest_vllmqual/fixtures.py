@@ -39,6 +39,7 @@ from pytest_vllmqual.plugin import (
     RECORD_KEY,
     RUN_KEY,
     arm_of,
+    gate_name,
     new_recorder,
     progress_printer,
     session_sanitizer,
@@ -66,6 +67,7 @@ def _fail(exc: VllmQualError, config: pytest.Config) -> None:
     failure still records why (``startup_timeout``, ``server_dead``, ...)."""
     failure = pytest.fail.Exception(session_sanitizer(config).scrub(str(exc)), pytrace=False)
     failure.vllmqual_status = getattr(exc, "status", None)  # type: ignore[attr-defined]
+    failure.vllmqual_during = getattr(exc, "during", None)  # type: ignore[attr-defined]
     raise failure from None  # said once: not again as "during handling of" the error it words
 
 
@@ -136,6 +138,7 @@ def _vllmqual_server_alive(request: pytest.FixtureRequest) -> None:
     try:
         if guard is not None:
             guard.assert_usable()
+            guard.gate_started(gate_name(request.node))
     except ServerGoneError as exc:
         _fail(exc, request.config)
 

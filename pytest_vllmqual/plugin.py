@@ -29,7 +29,7 @@ from pytest_vllmqual.layout import names_shipped_gates
 from pytest_vllmqual.privacy.failure_reason import repeats_its_causes, report_reason
 from pytest_vllmqual.privacy.sanitize import Sanitizer, scrub_test_report
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import GateRecord, RunRecord, StartupStatus
+from pytest_vllmqual.records import GateRecord, RunRecord, ServerStatus, StartupStatus
 from pytest_vllmqual.session.controller import ControllerRun
 from pytest_vllmqual.session.run import QualRun, gate_junit_properties, session_recipe
 from pytest_vllmqual.session.settings import (
@@ -367,7 +367,18 @@ def _startup_failure_said_once(item: pytest.Item, report: pytest.TestReport, err
     status = getattr(error, "vllmqual_status", None)
     first = item.config.stash.setdefault(STARTUP_SAID_KEY, {}).setdefault(f"{arm_of(item)}\n{error}", item.nodeid)
     if status is not None and first != item.nodeid:
-        report.longrepr = f"not run: the server did not start [{status}], as reported in full at {first}"
+        report.longrepr = f"not run: {_gone_words(status, getattr(error, 'vllmqual_during', None))} [{status}], " \
+                          f"as reported in full at {first}"
+
+
+def _gone_words(status: str, during: str | None) -> str:
+    """A server that had started and then went is said to have died (during which gate), never
+    to have not started."""
+    if status == ServerStatus.SERVER_DEAD:
+        return f"the server died during gate {during}" if during else "the server died"
+    if status == ServerStatus.HUNG:
+        return f"the server hung during gate {during}" if during else "the server hung"
+    return "the server did not start"
 
 
 def _drop_repeated_causes(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException],

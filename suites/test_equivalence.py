@@ -4,25 +4,32 @@ this gate only records them (a run without a comparison is not judged by it)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pytest_vllmqual import (
     GateRecorder,
     QualClient,
     Recipe,
+    ServerHandle,
     ToolCase,
     equivalence_gate,
     recipe_tool_fixtures,
+    server_memory,
 )
 
 pytestmark = [pytest.mark.equivalence]
 
 
 @pytest.mark.gate("equivalence")
-def test_equivalence_probe(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
-    """Equivalence probe: teacher-forced chunks with prompt log probabilities, then greedy answers."""
+def test_equivalence_probe(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, vllm_server: ServerHandle,
+                           server_facts: dict[str, Any]) -> None:
+    """Equivalence probe: teacher-forced chunks with prompt log probabilities, then greedy answers,
+    each chunk sized to the memory the server has outside its KV budget."""
     tools: list[ToolCase] = recipe_tool_fixtures(recipe)
-    verdict = equivalence_gate(qual_client, recipe, gate, tools)
+    memory = server_memory(vllm_server.pid, server_facts.get("engine"), None)
+    verdict = equivalence_gate(qual_client, recipe, gate, tools, memory)
     if verdict.skip_reason:
         pytest.skip(verdict.skip_reason)
     assert verdict.passed, verdict.failure

@@ -45,8 +45,10 @@ class LivenessGuard(Protocol):
     def assert_usable(self) -> None:
         """Raise ServerGoneError when the server is already known dead or hung."""
 
-    def after_failure(self, error: Exception | None, status_code: int | None, text: str) -> ServerGoneError | None:
-        """Decide, after a failed request, whether the server is gone (and remember it).
+    def after_failure(self, error: Exception | None, status_code: int | None, text: str,
+                      request: str | None = None) -> ServerGoneError | None:
+        """Decide, after a failed request (``request``: its label), whether the server is gone (and
+        remember it, with the request).
 
         ``error`` is the transport exception, or None for an HTTP error status.
         """
@@ -129,7 +131,7 @@ class QualClient:
         attempt.ok = False
         attempt.error_kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
         attempt.error = f"{type(exc).__name__}: {exc}"[:500]
-        gone = self.guard.after_failure(exc, None, '') if self.guard is not None else None
+        gone = self.guard.after_failure(exc, None, '', attempt.label) if self.guard is not None else None
         if gone is not None:
             attempt.error_kind = gone.status
             attempt.error = f"{attempt.error}; {gone}"
@@ -198,7 +200,7 @@ class QualClient:
         """A 5xx may mean the engine died behind a live API server; ask the guard."""
         if status_code < 500 or self.guard is None:
             return
-        gone = self.guard.after_failure(None, status_code, text)
+        gone = self.guard.after_failure(None, status_code, text, attempt.label)
         if gone is not None:
             attempt.error_kind = gone.status
             raise gone

@@ -5,8 +5,12 @@ probe was answered, and is skipped as not measured (``not measured: ...``, the r
 :mod:`pytest_vllmqual.not_measured`) when the server returns no log probabilities, which makes any
 comparison of this arm "not measurable", or when no context length of the probe fits the model.
 It runs with the server to itself (the plugin holds the traffic lock exclusively for it), because
-log probabilities change with batch composition. A server that dies under the probe is recorded with the chunk in flight: vLLM
-computes a prompt's log probabilities over the whole vocabulary outside its memory budget.
+log probabilities change with batch composition. It runs after every cheap gate (see
+``session.gate_order``), and its chunks are sized to the memory the server has outside its KV
+budget (``equivalence.memory``): vLLM computes a prompt's log probabilities over the whole
+vocabulary outside that budget, so a chunk that does not fit is not sent, and a probe with no
+chunk that fits is not measured. A server that dies under the probe is recorded with the chunk
+in flight, and the run says so.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.equivalence.memory import ProbeMemory, model_vocab, size_probe
 from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
 from pytest_vllmqual.equivalence.runner import run_probe
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
@@ -45,16 +50,25 @@ def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolCase]) -> list[tup
 
 
 def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
-                     tool_fixtures: Sequence[ToolCase]) -> GateVerdict:
-    """Answer the probe and keep the answers in the private folder for the report's sidecar."""
-    settings = ProbeSettings.from_recipe(recipe.gate(GATE_NAME), recipe.serve.max_model_len, recipe.project_root)
-    gate.threshold(context_lengths=list(settings.context_lengths), chunks_per_length=settings.chunks_per_length,
-                   max_chunk_tokens=settings.max_chunk_tokens, greedy_max_tokens=settings.greedy_max_tokens)
+                     tool_fixtures: Sequence[ToolCase], memory: ProbeMemory | None = None) -> GateVerdict:
+    """Answer the probe and keep the answers in the private folder for the report's sidecar.
+
+    ``memory``: what the server has outside its KV budget (``equivalence.memory.server_memory``);
+    the probe keeps only the context lengths whose chunk fits it and records the limit and why."""
+    asked = ProbeSettings.from_recipe(recipe.gate(GATE_NAME), recipe.serve.max_model_len, recipe.project_root)
+    gate.threshold(context_lengths=list(asked.context_lengths), chunks_per_length=asked.chunks_per_length,
+                   max_chunk_tokens=asked.max_chunk_tokens, greedy_max_tokens=asked.greedy_max_tokens)
+    settings, sizing = size_probe(asked, memory or ProbeMemory(None, "no memory reading was given"),
+                                  *model_vocab(recipe.identity.model_path))
+    gate.measure(chunk_sizing=sizing)
     if settings.dropped_lengths:
         gate.measure(dropped_lengths=list(settings.dropped_lengths))
     if not settings.context_lengths:
         reason = (f"no context length of gates.equivalence fits this model (max_model_len "
                   f"{recipe.serve.max_model_len}, chunk cap {settings.max_chunk_tokens:,})")
+        if asked.context_lengths:
+            reason = (f"no probe chunk fits the memory the server has outside its KV budget: {sizing['why']}, "
+                      f"and the shortest chunk asked is {min(asked.context_lengths):,} tokens")
         gate.summary(not_measured(reason))
         return GateVerdict(skip_reason=not_measured(reason))
     try:

@@ -9,7 +9,9 @@ comparison, the campaign, the HTML page and the junit properties all read this t
 
 The table lists the gates in the order they run (``EXECUTION_ORDER``; ``session.gate_order``
 derives the run order from it): smoke, identity, the rest of the functional family, reasoning,
-quality, engine, lifecycle, capacity, load. A family is named by the marker a user puts on a gate.
+quality, engine, lifecycle, capacity, load; the equivalence probe, which is not in this table,
+runs with the capacity and load gates after every other (``gate_order.SERVER_AT_RISK``: they can
+take the server down). A family is named by the marker a user puts on a gate.
 """
 
 from __future__ import annotations

@@ -314,7 +314,8 @@ def _lifecycle(run: RunRecord, teardown: TeardownResult | Mapping[str, Any] | No
         }
     state = life.get("server_state")
     if isinstance(state, Mapping):
-        out["server_state"] = {"status": _text(state.get("status")), "detail": _text(state.get("detail"))}
+        out["server_state"] = {"status": _text(state.get("status")), "detail": _text(state.get("detail")),
+                               **{key: _text(state[key]) for key in ("during_gate", "cause") if state.get(key)}}
     preflight = life.get("gpu_preflight")
     if isinstance(preflight, Mapping):
         out["gpu_preflight"] = {"status": _text(preflight.get("status")), "reason": _text(preflight.get("reason")),

@@ -1,12 +1,16 @@
-"""Cheapest gates first, and which failures end the rest of an arm (fail fast).
+"""Cheapest gates first, the gates that can take the server down last, and which failures end
+the rest of an arm (fail fast).
 
 One order, derived from the gate registry, which lists the gates in the order they run: smoke,
 then identity (each ends the arm's remaining gates when it fails), then each family in the
-order it first appears there (functional, reasoning, quality, engine, lifecycle, capacity).
-Gates the registry does not know (users' own, the fault kit's) and tests that are not gates run
-with the functional family, in collection order: their authors chose that order (a fault
-scenario kills the server between two of them), so it is kept. A failed smoke or identity gate
-ends the arm's remaining gates as "not run: …" unless ``--vllmqual-no-fail-fast``.
+order it first appears there (functional, reasoning, quality, engine, lifecycle), and last the
+gates that push the server to its limits (``SERVER_AT_RISK``: the equivalence probe, the
+context ladder, concurrency, load), so a server that dies under one of them keeps every cheap
+gate's evidence gathered before it. Gates the registry does not know (users' own, the fault
+kit's) and tests that are not gates run with the functional family, in collection order: their
+authors chose that order (a fault scenario kills the server between two of them), so it is kept.
+A failed smoke or identity gate ends the arm's remaining gates as "not run: …" unless
+``--vllmqual-no-fail-fast``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from pytest_vllmqual.gates.registry import REGISTRY, GateSpec
 FAIL_FAST = {"smoke": "not run: smoke failed", "identity": "not run: identity mismatch"}
 STOP_FILE = "fail_fast.json"
 _UNKNOWN_GROUP = "functional"
+SERVER_AT_RISK: tuple[str, ...] = ("equivalence", "ladder", "concurrency", "load")
+"""Gates that can take the server down, in the order they run after every other gate: the probe
+(prompt log probabilities are computed outside vLLM's memory budget), the ladder's largest rungs,
+then many requests at once."""
 
 
 def _group(spec: GateSpec) -> str:
@@ -27,8 +35,11 @@ def _group(spec: GateSpec) -> str:
     return spec.name if spec.name in FAIL_FAST else spec.family
 
 
-_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(_group(spec) for spec in REGISTRY))
-_RANK: dict[str, int] = {spec.name: _GROUPS.index(_group(spec)) for spec in REGISTRY}
+_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(_group(spec) for spec in REGISTRY
+                                               if spec.name not in SERVER_AT_RISK))
+_RANK: dict[str, int] = {**{spec.name: _GROUPS.index(_group(spec)) for spec in REGISTRY
+                            if spec.name not in SERVER_AT_RISK},
+                         **{name: len(_GROUPS) + i for i, name in enumerate(SERVER_AT_RISK)}}
 
 
 def run_rank(gate: str | None) -> int:
@@ -54,4 +65,4 @@ def stop_reason(private_dir: Path) -> str | None:
     reason = data.get("reason") if isinstance(data, dict) else None
     return str(reason) if reason else None
 
-__all__ = ["FAIL_FAST", "record_stop", "run_rank", "stop_reason"]
+__all__ = ["FAIL_FAST", "SERVER_AT_RISK", "record_stop", "run_rank", "stop_reason"]

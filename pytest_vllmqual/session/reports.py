@@ -24,7 +24,7 @@ from pytest_vllmqual.records import RungRecord, RunMode, RunRecord, ServerStatus
 from pytest_vllmqual.version import __version__
 
 from .arms import Arm
-from .server import ServerManager
+from .server import ServerManager, death_words
 
 if TYPE_CHECKING:
     from pytest_vllmqual.ab.drift import Reference
@@ -90,8 +90,8 @@ def _server_part(record: RunRecord, manager: ServerManager, *, launcher_kind: st
     if manager.guard is not None:
         state = manager.guard.state()
         if state.get("status", "ok") != "ok":
-            reasons.append(f"the server became {state['status']} during the run: {state.get('detail', '')}")
-            record.lifecycle["server_state"] = state
+            reasons.append(death_words(state))
+            record.lifecycle["server_state"] = {**state, "cause": death_words(state)}
     return reasons
 
 

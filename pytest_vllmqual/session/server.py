@@ -37,6 +37,7 @@ from pytest_vllmqual.launch.base import Launcher, ProgressFn, ServerHandle, Tear
 from pytest_vllmqual.launch.docker.spec import MODEL_DIR_IN_CONTAINER
 from pytest_vllmqual.launch.external import ExternalLauncher
 from pytest_vllmqual.launch.local_process import SubprocessLauncher
+from pytest_vllmqual.launch.oom import KernelWatch, request_words
 from pytest_vllmqual.launch.readiness import wait_until_ready
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import LauncherKind, ServerStatus, StartupStatus
@@ -52,6 +53,21 @@ LOCK_FILE = "traffic.lock"
 # -- liveness -------------------------------------------------------------------------------
 
 
+def death_words(state: dict[str, Any]) -> str:
+    """How the server went, in one sentence from its state file: the status, during which gate and
+    request, what the kernel said (an OOM kill) and what the harness saw."""
+    status = str(state.get("status", ServerStatus.OK))
+    words = "the server died" if status == ServerStatus.SERVER_DEAD else f"the server became {status.replace('_', ' ')}"
+    kernel = state.get("kernel") or {}
+    if kernel.get("words"):
+        words += f": {kernel['words']}"
+    if state.get("request"):
+        words += f", while answering {request_words(state['request'])}"
+    if state.get("during_gate"):
+        words += f", during gate {state['during_gate']}"
+    return f"{words} ({state.get('detail', '')})"
+
+
 class ServerGuard:
     """Shared verdict on whether the server is usable; see the module docstring."""
 
@@ -62,6 +78,15 @@ class ServerGuard:
         self.launcher = launcher
         self.probe_timeout_s = probe_timeout_s
         self._lock = threading.Lock()
+        self.current_gate: str | None = None
+        """The gate this process is running (a death is said to happen during it)."""
+        self.kernel = KernelWatch.start(handle.pid) if launcher is not None and handle.pid else None
+
+    def gate_started(self, gate: str | None) -> None:
+        """A gate begins: a death from now on happened during it."""
+        self.current_gate = gate
+        if self.kernel is not None:
+            self.kernel.refresh()
 
     def state(self) -> dict[str, Any]:
         try:
@@ -70,17 +95,27 @@ class ServerGuard:
         except (OSError, ValueError):
             return {"status": ServerStatus.OK}
 
-    def mark(self, status: str, detail: str) -> None:
+    def mark(self, status: str, detail: str, *, request: str | None = None) -> None:
+        """Record the server as gone, with the gate and request during which it went and what the
+        kernel says (an OOM kill); a later failed request only adds the request in flight when
+        the first mark (the death monitor's) did not know it."""
         with self._lock:
-            if self.state().get("status") not in (None, ServerStatus.OK):
+            state = self.state()
+            if state.get("status") not in (None, ServerStatus.OK):
+                if request and not state.get("request"):
+                    write_text_atomic(json.dumps({**state, "request": request}), self.state_file,
+                                      what="server state file")
                 return
             log_text = self.launcher.log_text() if self.launcher is not None else ""
             tail = log_tail(log_text, 15) if self.launcher is not None else ""
             death = classify_engine_death(log_text) if status in (ServerStatus.SERVER_DEAD, ServerStatus.HUNG) else None
             if death is not None:
                 detail = f"{detail}; cause found in the log: {death.describe()}"
+            kernel = self.kernel.verdict() if self.kernel is not None and status == ServerStatus.SERVER_DEAD else None
             write_text_atomic(json.dumps({"status": status, "detail": detail, "log_tail": tail, "at": utc_now(),
-                                          "death": death.to_dict() if death is not None else None}),
+                                          "death": death.to_dict() if death is not None else None,
+                                          "during_gate": self.current_gate, "request": request,
+                                          "kernel": kernel}),
                               self.state_file, what="server state file")
 
     def gone_error(self) -> ServerGoneError | None:
@@ -88,29 +123,31 @@ class ServerGuard:
         status = state.get("status", ServerStatus.OK)
         if status == ServerStatus.OK:
             return None
-        return ServerGoneError(
-            f"the server is {status.replace('_', ' ')} ({state.get('detail', '')}); this gate was not run "
-            "against it", status=status, log_tail=state.get("log_tail", ""))
+        return ServerGoneError(f"{death_words(state)}; this gate was not run against it", status=status,
+                               log_tail=state.get("log_tail", ""), during=state.get("during_gate"))
 
     def assert_usable(self) -> None:
         gone = self.gone_error()
         if gone is not None:
             raise gone
 
-    def after_failure(self, error: Exception | None, status_code: int | None, text: str) -> ServerGoneError | None:
+    def after_failure(self, error: Exception | None, status_code: int | None, text: str,
+                      request: str | None = None) -> ServerGoneError | None:
+        """Whether a failed ``request`` (its label) means the server is gone; if so, it is marked."""
         if self.launcher is not None and self.launcher.alive() is False:
-            self.mark(ServerStatus.SERVER_DEAD, f"the server process exited with status {self.launcher.exit_code()}")
+            self.mark(ServerStatus.SERVER_DEAD, f"the server process exited with status {self.launcher.exit_code()}",
+                      request=request)
             return self.gone_error()
         if error is None:
             if status_code is not None and status_code >= 500 and (
                     ENGINE_DEAD.search(text)
                     or (self.launcher is not None and self._engine_died())):
-                self.mark(ServerStatus.SERVER_DEAD, "the engine core died (EngineDeadError)")
+                self.mark(ServerStatus.SERVER_DEAD, "the engine core died (EngineDeadError)", request=request)
                 return self.gone_error()
             return None
         verdict = self.probe(after_timeout=isinstance(error, httpx.TimeoutException))
         if verdict is not None:
-            self.mark(*verdict)
+            self.mark(*verdict, request=request)
             return self.gone_error()
         return None
 

@@ -40,3 +40,12 @@ def test_three(gate, vllm_server):
     assert out.count("exited during startup with a Python exception: PackageNotFoundError") >= 1
     assert "as reported in full at test_gates.py::test_one" in out
     assert out.count("[exited] — the server for recipe 'dies' exited") == 1, out
+
+
+def test_a_server_that_died_is_not_said_to_have_not_started() -> None:
+    """The later gates of a server that started and then died point to the death, with its gate."""
+    from pytest_vllmqual.plugin import _gone_words
+
+    assert _gone_words("server_dead", "equivalence") == "the server died during gate equivalence"
+    assert _gone_words("hung", None) == "the server hung"
+    assert _gone_words("kv_insufficient", None) == "the server did not start"

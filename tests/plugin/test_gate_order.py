@@ -91,3 +91,44 @@ def test_no_fail_fast_runs_everything(pytester: pytest.Pytester, monkeypatch: py
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert gates["smoke"]["outcome"] == "failed"
     assert all(g["outcome"] == "passed" for name, g in gates.items() if name != "smoke")
+
+
+# In file order the probe comes first, as a user's suite or the shipped suites collect it.
+RISKY_GATES = '''
+import pytest
+
+@pytest.mark.gate("equivalence")
+def test_equivalence_probe(gate):
+    gate.summary("ran")
+
+def test_load(gate):
+    gate.summary("ran")
+
+def test_ladder(gate):
+    gate.summary("ran")
+
+def test_kv_pool(gate):
+    gate.summary("ran")
+
+def test_json(gate):
+    gate.summary("ran")
+
+def test_cold_start(gate):
+    gate.summary("ran")
+
+def test_smoke(gate):
+    gate.summary("ran")
+'''
+
+
+def test_gates_that_can_kill_the_server_run_after_the_cheap_ones(pytester: pytest.Pytester) -> None:
+    """The equivalence probe, the ladder and load run last (in that order), so a server that dies
+    under one of them keeps every cheap gate's evidence."""
+    pytester.makepyfile(test_risky=RISKY_GATES)
+    junit = pytester.path / "junit.xml"
+    result = pytester.runpytest_subprocess("--recipe=tiny-cpu", f"--vllmqual-reports-dir={pytester.path / 'r'}",
+                                           f"--junitxml={junit}", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    names = [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")]
+    assert names == ["test_smoke", "test_json", "test_kv_pool", "test_cold_start",
+                     "test_equivalence_probe", "test_ladder", "test_load"]

@@ -306,7 +306,7 @@ def test_liveness_guard_gets_the_httpx_exception() -> None:
         def assert_usable(self) -> None:
             return None
 
-        def after_failure(self, error: Exception | None, status_code: int | None, text: str) -> None:
+        def after_failure(self, error: Exception | None, status_code: int | None, text: str, request: str | None = None) -> None:
             seen.append(error)
             return None
 
