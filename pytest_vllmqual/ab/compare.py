@@ -28,7 +28,7 @@ from pytest_vllmqual.report.public import TOOL_NAME, load_report, migration_hint
 from pytest_vllmqual.report.read_model import RunView
 from pytest_vllmqual.version import __version__
 
-from .decision import ABEvidence, Targets, decide_comparison
+from .decision import ABEvidence, Targets, arm_verdict, decide_comparison, read_arms
 from .equivalence import equivalence_section, load_sidecars, summary_line
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
 from .rows import Tolerances, compare_rows
@@ -62,7 +62,7 @@ def _arm_ref(report: Mapping[str, Any], view: RunView, role: str, digest: str | 
         "started_utc": run.get("started_utc"),
         "mode": run.get("mode"),
         "status": run.get("status"),
-        "verdict": view.verdict.value,
+        "verdict": arm_verdict(view).value,
     }
 
 
@@ -116,8 +116,7 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
             hashes.get("control") or report_digest(control)):
         raise ComparisonError("the replay is the control's own report; a replay must be a fresh run of the control")
     tolerances = Tolerances.from_report(control)
-    views = {role: RunView.of(report) for role, report in (("control", control), ("candidate", candidate),
-                                                           ("replay", replay)) if report is not None}
+    views = read_arms(control=control, candidate=candidate, replay=replay)
     targets = targets or Targets.from_reports(views.values())
     rows, single = compare_rows(control, candidate, noise_floor_pct=tolerances.timing_noise_floor_pct)
     variables = controlled_variables(control, candidate)

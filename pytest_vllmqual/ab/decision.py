@@ -22,7 +22,7 @@ from pytest_vllmqual.report.decision import BOUNDARY, verdict_summary
 from pytest_vllmqual.report.number_format import short_tokens
 from pytest_vllmqual.report.read_model import RunView, verdict_of
 
-__all__ = ["ABEvidence", "Targets", "arm_verdict", "decide_comparison"]
+__all__ = ["ABEvidence", "Targets", "arm_verdict", "decide_comparison", "read_arms"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,8 @@ class Targets:
         prompts: list[int] = []
         contexts: list[int] = []
         for view in (r if isinstance(r, RunView) else RunView.of(r) for r in reports):
-            value = view.record.recipe_value("gates", "capacity", "min_largest_prompt")
-            if isinstance(value, int) and not isinstance(value, bool):
-                prompts.append(value)
+            if view.prompt_floor is not None:
+                prompts.append(view.prompt_floor)
             minimum = view.recipe_kv_minimum
             if minimum is not None:
                 contexts.append(minimum)
@@ -56,6 +55,11 @@ class Targets:
         return cls(prompt_tokens=max(prompts) if prompts else default.prompt_tokens,
                    context_tokens=max(contexts) if contexts else default.context_tokens,
                    source="the arms' recipe thresholds" + ("" if prompts and contexts else " and the default"))
+
+
+def read_arms(**reports: Mapping[str, Any] | None) -> dict[str, RunView]:
+    """Each arm report read once (:class:`RunView`), by role; a role without a report is left out."""
+    return {role: RunView.of(report) for role, report in reports.items() if report is not None}
 
 
 def arm_verdict(report: Mapping[str, Any] | RunView) -> Verdict:

@@ -43,10 +43,6 @@ class Requirement:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _gate_reason(view: RunView, name: str) -> str:
     for gate in view.record.gates_named(name):
         if gate.outcome is not GateOutcome.PASSED:
@@ -73,8 +69,7 @@ def _kv_pool(view: RunView) -> Requirement:
 
 
 def _ladder(view: RunView) -> Requirement:
-    floor = _int(view.record.recipe_value("gates", "capacity", "min_largest_prompt"))
-    largest = view.largest_prompt
+    floor, largest = view.prompt_floor, view.largest_prompt
     rungs = view.record.ladder
     verdicts = [r.verdict for r in rungs]
     probed = [v for v in verdicts if v.smoke is not None]

@@ -338,16 +338,14 @@ def _proves_capacity(record: RunRecord) -> list[str]:
 
 
 def _capacity_gaps(view: RunView) -> list[str]:
-    record = view.record
     items: list[str] = []
     limit = view.max_model_len
-    floor = record.recipe_value("gates", "capacity", "min_largest_prompt")
-    largest = view.largest_prompt
+    floor, largest = view.prompt_floor, view.largest_prompt
     if largest is None:
         items.append("any request near the configured context: no capacity rung completed"
                      + (f" (configured {fmt_num(limit)} tokens)" if limit else ""))
     else:
-        if isinstance(floor, int) and largest <= floor:
+        if floor is not None and largest <= floor:
             items.append(f"a request above {short_tokens(floor)} prompt tokens "
                          f"(the largest measured was {fmt_num(largest)})")
         elif limit and largest < limit:

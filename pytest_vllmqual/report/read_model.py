@@ -3,7 +3,7 @@
 A public report is read once (:func:`public_record`) into a
 :class:`~pytest_vllmqual.records.RunRecord`, and :class:`RunView` carries the facts the judges
 ask of it, each written once here: whether the server became ready (and why not), the largest
-prompt a capacity rung completed, the concurrency a passed concurrency gate proved, the load a
+prompt a capacity rung completed and the floor the recipe sets for it, the concurrency a passed concurrency gate proved, the load a
 passed load gate sustained within its SLOs, the KV pool against its minimum, the context the
 claims measure against, why the run is not pinned, and which gates a declaration excused. The
 single run's decision (``report.decision``), the A/B decision (``ab.decision``) and the
@@ -165,6 +165,11 @@ class RunView:
         """The most API-reported prompt tokens a completed capacity rung carried (None when none completed)."""
         top = self.record.largest_rung
         return None if top is None else top.prompt_tokens
+
+    @cached_property
+    def prompt_floor(self) -> int | None:
+        """The prompt the recipe's capacity gate must exceed (``gates.capacity.min_largest_prompt``; None when unset)."""
+        return _int(self.record.recipe_value("gates", "capacity", "min_largest_prompt"))
 
     @cached_property
     def concurrency_passed(self) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 from support import ROOT, UNIT_DATA
 
 from pytest_vllmqual.ab.compare import compare_reports
+from pytest_vllmqual.ab.decision import Targets
 from pytest_vllmqual.campaign.requirements import evaluate_requirement
 from pytest_vllmqual.report.decision import decide
 from pytest_vllmqual.report.read_model import KvMinimum, RunView, public_record
@@ -76,11 +77,24 @@ def test_sustained_load_is_one_rule_for_the_run_and_the_comparison() -> None:
 
 def test_no_judge_derives_a_fact_of_the_read_model_again() -> None:
     """The words each rule reads (a load gate's level, the startup status, the KV minimum, the
-    concurrency count, the identity's pinning, a declaration) appear in the read model only."""
+    concurrency count, the identity's pinning, a declaration, the capacity floor) appear in the read model only."""
     rule_words = re.compile(r"max_at_slo|promoted_levels|startup_status|startup_error|min_kv_tokens\(|"
-                            r"\"requests\"|IdentityResult|declared_not_applicable|report\.query")
+                            r"\"requests\"|IdentityResult|declared_not_applicable|\"min_largest_prompt\"|report\.query")
     package = ROOT / "pytest_vllmqual"
     found = {name: rule_words.findall((package / name).read_text(encoding="utf-8").split('"""', 2)[-1])
              for name in JUDGES}
     assert {name: words for name, words in found.items() if words} == {}
     assert rule_words.search((package / "report" / "read_model.py").read_text(encoding="utf-8"))
+
+
+def test_the_capacity_floor_is_one_rule_for_the_run_the_campaign_and_the_comparison() -> None:
+    report = _load("control-8192.json")
+    view = RunView.of(report)
+    assert view.largest_prompt is not None
+    floor = view.largest_prompt + 1
+    report["recipe"]["content"]["gates"]["capacity"]["min_largest_prompt"] = floor
+    assert RunView.of(report).prompt_floor == floor
+    assert Targets.from_reports([report]).prompt_tokens == floor
+    assert f"≤ {floor:,}" in evaluate_requirement(report, "ladder").detail
+    assert any(item.startswith("a request above") and f"(the largest measured was {view.largest_prompt:,})" in item
+               for item in decide(public_record(report)).does_not_prove)
