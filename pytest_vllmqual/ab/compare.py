@@ -25,9 +25,10 @@ from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.decision import BOUNDARY
 from pytest_vllmqual.report.public import SCHEMA_ID as REPORT_SCHEMA_ID
 from pytest_vllmqual.report.public import TOOL_NAME, load_report, migration_hint, validate_report
+from pytest_vllmqual.report.read_model import RunView
 from pytest_vllmqual.version import __version__
 
-from .decision import ABEvidence, Targets, arm_verdict, decide_comparison
+from .decision import ABEvidence, Targets, arm_verdict, decide_comparison, read_arms
 from .equivalence import equivalence_section, load_sidecars, summary_line
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
 from .rows import Tolerances, compare_rows
@@ -47,7 +48,7 @@ def report_digest(report: Mapping[str, Any]) -> str:
     return sha256_hex(text)
 
 
-def _arm_ref(report: Mapping[str, Any], role: str, digest: str | None) -> dict[str, Any]:
+def _arm_ref(report: Mapping[str, Any], view: RunView, role: str, digest: str | None) -> dict[str, Any]:
     run = report.get("run") or {}
     recipe = report.get("recipe") or {}
     return {
@@ -61,7 +62,7 @@ def _arm_ref(report: Mapping[str, Any], role: str, digest: str | None) -> dict[s
         "started_utc": run.get("started_utc"),
         "mode": run.get("mode"),
         "status": run.get("status"),
-        "verdict": arm_verdict(report).value,
+        "verdict": arm_verdict(view).value,
     }
 
 
@@ -115,8 +116,8 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
             hashes.get("control") or report_digest(control)):
         raise ComparisonError("the replay is the control's own report; a replay must be a fresh run of the control")
     tolerances = Tolerances.from_report(control)
-    arms = [control, candidate, *([replay] if replay is not None else [])]
-    targets = targets or Targets.from_reports(arms)
+    views = read_arms(control=control, candidate=candidate, replay=replay)
+    targets = targets or Targets.from_reports(views.values())
     rows, single = compare_rows(control, candidate, noise_floor_pct=tolerances.timing_noise_floor_pct)
     variables = controlled_variables(control, candidate)
     findings = [kv_consistency(control, candidate, tolerances.kv_tokens_per_gib_tolerance_pct, variables)]
@@ -129,8 +130,8 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
     findings.append(timing_noise(rows, tolerances.timing_noise_floor_pct))
     found = load_sidecars({"control": control, "candidate": candidate, "replay": replay}, dict(folders or {}))
     equivalence = equivalence_section(control, candidate, replay, found)
-    decision = decide_comparison(ABEvidence(control, candidate, replay, rows, variables, findings, replay_section,
-                                             targets, equivalence))
+    decision = decide_comparison(ABEvidence(views["control"], views["candidate"], views.get("replay"), rows,
+                                            variables, findings, replay_section, targets, equivalence))
     labels, changed_text = _arm_labels(control, candidate, variables)
     notes = [f"{r['measurement']}: {r['label']} ({r['change']} against the "
              f"{tolerances.timing_noise_floor_pct:g}% noise floor)" for r in rows if r["label"]]
@@ -143,9 +144,9 @@ def compare_reports(control: Mapping[str, Any], candidate: Mapping[str, Any], *,
     body = sanitizer.scrub_obj({
         "title": title,
         "arms": labels,
-        "control": _arm_ref(control, "control", hashes.get("control")),
-        "candidate": _arm_ref(candidate, "candidate", hashes.get("candidate")),
-        "replay": _arm_ref(replay, "replay", hashes.get("replay")) if replay is not None else None,
+        "control": _arm_ref(control, views["control"], "control", hashes.get("control")),
+        "candidate": _arm_ref(candidate, views["candidate"], "candidate", hashes.get("candidate")),
+        "replay": _arm_ref(replay, views["replay"], "replay", hashes.get("replay")) if replay is not None else None,
         "tolerances": {"timing_noise_floor_pct": tolerances.timing_noise_floor_pct,
                        "replay_tolerance_pct": tolerances.replay_tolerance_pct,
                        "kv_tokens_per_gib_tolerance_pct": tolerances.kv_tokens_per_gib_tolerance_pct,

@@ -2,7 +2,9 @@
 
 :func:`decide_comparison` reads an :class:`ABEvidence`: the comparison's rows, controlled
 variables and retained findings (built by :mod:`.rows`, :mod:`.variables`, :mod:`.findings`)
-and the arms' own decisions; it writes the comparison's decision block: a verdict, what the
+and the arms, each read once as a :class:`~pytest_vllmqual.report.read_model.RunView` (their own
+verdicts, and the facts every judge reads the same way: ready, largest prompt, sustained load,
+concurrency proven, the configured context and KV pool); it writes the comparison's decision block: a verdict, what the
 comparison proves, what it does not prove and the caveats, every sentence generated from what
 was measured. :class:`Targets` is the capacity the next qualification must show (what "does
 not prove" measures against). The single run's verdict is
@@ -15,13 +17,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.recipe.gate_settings import min_kv_tokens
-from pytest_vllmqual.records import EquivalenceVerdict, RunMode, StartupStatus, Verdict
-from pytest_vllmqual.report.decision import BOUNDARY, max_model_len, verdict_summary
+from pytest_vllmqual.records import EquivalenceVerdict, RunMode, Verdict
+from pytest_vllmqual.report.decision import BOUNDARY, verdict_summary
 from pytest_vllmqual.report.number_format import short_tokens
-from pytest_vllmqual.report.query import gates_named, ok_rungs, recipe_value
+from pytest_vllmqual.report.read_model import RunView, verdict_of
 
-__all__ = ["ABEvidence", "Targets", "arm_verdict", "decide_comparison"]
+__all__ = ["ABEvidence", "Targets", "arm_verdict", "decide_comparison", "read_arms"]
 
 
 @dataclass(frozen=True)
@@ -38,15 +39,14 @@ class Targets:
     source: str = "default: the reference campaign's next qualification arm"
 
     @classmethod
-    def from_reports(cls, reports: Iterable[Mapping[str, Any]]) -> Targets:
+    def from_reports(cls, reports: Iterable[Mapping[str, Any] | RunView]) -> Targets:
         """The largest thresholds the arms' recipes set; defaults fill what none sets."""
         prompts: list[int] = []
         contexts: list[int] = []
-        for report in reports:
-            value = recipe_value(report, "gates", "capacity", "min_largest_prompt")
-            if isinstance(value, int) and not isinstance(value, bool):
-                prompts.append(value)
-            minimum = min_kv_tokens(recipe_value(report))
+        for view in (r if isinstance(r, RunView) else RunView.of(r) for r in reports):
+            if view.prompt_floor is not None:
+                prompts.append(view.prompt_floor)
+            minimum = view.recipe_kv_minimum
             if minimum is not None:
                 contexts.append(minimum)
         if not prompts and not contexts:
@@ -57,55 +57,14 @@ class Targets:
                    source="the arms' recipe thresholds" + ("" if prompts and contexts else " and the default"))
 
 
-def arm_verdict(report: Mapping[str, Any]) -> Verdict:
+def read_arms(**reports: Mapping[str, Any] | None) -> dict[str, RunView]:
+    """Each arm report read once (:class:`RunView`), by role; a role without a report is left out."""
+    return {role: RunView.of(report) for role, report in reports.items() if report is not None}
+
+
+def arm_verdict(report: Mapping[str, Any] | RunView) -> Verdict:
     """The arm report's own verdict (no-promotion when it has none, or one this version does not know)."""
-    try:
-        return Verdict(str((report.get("decision") or {}).get("verdict") or Verdict.NO_PROMOTION))
-    except ValueError:
-        return Verdict.NO_PROMOTION
-
-
-def _became_ready(report: Mapping[str, Any]) -> bool:
-    """The arm's server passed readiness (managed) or answered as found (direct-only)."""
-    lifecycle = report.get("lifecycle") or {}
-    if lifecycle.get("startup_status") is not None:
-        return lifecycle.get("startup_status") == StartupStatus.READY
-    return (report.get("run") or {}).get("status") == "complete"
-
-
-def _largest_prompt(reports: Iterable[Mapping[str, Any]]) -> int | None:
-    sizes = [int(r["prompt_tokens"]) for report in reports for r in ok_rungs(report)]
-    return max(sizes) if sizes else None
-
-
-def _max_model_len(report: Mapping[str, Any]) -> int | None:
-    return max_model_len(report.get("identity") or {}, (report.get("recipe") or {}).get("content") or {})
-
-
-def _concurrency_proven(reports: Iterable[Mapping[str, Any]]) -> int:
-    """The most simultaneous requests a passed concurrency gate showed (1 when none did)."""
-    best = 1
-    for report in reports:
-        for gate in gates_named(report, "concurrency"):
-            n = (gate.get("measurements") or {}).get("requests")
-            if gate.get("outcome") == "passed" and isinstance(n, int) and n > best:
-                best = n
-    return best
-
-
-def _sustained_load_proven(report: Mapping[str, Any]) -> int | None:
-    """The highest level a passed load gate held within its SLOs (its search's answer, else its top
-    promoted level), or None when no load gate passed."""
-    for gate in gates_named(report, "load"):
-        measured = gate.get("measurements") or {}
-        if gate.get("outcome") != "passed":
-            continue
-        best, levels = measured.get("max_at_slo"), measured.get("promoted_levels")
-        if isinstance(best, int):
-            return best
-        if isinstance(levels, list) and levels:
-            return max(int(level) for level in levels)
-    return None
+    return report.verdict if isinstance(report, RunView) else verdict_of(report.get("decision"))
 
 
 def _regressions(rows: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -134,10 +93,10 @@ def _size_word(pct: float | None) -> str:
 class ABEvidence:
     """What the A/B decision reads: the arm reports and what the comparison built from them."""
 
-    control: Mapping[str, Any]
+    control: RunView
     #: The B arm: the arm whose changed variable is on trial.
-    candidate: Mapping[str, Any]
-    replay: Mapping[str, Any] | None
+    candidate: RunView
+    replay: RunView | None
     rows: list[dict[str, Any]]
     variables: Mapping[str, Any]
     findings: list[dict[str, Any]]
@@ -147,7 +106,7 @@ class ABEvidence:
     equivalence: Mapping[str, Any] | None = None
 
     @property
-    def arms(self) -> list[Mapping[str, Any]]:
+    def arms(self) -> list[RunView]:
         return [self.control, self.candidate, *([self.replay] if self.replay is not None else [])]
 
     def finding(self, finding_id: str) -> dict[str, Any] | None:
@@ -163,21 +122,18 @@ class ABEvidence:
         return kv if kv and kv["status"] == "flagged" else None
 
     @property
-    def started(self) -> list[Mapping[str, Any]]:
-        """The arms that proved the target startup: ready with the configured context and a large
-        enough reported pool (a death later in the run, on a ladder rung, does not undo it)."""
-        need = self.targets.context_tokens
-        return [r for r in self.arms if (_max_model_len(r) or 0) >= need
-                and ((r.get("engine") or {}).get("kv_cache_tokens") or 0) >= need and _became_ready(r)]
+    def started(self) -> list[RunView]:
+        """The arms that proved the target startup (:meth:`RunView.started_at` the target context)."""
+        return [r for r in self.arms if r.started_at(self.targets.context_tokens)]
 
 
 def _blockers(ev: ABEvidence, own: Verdict, regressions: list[str]) -> list[str]:
     """Why a B arm that is not no-promotion still is no priority-challenger (empty when it is one)."""
     blockers = []
     if own is not Verdict.PROMOTABLE:
-        first = (ev.candidate.get("decision") or {}).get("reasons") or []
-        blockers.append(f"the candidate arm's own evidence is {own}" + (f" ({first[0]})" if first else ""))
-    if arm_verdict(ev.control) is Verdict.NO_PROMOTION:
+        first = ev.candidate.first_reason
+        blockers.append(f"the candidate arm's own evidence is {own}" + (f" ({first})" if first else ""))
+    if ev.control.verdict is Verdict.NO_PROMOTION:
         blockers.append("the control arm itself is no-promotion")
     if ev.variables["confounded"]:
         blockers.append("the comparison is confounded: " + ", ".join(ev.variables["functional"]))
@@ -195,10 +151,10 @@ def _blockers(ev: ABEvidence, own: Verdict, regressions: list[str]) -> list[str]
 def _verdict(ev: ABEvidence, regressions: list[str]) -> tuple[Verdict, list[str]]:
     """Whether the B arm earns priority-challenger; otherwise its own verdict (healthy when a
     promotable B arm regressed)."""
-    own = arm_verdict(ev.candidate)
+    own = ev.candidate.verdict
     if own is Verdict.NO_PROMOTION:
-        first = (ev.candidate.get("decision") or {}).get("reasons") or []
-        return own, ["the candidate arm's own decision is no-promotion" + (f": {first[0]}" if first else "")]
+        first = ev.candidate.first_reason
+        return own, ["the candidate arm's own decision is no-promotion" + (f": {first}" if first else "")]
     blockers = _blockers(ev, own, regressions)
     if blockers:
         verdict = Verdict.HEALTHY if own is Verdict.PROMOTABLE and regressions else own
@@ -235,7 +191,8 @@ def _proves(ev: ABEvidence, regressions: list[str]) -> list[str]:
 def _does_not_prove(ev: ABEvidence) -> list[str]:
     """The capacity the targets ask for and no arm showed, and what the comparison cannot speak to."""
     targets, does_not = ev.targets, []
-    largest = _largest_prompt(ev.arms)
+    sizes = [r.largest_prompt for r in ev.arms if r.largest_prompt is not None]
+    largest = max(sizes) if sizes else None
     if largest is None or largest <= targets.prompt_tokens:
         does_not.append(f"a request above {short_tokens(targets.prompt_tokens)} prompt tokens"
                         + (f" (the largest measured in any arm was {largest:,})" if largest is not None
@@ -244,12 +201,11 @@ def _does_not_prove(ev: ABEvidence) -> list[str]:
         does_not.append(f"{short_tokens(targets.context_tokens)} startup (no arm was configured with "
                         f"max_model_len ≥ {targets.context_tokens:,} and a reported KV pool ≥ "
                         f"{targets.context_tokens:,} tokens)")
-    sustained = _sustained_load_proven(ev.candidate)
-    concurrency = _concurrency_proven([ev.candidate])
+    sustained, concurrency = ev.candidate.sustained_load, ev.candidate.concurrency_proven
     if sustained is not None:
         does_not.append(f"sustained load above {sustained} requests in flight within the SLOs")
     else:
-        does_not.append("concurrency beyond one active request" if concurrency <= 1
+        does_not.append("concurrency beyond one active request" if concurrency is None or concurrency <= 1
                         else f"concurrency beyond {concurrency} active requests")
     quality_both = [r for r in ev.rows if r["key"].startswith("gate:quality")]
     does_not.append("broad task-quality equivalence" + (
@@ -264,7 +220,7 @@ def _does_not_prove(ev: ABEvidence) -> list[str]:
         does_not.append("that the control is reproducible: no bracketed replay ran")
     elif replay and replay["status"] == "not_reproducible":
         does_not.append("a reproducible baseline: the replay did not reproduce the control")
-    if (ev.candidate.get("run") or {}).get("mode") == RunMode.DIRECT_ONLY:
+    if ev.candidate.record.mode is RunMode.DIRECT_ONLY:
         does_not.append("a cold start or a clean teardown of the candidate: it was used direct-only")
     return does_not
 
@@ -273,7 +229,7 @@ def _capacity_caveats(ev: ABEvidence) -> list[str]:
     """A reported KV pool that looks like the target capacity but is not yet a result, and why."""
     caveats: list[str] = []
     kv_row, kv, targets = ev.row("kv_cache_tokens"), ev.kv_flagged, ev.targets
-    ctx_lens = [v for v in (_max_model_len(ev.control), _max_model_len(ev.candidate)) if v is not None]
+    ctx_lens = [v for v in (ev.control.max_model_len, ev.candidate.max_model_len) if v is not None]
     if (kv_row and not ev.started and isinstance(kv_row["candidate"], int)
             and kv_row["candidate"] >= targets.context_tokens):
         text = (f"the reported KV pool of {kv_row['candidate']:,} tokens is not yet a "

@@ -41,12 +41,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pytest_vllmqual.errors import CampaignError
 from pytest_vllmqual.records import ArmStatus
+from pytest_vllmqual.report.read_model import RunView
 
-from .qualify import arm_facts, campaign_exit, qualified_arm
+from .qualify import ArmFacts, arm_facts, campaign_exit, qualified_arm
 from .requirements import Requirement, evaluate_requirement
 from .spec import Campaign, CampaignArm, parse_campaign_spec
 
@@ -62,10 +64,34 @@ class ArmDecision:
     reason: str
     requirements: list[Requirement] = field(default_factory=list)
     report: Mapping[str, Any] | None = None
+    #: The report read once (:class:`RunView`); read from ``report`` when not given.
+    view: RunView | None = None
+
+    def __post_init__(self) -> None:
+        if self.view is None and self.report is not None:
+            self.view = RunView.of(self.report)
 
     @property
     def ran(self) -> bool:
         return self.status.ran
+
+    @property
+    def name(self) -> str:
+        return self.arm.name
+
+    @property
+    def fallback_for(self) -> str | None:
+        return self.arm.fallback_for
+
+    @property
+    def unmet(self) -> list[str]:
+        """The names of the requirements it did not meet."""
+        return [r.name for r in self.failed_requirements]
+
+    @cached_property
+    def facts(self) -> ArmFacts:
+        """Its verdict, failed and excused gates, pinning and qualification (``campaign.qualify``)."""
+        return arm_facts(self.view if self.ran else None, met_requirements=self.status is ArmStatus.PASSED)
 
     @property
     def failed_requirements(self) -> list[Requirement]:
@@ -89,7 +115,7 @@ class ArmDecision:
             "reason": self.reason,
             "requirements": [r.to_dict() for r in self.requirements],
             "run_id": run.get("id") if self.report is not None else None,
-            **arm_facts(self.report if self.ran else None, met_requirements=self.status is ArmStatus.PASSED),
+            **self.facts.to_dict(),
         }
 
 
@@ -130,9 +156,10 @@ def decide_arms(campaign: Campaign, reports: Mapping[str, Mapping[str, Any]] | S
             decisions[arm.name] = ArmDecision(arm, ArmStatus.PENDING, reason.replace(" ran ", " runs ", 1))
             waiting = arm.name
             continue
-        requirements = [evaluate_requirement(report, r) for r in arm.requires]
+        view = RunView.of(report)
+        requirements = [evaluate_requirement(report, r, view) for r in arm.requires]
         status = ArmStatus.PASSED if all(r.ok for r in requirements) else ArmStatus.FAILED
-        decision = ArmDecision(arm, status, reason, requirements, report)
+        decision = ArmDecision(arm, status, reason, requirements, report, view)
         decisions[arm.name] = decision
         previous = decision
         if status is ArmStatus.FAILED:
@@ -221,8 +248,9 @@ class CampaignPlan:
             "outcome": outcome,
             "reasons": [d.reason for d in decisions if d.status is not ArmStatus.WAITING],
         }
-        record["qualified"] = qualified_arm(record)
-        record["exit"] = campaign_exit(record, reports_by_arm(self.campaign, self._reports), failed_tests)
+        record["qualified"] = qualified_arm(decisions, complete=pending is None)
+        record["exit"] = campaign_exit(decisions, complete=pending is None, qualified=record["qualified"],
+                                       failed_tests=failed_tests)
         return record
 
 

@@ -24,14 +24,15 @@ The rule, in one place:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from pytest_vllmqual.gates.registry import PREFLIGHT_GATES
 from pytest_vllmqual.records import ArmStatus, GateOutcome, Verdict
-from pytest_vllmqual.report.decision import declared_failing, public_record, unpinned
+from pytest_vllmqual.report.read_model import RunView
 
-__all__ = ["QUALIFYING_VERDICTS", "arm_facts", "campaign_exit", "campaign_line", "qualified_arm",
-           "qualified_by_fallback"]
+__all__ = ["QUALIFYING_VERDICTS", "ArmFacts", "ArmStanding", "arm_facts", "campaign_exit", "campaign_line",
+           "qualified_arm", "qualified_by_fallback"]
 
 QUALIFYING_VERDICTS = (Verdict.HEALTHY, Verdict.PROMOTABLE, Verdict.PRIORITY_CHALLENGER)
 """The verdicts at or above ``healthy``: an arm's own report must have one of them to qualify (and
@@ -40,19 +41,61 @@ its run must be pinned, see :func:`arm_facts`)."""
 _FAILING = (GateOutcome.FAILED, GateOutcome.ERROR)
 
 
-def arm_facts(report: Mapping[str, Any] | None, *, met_requirements: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ArmFacts:
+    """What the campaign record says of one arm beyond its requirements (see :func:`arm_facts`)."""
+
+    verdict: str | None = None
+    qualifies: bool = False
+    failed_gates: list[str] = field(default_factory=list)
+    #: How many gate records of the arm failed or errored (a gate may run more than once).
+    failed_runs: int = 0
+    gates_not_run: list[dict[str, str]] = field(default_factory=list)
+    excused_gates: list[str] = field(default_factory=list)
+    not_pinned: list[str] = field(default_factory=list)
+    qualification: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "qualifies": self.qualifies, "failed_gates": list(self.failed_gates),
+                "gates_not_run": [dict(g) for g in self.gates_not_run], "excused_gates": list(self.excused_gates),
+                "not_pinned": list(self.not_pinned), "qualification": self.qualification}
+
+
+class ArmStanding(Protocol):
+    """What the qualification rule reads of an arm: its name, whose fallback it is, its status,
+    its unmet requirements, why it ran or not, and its facts (``campaign.decision.ArmDecision`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fallback_for(self) -> str | None: ...
+
+    @property
+    def status(self) -> ArmStatus: ...
+
+    @property
+    def unmet(self) -> list[str]: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def facts(self) -> ArmFacts: ...
+
+
+def arm_facts(view: RunView | None, *, met_requirements: bool) -> ArmFacts:
     """What the campaign record says of one arm beyond its requirements: its verdict, its failed
     gates, the registered gates it did not run, the gates a declaration excused, why it is not
     pinned (empty when it is), and whether it qualifies (and why, or why not, in words)."""
-    if report is None:
-        return {"verdict": None, "qualifies": False, "failed_gates": [], "gates_not_run": [], "excused_gates": [],
-                "not_pinned": [], "qualification": ""}
-    verdict = (report.get("decision") or {}).get("verdict")
-    failed = list(dict.fromkeys(str(g.get("gate")) for g in report.get("gates") or [] if g.get("outcome") in _FAILING))
+    if view is None:
+        return ArmFacts()
+    verdict = view.decision.get("verdict")
+    failing = [g for g in view.record.gates if g.outcome in _FAILING]
+    failed = list(dict.fromkeys(g.gate for g in failing))
     not_run = [{"gate": str(g.get("gate")), "reason": str(g.get("reason") or "")}
-               for g in (report.get("decision") or {}).get("gates") or [] if g.get("outcome") == GateOutcome.ABSENT]
-    record = public_record(report)
-    not_pinned, excused = unpinned(record), declared_failing(record)
+               for g in view.decision.get("gates") or [] if g.get("outcome") == GateOutcome.ABSENT]
+    not_pinned, excused = view.unpinned, view.excused
     qualifies = met_requirements and verdict in QUALIFYING_VERDICTS and not not_pinned
     if not met_requirements:
         why = "did not meet its requirements"
@@ -68,35 +111,34 @@ def arm_facts(report: Mapping[str, Any] | None, *, met_requirements: bool) -> di
         why += f"; measured failing under a declaration: {', '.join(excused)} (excused, not passed)"
     if not_run:
         why += f"; {len(not_run)} registered gate(s) did not run: {', '.join(g['gate'] for g in not_run)}"
-    return {"verdict": verdict, "qualifies": qualifies, "failed_gates": failed, "gates_not_run": not_run,
-            "excused_gates": excused, "not_pinned": not_pinned, "qualification": why}
+    return ArmFacts(verdict, qualifies, failed, len(failing), not_run, excused, list(not_pinned), why)
 
 
-def _ran(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [a for a in record.get("arms") or [] if a.get("ran")]
+def _ran(arms: Sequence[ArmStanding]) -> list[ArmStanding]:
+    return [a for a in arms if a.status.ran]
 
 
-def _stood_in_for(name: str, arms: Sequence[Mapping[str, Any]]) -> bool:
+def _stood_in_for(name: str, arms: Sequence[ArmStanding]) -> bool:
     """Whether a fallback of the failed arm ``name`` qualifies, or failed and was itself stood in for."""
-    return any(a.get("qualifies") or (a.get("status") == ArmStatus.FAILED and _stood_in_for(str(a["name"]), arms))
-               for a in arms if a.get("fallback_for") == name)
+    return any(a.facts.qualifies or (a.status is ArmStatus.FAILED and _stood_in_for(a.name, arms))
+               for a in arms if a.fallback_for == name)
 
 
-def _blocking(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _blocking(arms: Sequence[ArmStanding]) -> list[ArmStanding]:
     """The arms that ran, did not qualify, and no fallback stood in for."""
-    arms = _ran(record)
-    return [a for a in arms if not a.get("qualifies")
-            and not (a.get("status") == ArmStatus.FAILED and _stood_in_for(str(a["name"]), arms))]
+    ran = _ran(arms)
+    return [a for a in ran if not a.facts.qualifies
+            and not (a.status is ArmStatus.FAILED and _stood_in_for(a.name, ran))]
 
 
-def qualified_arm(record: Mapping[str, Any]) -> str | None:
+def qualified_arm(arms: Sequence[ArmStanding], *, complete: bool) -> str | None:
     """The arm that qualified the campaign (see the module docstring), or None."""
-    if not record.get("complete"):
+    if not complete:
         return None
-    qualifying = [a for a in _ran(record) if a.get("qualifies")]
-    if not qualifying or _blocking(record):
+    qualifying = [a for a in _ran(arms) if a.facts.qualifies]
+    if not qualifying or _blocking(arms):
         return None
-    return str(qualifying[-1]["name"])
+    return qualifying[-1].name
 
 
 def qualified_by_fallback(record: Mapping[str, Any]) -> str | None:
@@ -112,43 +154,33 @@ def _covered(gate: str, failed_requirements: Sequence[str]) -> bool:
     return gate in failed_requirements or ("preflight" in failed_requirements and gate in PREFLIGHT_GATES)
 
 
-def campaign_exit(record: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]],
+def campaign_exit(arms: Sequence[ArmStanding], *, complete: bool, qualified: str | None,
                   failed_tests: int | None = None) -> dict[str, Any] | None:
     """The campaign's exit code and why (None while it is incomplete). ``failed_tests``: pytest's
     count of failed tests in the session, when known; more of them than the failures a fallback
     stood in for keeps the exit at 1."""
-    if not record.get("complete"):
+    if not complete:
         return None
-    qualified = record.get("qualified")
     if qualified is None:
-        blocking = _blocking(record)
-        why = "; ".join(f"{a['name']} {a.get('qualification') or a.get('reason')}" for a in blocking)
+        why = "; ".join(f"{a.name} {a.facts.qualification or a.reason}" for a in _blocking(arms))
         return {"code": 1, "reason": f"no arm qualified{': ' + why if why else ''}", "accepted_failures": 0}
     accepted = 0
-    for arm in _ran(record):
-        if arm.get("qualifies"):
-            continue
-        unmet = [str(r["name"]) for r in arm.get("requirements") or [] if not r.get("ok")]
-        outside = [g for g in arm.get("failed_gates") or [] if not _covered(g, unmet)]
+    stood = [a for a in _ran(arms) if not a.facts.qualifies]
+    for arm in stood:
+        outside = [g for g in arm.facts.failed_gates if not _covered(g, arm.unmet)]
         if outside:
-            return {"code": 1, "reason": f"{qualified} qualified, but {arm['name']} also failed {', '.join(outside)}, "
-                                         f"which its fallback does not stand in for (it failed {', '.join(unmet)})",
+            return {"code": 1, "reason": f"{qualified} qualified, but {arm.name} also failed {', '.join(outside)}, "
+                                         f"which its fallback does not stand in for (it failed {', '.join(arm.unmet)})",
                     "accepted_failures": 0}
-        accepted += sum(1 for g in (reports.get(str(arm["name"])) or {}).get("gates") or []
-                        if g.get("outcome") in _FAILING)
+        accepted += arm.facts.failed_runs
     if failed_tests is not None and failed_tests > accepted:
         return {"code": 1, "reason": f"{qualified} qualified, but {failed_tests} test(s) failed where a fallback "
                                      f"stands in for {accepted}", "accepted_failures": accepted}
-    by = qualified_by_fallback(record)
-    stood = [str(a["name"]) for a in _ran(record) if not a.get("qualifies")]
-    reason = (f"{qualified} qualified (fallback for {', '.join(stood)}, which failed "
-              f"{'; '.join(_failure(a) for a in _ran(record) if not a.get('qualifies'))})" if by and stood
+    by = next((a for a in arms if a.name == qualified and a.fallback_for), None)
+    reason = (f"{qualified} qualified (fallback for {', '.join(a.name for a in stood)}, which failed "
+              f"{'; '.join(', '.join(a.unmet) or 'its requirements' for a in stood)})" if by and stood
               else f"{qualified} qualified")
     return {"code": 0, "reason": reason, "accepted_failures": accepted}
-
-
-def _failure(arm: Mapping[str, Any]) -> str:
-    return ", ".join(str(r["name"]) for r in arm.get("requirements") or [] if not r.get("ok")) or "its requirements"
 
 
 def campaign_line(record: Mapping[str, Any]) -> str | None:

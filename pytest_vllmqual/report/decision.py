@@ -54,7 +54,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_vllmqual.gates.identity import IdentityResult
 from pytest_vllmqual.gates.registry import (
     COMPARISON_GATES,
     PREFLIGHT_GATES,
@@ -70,7 +69,6 @@ from pytest_vllmqual.recipe.load_gate_settings import slo_caveat
 from pytest_vllmqual.records import (
     GateOutcome,
     GateRecord,
-    RungRecord,
     RunMode,
     RunRecord,
     Verdict,
@@ -78,6 +76,7 @@ from pytest_vllmqual.records import (
 )
 
 from .number_format import fmt_decode, fmt_num, short_tokens
+from .read_model import RunView, declared, declared_failing, max_model_len, public_record, unpinned
 
 __all__ = ["BOUNDARY", "CoverageRow", "Decision", "coverage", "decide", "declared_failing", "max_model_len",
            "no_gate_failed", "preflight_of", "public_record", "unpinned", "verdict_summary", "with_decision"]
@@ -92,27 +91,6 @@ def verdict_summary(verdict: Verdict) -> str:
     if verdict is Verdict.DIRECT_ONLY:
         return "healthy and direct-only; no-promotion"
     return f"{verdict}; no-promotion"
-
-
-# -- the typed record the decision reads ------------------------------------------------------
-
-
-def public_record(report: Mapping[str, Any]) -> RunRecord:
-    """A public report read back as the typed record :func:`decide` reads (missing sections empty)."""
-    run = report.get("run") or {}
-    recipe = report.get("recipe") or {}
-    return RunRecord(
-        run_id=str(run.get("id") or ""), arm=str(run.get("arm") or ""), recipe_name=str(recipe.get("name") or ""),
-        recipe_path="", recipe_sha256=str(recipe.get("sha256") or ""), recipe_content=dict(recipe.get("content") or {}),
-        started_utc=str(run.get("started_utc") or ""), finished_utc=run.get("finished_utc"),
-        mode=RunMode.of(run.get("mode")), status=str(run.get("status") or "complete"),
-        status_reasons=[str(r) for r in run.get("status_reasons") or []],
-        identity=dict(report.get("identity") or {}), hardware=dict(report.get("hardware") or {}),
-        lifecycle=dict(report.get("lifecycle") or {}), engine=dict(report.get("engine") or {}),
-        gates=[GateRecord.from_dict(g) for g in report.get("gates") or [] if isinstance(g, Mapping)],
-        ladder=[RungRecord.from_dict(r) for r in report.get("ladder") or [] if isinstance(r, Mapping)],
-        deselected_gates=[dict(d) for d in run.get("deselected_gates") or [] if isinstance(d, Mapping)],
-    )
 
 
 @dataclass(frozen=True)
@@ -158,22 +136,6 @@ class Decision:
 
 
 # -- rung and coverage readings --------------------------------------------------------------
-
-
-def max_model_len(identity: Mapping[str, Any], recipe_content: Mapping[str, Any]) -> int | None:
-    """The context the claims measure against: what the server reported it served
-    (``/v1/models``, the identity's observed value) when known, else what the recipe asked for.
-
-    A server can serve another length than the recipe asked (vLLM derives one when none is
-    given, a docker line can override it): a capacity claim is about the server that ran. When
-    the two differ, the identity check already names the mismatch.
-    """
-    for value in ((identity.get("observed") or {}).get("max_model_len"),
-                  (recipe_content.get("serve") or {}).get("max_model_len"),
-                  (identity.get("expected") or {}).get("max_model_len")):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def _label(gate: GateRecord) -> str:
@@ -272,7 +234,8 @@ def _blocking_reasons(record: RunRecord) -> list[str]:
     return reasons
 
 
-def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[str]:
+def _missing_evidence(view: RunView, rows: Sequence[CoverageRow]) -> list[str]:
+    record = view.record
     missing: list[str] = []
     preflight = preflight_of(record.gates)
     if preflight["passed"] != preflight["total"]:
@@ -283,7 +246,7 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
               if row.outcome is not GateOutcome.PASSED and row.gate not in PREFLIGHT_GATES]
     if others:
         missing.append("not every gate passed: " + ", ".join(others))
-    failing = declared_failing(record)
+    failing = view.excused
     if failing:
         missing.append("declared not applicable by the recipe and measured failing in this run (a claim, not a "
                        "pass): " + ", ".join(failing))
@@ -292,34 +255,27 @@ def _missing_evidence(record: RunRecord, rows: Sequence[CoverageRow]) -> list[st
         unchecked = [str(f) for f in identity.get("not_checked") or []]
         missing.append(f"the identity is {identity.get('status') or 'unverified'}"
                        + (f" (not checked: {', '.join(unchecked)})" if unchecked else ""))
-    not_pinned = unpinned(record)
+    not_pinned = view.unpinned
     if not_pinned:
         missing.append("the run is not pinned: " + "; ".join(not_pinned))
     if record.lifecycle.get("cold_start_s") is None:
         missing.append("no cold start was measured")
     if not record.completed_rungs:
         missing.append("no capacity rung completed")
-    if record.engine.get("kv_cache_tokens") is None:
+    if view.kv_pool is None:
         missing.append("the engine's KV pool was not read")
     return missing
 
 
-def unpinned(record: RunRecord) -> list[str]:
-    """Why the served model is not pinned by content: the recipe says so, or its identity checks
-    pin neither the model nor a container's image (a pinned run names both). Empty when pinned;
-    a campaign qualifies only a pinned arm (``campaign.qualify``)."""
-    said = ["the recipe says pinned: false"] if record.recipe_value("pinned") is False else []
-    return said + IdentityResult.from_dict(record.identity).unpinned
-
-
-def _proves_identity_and_gates(record: RunRecord) -> list[str]:
+def _proves_identity_and_gates(view: RunView) -> list[str]:
+    record = view.record
     proves: list[str] = []
     identity = record.identity
     matched = [c for c in identity.get("checks") or [] if c.get("ok") is True]
     if matched:
         parts = [f"{c.get('field')} {_shown(c.get('expected'))} (from {c.get('source') or 'the server'})"
                  for c in matched]
-        not_pinned = unpinned(record)
+        not_pinned = view.unpinned
         if identity.get("status") != "verified":
             lead = "these pinned identity fields matched"
         elif not_pinned:
@@ -381,50 +337,44 @@ def _proves_capacity(record: RunRecord) -> list[str]:
     return proves
 
 
-def _capacity_gaps(record: RunRecord) -> list[str]:
+def _capacity_gaps(view: RunView) -> list[str]:
     items: list[str] = []
-    limit = max_model_len(record.identity, record.recipe_content)
-    floor = record.recipe_value("gates", "capacity", "min_largest_prompt")
-    top = record.largest_rung
-    if top is None or top.prompt_tokens is None:
+    limit = view.max_model_len
+    floor, largest = view.prompt_floor, view.largest_prompt
+    if largest is None:
         items.append("any request near the configured context: no capacity rung completed"
                      + (f" (configured {fmt_num(limit)} tokens)" if limit else ""))
     else:
-        largest = top.prompt_tokens
-        if isinstance(floor, int) and largest <= floor:
+        if floor is not None and largest <= floor:
             items.append(f"a request above {short_tokens(floor)} prompt tokens "
                          f"(the largest measured was {fmt_num(largest)})")
         elif limit and largest < limit:
             items.append(f"a request between {fmt_num(largest)} prompt tokens (the largest measured) and "
                          f"the configured {fmt_num(limit)}")
-        kv = record.engine.get("kv_cache_tokens")
-        if isinstance(kv, int) and kv > largest:
+        kv = view.kv_pool
+        if kv is not None and kv > largest:
             items.append(f"that one request can use the whole reported KV pool of {fmt_num(kv)} tokens "
                          f"(the largest measured prompt was {fmt_num(largest)})")
-    load_gaps = _load_gaps(record)
+    load_gaps = _load_gaps(view)
     if load_gaps:  # a passed load gate measured more than the concurrency burst; its bound supersedes
         return items + load_gaps
-    concurrency = record.gates_named("concurrency")
-    if worst_outcome(g.outcome for g in concurrency) is GateOutcome.PASSED:
-        n = concurrency[0].measurements.get("requests")
-        items.append(f"concurrency beyond {n} active requests" if isinstance(n, int)
+    if view.concurrency_passed:
+        n = view.concurrency_proven
+        items.append(f"concurrency beyond {n} active requests" if n is not None
                      else "concurrency beyond the measured request count")
     else:
         items.append("concurrency beyond one active request")
     return items
 
 
-def _load_gaps(record: RunRecord) -> list[str]:
+def _load_gaps(view: RunView) -> list[str]:
     """What a passed load gate leaves open: load above what it measured, and SLOs nobody chose."""
-    load = [g for g in record.gates_named("load") if g.outcome == GateOutcome.PASSED]
-    if not load:
+    if view.passed_load is None:
         return []
-    measured = load[0].measurements
-    best, levels = measured.get("max_at_slo"), measured.get("promoted_levels")
-    top = best if isinstance(best, int) else max(levels) if isinstance(levels, list) and levels else None
-    items = [f"sustained load above {top} requests in flight within the SLOs" if isinstance(top, int)
+    top = view.sustained_load
+    items = [f"sustained load above {top} requests in flight within the SLOs" if top is not None
              else "sustained load above the measured levels"]
-    caveat = slo_caveat(measured.get("slos_set_by"))
+    caveat = slo_caveat(view.passed_load.measurements.get("slos_set_by"))
     if caveat:
         items.append(f"load at an operator's target: {caveat}")
     return items
@@ -434,8 +384,9 @@ _NOT_RUN_WORDS = {GateOutcome.SKIPPED: "not applicable or skipped", GateOutcome.
                   GateOutcome.PENDING: "unfinished"}
 
 
-def _does_not_prove(record: RunRecord, rows: Sequence[CoverageRow]) -> list[str]:
-    items = _capacity_gaps(record)
+def _does_not_prove(view: RunView, rows: Sequence[CoverageRow]) -> list[str]:
+    record = view.record
+    items = _capacity_gaps(view)
     items.append("broad task-quality equivalence: bounded checks are not a benchmark")
     for row in rows:
         if row.outcome in _NOT_RUN_WORDS:
@@ -508,18 +459,6 @@ def _ladder_caveats(record: RunRecord) -> list[str]:
     return caveats
 
 
-def _declared(record: RunRecord, measured: GateOutcome) -> list[str]:
-    """Gates the recipe declares not applicable whose run measured ``measured``, by name."""
-    return sorted({g.gate for g in record.gates if g.measurements.get("declared_not_applicable")
-                   and g.measurements.get("measured_outcome") == measured.value})
-
-
-def declared_failing(record: RunRecord) -> list[str]:
-    """Gates a declaration excused: declared not applicable by the recipe, measured failing in this
-    run and so recorded skipped. They neither fail the run nor count as passed."""
-    return _declared(record, GateOutcome.FAILED)
-
-
 def no_gate_failed(excused: Sequence[str]) -> str:
     """What the gates that ran did, in words: passed, or passed or excused (naming the excused)."""
     if not excused:
@@ -528,17 +467,17 @@ def no_gate_failed(excused: Sequence[str]) -> str:
             + ", ".join(excused) + ")")
 
 
-def _caveats(record: RunRecord) -> list[str]:
+def _caveats(view: RunView) -> list[str]:
+    record = view.record
     caveats = _failure_caveats(record) + _ladder_caveats(record)
     caveats += [f"gate {name} is declared not applicable in the recipe but passed in this run: the declaration "
-                "no longer holds" for name in _declared(record, GateOutcome.PASSED)]
+                "no longer holds" for name in declared(record, GateOutcome.PASSED)]
     for check in record.identity.get("checks") or []:
         if check.get("ok") is False:
             caveats.append(f"provenance mismatch: {check.get('field')} expected {check.get('expected')!r}, "
                            f"observed {check.get('observed')!r}")
-    limit = max_model_len(record.identity, record.recipe_content)
-    kv = record.engine.get("kv_cache_tokens")
-    if isinstance(kv, int) and limit and kv < limit:
+    limit, kv = view.max_model_len, view.kv_pool
+    if kv is not None and limit and kv < limit:
         caveats.append(f"the engine-reported KV pool ({fmt_num(kv)} tokens) is below the configured "
                        f"{fmt_num(limit)}-token context")
     if record.mode is RunMode.DIRECT_ONLY:
@@ -547,14 +486,14 @@ def _caveats(record: RunRecord) -> list[str]:
     return caveats
 
 
-def _verdict(record: RunRecord, rows: Sequence[CoverageRow]) -> tuple[Verdict, list[str]]:
-    blocking = _blocking_reasons(record)
+def _verdict(view: RunView, rows: Sequence[CoverageRow]) -> tuple[Verdict, list[str]]:
+    blocking = _blocking_reasons(view.record)
     if blocking:
         return Verdict.NO_PROMOTION, blocking
-    ran = no_gate_failed(declared_failing(record))
-    if record.mode is RunMode.DIRECT_ONLY:
+    ran = no_gate_failed(view.excused)
+    if view.record.mode is RunMode.DIRECT_ONLY:
         return Verdict.DIRECT_ONLY, [f"{ran} on an endpoint this run did not start or stop"]
-    missing = _missing_evidence(record, rows)
+    missing = _missing_evidence(view, rows)
     if missing:
         return Verdict.HEALTHY, [f"{ran}, but the qualification is incomplete: " + "; ".join(missing)]
     return Verdict.PROMOTABLE, [f"every gate of the coverage ran and passed ({len(rows)}: every registered gate of "
@@ -566,11 +505,12 @@ def _verdict(record: RunRecord, rows: Sequence[CoverageRow]) -> tuple[Verdict, l
 
 def decide(record: RunRecord) -> Decision:
     """The decision on one run's public record (see the module docstring and :func:`public_record`)."""
+    view = RunView(record)
     rows = coverage(record)
-    verdict, reasons = _verdict(record, rows)
+    verdict, reasons = _verdict(view, rows)
     return Decision(verdict=verdict, reasons=reasons, gates=rows,
-                    proves=_proves_identity_and_gates(record) + _proves_capacity(record),
-                    does_not_prove=_does_not_prove(record, rows), caveats=_caveats(record))
+                    proves=_proves_identity_and_gates(view) + _proves_capacity(record),
+                    does_not_prove=_does_not_prove(view, rows), caveats=_caveats(view))
 
 
 def with_decision(report: Mapping[str, Any], decision: Decision | None = None) -> dict[str, Any]:
