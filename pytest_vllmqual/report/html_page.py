@@ -3,11 +3,13 @@
 The page works offline: inline CSS, inline SVG generated here, no script, no external
 asset. Everything from the report is escaped. Layout:
 
+- the first screen (:mod:`.html_first_screen`): can this be promoted, what stops it, the key
+  figures beside the capacity ladder's chart (``svg#ladder-plot``);
 - the decision block (verdict, what the run proves and does not prove, caveats);
 - "Gate | Result", the reference campaign's results table;
 - "Measurement | Value", the engine facts and the largest request;
-- the capacity ladder: TTFT and effective prefill against API-reported prompt tokens, with
-  failed and rejected rungs marked distinctly (``svg#ladder-plot``);
+- the capacity ladder's table (its chart, TTFT and effective prefill against API-reported prompt
+  tokens with failed and rejected rungs marked distinctly, is on the first screen);
 - load at SLO: latency percentiles and goodput against concurrency, with the SLO lines;
 - per-rank memory, stacked weights / KV / peak activation / CUDA graph
   (``svg#memory-chart``; both plots are drawn by :mod:`.html_svg`);
@@ -45,11 +47,12 @@ from pytest_vllmqual.report.query import (
 )
 
 from .html_equivalence import equivalence_html
+from .html_first_screen import FIRST_SCREEN_CSS, first_screen
 from .html_kit import bullets as _list
 from .html_kit import esc, page
 from .html_kit import table as _table
 from .html_load import load_html
-from .html_svg import ladder_svg, memory_svg, rung_kind
+from .html_svg import memory_svg, rung_kind
 
 __all__ = ["comparison_section", "measurement_rows", "per_rank", "render_html", "result_rows", "teardown_text"]
 
@@ -320,7 +323,7 @@ def _ladder_section(report: Mapping[str, Any]) -> str:
         f'<p>{esc(summary.get("completed"))} of {esc(summary.get("rungs"))} rungs completed, '
         f'{esc(summary.get("failed"))} failed (retained), {esc(summary.get("rejected_as_expected"))} rejected as '
         "expected. Sizes are the API-reported <code>usage.prompt_tokens</code>; a target label is never evidence.</p>"
-        + ladder_svg(report)
+        + '<p class="meta">The chart is in the first screen, above.</p>'
         + _table("ladder-table", ["#", "Target label", "Target", "Actual prompt tokens", "Calibration error",
                                   "HTTP", "Finish", "TTFT s", "E2E s", "Prefill tok/s", "Decode tok/s",
                                   "Post-probe smoke", "Health after", "Result"],
@@ -528,6 +531,7 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
         f'{esc(run.get("started_utc"))} → {esc(run.get("finished_utc"))} · status <b>{esc(run.get("status"))}</b>'
         + (f' ({esc("; ".join(run.get("status_reasons") or []))})' if run.get("status_reasons") else "")
         + f' · mode <b>{esc(run.get("mode"))}</b> · {esc(tool.get("name"))} {esc(tool.get("version"))}</p></header>',
+        first_screen(report, comparison),
         _decision_section(report),
         '<section id="results"><h2>Gates and measurements</h2>'
         + _table("gate-results", ["Gate", "Result"], [(g, r) for g, r, _ in results], [c for _, _, c in results])
@@ -544,4 +548,4 @@ def render_html(report: Mapping[str, Any], comparison: Mapping[str, Any] | None 
         f'<footer><p class="meta">Schema <code>{esc(report.get("schema"))}</code> · reproduce: '
         f'<code>{esc(run.get("reproduce"))}</code></p></footer>',
     ]
-    return page(title, body, _CSS)
+    return page(title, body, _CSS + FIRST_SCREEN_CSS)
