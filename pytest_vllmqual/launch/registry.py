@@ -110,6 +110,9 @@ def launcher_class(kind: str) -> LauncherClass:
                           f"(the {ENTRY_POINT_GROUP} entry-point group of an installed package, or the "
                           "pytest_vllmqual_launchers hook in a conftest).", key="launcher.kind")
     cls: LauncherClass = _load(found) if isinstance(found, str) else found
+    if cls.kind != kind:
+        raise VllmQualError(f"launcher {_shown(found)} is registered for kind {kind!r} but says its kind is "
+                            f"{cls.kind!r}. Fix: name the entry point after the class's kind.")
     return cls
 
 

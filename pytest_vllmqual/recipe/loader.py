@@ -230,6 +230,7 @@ def typed_recipe(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
         env=dict(launcher_raw.get("env") or {}),
         api_key_env=launcher_raw.get("api_key_env"),
         require_exclusive_gpus=bool(launcher_raw.get("require_exclusive_gpus", False)),
+        options=dict(launcher_raw.get("options") or {}),
         docker=docker,
     )
     serve_raw = dict(raw["serve"])

@@ -68,6 +68,8 @@ class LauncherConfig:
     env: dict[str, str] = field(default_factory=dict)
     api_key_env: str | None = None
     require_exclusive_gpus: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    """A registered launcher's own settings (``launcher.options``); the built-ins read none."""
     docker: DockerOptions = field(default_factory=DockerOptions)
 
 
