@@ -78,14 +78,16 @@ class LauncherClass(Protocol):
 
 
 def register(cls: Any) -> None:
-    """Add a launcher class under its ``kind``. Registering the same class twice is harmless;
-    another class under a kind already taken is refused (the first would be silently replaced)."""
+    """Add a launcher class under its ``kind``. Registering the same class again is harmless (a
+    conftest read afresh by a second session in one process gives a new class of the same name,
+    which replaces the first); another class under a kind already taken is refused (the first
+    would be silently replaced)."""
     kind = getattr(cls, "kind", None)
     if not isinstance(kind, str) or not kind:
         raise VllmQualError(f"launcher {cls!r} has no 'kind' (the word a recipe's launcher.kind names it by). "
                             "Fix: set the class attribute kind = 'my-kind'.")
     taken = _added.get(kind) or _named(kind)
-    if taken is not None and taken is not cls and _reference(cls) != taken:
+    if taken is not None and _reference(cls) != _shown(taken):
         raise VllmQualError(f"launcher kind {kind!r} is already registered by {_shown(taken)}; {_shown(cls)} cannot "
                             "take it. Fix: give the new launcher another kind.")
     _added[str(kind)] = cls

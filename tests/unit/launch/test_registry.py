@@ -119,6 +119,9 @@ def test_the_built_in_required_keys_still_hold(tmp_path: Path) -> None:
 
 def test_a_kind_taken_by_another_class_is_refused(fault_kind: None) -> None:
     register(FaultServerLauncher)  # the same class again: harmless
+    fresh = type("FaultServerLauncher", (FaultServerLauncher,), {"__module__": FaultServerLauncher.__module__})
+    register(fresh)  # the same name read afresh (a conftest in a second in-process session) replaces it
+    assert launcher_class(FAULT_SERVER_KIND) is fresh
 
     class Impostor(SubprocessLauncher):
         kind = "docker"
