@@ -244,9 +244,9 @@ def _run_recipe_show(args: argparse.Namespace) -> int:
     import shlex
 
     from pytest_vllmqual.launch.command_line import command_line
+    from pytest_vllmqual.launch.registry import launcher_class
     from pytest_vllmqual.recipe.loader import resolve_recipe
     from pytest_vllmqual.recipe.overrides import with_overrides
-    from pytest_vllmqual.records import LauncherKind
     from pytest_vllmqual.session.settings import default_recipes_dir
 
     recipe = with_overrides(resolve_recipe(args.recipe, args.directory or default_recipes_dir(Path.cwd())),
@@ -255,8 +255,9 @@ def _run_recipe_show(args: argparse.Namespace) -> int:
     if recipe.launcher.port == 0:
         print("# --port 0 / -p HOST:0: a free port is chosen at launch")
     print("# the API key is generated per run and passed as VLLM_API_KEY in the environment, never as an argument")
-    if recipe.launcher.kind is LauncherKind.DOCKER:
-        print("# container spec, as the equivalent docker run line (the image's entrypoint is `vllm serve`):")
+    note = launcher_class(recipe.launcher.kind).command_line_note()
+    if note:
+        print(f"# {note}")
     print(shlex.join(command_line(recipe)))
     return EXIT_OK
 

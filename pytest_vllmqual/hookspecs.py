@@ -1,6 +1,7 @@
 """Hook specifications, in their own module (the pytest-xdist / pytest-benchmark convention).
 
-A conftest.py can implement them to add or redact report fields:
+A conftest.py can implement them to add launchers (``pytest_vllmqual_launchers``), or to add or
+redact report fields:
 
     def pytest_vllmqual_update_report(config, report):
         report["extensions"]["ticket"] = "QUAL-123"      # add
@@ -26,4 +27,13 @@ def pytest_vllmqual_generate_report(config: pytest.Config, record: Any) -> dict[
 def pytest_vllmqual_update_report(config: pytest.Config, report: dict[str, Any]) -> None:
     """Change the report dict in place (add under ``extensions``, or redact) before it is written."""
 
-__all__ = ["pytest_vllmqual_generate_report", "pytest_vllmqual_update_report"]
+
+def pytest_vllmqual_launchers(config: pytest.Config) -> list[type[Any]]:
+    """Launcher classes this conftest or plugin adds, each under its ``kind`` (a subclass of
+    ``pytest_vllmqual.launch.base.Launcher``); a recipe's ``launcher.kind`` may then name it.
+    Called once at configure time, before the recipe is loaded. An installed package can use the
+    ``pytest_vllmqual.launchers`` entry-point group instead, which the CLI sees too."""
+    return []  # a specification: pluggy calls the implementations, never this body
+
+
+__all__ = ["pytest_vllmqual_generate_report", "pytest_vllmqual_launchers", "pytest_vllmqual_update_report"]

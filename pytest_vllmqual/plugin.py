@@ -138,6 +138,7 @@ def pytest_configure(config: pytest.Config) -> None:
         invocation_dir=Path(str(config.invocation_params.dir)),
     )
     settings = dataclasses.replace(settings, overrides=tuple(config.getoption("vllmqual_set") or ()))
+    _register_launchers(config)
     try:
         settings, recipe = session_recipe(settings)
     except RecipeError as exc:
@@ -150,6 +151,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if isinstance(run, ControllerRun):
         config.pluginmanager.register(RunHooks(config, run), "vllmqual-run")
         _install_sigterm_handler()
+
+
+def _register_launchers(config: pytest.Config) -> None:
+    """The launchers conftests and plugins add (``pytest_vllmqual_launchers``), registered before
+    the recipe that may name them is loaded."""
+    from pytest_vllmqual.launch.registry import register
+
+    try:
+        for classes in config.hook.pytest_vllmqual_launchers(config=config):
+            for cls in classes or ():
+                register(cls)
+    except VllmQualError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _new_run(config: pytest.Config, settings: Settings, recipe: Recipe) -> QualRun:

@@ -23,10 +23,11 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.client.sdk_findings import json_kind
 from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.launch.registry import launcher_class
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
 from pytest_vllmqual.recipe.gate_settings import SMOKE_PROMPT
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import Attempt, FailureKind, LauncherKind
+from pytest_vllmqual.records import Attempt, FailureKind
 from pytest_vllmqual.vllm.server_messages import public_failure
 
 __all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolCase", "ToolProblem",
@@ -287,7 +288,7 @@ def missing_tool_flags(recipe: Recipe) -> list[tuple[str, str]]:
     """The serve flags ``tool_choice: auto`` needs that the server this recipe starts lacks, each
     with the recipe key that sets it; none for an endpoint the run does not start (its flags are
     not the recipe's)."""
-    if recipe.launcher.kind == LauncherKind.EXTERNAL:
+    if not launcher_class(recipe.launcher.kind).starts_server:
         return []
     argv = [*recipe.launcher.command, *recipe.serve.extra_args]
     given = {"--enable-auto-tool-choice": recipe.serve.enable_auto_tool_choice,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
+from pytest_vllmqual.launch.registry import launcher_class
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import LauncherKind
 from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
@@ -331,17 +332,18 @@ def check_identity(
     observations = [(str(args["model"]), "log non-default args 'model'")] if isinstance(args.get("model"), str) else []
     if entry and isinstance(entry.get("root"), str):
         observations.append((str(entry["root"]), "/v1/models root"))
+    in_container = launcher_class(launcher_kind).runs_container
     # the files: a container reads the recipe's folder mounted from this machine
-    model_dir = recipe.model_location() if launcher_kind == LauncherKind.DOCKER else expected_location
+    model_dir = recipe.model_location() if in_container else expected_location
     if _is_local(model_dir) and Path(model_dir).is_dir():
         result.model_files, hashes = _model_files(Path(model_dir), progress)
         result.file_hashes = {name: found.to_dict() for name, found in hashes.items()}
     result.checks.extend([
         _checkpoint_check(recipe, expected_location, observations,
-                          _location_comparer(launcher_kind, server_cwd, server_cwd_unknown)),
+                          _location_comparer(in_container, server_cwd, server_cwd_unknown)),
         _revision_check(recipe, args, observations),
         *_content_check(recipe, _is_local(model_dir), result.model_files, result.file_hashes),
-        _image_digest_check(recipe, launcher_kind, image_digest),
+        _image_digest_check(recipe, launcher_kind, in_container, image_digest),
         _runtime_version_check(recipe, version, log_version),
         _tensor_parallel_check(recipe, tp_size_seen),
         _max_model_len_check(recipe, entry),
@@ -350,11 +352,11 @@ def check_identity(
     return result
 
 
-def _location_comparer(launcher_kind: str, server_cwd: Path | None,
+def _location_comparer(in_container: bool, server_cwd: Path | None,
                        cwd_unknown: str) -> Callable[[str, str], LocationComparison]:
     """How an observed model location is compared: inside a container by the argument the
     launcher gave (its paths are not this machine's), else as files (``gates.checkpoint``)."""
-    if launcher_kind == LauncherKind.DOCKER:
+    if in_container:
         return lambda observed, expected: LocationComparison(
             observed == expected, "" if observed == expected
             else "another model argument than the launcher gave the container", local=_is_local(observed))
@@ -431,9 +433,10 @@ def _content_check(recipe: Recipe, local: bool, model_files: Mapping[str, str],
     return [IdentityCheck("content_digest", pin.digest, observed, ok, note or f"pinned by {pin.source}", source=source)]
 
 
-def _image_digest_check(recipe: Recipe, launcher_kind: str, image_digest: str | list[str] | None) -> IdentityCheck:
+def _image_digest_check(recipe: Recipe, launcher_kind: str, in_container: bool,
+                        image_digest: str | list[str] | None) -> IdentityCheck:
     """Only a container launcher runs an image: its digest against the recipe's pin."""
-    if launcher_kind != LauncherKind.DOCKER:
+    if not in_container:
         return IdentityCheck(
             "image_digest", None, None, None, f"not applicable: the {launcher_kind} launcher runs no container",
             source="n/a", pinned=False)

@@ -4,6 +4,13 @@ A launcher owns one server's lifecycle: it starts it, says whether it is still a
 out its log (one file, ``log_path``, read the one way), and tears it down verifying that
 nothing of the run survived. Readiness is not the launcher's business: ``launch.readiness``
 polls any launcher the same way.
+
+A launcher class also answers, for its ``kind``, what the rest of the package would otherwise
+decide by the kind's name: what a recipe must say for it (``recipe_problem``, ``unpinned_reason``),
+the command it runs (``command_line``), the model argument it gives vLLM (``model_argument``),
+whether the server runs in a container (``runs_container``) or is one this run does not start
+(``starts_server``), and where the server's relative paths resolve (``server_directory``).
+``launch.registry`` maps each kind to its class.
 """
 
 from __future__ import annotations
@@ -11,17 +18,20 @@ from __future__ import annotations
 import abc
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pytest_vllmqual.records import LauncherKind
+from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.launch.registry import RecipeProblem
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.vllm.server_log import read_log
 
 __all__ = [
     "Launcher",
     "ProgressFn",
+    "RecipeProblem",
     "ServerHandle",
     "TeardownResult",
     "ephemeral_low",
@@ -89,12 +99,73 @@ class TeardownResult:
 
 
 class Launcher(abc.ABC):
-    """One server's lifecycle. Implementations must make ``stop`` safe to call twice."""
+    """One server's lifecycle. Implementations must make ``stop`` safe to call twice.
 
-    kind: ClassVar[LauncherKind]
-    """Which ``launcher.kind`` of a recipe this class brings up."""
+    A launcher is built by ``create`` with the recipe, the run id, the run's private folder, the
+    run's API key and the endpoint the user named (``--vllmqual-endpoint``, or None)."""
+
+    kind: ClassVar[str]
+    """Which ``launcher.kind`` of a recipe this class brings up (a ``LauncherKind`` for the built-ins)."""
+    runs_container: ClassVar[bool] = False
+    """True where the server runs in a container: its paths are not this machine's, and the
+    image it runs is pinned by digest (the identity check compares it)."""
+    starts_server: ClassVar[bool] = True
+    """False for a launcher that only points at a server someone else runs (direct-only): nothing
+    is prepared, started or torn down, and the server's flags are not the recipe's."""
     log_path: Path | None = None
     """The file the server's output goes to; None where the launcher keeps no log (external)."""
+
+    @classmethod
+    def create(cls, recipe: Recipe, *, run_id: str, artifacts_dir: Path, api_key: str | None,
+               endpoint: str | None) -> Launcher:
+        """The launcher for one run of ``recipe``; the default suits a launcher that starts a
+        process or container (``endpoint`` is for one that does not)."""
+        factory: Callable[..., Launcher] = cls
+        return factory(recipe, run_id=run_id, artifacts_dir=artifacts_dir, api_key=api_key)
+
+    required: ClassVar[RecipeProblem | None] = None
+    """The recipe key (``section.key``) this launcher cannot run without, and what it needs it for."""
+
+    @classmethod
+    def recipe_problem(cls, raw: Mapping[str, Any]) -> RecipeProblem | None:
+        """What a schema-valid recipe mapping lacks for this launcher (checked at load time); None when
+        nothing. The default: the ``required`` key, when it is missing or empty."""
+        if cls.required is None:
+            return None
+        section, _, key = cls.required.key.partition(".")
+        return None if (raw.get(section) or {}).get(key) else cls.required
+
+    @classmethod
+    def unpinned_reason(cls, raw: Mapping[str, Any]) -> RecipeProblem | None:
+        """Why a recipe pinned by its model still runs something that can move (a container
+        image by tag); None when the launcher adds nothing to pin."""
+        return None
+
+    @classmethod
+    def command_line(cls, recipe: Recipe) -> list[str]:
+        """The argv a run starts for ``recipe``, as an operator would type it (``vllmqual recipe show``).
+        The API key is never shown: each run generates one and passes it as VLLM_API_KEY."""
+        raise RecipeError(f"recipe {recipe.path}: the {cls.kind} launcher does not write out its command line.",
+                          path=str(recipe.path))
+
+    @classmethod
+    def command_line_note(cls) -> str | None:
+        """One line that says how to read ``command_line`` (shown above it), or None."""
+        return None
+
+    @classmethod
+    def model_argument(cls, recipe: Recipe) -> str | None:
+        """The model argument the launcher gives vLLM; None where this run does not start the server."""
+        return recipe.model_location() if cls.starts_server else None
+
+    def server_directory(self, handle: ServerHandle) -> tuple[Path | None, str]:
+        """The server's working directory, against which a relative model path it reports is
+        resolved, or None and why it is not known. The default: the recipe's project, where a
+        process this run started was started (launchers that keep ``recipe`` on themselves)."""
+        recipe = getattr(self, "recipe", None)
+        if isinstance(recipe, Recipe):
+            return recipe.project_root, ""
+        return None, f"the {self.kind} launcher does not say where its server runs"
 
     @abc.abstractmethod
     def start(self, progress: ProgressFn) -> ServerHandle:

@@ -1,37 +1,27 @@
-"""The command a recipe will run, written out: ``docker run …`` for docker, ``env … argv`` otherwise.
+"""The command a recipe will run, written out by its launcher (``docker run …`` for docker,
+``env … argv`` for a local process; ``launch.registry`` finds the launcher).
 
 ``vllmqual recipe show`` prints it, so an operator can start the same server by hand.
 """
 
 from __future__ import annotations
 
-from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.launch.docker.spec import (
     CONTAINER_HOST,
     CONTAINER_PORT,
     HF_CACHE_IN_CONTAINER,
     MODEL_DIR_IN_CONTAINER,
 )
+from pytest_vllmqual.launch.registry import launcher_class
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import LauncherKind
 
 __all__ = ["command_line", "docker_run_line"]
 
 
-def _env_prefix(env: dict[str, str]) -> list[str]:
-    return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
-
-
 def command_line(recipe: Recipe) -> list[str]:
-    """The argv a run starts for ``recipe`` (``docker run`` for docker, ``env … argv`` for
-    subprocess). The API key is never shown: each run generates one and passes it as VLLM_API_KEY."""
-    if recipe.launcher.kind is LauncherKind.EXTERNAL:
-        raise RecipeError(f"recipe {recipe.path} uses an external endpoint ({recipe.launcher.endpoint}): this run "
-                          "starts nothing.", path=str(recipe.path))
-    if recipe.launcher.kind is LauncherKind.DOCKER:
-        return docker_run_line(recipe)
-    argv = recipe.subprocess_argv(host=recipe.launcher.host, port=recipe.launcher.port)
-    return [*_env_prefix(recipe.server_env()), *argv]
+    """The argv a run starts for ``recipe``, as its launcher writes it (a RecipeError for one that
+    starts nothing). The API key is never shown: each run generates one and passes it as VLLM_API_KEY."""
+    return launcher_class(recipe.launcher.kind).command_line(recipe)
 
 
 def docker_run_line(recipe: Recipe) -> list[str]:

@@ -27,6 +27,7 @@ from .base import (
     FAILED_START_GRACE_S,
     Launcher,
     ProgressFn,
+    RecipeProblem,
     ServerHandle,
     TeardownResult,
     free_port,
@@ -43,6 +44,8 @@ class SubprocessLauncher(Launcher):
     """Starts ``launcher.command + --model … + serve flags`` in a new session."""
 
     kind = LauncherKind.SUBPROCESS
+    required = RecipeProblem("launcher.command", "the subprocess launcher needs the argv that starts the server. "
+                           "Fix: add e.g. command: ['{python}', '-m', 'vllm.entrypoints.openai.api_server'].")
 
     def __init__(self, recipe: Recipe, *, run_id: str, artifacts_dir: Path, api_key: str | None) -> None:
         self.recipe = recipe
@@ -57,8 +60,20 @@ class SubprocessLauncher(Launcher):
         self._started_epoch: float | None = None
         self._shm_ledger: ShmLedger | None = None
 
+    @classmethod
+    def command_line(cls, recipe: Recipe) -> list[str]:
+        """``env …`` and the argv, as a shell would start the same server."""
+        env = recipe.server_env()
+        prefix = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+        return [*prefix, *cls.server_argv(recipe, recipe.launcher.port)]
+
+    @classmethod
+    def server_argv(cls, recipe: Recipe, port: int) -> list[str]:
+        """The argv of the server process (a subclass that runs another server changes this)."""
+        return recipe.subprocess_argv(host=recipe.launcher.host, port=port)
+
     def argv(self, port: int) -> list[str]:
-        return self.recipe.subprocess_argv(host=self.recipe.launcher.host, port=port)
+        return self.server_argv(self.recipe, port)
 
     def start(self, progress: ProgressFn) -> ServerHandle:
         host = self.recipe.launcher.host

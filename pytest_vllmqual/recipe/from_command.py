@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.launch.registry import launcher_class
 from pytest_vllmqual.privacy.sanitize import SECRET_KEY_NAME
 from pytest_vllmqual.recipe.gate_settings import SMOKE_PROMPT
 from pytest_vllmqual.recipe.installed_vllm import MODULE_FORM, InstalledVllm
@@ -185,10 +186,9 @@ def _base(name: str, runtime_version: str | None) -> dict[str, Any]:
 
 def _finish(raw: dict[str, Any], notes: list[str], runtime_version: str | None) -> Conversion:
     identity = raw["identity"]
-    image = identity.get("image")
     revision = identity.get("revision")
     pinned = bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision)) and (
-        raw["launcher"]["kind"] != LauncherKind.DOCKER or bool(image and re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", image)))
+        launcher_class(raw["launcher"]["kind"]).unpinned_reason(raw) is None)
     raw["pinned"] = pinned
     if not pinned:
         notes.append("pinned: false (a pinned recipe needs a 40-hex --revision and, for docker, IMAGE@sha256:...)")

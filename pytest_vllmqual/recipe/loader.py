@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from pytest_vllmqual.errors import RecipeError
+from pytest_vllmqual.launch.registry import kind_word, launcher_class
 from pytest_vllmqual.layout import RECIPE_SCHEMA
 from pytest_vllmqual.recipe.gate_settings import check_gate_settings, with_one_min_kv_tokens
 from pytest_vllmqual.recipe.load_gate_settings import check_load_section
@@ -32,7 +33,6 @@ from pytest_vllmqual.recipe.model import (
     project_root_of,
 )
 from pytest_vllmqual.recipe.schema_check import checked
-from pytest_vllmqual.records import LauncherKind
 
 __all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "available_recipes", "check_rules", "load_recipe", "recipes_dir",
            "resolve_recipe", "resolve_recipe_path", "typed_recipe", "validate_raw"]
@@ -40,7 +40,6 @@ __all__ = ["DEFAULT_RECIPE", "RECIPE_SUFFIXES", "available_recipes", "check_rule
 DEFAULT_RECIPE = "tiny-cpu"
 RECIPE_SUFFIXES = (".yaml", ".yml")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 
 def recipes_dir(root: Path) -> Path:
@@ -112,30 +111,22 @@ def _check_pinning(path: Path, raw: dict[str, Any]) -> None:
             raise RecipeError(f"recipe {path}: key 'identity.revision' is {revision!r}, {need}. Fix: write the "
                               "40-character revision or the content digest, or set 'pinned: false' for an unpinned "
                               "experiment.", path=str(path), key="identity.revision")
-    built_image = bool((raw["launcher"].get("docker") or {}).get("image_digest_file"))
-    image = identity.get("image")
-    if raw["launcher"]["kind"] == LauncherKind.DOCKER and not built_image and not (isinstance(image, str) and _DIGEST.match(image)):
-        raise RecipeError(
-            f"recipe {path}: key 'identity.image' is {image!r}, but a pinned docker recipe must name the image by "
-            "digest (repo@sha256:<64 hex>); a tag can move. Fix: replace the tag with the digest, e.g. "
-            "`docker buildx imagetools inspect IMAGE` shows it.", path=str(path), key="identity.image")
+    unpinned = launcher_class(raw["launcher"]["kind"]).unpinned_reason(raw)
+    if unpinned is not None:
+        raise RecipeError(f"recipe {path}: {unpinned.message}", path=str(path), key=unpinned.key)
 
 
 def _check_launcher(path: Path, raw: dict[str, Any]) -> None:
-    """Each launcher kind's required key, with what it needs it for and an example."""
-    launcher = raw["launcher"]
-    required = {
-        LauncherKind.SUBPROCESS: ("launcher.command", launcher.get("command"), "the subprocess launcher needs the argv that "
-                       "starts the server. Fix: add e.g. command: ['{python}', '-m', "
-                       "'vllm.entrypoints.openai.api_server']."),
-        LauncherKind.DOCKER: ("identity.image", raw["identity"].get("image"), "the docker launcher needs an image. Fix: add "
-                   "identity.image: repo@sha256:<digest>."),
-        LauncherKind.EXTERNAL: ("launcher.endpoint", launcher.get("endpoint"), "the external launcher needs the base URL of "
-                     "the running server. Fix: add endpoint: http://127.0.0.1:8000, or pass --vllmqual-endpoint URL."),
-    }
-    key, value, need = required.get(launcher["kind"], ("", True, ""))
-    if not value:
-        raise RecipeError(f"recipe {path}: key '{key}' is missing, and {need}", path=str(path), key=key)
+    """The kind is a registered launcher's, and the recipe says what that launcher needs (its
+    required key, with what it needs it for and an example)."""
+    try:
+        cls = launcher_class(raw["launcher"]["kind"])
+    except RecipeError as exc:
+        raise RecipeError(f"recipe {path}: {exc}", path=str(path), key="launcher.kind") from None
+    problem = cls.recipe_problem(raw)
+    if problem is not None:
+        raise RecipeError(f"recipe {path}: key '{problem.key}' is missing, and {problem.message}", path=str(path),
+                          key=problem.key)
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -231,7 +222,7 @@ def typed_recipe(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
     launcher_raw = dict(raw["launcher"])
     docker = DockerOptions(**(launcher_raw.pop("docker", None) or {}))
     launcher = LauncherConfig(
-        kind=LauncherKind(launcher_raw["kind"]),
+        kind=kind_word(launcher_raw["kind"]),
         command=tuple(launcher_raw.get("command") or ()),
         endpoint=launcher_raw.get("endpoint"),
         host=launcher_raw.get("host", "127.0.0.1"),
@@ -239,6 +230,7 @@ def typed_recipe(path: Path, data: bytes, raw: dict[str, Any]) -> Recipe:
         env=dict(launcher_raw.get("env") or {}),
         api_key_env=launcher_raw.get("api_key_env"),
         require_exclusive_gpus=bool(launcher_raw.get("require_exclusive_gpus", False)),
+        options=dict(launcher_raw.get("options") or {}),
         docker=docker,
     )
     serve_raw = dict(raw["serve"])

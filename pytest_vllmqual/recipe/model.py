@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.records import LauncherKind
-
 __all__ = ["ContentPin", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig", "ServeConfig",
            "StartupConfig", "project_root_of"]
 
@@ -61,7 +59,8 @@ class DockerOptions:
 class LauncherConfig:
     """How the server is brought up (or, for ``external``, found)."""
 
-    kind: LauncherKind
+    kind: str
+    """A ``LauncherKind`` for a built-in launcher, else the word a registered launcher took (``launch.registry``)."""
     command: tuple[str, ...] = ()
     endpoint: str | None = None
     host: str = "127.0.0.1"
@@ -69,6 +68,8 @@ class LauncherConfig:
     env: dict[str, str] = field(default_factory=dict)
     api_key_env: str | None = None
     require_exclusive_gpus: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    """A registered launcher's own settings (``launcher.options``); the built-ins read none."""
     docker: DockerOptions = field(default_factory=DockerOptions)
 
 

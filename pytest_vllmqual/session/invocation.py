@@ -8,8 +8,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_vllmqual.launch.registry import serving_kind
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import LauncherKind
 
 from .gate_order import run_rank
 
@@ -76,7 +76,7 @@ def header_lines(recipe: Recipe, *, recipe_source: str, endpoint: object, reprod
     content = recipe.identity.content_digest or (f"from {Path(pin_file).name}" if pin_file else None)
     rev = recipe.identity.revision or (f"content {content}" if content else "unpinned")
     image = recipe.identity.image or "no image (subprocess)"
-    launcher = LauncherKind.EXTERNAL if endpoint else recipe.launcher.kind
+    launcher = serving_kind(recipe.launcher.kind, str(endpoint) if endpoint else None)
     lines = [
         f"vllmqual: recipe {recipe.name} ({recipe.path}, sha256 {recipe.sha256[:12]}) chosen by {recipe_source}",
         f"vllmqual: identity {recipe.identity.checkpoint}@{rev}, {image}, runtime {recipe.identity.runtime_version}, "

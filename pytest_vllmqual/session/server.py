@@ -34,13 +34,11 @@ from pytest_vllmqual.gates.checks import recipe_tool_fixtures, warm_up_validatio
 from pytest_vllmqual.gates.identity import check_identity
 from pytest_vllmqual.hashing import sha256_file
 from pytest_vllmqual.launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, new_api_key
-from pytest_vllmqual.launch.docker.spec import MODEL_DIR_IN_CONTAINER
-from pytest_vllmqual.launch.external import ExternalLauncher
-from pytest_vllmqual.launch.local_process import SubprocessLauncher
 from pytest_vllmqual.launch.oom import KernelWatch, request_words
 from pytest_vllmqual.launch.readiness import wait_until_ready
+from pytest_vllmqual.launch.registry import launcher_class, serving_kind
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import LauncherKind, ServerStatus, StartupStatus
+from pytest_vllmqual.records import ServerStatus, StartupStatus
 from pytest_vllmqual.vllm.endpoints import fetch_engine_endpoints
 from pytest_vllmqual.vllm.engine_death import ENGINE_DEAD, classify_engine_death
 from pytest_vllmqual.vllm.log_facts import parse_engine_log
@@ -249,7 +247,8 @@ class ServerManager:
         self.recipe = recipe
         self.run_id = run_id
         self.private_dir = private_dir
-        self.endpoint = endpoint or (recipe.launcher.endpoint if recipe.launcher.kind is LauncherKind.EXTERNAL else None)
+        self.endpoint = endpoint or (None if launcher_class(recipe.launcher.kind).starts_server
+                                     else recipe.launcher.endpoint)
         self.progress = progress
         self.launcher: Launcher | None = None
         self.handle: ServerHandle | None = None
@@ -267,20 +266,12 @@ class ServerManager:
         return self.endpoint is not None
 
     def _make_launcher(self) -> Launcher:
-        if self.endpoint is not None:
-            return ExternalLauncher(self.recipe, self.endpoint)
+        """The registered launcher of the kind that serves this run (``launch.registry``)."""
         api_key = os.environ.get(self.recipe.launcher.api_key_env) if self.recipe.launcher.api_key_env else None
-        api_key = api_key or new_api_key()
-        if self.recipe.launcher.kind is LauncherKind.DOCKER:
-            try:
-                from pytest_vllmqual.launch.docker.launcher import DockerLauncher
-            except ImportError as exc:
-                raise LaunchError(f"recipe {self.recipe.name}: launcher.kind is docker, but the Docker SDK is not "
-                                  f"installed ({exc}).", status=StartupStatus.COMMAND_NOT_FOUND,
-                                  hint="pip install 'pytest-vllmqual[docker]'") from None
-
-            return DockerLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
-        return SubprocessLauncher(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir, api_key=api_key)
+        cls = launcher_class(serving_kind(self.recipe.launcher.kind, self.endpoint))
+        launcher: Launcher = cls.create(self.recipe, run_id=self.run_id, artifacts_dir=self.private_dir,
+                                        api_key=api_key or new_api_key(), endpoint=self.endpoint)
+        return launcher
 
     def run_prepare(self) -> None:
         """Run the recipe's prepare command (e.g. build the fixture model; cached)."""
@@ -393,17 +384,10 @@ class ServerManager:
 
     def _server_directory(self) -> dict[str, Any]:
         """The server's working directory, against which a relative model path it reports is
-        resolved: the recipe's project for a process this run started, the listening process's
-        own for an endpoint on loopback; for a container, none (its paths are its own)."""
+        resolved, as the launcher knows it (``Launcher.server_directory``)."""
         assert self.launcher is not None and self.handle is not None
-        if self.direct_only:
-            from pytest_vllmqual.launch.server_workdir import endpoint_server_directory
-
-            found = endpoint_server_directory(self.handle.base_url)
-            return {"server_cwd": found.path, "server_cwd_unknown": found.unknown_reason}
-        if self.launcher.kind == LauncherKind.SUBPROCESS:
-            return {"server_cwd": self.recipe.project_root}
-        return {"server_cwd": None, "server_cwd_unknown": f"the {self.launcher.kind} launcher's server has its own paths"}
+        path, unknown = self.launcher.server_directory(self.handle)
+        return {"server_cwd": path, "server_cwd_unknown": unknown}
 
     def private_log(self) -> dict[str, str] | None:
         """{name, sha256} of the server log in the private folder (after the server stopped)."""
@@ -429,17 +413,10 @@ class ServerManager:
         self.progress(f"startup failed ({exc.status}); the full server log is {self.private_dir / log['name']}")
 
     def _model_argument(self) -> str | None:
-        """The model argument the launcher gave vLLM (a container sees the model dir at its own
-        path); None for the external launcher, whose server this run did not start."""
+        """The model argument the launcher gave vLLM; None for a server this run did not start."""
         if self.direct_only or self.launcher is None:
             return None
-        reported = getattr(self.launcher, "model_argument", None)
-        if callable(reported):
-            value = reported()
-            return str(value) if value else None
-        if self.launcher.kind == LauncherKind.DOCKER and self.recipe.identity.model_path:
-            return MODEL_DIR_IN_CONTAINER
-        return self.recipe.model_location()
+        return self.launcher.model_argument(self.recipe)
 
     def stop(self) -> TeardownResult | None:
         """Tear down (idempotent); only ``ControllerRun.stop_server`` calls it. External servers are

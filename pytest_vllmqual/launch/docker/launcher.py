@@ -46,10 +46,11 @@ from pytest_vllmqual.launch.cleanup.owner import OWNER_PID_LABEL, OWNER_START_LA
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.recipe.model import Recipe
-from pytest_vllmqual.records import LauncherKind, StartupStatus
+from pytest_vllmqual.records import StartupStatus
 
-from ..base import FAILED_START_GRACE_S, Launcher, ProgressFn, ServerHandle, TeardownResult, free_port
+from ..base import FAILED_START_GRACE_S, ProgressFn, ServerHandle, TeardownResult, free_port
 from .image import image_reference, local_image, pinned_by_digest
+from .kind import DockerKind
 from .reaper import container_pids, kill_frozen, reaper_command
 from .spec import (
     CONTAINER_HOST,
@@ -72,10 +73,9 @@ DOCKER_LEDGER_INTERVAL_S = 2.0
 """How often the shm ledger lists the container's processes (``docker top`` runs ``ps`` on the host)."""
 
 
-class DockerLauncher(Launcher):
-    """Start, watch and remove one labelled vLLM container for a recipe."""
-
-    kind = LauncherKind.DOCKER
+class DockerLauncher(DockerKind):
+    """Start, watch and remove one labelled vLLM container for a recipe (the class-level answers
+    about the ``docker`` kind are ``DockerKind``'s)."""
 
     def __init__(
         self,
