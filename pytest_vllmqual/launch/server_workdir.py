@@ -11,15 +11,15 @@ not read (another user's process, no ``/proc``) gives no directory and says why.
 from __future__ import annotations
 
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from pytest_vllmqual.launch.cleanup.procs import PROC, listening_socket_inodes, process_cwd, processes_holding
+
 __all__ = ["ServerDirectory", "endpoint_server_directory", "listening_socket_inodes", "processes_holding"]
 
-_LISTEN = "0A"
-_PROC = Path("/proc")
+_PROC = PROC
 
 
 @dataclass(frozen=True)
@@ -37,48 +37,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def listening_socket_inodes(port: int, proc: Path = _PROC) -> set[str]:
-    """Inodes of the TCP sockets (IPv4 and IPv6) listening on ``port`` on this machine."""
-    inodes: set[str] = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (proc / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[3] != _LISTEN:
-                continue
-            local_port = fields[1].rsplit(":", 1)[-1]
-            if int(local_port, 16) == port and fields[9] != "0":
-                inodes.add(fields[9])
-    return inodes
-
-
-def processes_holding(inodes: set[str], proc: Path = _PROC) -> list[int]:
-    """Pids of the processes this run may inspect that hold one of the sockets ``inodes``."""
-    wanted = {f"socket:[{inode}]" for inode in inodes}
-    found: list[int] = []
-    try:
-        entries = [entry for entry in os.scandir(proc) if entry.name.isdigit()]
-    except OSError:
-        return found
-    for entry in entries:
-        try:
-            fds = os.scandir(os.path.join(entry.path, "fd"))
-        except OSError:
-            continue  # another user's process, or gone
-        with fds:
-            for fd in fds:
-                try:
-                    if os.readlink(fd.path) in wanted:
-                        found.append(int(entry.name))
-                        break
-                except OSError:
-                    continue
-    return sorted(found)
 
 
 def endpoint_server_directory(base_url: str, proc: Path = _PROC) -> ServerDirectory:
@@ -100,10 +58,9 @@ def endpoint_server_directory(base_url: str, proc: Path = _PROC) -> ServerDirect
         return ServerDirectory(None, f"the process listening on port {port} cannot be inspected by this user")
     directories: set[str] = set()
     for pid in pids:
-        try:
-            directories.add(os.readlink(proc / str(pid) / "cwd"))
-        except OSError:
-            continue
+        directory = process_cwd(pid, proc)
+        if directory is not None:
+            directories.add(directory)
     if len(directories) != 1:
         return ServerDirectory(None, f"the working directory of the process listening on port {port} "
                                + ("cannot be read" if not directories else "is not one directory"))

@@ -7,46 +7,21 @@ remove a container only when its owner is provably gone; a container of a concur
 the same recipe (a live owner), of another host sharing the daemon, or without owner labels
 is never touched.
 
-``process_start`` is the package's one reading of a process's start time, for every owner a
-watchdog or reaper polls. It reads field 22 of ``/proc/PID/stat`` (clock ticks since boot)
-itself rather than through psutil: psutil's ``create_time`` adds the boot time as the wall
-clock puts it now, which moves when the clock is set, so a start written into a label hours
-earlier could stop matching a live owner, and its server would be taken for abandoned.
+``process_start`` (in ``procs``, the one module that reads the process table) is the package's
+one reading of a process's start time, for every owner the watchdog polls: the kernel's start
+ticks, which setting the wall clock does not move (``procs`` says why not psutil's).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
+
+from .procs import BOOT_ID, boot_id, process_start
 
 OWNER_HOST_LABEL = "vllmqual.owner.host"
 OWNER_PID_LABEL = "vllmqual.owner.pid"
 OWNER_START_LABEL = "vllmqual.owner.start"
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-
-
-def boot_id() -> str:
-    """This boot's id: start ticks count from boot, so they name a process only within one boot."""
-    try:
-        return BOOT_ID.read_text().strip()
-    except OSError:
-        return "unknown-boot"
-
-
-def process_start(pid: int) -> str | None:
-    """``<boot id>/<start ticks>`` of a live process, or None when it is gone (or a zombie):
-    with the pid, it names one process for the life of the boot, whatever reuses the pid later."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()  # after the name, which may hold spaces and parentheses
-    # fields[0] is the state (field 3), fields[19] the start time in clock ticks (field 22)
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return f"{boot_id()}/{fields[19]}"
 
 
 def owner_labels(pid: int | None = None) -> dict[str, str]:
@@ -87,4 +62,4 @@ def owner_gone(labels: dict[str, str]) -> str | None:
         return f"pid {pid_text} now belongs to a process that started later than its owner"
     return None
 
-__all__ = ["OWNER_HOST_LABEL", "OWNER_PID_LABEL", "OWNER_START_LABEL", "boot_id", "owner_alive", "owner_gone", "owner_labels", "process_start"]
+__all__ = ["BOOT_ID", "OWNER_HOST_LABEL", "OWNER_PID_LABEL", "OWNER_START_LABEL", "boot_id", "owner_alive", "owner_gone", "owner_labels", "process_start"]

@@ -27,10 +27,15 @@ import fnmatch
 import glob
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from . import procs
+from .procs import PROC, Holders, lines_with
+from .procs import mapped_keys as _mapped_keys  # noqa: F401  (deprecated alias, kept for a release)
+from .procs import mapped_names as _mapped_names  # noqa: F401  (deprecated alias, kept for a release)
 
 SHM_ROOT = Path("/dev/shm")
 VLLM_OFFLOAD_PATTERNS: tuple[str, ...] = ("vllm_offload_*.mmap",)
@@ -104,123 +109,25 @@ def scan_shm(patterns: Sequence[str] = VLLM_OFFLOAD_PATTERNS, root: Path = SHM_R
     return [f for f in _list_regular_files(root) if is_reclaimable_name(f.name, run_id, patterns)]
 
 
-@dataclass
-class Holders:
-    """Which of the watched files some process maps or holds open, from one pass over /proc."""
-
-    held: set[tuple[int, int]]
-    unreadable_uids: set[int]
-    unreadable_processes: int
+def find_holders(files: Sequence[ShmFile], proc: Path = PROC) -> Holders:
+    """One pass over the process table: which of ``files`` some process maps or holds open."""
+    return procs.find_holders({f.key for f in files}, proc)
 
 
-def _process_uid(status_path: Path) -> int | None:
-    try:
-        for line in status_path.read_text().splitlines():
-            if line.startswith("Uid:"):
-                return int(line.split()[2])  # effective uid
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path = PROC) -> set[str]:
+    """Names of files in ``root`` that ``pids`` map or hold open: the run's own shared memory.
 
-
-def lines_with(text: str, needle: str) -> Iterator[str]:
-    """The lines of ``text`` that contain ``needle``, found by substring search (no per-line loop)."""
-    at = text.find(needle)
-    while at != -1:
-        begin = text.rfind("\n", 0, at) + 1
-        end = text.find("\n", at)
-        end = len(text) if end == -1 else end
-        yield text[begin:end]
-        at = text.find(needle, end)
-
-
-def _mapped_keys(maps_text: str, wanted: set[tuple[int, int]]) -> Iterable[tuple[int, int]]:
-    """The watched (device, inode) pairs that /proc/PID/maps lines map.
-
-    Only the lines of the watched files' devices are parsed: a vLLM process maps thousands of
-    library pages, none of them on the tmpfs, and the ledger samples every second (parsing
-    every line took most of a sample)."""
-    for device in {dev for dev, _ in wanted}:
-        field = f"{os.major(device):02x}:{os.minor(device):02x}"
-        for line in lines_with(maps_text, f" {field} "):
-            fields = line.split(maxsplit=5)
-            if len(fields) >= 5 and fields[3] == field and fields[4].isdigit():
-                key = (device, int(fields[4]))
-                if key in wanted:
-                    yield key
-
-
-def _mapped_names(maps_text: str, prefix: str) -> Iterable[str]:
-    """Names of the files directly under ``prefix`` that /proc/PID/maps lines map (by path)."""
-    for line in lines_with(maps_text, " " + prefix):
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].startswith(prefix):
-            name = fields[5][len(prefix):].removesuffix(" (deleted)")
-            if name and "/" not in name:
-                yield name
-
-
-def _ancestor_pids(proc: Path) -> set[int]:
-    """This process and its ancestors: the session that started us, never a vLLM engine."""
-    pids: set[int] = set()
-    pid = os.getpid()
-    while pid > 0 and pid not in pids:
-        pids.add(pid)
-        try:
-            status = (proc / str(pid) / "status").read_text()
-        except OSError:
-            break
-        ppid = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "0")
-        pid = int(ppid)
-    return pids
-
-
-def find_holders(files: Sequence[ShmFile], proc: Path = Path("/proc")) -> Holders:
-    """One pass over /proc: which watched files are mapped or open, and which processes could not be read.
-
-    A process whose maps or fds cannot be read (another user's, or a sandbox init that hides
-    its maps even from root) makes files of its uid unverifiable, unless it is this process's
-    ancestor: the session that started the run does not map an engine's offload region.
+    Taken from the run's processes while they live. vLLM's processes create more than offload
+    regions: Python ``psm_*`` segments (message queues) and ``sem.mp-*`` semaphores survive a
+    SIGKILL, and only their holders say whose they are. A file is matched by its path and by
+    its (device, inode): glibc makes a named semaphore under a temporary name and links it to
+    ``sem.<name>`` afterwards, so the maps of its holders show the temporary name only.
     """
-    wanted = {f.key for f in files}
-    holders = Holders(held=set(), unreadable_uids=set(), unreadable_processes=0)
-    if not wanted:
-        return holders
-    try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
-    except OSError:
-        return holders
-    ancestors = _ancestor_pids(proc)
-    for pid in pids:
-        base = proc / pid
-        unreadable = False
-        try:
-            holders.held.update(_mapped_keys((base / "maps").read_text(), wanted))
-        except FileNotFoundError:
-            continue  # the process ended
-        except (PermissionError, ProcessLookupError, OSError):
-            unreadable = True
-        try:
-            for entry in os.scandir(base / "fd"):
-                try:
-                    target = os.readlink(entry.path)
-                    if not target.startswith("/"):
-                        continue  # socket:, pipe:, anon_inode:
-                    st = os.stat(entry.path)
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) in wanted:
-                    holders.held.add((st.st_dev, st.st_ino))
-        except FileNotFoundError:
-            continue
-        except (PermissionError, OSError):
-            unreadable = True
-        if unreadable and int(pid) not in ancestors:
-            holders.unreadable_processes += 1
-            uid = _process_uid(base / "status")
-            if uid is not None:
-                holders.unreadable_uids.add(uid)
-    return holders
+    pids = list(pids)
+    if not pids:  # a run with no process left holds nothing: no need to list the directory
+        return set()
+    present = {f.key: f.name for f in _list_regular_files(root)}
+    return procs.names_held_by(pids, present, str(root).rstrip("/") + "/", proc)
 
 
 def _count_phrase(count: int) -> str:
@@ -262,7 +169,7 @@ def reclaim_shm(
     patterns: Sequence[str] = VLLM_OFFLOAD_PATTERNS,
     settle_s: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
-    proc: Path = Path("/proc"),
+    proc: Path = PROC,
 ) -> dict[str, Any]:
     """Guarded two-scan reclaim of the run's and vLLM's offload files in ``root``.
 
@@ -354,60 +261,7 @@ def prove_reclaim_path(run_id: str, *, root: Path = SHM_ROOT, settle_s: float = 
     return result
 
 
-def shm_names_held_by(pids: Iterable[int], *, root: Path = SHM_ROOT, proc: Path = Path("/proc")) -> set[str]:
-    """Names of files in ``root`` that ``pids`` map or hold open: the run's own shared memory.
-
-    Taken from the run's processes while they live. vLLM's processes create more than offload
-    regions: Python ``psm_*`` segments (message queues) and ``sem.mp-*`` semaphores survive a
-    SIGKILL, and only their holders say whose they are. A file is matched by its path and by
-    its (device, inode): glibc makes a named semaphore under a temporary name and links it to
-    ``sem.<name>`` afterwards, so the maps of its holders show the temporary name only.
-    """
-    pids = list(pids)
-    if not pids:  # a run with no process left holds nothing: no need to list the directory
-        return set()
-    prefix = str(root).rstrip("/") + "/"
-    present = {f.key: f.name for f in _list_regular_files(root)}
-    keys = set(present)
-    names: set[str] = set()
-    for pid in pids:
-        base = proc / str(pid)
-        try:
-            maps = (base / "maps").read_text()
-        except OSError:
-            maps = ""
-        names.update(_mapped_names(maps, prefix))
-        names.update(present[key] for key in _mapped_keys(maps, keys))
-        names.update(_open_names(base, present, prefix))
-    return names
-
-
-def _open_names(base: Path, present: dict[tuple[int, int], str], prefix: str) -> set[str]:
-    """Names of the files under ``prefix`` that the process at ``base`` (/proc/PID) holds open:
-    by path, and by (device, inode) for a file linked under another name since it was opened."""
-    names: set[str] = set()
-    try:
-        entries = list(os.scandir(base / "fd"))
-    except OSError:
-        return names
-    for entry in entries:
-        try:
-            target = os.readlink(entry.path)
-            if not target.startswith("/"):
-                continue  # socket:, pipe:, anon_inode:
-            opened = os.stat(entry.path)
-        except OSError:
-            continue
-        if (opened.st_dev, opened.st_ino) in present:
-            names.add(present[(opened.st_dev, opened.st_ino)])
-        if target.startswith(prefix):
-            name = target[len(prefix):].removesuffix(" (deleted)")
-            if name and "/" not in name:
-                names.add(name)
-    return names
-
-
-def unheld_run_files(names: Iterable[str], *, root: Path = SHM_ROOT, proc: Path = Path("/proc")) -> list[str]:
+def unheld_run_files(names: Iterable[str], *, root: Path = SHM_ROOT, proc: Path = PROC) -> list[str]:
     """Those of ``names`` that still exist and that no live process maps or holds open.
 
     Run after the run's processes are gone: a file some live process still holds belongs to

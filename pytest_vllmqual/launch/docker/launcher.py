@@ -10,7 +10,7 @@ What it guarantees, and why:
 - the API key reaches vLLM as ``VLLM_API_KEY`` in the environment, never on the command
   line, where ``docker inspect`` and ``ps`` would show it;
 - every container carries the labels ``vllmqual.run`` and ``vllmqual.recipe`` and its owner
-  (host, pid and start time of the pytest process, ``launch.cleanup.owner``). A docker reaper process
+  (host, pid and start time of the pytest process, ``launch.cleanup.owner``). The process's watchdog
   removes the run's containers when pytest dies without teardown (SIGKILL included). Before a
   start, leftovers are swept, but only those whose owner is provably gone: a concurrent run of
   the same recipe keeps its container. After teardown the launcher verifies that nothing
@@ -27,7 +27,6 @@ The launcher assumes the engine runs on this machine (the published port, /dev/s
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -42,16 +41,17 @@ from docker.models.containers import Container
 
 from pytest_vllmqual.errors import LaunchError, RecipeError
 from pytest_vllmqual.launch import gpu
-from pytest_vllmqual.launch.cleanup.owner import OWNER_PID_LABEL, OWNER_START_LABEL, owner_gone, owner_labels
+from pytest_vllmqual.launch.cleanup.owner import owner_gone, owner_labels
 from pytest_vllmqual.launch.cleanup.shm import SHM_ROOT, reclaim_run_shm, reclaim_unheld
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
+from pytest_vllmqual.launch.cleanup.watchdog import WATCHDOG
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import StartupStatus
 
 from ..base import FAILED_START_GRACE_S, ProgressFn, ServerHandle, TeardownResult, free_port
 from .image import image_reference, local_image, pinned_by_digest
 from .kind import DockerKind
-from .reaper import container_pids, kill_frozen, reaper_command
+from .reaper import container_pids, kill_frozen
 from .spec import (
     CONTAINER_HOST,
     CONTAINER_PORT,
@@ -106,7 +106,7 @@ class DockerLauncher(DockerKind):
         self._started_wall: float | None = None
         self._gpu_baseline: set[int] | None = None
         self._owner: dict[str, str] | None = None
-        self._reaper: subprocess.Popen[bytes] | None = None
+        self._reaper = False  # the run is registered with the watchdog
         self._shm_ledger: ShmLedger | None = None
 
     # -- the container spec, from the recipe (no engine needed) ----------------------------
@@ -368,19 +368,13 @@ class DockerLauncher(DockerKind):
             ) from None
 
     def _start_reaper(self) -> None:
-        """The docker reaper (``launch.docker.reaper``), in its own session so a kill of pytest's group misses it."""
-        owner = self.labels()
-        package_parent = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": package_parent + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        """Register the run's containers with this process's watchdog (``launch.cleanup.watchdog``)."""
         base_url = str(getattr(self._client.api, "base_url", "")) if self._client is not None else ""
-        if base_url.startswith("http://"):  # a tcp engine given to this launcher: the reaper uses it too
-            env["DOCKER_HOST"] = "tcp://" + base_url.removeprefix("http://")
-        self._reaper = subprocess.Popen(
-            reaper_command(owner[OWNER_PID_LABEL], owner[OWNER_START_LABEL], self.run_id,
-                           self._started_wall or time.time(), ipc_host=self.recipe.launcher.docker.ipc_host),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, env=env,
-        )
+        # a tcp engine given to this launcher: the watchdog uses it too
+        docker_host = "tcp://" + base_url.removeprefix("http://") if base_url.startswith("http://") else None
+        WATCHDOG.watch_containers(self.run_id, self._started_wall or time.time(),
+                                  ipc_host=self.recipe.launcher.docker.ipc_host, docker_host=docker_host)
+        self._reaper = True
 
     def _state(self) -> dict[str, Any] | None:
         if self.container is None or self._removed:
@@ -461,10 +455,9 @@ class DockerLauncher(DockerKind):
             # subprocess launcher does, once no container of the run can still hold it.
             held = self._shm_ledger.stop() if self._shm_ledger is not None else set()
             shm_left, reclaim = reclaim_run_shm(self.run_id, held, self._started_wall, root=self.shm_root)
-        if self._reaper is not None:
-            self._reaper.kill()
-            self._reaper.wait()
-            self._reaper = None
+        if self._reaper:
+            WATCHDOG.done("containers", self.run_id)
+            self._reaper = False
         return TeardownResult(
             launcher_kind=self.kind,
             stopped=stopped,

@@ -1,20 +1,22 @@
-"""A watchdog that removes a run's containers when the pytest process that owns them dies.
+"""Docker's part of the watchdog: remove a run's containers once the pytest process that owns them died.
 
-The docker counterpart of ``launch.cleanup.reaper``: fixture teardown does not run when pytest is
-SIGKILLed, so the docker launcher starts this process in its own session before it creates
-the container. It polls the owner (pid and start time, so a reused pid does not keep it
-waiting); once the owner is gone it force-removes every container labelled with the run id,
+Fixture teardown does not run when pytest is SIGKILLed, so the docker launcher registers the
+run's containers with its process's watchdog (``launch.cleanup.watchdog``) before it creates
+the container. Once the owner is gone, the watchdog calls ``reap_run_containers``: it force-removes every container labelled with the run id,
 looks again a moment later (a create that was in flight), and reclaims the run's /dev/shm
 files with the two-scan guard, as teardown would. Each container is frozen, read and killed
 before it is removed (``kill_frozen``), so a vLLM creating its message queues at that moment
 cannot add a file between the read and the removal (seen in CI: two 240 MiB ``psm_*`` files
 left by a pytest SIGKILLed mid-startup).
 
-Usage: python -m pytest_vllmqual.launch.docker.reaper OWNER_PID OWNER_START RUN_ID STARTED_EPOCH IPC_HOST
+The command line ``python -m pytest_vllmqual.launch.docker.reaper OWNER_PID OWNER_START RUN_ID
+STARTED_EPOCH IPC_HOST`` is deprecated (kept for a release): it starts the one watchdog with that
+registration.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -83,28 +85,18 @@ def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
     return removed, held
 
 
-def reaper_command(owner_pid: str, owner_start: str, run_id: str, started_at: float, *, ipc_host: bool) -> list[str]:
-    """The command line that starts this reaper for a run (what ``main`` reads back)."""
-    return [sys.executable, "-m", _MODULE, owner_pid, owner_start, run_id, repr(started_at), "1" if ipc_host else "0"]
-
-
-def parse_args(argv: list[str]) -> tuple[int, str, str, float, bool]:
-    """(owner pid, owner start, run id, started epoch, ipc host) from the command line."""
-    return int(argv[0]), argv[1], argv[2], float(argv[3]), argv[4] == "1"
-
-
-def main(argv: list[str]) -> int:
-    owner, owner_start, run_id, started_at, ipc_host = parse_args(argv)
-    while owner_alive(owner, owner_start):
-        time.sleep(0.25)
-    import docker  # only now: an idle reaper should cost nothing
+def reap_run_containers(run_id: str, started_at: float, *, ipc_host: bool, docker_host: str | None = None) -> None:
+    """Remove the run's containers (two passes: a create in flight), retrying while the engine is
+    unreachable; with ``--ipc=host``, reclaim the run's /dev/shm files as teardown would."""
+    import docker  # only now: an idle watchdog should cost nothing
 
     held: set[str] = set()
     deadline = time.monotonic() + _RETRY_FOR_S
     passes = 0
     while time.monotonic() < deadline:
         try:
-            client = docker.from_env(timeout=30)
+            client = docker.DockerClient(base_url=docker_host, timeout=30) if docker_host else \
+                docker.from_env(timeout=30)
             _, seen = remove_run_containers(client, run_id)
             held |= seen
             passes += 1
@@ -115,10 +107,29 @@ def main(argv: list[str]) -> int:
             time.sleep(1.0)
     if ipc_host:  # with --ipc=host the run's shared memory lives in this host's /dev/shm
         reclaim_run_shm(run_id, held, started_at)
-    return 0
+
+
+def reaper_command(owner_pid: str, owner_start: str, run_id: str, started_at: float, *, ipc_host: bool) -> list[str]:
+    """Deprecated (the package starts ``launch.cleanup.watchdog``): the old command line of this reaper."""
+    return [sys.executable, "-m", _MODULE, owner_pid, owner_start, run_id, repr(started_at), "1" if ipc_host else "0"]
+
+
+def parse_args(argv: list[str]) -> tuple[int, str, str, float, bool]:
+    """(owner pid, owner start, run id, started epoch, ipc host) from the old command line."""
+    return int(argv[0]), argv[1], argv[2], float(argv[3]), argv[4] == "1"
+
+
+def main(argv: list[str]) -> int:
+    """Deprecated entry point: the one watchdog, with this run's containers registered."""
+    from pytest_vllmqual.launch.cleanup import watchdog
+
+    owner, owner_start, run_id, started_at, ipc_host = parse_args(argv)
+    line = f"watch containers {run_id} {started_at!r} {'1' if ipc_host else '0'} {os.environ.get('DOCKER_HOST') or '-'}"
+    return watchdog.main(["--owner", str(owner), "--owner-start", owner_start, "--watch", line])
 
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
 
-__all__ = ["container_pids", "kill_frozen", "main", "owner_alive", "parse_args", "reaper_command", "remove_run_containers"]
+__all__ = ["container_pids", "kill_frozen", "main", "owner_alive", "parse_args", "reap_run_containers", "reaper_command",
+           "remove_run_containers"]
