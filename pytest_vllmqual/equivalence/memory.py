@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from pytest_vllmqual.launch.oom import cgroup_dir, process_tree
 from pytest_vllmqual.vllm.log_facts import EngineFacts
 
@@ -52,12 +54,9 @@ class ProbeMemory:
 
 def _meminfo_available() -> int | None:
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        return int(psutil.virtual_memory().available)
+    except (OSError, psutil.Error):
         return None
-    return None
 
 
 def _cgroup_room(pid: int) -> int | None:
@@ -81,10 +80,8 @@ def _resident_bytes(pids: set[int]) -> int:
     total = 0
     for pid in pids:
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
+            total += int(psutil.Process(pid).memory_info().rss)
+        except psutil.Error:
             continue
     return total
 

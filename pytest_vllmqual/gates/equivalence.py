@@ -29,7 +29,7 @@ from pytest_vllmqual.errors import ServerGoneError
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
-from .checks import GateVerdict, ToolCase
+from .checks import SMOKE_PROMPT, GateVerdict, ToolCase
 from .functional import JSON_PROMPT
 from .recorder import GateRecorder
 
@@ -42,7 +42,7 @@ _TOOL_PROMPTS = 3
 def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolCase]) -> list[tuple[str, str]]:
     """The greedy prompts: the functional gates' own (smoke, JSON, the first typed tools, as plain
     chat without tools or a response format) and a few open ones."""
-    smoke = str(recipe.gate("smoke").get("prompt") or "Say cloud.")
+    smoke = str(recipe.gate("smoke").get("prompt") or SMOKE_PROMPT)
     prompts = [("smoke", smoke), ("json", JSON_PROMPT)]
     prompts += [(f"tool-{fixture.name}", fixture.prompt) for fixture in list(tool_fixtures)[:_TOOL_PROMPTS]]
     prompts += [(f"open-{number}", text) for number, text in enumerate(OPEN_PROMPTS, start=1)]

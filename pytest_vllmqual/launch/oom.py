@@ -11,11 +11,14 @@ Neither source needs privileges the run does not already have; an unreadable one
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
+
+from pytest_vllmqual.launch.cleanup.procs import cgroup_lines, uptime_s
 
 __all__ = ["KernelWatch", "OomKill", "cgroup_dir", "oom_kill_count", "parse_kernel_kills", "request_words"]
 
@@ -56,9 +59,8 @@ def oom_kill_count(directory: Path) -> int | None:
 
 def cgroup_dir(pid: int, root: Path = CGROUP_ROOT) -> Path | None:
     """The memory cgroup folder of process ``pid`` (v2's unified line, else v1's ``memory``)."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
+    lines = cgroup_lines(pid)
+    if lines is None:
         return None
     v1 = [line.split(":", 2)[2] for line in lines if line.count(":") >= 2 and "memory" in line.split(":")[1].split(",")]
     if v1 and (root / "memory").is_dir():
@@ -80,28 +82,13 @@ def _kernel_log() -> str:
         return ""
 
 
-def _uptime_s() -> float | None:
-    try:
-        return float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def process_tree(pid: int) -> set[int]:
     """``pid`` and every descendant alive now (vLLM's engine core and workers are children)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    tree, grew = {pid}, True
-    while grew:
-        added = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= added
-        grew = bool(added)
-    return tree
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return {pid}
+    return {pid, *(child.pid for child in children)}
 
 
 def request_words(label: str | None) -> str:
@@ -127,11 +114,11 @@ class KernelWatch:
     @classmethod
     def start(cls, pid: int) -> KernelWatch:
         directory = cgroup_dir(pid)
-        return cls(pid, directory, oom_kill_count(directory) if directory else None, _uptime_s(), process_tree(pid))
+        return cls(pid, directory, oom_kill_count(directory) if directory else None, uptime_s(), process_tree(pid))
 
     def refresh(self) -> None:
         """Add the server's processes started since (workers may start after readiness)."""
-        if os.path.exists(f"/proc/{self.pid}"):
+        if psutil.pid_exists(self.pid):
             self.pids |= process_tree(self.pid)
 
     def verdict(self, kernel_log: str | None = None) -> dict[str, object] | None:

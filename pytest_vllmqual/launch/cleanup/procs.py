@@ -461,3 +461,19 @@ def process_cwd(pid: int, proc: Path = PROC) -> str | None:
 __all__ = ["BOOT_ID", "PROC", "RUN_ENV", "Holders", "ProcInfo", "boot_id", "find_holders", "freeze_run", "group_alive", "kill_run",
            "lines_with", "listening_socket_inodes", "names_held_by", "process_cwd", "process_start", "processes_holding",
            "processes_of_run", "read_proc", "signal_group", "signal_quietly", "terminate_then_kill"]
+
+
+def cgroup_lines(pid: int, proc: Path = PROC) -> list[str] | None:
+    """The lines of ``/proc/PID/cgroup`` (which cgroups hold the process), None where unreadable."""
+    try:
+        return (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+
+
+def uptime_s(proc: Path = PROC) -> float | None:
+    """Seconds since boot, the clock the kernel log's timestamps count in; None where unreadable."""
+    try:
+        return float((proc / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

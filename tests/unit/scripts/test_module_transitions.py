@@ -12,8 +12,10 @@ SCRIPT = ROOT / "scripts" / "module_transitions.py"
 
 #: Measured on the committed cpu-smollm2 pair after the read model (``report.read_model``) was built;
 #: a change that sends a reader through more modules, or back to more of them, raises these on purpose.
+# "all" rose from 44/28/16 when the fixed words left records for words.py: a word's str() and
+# format() are calls into that module from every judge that writes one.
 CEILINGS = {"candidate": {"steps": 10, "modules": 10, "returns": 0},
-            "all": {"steps": 44, "modules": 28, "returns": 16}}
+            "all": {"steps": 47, "modules": 29, "returns": 18}}
 
 
 def _measure(follow: str) -> dict[str, int]:
