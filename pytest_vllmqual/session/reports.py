@@ -90,8 +90,9 @@ def _server_part(record: RunRecord, manager: ServerManager, *, launcher_kind: st
     if manager.guard is not None:
         state = manager.guard.state()
         if state.get("status", "ok") != "ok":
-            reasons.append(death_words(state))
-            record.lifecycle["server_state"] = {**state, "cause": death_words(state)}
+            cause = death_words(state)
+            reasons.append(f"{cause} [{state['status']}]")  # the status word, as a gate's error carries it
+            record.lifecycle["server_state"] = {**state, "cause": cause}
     return reasons
 
 

@@ -4,10 +4,11 @@ the session's one managed tiny-cpu run).
 
 Why the fault server: a real vLLM's latency depends on the machine it runs on, so no SLO fails
 at a known concurrency on demand. The fault server's first token waits a fixed delay for each request
-waiting at once (``FAULT_DELAY_PER_IN_FLIGHT_S``, 0.3 s): at a TTFT SLO of 1,050 ms, levels 1 to 3
-meet it (0.3 to 0.9 s) and level 4 cannot (1.2 s). The 150 ms either side of the SLO is what the
-harness may add on a loaded 2-core machine (with 75 ms, level 3 missed once in CI while a real
-server booted beside it).
+waiting at once (``FAULT_DELAY_PER_IN_FLIGHT_S``, 0.5 s): at a TTFT SLO of 1,750 ms, levels 1 to 3
+meet it (0.5 to 1.5 s) and level 4 cannot (2.0 s). The 250 ms either side of the SLO is what the
+client may add on a loaded 2-core machine: TTFT is judged on the client's figures, and with 150 ms
+level 3 missed in CI while real servers ran beside it (with 75 ms, once, when the server's view
+could still rescue it).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ SUITE = ROOT / "suites" / "test_load.py"
 @pytest.fixture(scope="module")
 def fault_load_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     directory = tmp_path_factory.mktemp("load-fault")
-    recipe = fault_server_recipe(directory, "tiny-cpu-load-fault", env={"FAULT_DELAY_PER_IN_FLIGHT_S": "0.3"}, overrides={
+    recipe = fault_server_recipe(directory, "tiny-cpu-load-fault", env={"FAULT_DELAY_PER_IN_FLIGHT_S": "0.5"}, overrides={
         "serve": {"max_num_seqs": 2},
         "gates": {"load": {"levels": [1, 2, 4], "requests_per_level": 32, "prompt_tokens": 64, "output_tokens": 2,
-                           "ttft_ms": 1050, "find_max": True, "max_ceiling": 8, "max_steps": 4}},
+                           "ttft_ms": 1750, "find_max": True, "max_ceiling": 8, "max_steps": 4}},
     })
     session = Session(directory, recipe, [SUITE])
     try:
@@ -49,12 +50,12 @@ def test_a_level_that_cannot_meet_its_slo_fails_the_gate_and_the_run(fault_load_
     gate = next(g for g in report["gates"] if g["gate"] == "load")
     assert gate["outcome"] == "failed" and gate["family"] == "load"
     levels = _levels(report)
-    # only the last requests of the level, as the loop drains, wait less than 1.2 s
+    # only the last requests of the level, as the loop drains, wait less than 2.0 s
     assert levels[4]["goodput_pct"] < 25
     assert f"level 4: goodput {levels[4]['goodput_pct']:.1f}% (minimum 99%), 0 errors" in gate["reason"]
     assert [levels[n]["met_slo"] for n in (1, 2, 4)] == [True, True, False]
     assert all(levels[n]["errors"] == 0 and levels[n]["requests"] == 32 for n in (1, 2, 4))
-    assert levels[4]["ttft_p50_s"] >= 1.2 > levels[2]["ttft_p99_s"]
+    assert levels[4]["ttft_p50_s"] >= 2.0 > levels[2]["ttft_p99_s"]
     assert report["decision"]["verdict"] == "no-promotion"
     assert gate["retained_failures"] == 0, "slow requests are SLO misses, not errors"
 
