@@ -73,4 +73,4 @@ def test_the_runs_status_says_which_gate_the_server_died_during(tmp_path: Path) 
     record = run_record(arm, mode="managed", reproduce="pytest --recipe=tiny-cpu", deselected=[])
     assert record.status == "incomplete"
     assert record.status_reasons == ["the server died, during gate equivalence (the server process exited with "
-                                     "status -9)"], record.status_reasons
+                                     "status -9) [server_dead]"], record.status_reasons
