@@ -17,13 +17,14 @@ import pytest
 from support.fault_harness import ProcessSampler, Session, derive_recipe, kill_tagged, survivors, wait_gone
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
+from pytest_vllmqual.launch.cleanup.watchdog import MODULE as WATCHDOG_MODULE
 
 SHM = Path("/dev/shm")
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}
 
 
-def reapers_of(run_id: str) -> list[int]:
-    """Reaper watchdog processes of the run (they carry the run id on their command line)."""
+def watchdogs_of(owner: int) -> list[int]:
+    """The watchdog processes that watch pytest process ``owner`` (their command line names it)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -32,7 +33,7 @@ def reapers_of(run_id: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"pytest_vllmqual.launch.cleanup.reaper" in argv and run_id.encode() in argv:
+        if WATCHDOG_MODULE.encode() in argv and argv[argv.index(b"--owner") + 1:][:1] == [str(owner).encode()]:
             found.append(int(entry.name))
     return found
 
@@ -98,7 +99,7 @@ def test_14_interrupted_pytest_leaves_no_process(how: str, tmp_path: Path, reque
         assert any("interrupted" in r for r in report["run"]["status_reasons"]), report["run"]
         assert report["lifecycle"]["teardown"]["clean"] is True
         assert session.left_processes == [] and processes_of_run(session.run_id) == []
-        assert reapers_of(session.run_id) == []
+        assert watchdogs_of(session.proc.pid) == []
         return
     session, sampler, signalled = interrupt_during_startup(tmp_path, how)
     try:
@@ -111,9 +112,9 @@ def test_14_interrupted_pytest_leaves_no_process(how: str, tmp_path: Path, reque
         assert left == [], f"{how}: processes of the run survived pytest's end: {left}"
         assert time.time() - signalled < 60
         deadline = time.monotonic() + 20
-        while reapers_of(run_id) and time.monotonic() < deadline:
+        while watchdogs_of(session.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert reapers_of(run_id) == [], "the reaper outlived its work"
+        assert watchdogs_of(session.proc.pid) == [], "the watchdog outlived its work"
         leftovers = sorted(sampler.shm & {p.name for p in SHM.iterdir()})
         assert leftovers == [], f"{how}: /dev/shm files of the run survived: {leftovers}"
         if how == "SIGINT":
