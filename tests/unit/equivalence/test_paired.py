@@ -296,3 +296,18 @@ def test_the_overall_pools_the_families() -> None:
     assert overall["table"] == {"a": 150, "b": 5, "c": 5, "d": 80}
     pooled = _sum_tables([PairedTable(100, 3, 1, 20), PairedTable(50, 2, 4, 60)])
     assert overall["paired"] == pooled.n == sum(int(str(f["paired"])) for f in families.values())
+
+
+def test_the_recipe_schema_declares_every_task_setting_and_refuses_a_lowered_minimum() -> None:
+    import jsonschema
+
+    from pytest_vllmqual.layout import load_schema
+
+    compare = load_schema("recipe.schema.yaml")["properties"]["compare"]
+    names = [name for name in TaskSettings.__dataclass_fields__ if name != "source"]
+    assert set(names) <= set(compare["properties"])
+    jsonschema.validate({"non_inferiority_margin_points": 2.5, "family_blocks": True, "min_items_per_family": 60,
+                         "max_unparsed_pct": 10, "max_hit_max_tokens_pct": 5}, compare)
+    for bad in ({"non_inferiority_margin_points": 0}, {"min_items_per_family": 10}, {"family_blocks": "yes"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, compare)
