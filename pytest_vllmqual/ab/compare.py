@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_json_atomic
-from pytest_vllmqual.equivalence.tasks import tasks_markdown
 from pytest_vllmqual.errors import ComparisonError, ReportError
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
 from pytest_vllmqual.layout import COMPARISON_SCHEMA, raise_if_invalid, schema_errors
@@ -30,7 +29,7 @@ from pytest_vllmqual.report.read_model import RunView
 from pytest_vllmqual.version import __version__
 
 from .decision import ABEvidence, Targets, arm_verdict, decide_comparison, read_arms
-from .equivalence import equivalence_section, load_sidecars, summary_line
+from .equivalence import equivalence_section, load_sidecars, markdown_lines
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
 from .rows import Tolerances, compare_rows
 from .variables import controlled_variables, fmt_setting
@@ -202,11 +201,7 @@ def render_markdown(comparison: Mapping[str, Any]) -> str:
         lines.append(f"- **{finding['id']}** ({finding['status']}): {finding['summary']}")
     equivalence = comparison.get("equivalence")
     if isinstance(equivalence, Mapping):
-        lines += ["", "### Output equivalence", "", summary_line(equivalence)]
-        lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
-                  for f in equivalence.get("figures") or []]
-        if isinstance(equivalence.get("tasks"), Mapping):
-            lines += ["", "### Tasks: does the change matter?", "", *tasks_markdown(equivalence["tasks"])]
+        lines += ["", "### Output equivalence", "", *markdown_lines(equivalence)]
     decision = comparison.get("decision") or {}
     lines += ["", f"### Decision: {decision.get('verdict')} ({decision.get('summary')})", ""]
     lines += [f"- {r}" for r in decision.get("reasons") or []]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.equivalence import sidecar as sidecars
-from pytest_vllmqual.equivalence.paired import TaskSettings
+from pytest_vllmqual.equivalence.tasks import TaskSettings
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.hashing import sha256_file

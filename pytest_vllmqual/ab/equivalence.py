@@ -22,13 +22,13 @@ from pytest_vllmqual.equivalence import sidecar as sidecars
 from pytest_vllmqual.equivalence.answers import count_flips
 from pytest_vllmqual.equivalence.figures import greedy_figures, teacher_forced
 from pytest_vllmqual.equivalence.intervals import exact_interval
-from pytest_vllmqual.equivalence.paired import TaskSettings
-from pytest_vllmqual.equivalence.tasks import Names, tasks_section
+from pytest_vllmqual.equivalence.tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 from pytest_vllmqual.records import EquivalenceVerdict
 from pytest_vllmqual.report.query import recipe_value
 
-__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "summary_line"]
+__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "markdown_lines",
+           "summary_line"]
 
 LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
                     "are merged into one bucket): it can show a difference, never equivalence")
@@ -203,3 +203,13 @@ def summary_line(section: Mapping[str, Any], *, label: str = "equivalence") -> s
     floor = section.get("floor") or {}
     tail = "" if floor.get("status") == "measured" else "; A/A floor not measured"
     return f"{label}: {section.get('verdict')}: {first}{more}{tail}"
+
+
+def markdown_lines(section: Mapping[str, Any]) -> list[str]:
+    """The section in markdown: its line, each figure against its threshold, then the task layer."""
+    lines = [summary_line(section)]
+    lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
+              for f in section.get("figures") or []]
+    if isinstance(section.get("tasks"), Mapping):
+        lines += ["", "### Tasks: does the change matter?", "", *tasks_markdown(section["tasks"])]
+    return lines

@@ -5,7 +5,8 @@ own items) and ``tool_replay`` (the typed tool cases replayed). Each block names
 version, seed, SHA-256, chat template, ``max_tokens``, stop rules, judge version) and lists one
 :class:`~pytest_vllmqual.equivalence.outcomes.ItemOutcome` per item. Two arms compare a block only
 when both carry it with the same bank SHA-256; then the paired statistics of
-:mod:`pytest_vllmqual.equivalence.paired` judge it per family and overall, at the recipe's margin.
+:mod:`pytest_vllmqual.equivalence.paired` judge it per family and overall, at the recipe's margin
+(:class:`TaskSettings`, re-exported here for the comparison).
 
 A block's verdict is its overall non-inferiority; with ``compare.family_blocks`` every family's
 too. The layer's verdict is over the blocks either arm carries: ``inferior`` when a block is,
@@ -25,8 +26,8 @@ from pytest_vllmqual.words import TaskVerdict
 from .outcomes import ItemOutcome
 from .paired import PairedCheck, TaskSettings, judge_outcomes
 
-__all__ = ["BLOCKS", "NO_CHANGE_NOTE", "Names", "block_section", "decide_tasks", "tasks_line", "tasks_markdown",
-           "tasks_section"]
+__all__ = ["BLOCKS", "NO_CHANGE_NOTE", "Names", "TaskSettings", "block_section", "decide_tasks", "tasks_line",
+           "tasks_markdown", "tasks_section"]
 
 BLOCKS: tuple[tuple[str, str], ...] = (("items", "item bank"), ("tool_replay", "tool-call replay"))
 """The sidecar keys of the scored blocks, and how a sentence names each."""
