@@ -25,6 +25,7 @@ __all__ = [
     "RungSource",
     "ServerStatus",
     "StartupStatus",
+    "TaskVerdict",
     "Verdict",
     "Word",
     "worst_failure",
@@ -88,6 +89,24 @@ class FigureStatus(Word):
     NOT_MEASURED = "not measured"
     #: Measured, not beyond, but on fewer units (chunks, prompts, items) than its minimum.
     TOO_FEW = "too few units"
+
+
+class TaskVerdict(Word):
+    """Whether the candidate's task answers are non-inferior to the control's at the recipe's margin
+    (a family, a block of items, or the whole task layer of a comparison)."""
+
+    #: The upper 95% bound of (control − candidate) accuracy lies below the margin.
+    NON_INFERIOR = "non-inferior"
+    #: The lower 95% bound of (control − candidate) accuracy lies above the margin: the candidate
+    #: loses more than the margin, on any number of items.
+    INFERIOR = "inferior"
+    #: Measured, but the interval straddles the margin, or the items cannot tell the arms apart.
+    INCONCLUSIVE = "inconclusive"
+    #: Measured, not inferior, but on fewer paired items than the recipe's minimum.
+    TOO_FEW = "too few units"
+    #: No comparison: a block absent from an arm, different banks (hashes), or answers over the
+    #: caps on unparsed or truncated answers.
+    NOT_MEASURED = "not measured"
 
 
 class Divergence(Word):

@@ -29,7 +29,7 @@ from pytest_vllmqual.report.read_model import RunView
 from pytest_vllmqual.version import __version__
 
 from .decision import ABEvidence, Targets, arm_verdict, decide_comparison, read_arms
-from .equivalence import equivalence_section, load_sidecars, summary_line
+from .equivalence import equivalence_section, load_sidecars, markdown_lines
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
 from .rows import Tolerances, compare_rows
 from .variables import controlled_variables, fmt_setting
@@ -201,9 +201,7 @@ def render_markdown(comparison: Mapping[str, Any]) -> str:
         lines.append(f"- **{finding['id']}** ({finding['status']}): {finding['summary']}")
     equivalence = comparison.get("equivalence")
     if isinstance(equivalence, Mapping):
-        lines += ["", "### Output equivalence", "", summary_line(equivalence)]
-        lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
-                  for f in equivalence.get("figures") or []]
+        lines += ["", "### Output equivalence", "", *markdown_lines(equivalence)]
     decision = comparison.get("decision") or {}
     lines += ["", f"### Decision: {decision.get('verdict')} ({decision.get('summary')})", ""]
     lines += [f"- {r}" for r in decision.get("reasons") or []]

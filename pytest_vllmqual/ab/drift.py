@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.equivalence import sidecar as sidecars
+from pytest_vllmqual.equivalence.tasks import TaskSettings
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.hashing import sha256_file
@@ -84,8 +85,9 @@ def drift_section(reference: Reference, report: Mapping[str, Any], folder: Path)
     sidecar in ``folder``) as the candidate."""
     found = {"control": reference.sidecar, "candidate": _this_run(report, folder)}
     thresholds = Thresholds.from_recipe(recipe_value(report, "compare", "equivalence"), recipe="this run's recipe")
+    settings = TaskSettings.from_recipe(recipe_value(report, "compare"), recipe="this run's recipe")
     section = equivalence_section(reference.report, report, None, found, thresholds=thresholds, words=_WORDS,
-                                  no_floor=NO_FLOOR)
+                                  no_floor=NO_FLOOR, task_settings=settings)
     run = reference.report.get("run") or {}
     pointer = reference.report.get("equivalence_probe") or {}
     section["reference"] = {"report": reference.path.name, "report_sha256": reference.report_sha256,

@@ -7,6 +7,8 @@ otherwise the figures of :mod:`pytest_vllmqual.equivalence.figures` are held aga
 recipe's ``compare.equivalence`` thresholds (:mod:`pytest_vllmqual.equivalence.verdict`). With a
 bracketed replay of the control, the control against its replay is the A/A floor: a figure is
 within the floor when its interval overlaps the A/A interval. Without one the floor is not measured.
+The section's ``tasks`` judges the scored items both sidecars carry for non-inferiority
+(:mod:`pytest_vllmqual.equivalence.tasks`), whether or not the token figures could be compared.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from pytest_vllmqual.equivalence import sidecar as sidecars
 from pytest_vllmqual.equivalence.answers import count_flips
 from pytest_vllmqual.equivalence.figures import greedy_figures, teacher_forced
 from pytest_vllmqual.equivalence.intervals import exact_interval
+from pytest_vllmqual.equivalence.tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 from pytest_vllmqual.records import EquivalenceVerdict
 from pytest_vllmqual.report.query import recipe_value
 
-__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "summary_line"]
+__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "markdown_lines",
+           "summary_line"]
 
 LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
                     "are merged into one bucket): it can show a difference, never equivalence")
@@ -138,11 +142,25 @@ def _not_measurable(reason: str, thresholds: Thresholds, found: Mapping[str, Any
 def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any],
                         replay: Mapping[str, Any] | None, found: Mapping[str, dict[str, Any] | str], *,
                         thresholds: Thresholds | None = None, words: ArmWords = ArmWords(),
-                        no_floor: str = "no bracketed replay of the control ran") -> dict[str, Any]:
-    """The section: verdict, reasons, thresholds, figures against them and the A/A floor, details.
+                        no_floor: str = "no bracketed replay of the control ran",
+                        task_settings: TaskSettings | None = None) -> dict[str, Any]:
+    """The section: verdict, reasons, thresholds, figures against them and the A/A floor, details,
+    and ``tasks``: the scored items both sidecars carry, judged for non-inferiority (measured even
+    when the token figures are not, e.g. across checkpoints).
 
-    ``thresholds`` default to the control recipe's ``compare.equivalence``; ``words`` name the two
-    sides in the reasons; ``no_floor`` says why there is no A/A floor when no replay is given."""
+    ``thresholds`` and ``task_settings`` default to the control recipe's ``compare``; ``words`` name
+    the two sides in the reasons; ``no_floor`` says why there is no A/A floor when no replay is given."""
+    section = _token_section(control, candidate, replay, found, thresholds=thresholds, words=words, no_floor=no_floor)
+    settings = task_settings or TaskSettings.from_recipe(recipe_value(control, "compare"))
+    section["tasks"] = tasks_section(found.get("control"), found.get("candidate"), settings,
+                                     Names(words.control, words.candidate, words.both))
+    return section
+
+
+def _token_section(control: Mapping[str, Any], candidate: Mapping[str, Any],
+                   replay: Mapping[str, Any] | None, found: Mapping[str, dict[str, Any] | str], *,
+                   thresholds: Thresholds | None, words: ArmWords, no_floor: str) -> dict[str, Any]:
+    """The token figures of the probe against their thresholds (the section less its tasks)."""
     thresholds = thresholds or Thresholds.from_recipe(recipe_value(control, "compare", "equivalence"))
     ctrl, cand = found.get("control"), found.get("candidate")
     for body in (ctrl, cand):
@@ -185,3 +203,13 @@ def summary_line(section: Mapping[str, Any], *, label: str = "equivalence") -> s
     floor = section.get("floor") or {}
     tail = "" if floor.get("status") == "measured" else "; A/A floor not measured"
     return f"{label}: {section.get('verdict')}: {first}{more}{tail}"
+
+
+def markdown_lines(section: Mapping[str, Any]) -> list[str]:
+    """The section in markdown: its line, each figure against its threshold, then the task layer."""
+    lines = [summary_line(section)]
+    lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
+              for f in section.get("figures") or []]
+    if isinstance(section.get("tasks"), Mapping):
+        lines += ["", "### Tasks: does the change matter?", "", *tasks_markdown(section["tasks"])]
+    return lines

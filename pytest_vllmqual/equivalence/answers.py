@@ -8,8 +8,8 @@ lies beyond what was generated.
 
 Flips count items scored in both arms that changed: b = correct → incorrect, c = incorrect →
 correct. Accuracy (c − b) can stay flat while many answers flip, so both are reported; the exact
-McNemar test is the two-sided binomial test of b out of b + c at p = 0.5, and p = 1 when nothing
-flipped.
+McNemar test (:func:`pytest_vllmqual.equivalence.paired.mcnemar_exact`) is the two-sided binomial
+test of b out of b + c at p = 0.5, and p = 1 when nothing flipped.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from pytest_vllmqual.records import Divergence
 
+from .paired import mcnemar_exact
 from .position import NEAR_TIE_NATS, top_token
 
-__all__ = ["FlipCount", "GreedyStep", "PathComparison", "compare_paths", "count_flips", "mcnemar_exact"]
+__all__ = ["FlipCount", "GreedyStep", "PathComparison", "compare_paths", "count_flips"]
 
 
 @dataclass(frozen=True)
@@ -67,17 +68,6 @@ def _kind_at(control: GreedyStep, candidate_token: int) -> Divergence:
         return Divergence.HARD
     gap = control.top[best] - control.top[candidate_token]
     return Divergence.NEAR_TIE if gap <= NEAR_TIE_NATS else Divergence.HARD
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: the binomial test of b out of b + c at p = 0.5 (1.0 when b + c = 0)."""
-    if b < 0 or c < 0:
-        raise ValueError("flip counts cannot be negative")
-    if b + c == 0:
-        return 1.0
-    from scipy.stats import binomtest
-
-    return float(min(1.0, binomtest(b, b + c, 0.5, alternative="two-sided").pvalue))
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,7 @@ class SessionReports:
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
         if reference is not None:
             from pytest_vllmqual.ab.drift import drift_line, drift_section
+            from pytest_vllmqual.equivalence.tasks import tasks_line
             from pytest_vllmqual.report.junit import equivalence_junit
 
             report["drift"] = self.drift = sanitizer.scrub_obj(drift_section(reference, report, target.parent))
@@ -146,6 +147,8 @@ class SessionReports:
                                                         title="vllmqual drift"),
                                       target.with_suffix(".drift.xml"), what="drift junit")
             self.progress(f"{drift_line(self.drift)} (junit: {junit})")
+            if isinstance(self.drift.get("tasks"), dict):
+                self.progress(tasks_line(self.drift["tasks"], label="drift tasks"))
         path = write_arm_report(report, target)
         arm.report_path = path
         arm.report = report
@@ -164,6 +167,7 @@ class SessionReports:
         while either report is missing."""
         from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
         from pytest_vllmqual.ab.equivalence import summary_line
+        from pytest_vllmqual.equivalence.tasks import tasks_line
         from pytest_vllmqual.report.junit import equivalence_junit
 
         if control.report is None or candidate.report is None:
@@ -181,6 +185,9 @@ class SessionReports:
         junit = write_text_atomic(equivalence_junit(self.comparison["equivalence"], line), path.with_suffix(".xml"),
                                   what="comparison junit")
         self.progress(f"{line} (junit: {junit})")
+        tasks = self.comparison["equivalence"].get("tasks")
+        if isinstance(tasks, dict):
+            self.progress(tasks_line(tasks))
         self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
         return path
 

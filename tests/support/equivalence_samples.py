@@ -1,7 +1,8 @@
 """Synthetic probe answers for the equivalence tests: a report gets a sidecar beside it.
 
 ``shift`` moves the candidate's log probabilities (a changed arm); ``swap_top`` makes the
-candidate prefer another token at every fourth position (top-1 disagreement).
+candidate prefer another token at every fourth position (top-1 disagreement). Scored items
+(:func:`item_outcomes`, :func:`items_block`) are built from a paired table per family.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.equivalence.outcomes import ItemOutcome
 from pytest_vllmqual.equivalence.sidecar import publish
 
 PIN = "ab" * 32
@@ -53,3 +55,42 @@ def attach_probe(report: dict[str, Any], folder: Path, name: str, body: dict[str
     report["equivalence_probe"] = publish(private, report, folder / f"{name}.json")
     private.unlink()
     return report
+
+
+def item_outcomes(family: str, table: tuple[int, int, int, int], *, start: int = 0,
+                  unparsed: tuple[int, int] = (0, 0), truncated: tuple[int, int] = (0, 0)
+                  ) -> tuple[list[ItemOutcome], list[ItemOutcome]]:
+    """(control, candidate) answers with the paired table (a, b, c, d): a correct in both, b in the
+    control only, c in the candidate only, d in neither. The first ``unparsed[k]`` (``truncated[k]``)
+    wrong answers of arm k are marked unparsed (ended at max_tokens)."""
+    a, b, c, d = table
+    pairs = [(True, True)] * a + [(True, False)] * b + [(False, True)] * c + [(False, False)] * d
+    arms: list[list[ItemOutcome]] = [[], []]
+    for k in range(2):
+        wrong = 0
+        for i, pair in enumerate(pairs):
+            correct = pair[k]
+            wrong += not correct
+            arms[k].append(ItemOutcome(f"{family}-{start + i}", family, correct,
+                                       parsed=correct or wrong > unparsed[k],
+                                       hit_max_tokens=not correct and wrong <= truncated[k]))
+    return arms[0], arms[1]
+
+
+BANK = {"name": "vllmqual-items", "version": "1", "seed": 7, "sha256": "b" * 64, "chat_template_sha256": "c" * 64,
+        "max_tokens": 64, "stop": [], "judge_version": "1"}
+
+
+def items_block(families: dict[str, tuple[int, int, int, int]], *, family: str | None = None,
+                **bank: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(control, candidate) sidecar blocks ``{"bank", "outcomes"}`` for the paired tables per family
+    (``family`` renames every family, as the tool replay's single one); ``bank`` overrides its keys."""
+    blocks: tuple[dict[str, Any], dict[str, Any]] = ({"bank": {**BANK, **bank}, "outcomes": []},
+                                                      {"bank": {**BANK, **bank}, "outcomes": []})
+    start = 0
+    for name, table in families.items():
+        left, right = item_outcomes(family or name, table, start=start)
+        start += sum(table)
+        blocks[0]["outcomes"] += [o.to_dict() for o in left]
+        blocks[1]["outcomes"] += [o.to_dict() for o in right]
+    return blocks

@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from pytest_vllmqual.equivalence.answers import GreedyStep, compare_paths, count_flips, mcnemar_exact
+from pytest_vllmqual.equivalence.answers import GreedyStep, compare_paths, count_flips
 from pytest_vllmqual.equivalence.intervals import ratio_interval, unit_interval
+from pytest_vllmqual.equivalence.paired import mcnemar_exact
 from pytest_vllmqual.equivalence.position import (
     EPSILON,
     Position,
