@@ -34,8 +34,9 @@ from typing import Any
 import httpx
 
 from benchmarks.quick_mode import add_quick_flag
+from pytest_vllmqual.client.http1 import Connection as _Connection
 from pytest_vllmqual.client.qual_client import QualClient
-from pytest_vllmqual.client.stream_transport import StreamTransport, _Connection
+from pytest_vllmqual.client.stream_transport import StreamTransport
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.records import Attempt
 
