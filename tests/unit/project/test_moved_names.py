@@ -20,6 +20,8 @@ MOVED: dict[tuple[str, str], tuple[str, ...]] = {
     ("pytest_vllmqual.report.public", "pytest_vllmqual.report.on_disk"): (
         "SCHEMA_ID", "SCHEMA_VERSION", "load_report", "migration_hint", "validate_report", "validation_errors",
         "verify_report", "write_report_atomic"),
+    ("pytest_vllmqual.report.decision", "pytest_vllmqual.report.gate_coverage"): (
+        "CoverageRow", "coverage", "preflight_of"),
 }
 """(the old module, the new one): the public names that moved from the first to the second."""
 
