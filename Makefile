@@ -43,7 +43,7 @@ lint:
 bench:
 	scripts/setup.sh --bench
 	$(VENV)/bin/python fixtures/model/build_tiny_model.py
-	$(VENV)/bin/python benchmarks/run_all.py
+	$(VENV)/bin/python -m benchmarks.run_all
 
 model:
 	$(VENV)/bin/python fixtures/model/build_tiny_model.py

@@ -1,6 +1,6 @@
 """How fast a content pin reads a model folder: the first time (every byte) and from the hash cache.
 
-Usage: python benchmarks/bench_checkpoint_hash.py [--gib 1.5] [--shards 4] [--real] [--plain] [--json PATH]
+Usage: python -m benchmarks.bench_checkpoint_hash [--gib 1.5] [--shards 4] [--real] [--plain] [--json PATH]
 
 Writes a folder of ``--shards`` safetensors shards of ``--gib`` GiB in all into a temporary
 directory (sparse by default: no disk is used and the figure is the hashing's own; ``--real``
@@ -23,14 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.quick_mode import add_quick_flag, quick_note
+from pytest_vllmqual.gates import checkpoint_hash
+from pytest_vllmqual.layout import CACHE_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from quick_mode import add_quick_flag, quick_note  # noqa: E402
-
-from pytest_vllmqual.gates import checkpoint_hash  # noqa: E402
-from pytest_vllmqual.layout import CACHE_ENV  # noqa: E402
 
 MIB = 2**20
 

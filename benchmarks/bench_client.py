@@ -1,9 +1,9 @@
 """Benchmark: the harness's own client cost, and the plugin's import + collection time.
 
-    python benchmarks/bench_client.py                  # replay a synthetic vLLM SSE body
-    python benchmarks/bench_client.py --sse FILE       # replay a recorded SSE body
-    python benchmarks/bench_client.py --collect        # also time `pytest --collect-only -q suites`
-    python benchmarks/bench_client.py --quick [--collect] [--json PATH]   # a few repeats, seconds
+    python -m benchmarks.bench_client                  # replay a synthetic vLLM SSE body
+    python -m benchmarks.bench_client --sse FILE       # replay a recorded SSE body
+    python -m benchmarks.bench_client --collect        # also time `pytest --collect-only -q suites`
+    python -m benchmarks.bench_client --quick [--collect] [--json PATH]   # a few repeats, seconds
 
 Replay: one SSE body (recorded from the real server by ``bench_fidelity``, or built here in
 vLLM 0.32's exact chunk format) is fed through ``QualClient.stream_chat`` on the client's own
@@ -33,16 +33,14 @@ from typing import Any
 
 import httpx
 
+from benchmarks.quick_mode import add_quick_flag
+from pytest_vllmqual.client.http1 import Connection as _Connection
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.client.stream_transport import StreamTransport
+from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.records import Attempt
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from quick_mode import add_quick_flag  # noqa: E402
-
-from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
-from pytest_vllmqual.client.stream_transport import StreamTransport, _Connection  # noqa: E402
-from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.records import Attempt  # noqa: E402
 
 #: Quick mode (benchmarks/quick_mode.py): the same measurements, a few repeats each.
 QUICK_REPEATS = {"replay": 3, "construction": 3, "collect": 1}

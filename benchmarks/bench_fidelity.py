@@ -1,8 +1,8 @@
 """Benchmark: the harness against vLLM's own serving benchmark, on one server, in one run.
 
-    python benchmarks/bench_fidelity.py [--recipe tiny-cpu] [--json PATH]
-    python benchmarks/bench_fidelity.py --quick [--json PATH]   # harness leg only, fault server, seconds
-    python benchmarks/bench_fidelity.py --only-chunk-rate [--rounds N] [--json PATH]
+    python -m benchmarks.bench_fidelity [--recipe tiny-cpu] [--json PATH]
+    python -m benchmarks.bench_fidelity --quick [--json PATH]   # harness leg only, fault server, seconds
+    python -m benchmarks.bench_fidelity --only-chunk-rate [--rounds N] [--json PATH]
 
 One server is started with the plugin's own launcher (``ServerManager``, the recipe's serve
 command, the plugin's readiness), and everything that needs it runs on that one start:
@@ -36,12 +36,8 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from fidelity_chunk_rate import chunk_rate_sweep, client_at_revision  # noqa: E402
-from fidelity_common import (  # noqa: E402
+from benchmarks.fidelity_chunk_rate import chunk_rate_sweep, client_at_revision
+from benchmarks.fidelity_common import (
     FidelityConfig,
     Progress,
     build_prompts,
@@ -49,18 +45,19 @@ from fidelity_common import (  # noqa: E402
     print_progress,
     vllm_bench_missing,
 )
-from fidelity_readiness import STARTUP_COMPLETE, start_server  # noqa: E402
-from fidelity_teardown import TEARDOWN_CALLS, timed_calls  # noqa: E402
-from fidelity_tools import compare_tools, summarize  # noqa: E402
-from fidelity_ttft_floor import client_ttft_floor  # noqa: E402
-from quick_mode import QUICK_SKIP_VLLM, add_quick_flag, quick_recipe  # noqa: E402
+from benchmarks.fidelity_readiness import STARTUP_COMPLETE, start_server
+from benchmarks.fidelity_teardown import TEARDOWN_CALLS, timed_calls
+from benchmarks.fidelity_tools import compare_tools, summarize
+from benchmarks.fidelity_ttft_floor import client_ttft_floor
+from benchmarks.quick_mode import QUICK_SKIP_VLLM, add_quick_flag, quick_recipe
+from pytest_vllmqual.client.prompts import ExactPromptBuilder, TokenCounter
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter
+from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.recipe.loader import resolve_recipe
+from pytest_vllmqual.recipe.model import Recipe
 
-from pytest_vllmqual.client.prompts import ExactPromptBuilder, TokenCounter  # noqa: E402
-from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
-from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
-from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
-from pytest_vllmqual.recipe.model import Recipe  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progress: Progress = print_progress,

@@ -1,6 +1,6 @@
 """Benchmark: the fleet runner's own overhead and its makespan efficiency on a real Ray cluster.
 
-    python benchmarks/bench_fleet.py [--quick] [--job-s 5] [--json PATH]
+    python -m benchmarks.bench_fleet [--quick] [--job-s 5] [--json PATH]
 
 The jobs are **wait-only jobs**: each attempt's command is a process that sleeps a known time
 (no pytest, no server), so what is measured is the runner and Ray, not vLLM. On a cluster of K
@@ -26,17 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.fleet.attempts import JobAttempt
+from pytest_vllmqual.fleet.cluster import RayCluster
+from pytest_vllmqual.fleet.command import write_outputs
+from pytest_vllmqual.fleet.runner import FleetRun
+from pytest_vllmqual.fleet.spec import load_fleet
+from tests.support.local_cluster import LocalRayCluster, NodeSpec
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the local multi-node cluster is test scaffolding, not the package
-
-from support.local_cluster import LocalRayCluster, NodeSpec  # noqa: E402
-
-from pytest_vllmqual.fleet.attempts import JobAttempt  # noqa: E402
-from pytest_vllmqual.fleet.cluster import RayCluster  # noqa: E402
-from pytest_vllmqual.fleet.command import write_outputs  # noqa: E402
-from pytest_vllmqual.fleet.runner import FleetRun  # noqa: E402
-from pytest_vllmqual.fleet.spec import load_fleet  # noqa: E402
 
 EFFICIENCY_LIMIT = 1.15
 

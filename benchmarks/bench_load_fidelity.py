@@ -1,7 +1,7 @@
 """Benchmark: the load gate's closed loop against ``vllm bench serve --max-concurrency N``.
 
-    python benchmarks/bench_load_fidelity.py [--recipe tiny-cpu] [--levels 1,2,4] [--rounds 2] [--json PATH]
-    python benchmarks/bench_load_fidelity.py --quick [--json PATH]
+    python -m benchmarks.bench_load_fidelity [--recipe tiny-cpu] [--levels 1,2,4] [--rounds 2] [--json PATH]
+    python -m benchmarks.bench_load_fidelity --quick [--json PATH]
 
 One server (the plugin's launcher, the recipe's serve command). At each level the same prompts
 (exact length, one nonce each, so neither tool is served from the other's prefix cache) go
@@ -42,28 +42,25 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from fidelity_common import (  # noqa: E402
+from benchmarks.fidelity_common import (
     EXTRA_BODY,
     build_prompts,
     print_progress,
     vllm_bench_missing,
     vllm_bench_pass,
 )
-from fidelity_readiness import start_server  # noqa: E402
-from fidelity_tools import bootstrap_ratio_ci  # noqa: E402
+from benchmarks.fidelity_readiness import start_server
+from benchmarks.fidelity_tools import bootstrap_ratio_ci
+from pytest_vllmqual.client.load_loop import run_closed_loop
+from pytest_vllmqual.client.prompts import ExactPrompt, ExactPromptBuilder
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.client.token_counters import ServerTokenCounter
+from pytest_vllmqual.gates.ladder import fetch_metrics_text, parse_metrics_text
+from pytest_vllmqual.gates.load_stats import RequestFigures, percentile, server_cross_check
+from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.recipe.loader import resolve_recipe
 
-from pytest_vllmqual.client.load_loop import run_closed_loop  # noqa: E402
-from pytest_vllmqual.client.prompts import ExactPrompt, ExactPromptBuilder  # noqa: E402
-from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
-from pytest_vllmqual.client.token_counters import ServerTokenCounter  # noqa: E402
-from pytest_vllmqual.gates.ladder import fetch_metrics_text, parse_metrics_text  # noqa: E402
-from pytest_vllmqual.gates.load_stats import RequestFigures, percentile, server_cross_check  # noqa: E402
-from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FAULT_SERVER = ROOT / "tests" / "faults" / "fault_server.py"
 

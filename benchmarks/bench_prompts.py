@@ -1,9 +1,9 @@
 """Benchmark: exact-length prompt calibration against the method peers use.
 
-    python benchmarks/bench_prompts.py                         # local tokenizer
-    python benchmarks/bench_prompts.py --tokenizer DIR          # a given HF tokenizer dir
-    python benchmarks/bench_prompts.py --server URL [--model NAME] [--api-key KEY] [--send]
-    python benchmarks/bench_prompts.py --quick [--json PATH]   # fixture tokenizer, small targets, seconds
+    python -m benchmarks.bench_prompts                         # local tokenizer
+    python -m benchmarks.bench_prompts --tokenizer DIR          # a given HF tokenizer dir
+    python -m benchmarks.bench_prompts --server URL [--model NAME] [--api-key KEY] [--send]
+    python -m benchmarks.bench_prompts --quick [--json PATH]   # fixture tokenizer, small targets, seconds
 
 For each target (default 32K, 131K, 400K tokens) it prints, for pytest_vllmqual's builder:
 client CPU seconds (``time.process_time``), wall seconds, counter calls and the calibration
@@ -37,16 +37,13 @@ from typing import Any
 import httpx
 import numpy as np
 
+from benchmarks.quick_mode import add_quick_flag, fixture_tokenizer
+from pytest_vllmqual.client.corpus import PAD_WORD_CANDIDATES, filler_text
+from pytest_vllmqual.client.prompts import ChatShape, ExactPromptBuilder, Message, TextCut, TokenCounter
+from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter
+from pytest_vllmqual.errors import CalibrationError
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from quick_mode import add_quick_flag, fixture_tokenizer  # noqa: E402
-
-from pytest_vllmqual.client.corpus import PAD_WORD_CANDIDATES, filler_text  # noqa: E402
-from pytest_vllmqual.client.prompts import ChatShape, ExactPromptBuilder, Message, TextCut, TokenCounter  # noqa: E402
-from pytest_vllmqual.client.token_counters import HFTokenCounter, ServerTokenCounter  # noqa: E402
-from pytest_vllmqual.errors import CalibrationError  # noqa: E402
 
 FIXTURE_TOKENIZER = ROOT / "fixtures" / "model" / "build" / "tiny-chat"
 DEFAULT_TARGETS = (32_768, 131_072, 400_000)

@@ -1,7 +1,7 @@
 """Benchmark: how long a fixed piece of client CPU work takes right after a request, against idle.
 
-    python benchmarks/bench_spin.py [--recipe tiny-cpu] [--json PATH]
-    python benchmarks/bench_spin.py --quick [--json PATH]   # against the fault server, seconds
+    python -m benchmarks.bench_spin [--recipe tiny-cpu] [--json PATH]
+    python -m benchmarks.bench_spin --quick [--json PATH]   # against the fault server, seconds
 
 After every engine step vLLM's TP workers busy-poll their shared-memory queue for a second
 (``SpinCondition.busy_loop_s = 1`` in vllm/distributed/device_communicators/shm_broadcast.py).
@@ -25,16 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.quick_mode import add_quick_flag, quick_recipe
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.recipe.loader import resolve_recipe
+from pytest_vllmqual.session.server import ServerManager
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from quick_mode import add_quick_flag, quick_recipe  # noqa: E402
-
-from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
-from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
-from pytest_vllmqual.session.server import ServerManager  # noqa: E402
 
 DELAYS_S = (0.0, 0.3, 0.6, 1.2, 2.0)
 #: Quick mode (benchmarks/quick_mode.py): one request, no settling, the one delay the figures read.
@@ -83,7 +80,7 @@ def measure(handle: ServerHandle, *, repeats: int = 2, settle_s: float = 3.0,
     return {"idle": idle, "after_request": after, "idle_wall_ms": idle_wall,
             "worst_wall_ms_by_delay_s": worst,
             "stretch_right_after_request": worst["0"] / idle_wall if idle_wall > 0 else None,
-            "command": "python benchmarks/bench_spin.py"}
+            "command": "python -m benchmarks.bench_spin"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Benchmark: the streaming client's CPU per chunk over a real socket, beside vLLM bench's client.
 
-    python benchmarks/bench_stream_loopback.py [--concurrency 1,4,8] [--interval-ms 1.8] [--tokens 256]
-    python benchmarks/bench_stream_loopback.py --reference-client REV   # also the client of git revision REV
-    python benchmarks/bench_stream_loopback.py --quick [--json PATH]   # c=1 and 2, short streams, no vLLM client
+    python -m benchmarks.bench_stream_loopback [--concurrency 1,4,8] [--interval-ms 1.8] [--tokens 256]
+    python -m benchmarks.bench_stream_loopback --reference-client REV   # also the client of git revision REV
+    python -m benchmarks.bench_stream_loopback --quick [--json PATH]   # c=1 and 2, short streams, no vLLM client
 
 The replay in ``bench_client.py`` has no socket, so it leaves out what dominates a live
 stream: one ``recv`` per chunk, the HTTP/1.1 chunked framing and a thread wake-up per chunk.
@@ -35,15 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_client import _Sink, synthetic_sse_events
+from benchmarks.quick_mode import QUICK_SKIP_VLLM, add_quick_flag, quick_note
+from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.launch.base import ServerHandle
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bench_client import _Sink, synthetic_sse_events  # noqa: E402
-from quick_mode import QUICK_SKIP_VLLM, add_quick_flag, quick_note  # noqa: E402
-
-from pytest_vllmqual.client.qual_client import QualClient  # noqa: E402
-from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
 
 MODEL = "tiny-chat"
 
@@ -169,8 +166,8 @@ def vllm_client_run(base_url: str, concurrency: int, requests: int) -> dict[str,
 def start_server(tokens: int, interval_s: float, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port_file = workdir / "port"
     port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), "--tokens", str(tokens),
-                             "--interval-ms", str(interval_s * 1e3)])
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_stream_loopback", "--serve", str(port_file),
+                             "--tokens", str(tokens), "--interval-ms", str(interval_s * 1e3)], cwd=ROOT)
     deadline = time.monotonic() + 30
     while not port_file.exists() or not port_file.read_text():
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -194,7 +191,7 @@ def measure(concurrencies: Sequence[int], *, tokens: int, interval_s: float, vll
     rows = []
     clients: list[tuple[str, type[QualClient]]] = [("harness", QualClient)]
     if reference_revision is not None:
-        from fidelity_chunk_rate import client_at_revision
+        from benchmarks.fidelity_chunk_rate import client_at_revision
 
         clients.append((f"harness@{reference_revision}", client_at_revision(reference_revision)))
     try:
@@ -203,8 +200,8 @@ def measure(concurrencies: Sequence[int], *, tokens: int, interval_s: float, vll
                 rows.append(harness_run(base_url, c, 2 * c, client_class=client_class, label=label))
                 print(_line(rows[-1]), flush=True)
             if vllm:
-                out = subprocess.run([sys.executable, __file__, "--vllm-client", base_url, "--concurrency", str(c)],
-                                     capture_output=True, text=True, check=True)
+                out = subprocess.run([sys.executable, "-m", "benchmarks.bench_stream_loopback", "--vllm-client", base_url,
+                                      "--concurrency", str(c)], cwd=ROOT, capture_output=True, text=True, check=True)
                 rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 print(_line(rows[-1]), flush=True)
     finally:

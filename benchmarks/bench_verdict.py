@@ -1,7 +1,7 @@
 """Benchmark: time to verdict of a full ``pytest suites --recipe=tiny-cpu``, and where it goes.
 
-    python benchmarks/bench_verdict.py [--recipe tiny-cpu] [--json PATH]
-    python benchmarks/bench_verdict.py --quick [--json PATH]   # the same run against the fault server
+    python -m benchmarks.bench_verdict [--recipe tiny-cpu] [--json PATH]
+    python -m benchmarks.bench_verdict --quick [--json PATH]   # the same run against the fault server
 
 Runs the whole qualification as a user does (a subprocess, its own server, its own report)
 and splits its wall time, using the run's own report:
@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fidelity_common import process_cpu_s
-from quick_mode import add_quick_flag, quick_recipe
+
+from benchmarks.fidelity_common import process_cpu_s
+from benchmarks.quick_mode import add_quick_flag, quick_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENT_PREFIX = "concurrent-"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import io
 import shutil
 import subprocess
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fidelity_common import ROOT, Progress, build_prompts, harness_pass, vllm_bench_pass
 
+from benchmarks.fidelity_common import ROOT, Progress, build_prompts, harness_pass, vllm_bench_pass
 from pytest_vllmqual.client.prompts import ExactPromptBuilder
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.launch.base import ServerHandle
@@ -95,13 +96,16 @@ def client_at_revision(revision: str) -> type[QualClient]:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(folder, filter="data")
-    (folder / "pytest_vllmqual" / "client").rename(folder / name)
-    sys.path.insert(0, str(folder))
+    package = folder / "pytest_vllmqual" / "client"
+    spec = importlib.util.spec_from_file_location(name, package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
+    assert spec is not None and spec.loader is not None, package
+    sys.modules[name] = importlib.util.module_from_spec(spec)
     try:
+        spec.loader.exec_module(sys.modules[name])
         module = importlib.import_module(f"{name}.qual_client")
     except ImportError as exc:
+        del sys.modules[name]
         raise RuntimeError(f"the client of revision {revision} does not import beside this tree: {exc}") from exc
-    finally:
-        sys.path.remove(str(folder))
     client_class: type[QualClient] = module.QualClient
     return client_class

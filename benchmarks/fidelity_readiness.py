@@ -11,8 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from fidelity_common import Progress
-
+from benchmarks.fidelity_common import Progress
 from pytest_vllmqual.client.probes import ServerProbe
 from pytest_vllmqual.launch.readiness import ProbeAnswer
 from pytest_vllmqual.recipe.model import Recipe

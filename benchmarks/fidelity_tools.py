@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fidelity_common import (
+
+from benchmarks.fidelity_common import (
     FidelityConfig,
     PassResult,
     Progress,
@@ -25,7 +26,6 @@ from fidelity_common import (
     vllm_bench_command,
     vllm_bench_pass,
 )
-
 from pytest_vllmqual.client.prompts import ExactPromptBuilder
 from pytest_vllmqual.launch.base import ServerHandle
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fidelity_common import build_prompts, harness_pass, median_known, vllm_bench_pass
 
+from benchmarks.fidelity_common import build_prompts, harness_pass, median_known, vllm_bench_pass
 from pytest_vllmqual.client.prompts import ExactPromptBuilder
 from pytest_vllmqual.launch.base import ServerHandle
 

@@ -18,18 +18,15 @@ output and its result (``QUICK_SKIPS``).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from pytest_vllmqual.recipe.loader import resolve_recipe
+from pytest_vllmqual.recipe.model import Recipe
 
-from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
-from pytest_vllmqual.recipe.model import Recipe  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["FAULT_SERVER", "QUICK_HELP", "QUICK_RECIPE", "QUICK_SKIP_VLLM", "add_quick_flag", "fixture_tokenizer",
            "quick_note", "quick_recipe"]

@@ -1,6 +1,6 @@
 """Render the tables of docs/PERFORMANCE.md from a ``make bench`` result file.
 
-    python benchmarks/render_tables.py [reports/bench/latest.json]
+    python -m benchmarks.render_tables [reports/bench/latest.json]
 
 Prints Markdown; the prose of docs/PERFORMANCE.md is written by hand around it, so that
 the figures in the document are copied from one result file and never typed in.

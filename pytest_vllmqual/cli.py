@@ -58,7 +58,7 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 def _run_report(args: argparse.Namespace) -> int:
     from pytest_vllmqual.atomic_io import write_text_atomic
     from pytest_vllmqual.report.html_page import render_html
-    from pytest_vllmqual.report.public import load_report
+    from pytest_vllmqual.report.on_disk import load_report
 
     report = load_report(args.report)
     output: Path = args.output or args.report.with_suffix(".html")
@@ -77,7 +77,7 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from pytest_vllmqual.report.public import load_report, verify_report
+    from pytest_vllmqual.report.on_disk import load_report, verify_report
 
     problems = verify_report(args.report, args.private_dir)
     if problems:

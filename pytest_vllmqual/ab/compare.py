@@ -23,8 +23,9 @@ from pytest_vllmqual.hashing import sha256_file, sha256_hex
 from pytest_vllmqual.layout import COMPARISON_SCHEMA, raise_if_invalid, schema_errors
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.decision import BOUNDARY
-from pytest_vllmqual.report.public import SCHEMA_ID as REPORT_SCHEMA_ID
-from pytest_vllmqual.report.public import TOOL_NAME, load_report, migration_hint, validate_report
+from pytest_vllmqual.report.on_disk import SCHEMA_ID as REPORT_SCHEMA_ID
+from pytest_vllmqual.report.on_disk import load_report, migration_hint, validate_report
+from pytest_vllmqual.report.public import TOOL_NAME
 from pytest_vllmqual.report.read_model import RunView
 from pytest_vllmqual.version import __version__
 

@@ -20,7 +20,7 @@ from typing import Any
 from pytest_vllmqual.gates.registry import COLD_START_GATE, KV_POOL_GATE, LADDER_GATE, PREFLIGHT_GATES
 from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.records import GateOutcome, RunMode
-from pytest_vllmqual.report.decision import preflight_of
+from pytest_vllmqual.report.gate_coverage import preflight_of
 from pytest_vllmqual.report.read_model import RunView
 
 __all__ = ["BUILTIN_REQUIREMENTS", "Requirement", "evaluate_requirement"]

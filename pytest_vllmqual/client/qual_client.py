@@ -27,8 +27,9 @@ from pytest_vllmqual.hashing import sha256_hex
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.records import Attempt
 
+from .http1 import BodySink
 from .results import ChatResult, ResponsesResult, StreamBody, StreamResult
-from .stream_transport import BodySink, StreamTransport, shared_ssl_context
+from .stream_transport import StreamTransport, shared_ssl_context
 
 __all__ = ["AttemptSink", "LivenessGuard", "QualClient", "http_client"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_vllmqual.records import Attempt
 
-from .stream_transport import BodySink
+from .http1 import BodySink
 
 __all__ = ["ChatResult", "ResponsesResult", "StreamBody", "StreamResult", "StreamedToolCall", "decode_tok_s",
            "percentile", "stream_error_event", "tpot_s"]

@@ -84,7 +84,7 @@ def _excused_text(report: dict[str, Any]) -> str | None:
 
 
 def _report_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
-    from pytest_vllmqual.report.public import validate_report
+    from pytest_vllmqual.report.on_disk import validate_report
 
     try:
         report = json.loads(text)

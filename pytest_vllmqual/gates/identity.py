@@ -44,7 +44,7 @@ from pytest_vllmqual.hashing import sha256_file, sha256_hex
 from pytest_vllmqual.launch.registry import launcher_class
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import LauncherKind
-from pytest_vllmqual.vllm.log_facts import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
+from pytest_vllmqual.vllm.engine_args import MODEL_DIR_PLACEHOLDER, NON_DEFAULT_ARGS_RE, parse_python_literal
 
 from .checkpoint import (
     SAMPLED_ABOVE_BYTES,

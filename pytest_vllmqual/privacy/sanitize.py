@@ -16,9 +16,10 @@ tokens. Every other name (a documentation link's host) is public text and stays 
 Hash fields (``sha256``, ``*_sha256``, ``digest``) are never scrubbed: the report needs them
 to name the private artifacts, and a 64-hex digest must not be mistaken for a container id.
 
-This is also the one secret policy of the package: which names are secret (``SECRET_WORDS``,
-read by ``SECRET_ENV_NAME`` and ``SECRET_KEY_NAME``) for recipe env values, report fields and
-the engine's logged non-default args (``redact_args``).
+Which names are secret (the recipe's env values, report fields, the engine's logged
+non-default args) is the package's one secret policy, ``privacy.secret_policy``; its names
+(``SECRET_WORDS``, ``SECRET_ENV_NAME``, ``SECRET_KEY_NAME``, ``REDACTED_PLACEHOLDER``,
+``redact_args``) are re-exported here, where they were first defined, for a release.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 from .learned_values import PRIVATE_NAME_SOURCE, inherited_identifiers, is_loopback_name, is_run_bookkeeping
 from .learned_values import machine_names as _machine_names
+from .secret_policy import REDACTED_PLACEHOLDER, SECRET_ENV_NAME, SECRET_KEY_NAME, SECRET_WORDS, redact_args
 
 __all__ = [
     "COMMON_ENV_WORDS", "ENV_PLACEHOLDER", "GENERIC_USER_NAMES", "HASH_FIELD", "HOME_PLACEHOLDER", "KINDS",
@@ -70,26 +72,6 @@ COMMON_ENV_WORDS = frozenset(
 )
 """Recipe env values that are vocabulary, not identifiers; scrubbing them would mangle text."""
 _ENV_PART_SPLIT = re.compile(r"[\s,;|=\[\]()<>\"']+")
-
-SECRET_WORDS = ("token", "key", "apikey", "secret", "password", "passwd", "passphrase", "credential", "credentials")
-"""THE words that make a name secret: the one list behind both name patterns below."""
-
-SECRET_ENV_NAME = re.compile(r"(?i)(" + "|".join(SECRET_WORDS) + ")")
-"""Environment variable names whose values are treated as secrets: a secret word anywhere (*TOKEN*, *KEY*)."""
-
-SECRET_KEY_NAME = re.compile(
-    r"(?i)(?:^|[_.\-\s])(?:" + "|".join(SECRET_WORDS) + r")(?:$|[_.\-\s])"
-    + "|" + "|".join(word for word in SECRET_WORDS if len(word) >= 6)
-    + "|^watermark_config$"
-)
-"""Argument and field names whose values are secrets: a secret word as a whole word (``api_key``,
-``hf_token``; not ``max_num_batched_tokens`` or ``tokenizer``), a long one anywhere
-(``client_secret``, ``dbpassword``), and ``watermark_config`` (vLLM >=0.30 redacts it itself)."""
-
-REDACTED_PLACEHOLDER = "<redacted>"
-"""What ``redact_args`` puts in place of a secret engine argument."""
-_TOKEN_VALUE = re.compile(r"^(?:hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_\-]{8,}|(?:Bearer|bearer) \S+)$")
-"""A whole argument value shaped like a token (free text needs the longer ``_TOKEN_PATTERNS``)."""
 
 MIN_KNOWN_SECRET_LEN = 4
 MIN_ENV_SECRET_LEN = 8
@@ -544,32 +526,6 @@ def _pci_key(value: str) -> str:
     else:
         parts = ["0000", *parts]
     return ":".join(parts)
-
-
-def redact_args(args: Mapping[str, Any], _path: str = "") -> tuple[dict[str, Any], list[str]]:
-    """Copy of ``args`` with secret-named keys and token-looking strings replaced by ``<redacted>``.
-
-    Returns the copy and the dotted key paths that were scrubbed (for the redaction summary).
-    Nested dicts (``kv_transfer_config``, …) are scrubbed too. Values vLLM already masked
-    (``***``) are normalised to the same placeholder.
-    """
-    out: dict[str, Any] = {}
-    redacted: list[str] = []
-    for key, value in args.items():
-        path = f"{_path}{key}"
-        if SECRET_KEY_NAME.search(str(key)):
-            out[key] = None if value is None else REDACTED_PLACEHOLDER
-            if value is not None:
-                redacted.append(path)
-        elif isinstance(value, Mapping):
-            out[key], inner = redact_args(value, f"{path}.")
-            redacted.extend(inner)
-        elif isinstance(value, str) and _TOKEN_VALUE.match(value):
-            out[key] = REDACTED_PLACEHOLDER
-            redacted.append(path)
-        else:
-            out[key] = value
-    return out, redacted
 
 
 def scrub_test_report(report: Any, sanitizer: Sanitizer) -> None:

@@ -5,7 +5,7 @@ vllm.entrypoints.openai.api_server --model …``, optionally after ``env K=V``) 
 … IMAGE@sha256:… --flag …`` line into a recipe mapping: the flags the recipe schema knows become
 recipe keys, every other flag goes verbatim to ``serve.extra_args``, ``-e``/``K=V`` values to
 the launcher env. Secrets (``--api-key``, ``HF_TOKEN=…``: a name the package's secret policy,
-``privacy.sanitize.SECRET_KEY_NAME``, calls secret) are refused: they belong in the environment,
+``privacy.secret_policy.SECRET_KEY_NAME``, calls secret) are refused: they belong in the environment,
 never in a recipe that ends up in a public report.
 
 ``launch.command_line`` is the inverse: the exact argv (subprocess) or ``docker run`` line (docker) a
@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.launch.registry import launcher_class
-from pytest_vllmqual.privacy.sanitize import SECRET_KEY_NAME
+from pytest_vllmqual.privacy.secret_policy import SECRET_KEY_NAME
 from pytest_vllmqual.recipe.gate_settings import SMOKE_PROMPT
 from pytest_vllmqual.recipe.installed_vllm import MODULE_FORM, InstalledVllm
 from pytest_vllmqual.records import LauncherKind

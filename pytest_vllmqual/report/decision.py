@@ -8,8 +8,9 @@ reads is the *public* one (:func:`public_record`): the sanitized report read bac
 report derives (rung rates, the minimum-rank KV, the identity status) are read as the report
 carries them, and a report read back from disk is decided by the same rule. What the decision
 asks of a run (its largest completed rung, a gate's runs, a recipe value) is the record's own;
-the preflight (:func:`preflight_of`) is read here, and ``report.query`` asks it of a report
-dict for the pages and comparisons. Every sentence
+the coverage table and the preflight are ``report.gate_coverage``'s (``CoverageRow``, ``coverage`` and
+``preflight_of`` are re-exported here, where they were first defined, for a release), and
+``report.query`` asks the preflight of a report dict for the pages and comparisons. Every sentence
 is generated from what was measured: a list item exists because a section of the report
 has, or lacks, the evidence. The verdicts (:class:`~pytest_vllmqual.records.Verdict`):
 
@@ -55,12 +56,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.gates.registry import (
-    COMPARISON_GATES,
     PREFLIGHT_GATES,
     PREFLIGHT_LABELS,
-    REGISTRY,
     SECTION_GATES,
-    family_of,
     title_of,
 )
 from pytest_vllmqual.gates.registry import proves as gate_proves
@@ -72,9 +70,9 @@ from pytest_vllmqual.records import (
     RunMode,
     RunRecord,
     Verdict,
-    worst_outcome,
 )
 
+from .gate_coverage import CoverageRow, coverage, preflight_of
 from .number_format import fmt_decode, fmt_num, short_tokens
 from .read_model import RunView, declared, declared_failing, max_model_len, public_record, unpinned
 
@@ -91,25 +89,6 @@ def verdict_summary(verdict: Verdict) -> str:
     if verdict is Verdict.DIRECT_ONLY:
         return "healthy and direct-only; no-promotion"
     return f"{verdict}; no-promotion"
-
-
-@dataclass(frozen=True)
-class CoverageRow:
-    """One gate of the coverage table: every registered gate, and every other gate that ran."""
-
-    gate: str
-    family: str
-    title: str
-    outcome: GateOutcome
-    #: Why it did not pass (None when it passed).
-    reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"gate": self.gate, "family": self.family, "title": self.title,
-                               "outcome": self.outcome.value}
-        if self.reason is not None:
-            row["reason"] = self.reason
-        return row
 
 
 @dataclass(frozen=True)
@@ -135,67 +114,11 @@ class Decision:
                 "caveats": list(self.caveats), "boundary": BOUNDARY}
 
 
-# -- rung and coverage readings --------------------------------------------------------------
+# -- readings ---------------------------------------------------------------------------------
 
 
 def _label(gate: GateRecord) -> str:
     return title_of(gate.gate, gate.title or gate.gate or gate.nodeid or "?")
-
-
-def _tools_phrase(measurements: Mapping[str, Any] | None) -> str:
-    """"20/20 tool calls" from the tools gate's measurements, else the generic label."""
-    if not measurements:
-        return PREFLIGHT_LABELS["tools"]
-    m = measurements
-    passed = m.get("passed", m.get("valid_calls"))
-    total = m.get("total", m.get("count"))
-    if isinstance(passed, int) and isinstance(total, int) and total:
-        return f"{passed}/{total} tool calls"
-    return PREFLIGHT_LABELS["tools"]
-
-
-def preflight_of(gates: Sequence[GateRecord]) -> dict[str, Any]:
-    """The preflight section: {passed, total, summary "k/6", text, gates[{gate, outcome}]}."""
-    rows = [{"gate": name, "outcome": worst_outcome(g.outcome for g in gates if g.gate == name).value}
-            for name in PREFLIGHT_GATES]
-    passed = sum(1 for r in rows if r["outcome"] == GateOutcome.PASSED)
-    tools = [g for g in gates if g.gate == "tools"]
-    labels = [_tools_phrase(tools[0].measurements if tools else None) if r["gate"] == "tools"
-              else PREFLIGHT_LABELS[r["gate"]] for r in rows if r["outcome"] == GateOutcome.PASSED]
-    summary = f"{passed}/{len(rows)}"
-    return {
-        "passed": passed,
-        "total": len(rows),
-        "summary": summary,
-        "text": summary + (": " + ", ".join(labels) if labels else ""),
-        "gates": rows,
-    }
-
-
-def coverage(record: RunRecord) -> list[CoverageRow]:
-    """Every registered gate, every other gate that ran and every other gate pytest deselected (a
-    user's own included; a gate only a comparison judges only when it ran), one row each, with why
-    it did not pass. ``promotable`` needs every row passed."""
-    deselected = {str(d.get("gate")): str(d.get("reason") or "") for d in record.deselected_gates}
-    names = [spec.name for spec in REGISTRY]
-    for name in [g.gate for g in record.gates] + [n for n in deselected if n not in COMPARISON_GATES]:
-        if name and name not in names:
-            names.append(name)
-    rows: list[CoverageRow] = []
-    for name in names:
-        records = record.gates_named(name)
-        outcome = worst_outcome(g.outcome for g in records)
-        markers = [str(m) for r in records for m in r.markers]
-        reason: str | None = None
-        if outcome is GateOutcome.ABSENT:
-            reason = (f"deselected ({deselected[name]})" if deselected.get(name)
-                      else "did not run in this session (deselected with -m/-k, or not collected)")
-        elif outcome is not GateOutcome.PASSED:
-            worst = next((r for r in records if r.outcome == outcome), records[0])
-            reason = first_line(worst.reason) or "no reason given"
-        rows.append(CoverageRow(name, family_of(name, markers) or "other",
-                                title_of(name, records[0].title if records else ""), outcome, reason))
-    return rows
 
 
 # -- the decision --------------------------------------------------------------------------

@@ -7,9 +7,11 @@ by accident, and every string that came from the run passes the
 (:mod:`~pytest_vllmqual.report.artifacts`) and appear here only as ``{name, size, sha256}``.
 
 The builder does not judge: the verdict is added by
-:func:`pytest_vllmqual.report.decision.with_decision`. :func:`write_report_atomic` validates
-against ``schemas/report.schema.json`` first, then writes through
-:mod:`~pytest_vllmqual.atomic_io`: a partial report never exists, and a failure names the path.
+:func:`pytest_vllmqual.report.decision.with_decision`. The report as a file (its schema check,
+its atomic write, reading it back, re-checking its artifacts) is ``report.on_disk``; those names
+(``SCHEMA_ID``, ``SCHEMA_VERSION``, ``validate_report``, ``validation_errors``, ``migration_hint``,
+``write_report_atomic``, ``load_report``, ``verify_report``) are re-exported here, where they were
+first defined, for a release.
 """
 
 from __future__ import annotations
@@ -20,28 +22,34 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.client.results import decode_tok_s
-from pytest_vllmqual.errors import ReportError
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.launch.base import TeardownResult
-from pytest_vllmqual.layout import REPORT_SCHEMA, raise_if_invalid, schema_errors
 from pytest_vllmqual.privacy.public_text import public_startup_details, startup_cause
-from pytest_vllmqual.privacy.sanitize import SECRET_ENV_NAME, SECRET_KEY_NAME, Sanitizer
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.privacy.secret_policy import SECRET_ENV_NAME, SECRET_KEY_NAME
 from pytest_vllmqual.records import Attempt, GateRecord, RungRecord, RunRecord, rung_verdict
 from pytest_vllmqual.version import __version__
 from pytest_vllmqual.vllm.server_messages import public_attempt_error, public_rung_error
 
-from .artifacts import ArtifactStore, verify_artifacts
+from .artifacts import ArtifactStore
 from .load_section import LOAD_LEVELS, load_section
+from .on_disk import (
+    SCHEMA_ID,
+    SCHEMA_VERSION,
+    load_report,
+    migration_hint,
+    validate_report,
+    validation_errors,
+    verify_report,
+    write_report_atomic,
+)
 from .query import ok_rungs, preflight_summary
 
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "TOOL_NAME", "build_public_report", "load_report", "migration_hint", "resanitize",
            "validate_report", "validation_errors", "verify_report", "write_report_atomic"]
 
-SCHEMA_ID = "https://pytest-vllmqual/schemas/report/4"
-SCHEMA_VERSION = 4
 TOOL_NAME = "pytest-vllmqual"
 
 _MAX_TEXT = 2000
@@ -495,68 +503,3 @@ def resanitize(report: dict[str, Any], *, known_secrets: Iterable[str] = (),
         previous[kind] = int(previous.get(kind, 0)) + count
     scrubbed["redactions"] = previous
     return scrubbed
-
-
-# -- schema, writing and reading back -----------------------------------------------------
-
-
-def validation_errors(report: Any) -> list[str]:
-    """Every schema violation as "key.path: message", best first; empty when valid."""
-    return schema_errors(report, REPORT_SCHEMA)
-
-
-def migration_hint(report: Any) -> str:
-    """How to read a report of an older schema version (report/1 to report/3): carry it forward."""
-    schema = report.get("schema") if isinstance(report, Mapping) else None
-    if isinstance(schema, str) and re.fullmatch(r"https://pytest-vllmqual/schemas/report/[123]", schema):
-        return (" It was written by an older version of pytest-vllmqual. Fix: carry it forward with "
-                "scripts/gpu/migrate_report_v1.py from the source tree (it adds nothing the run did not measure).")
-    return ""
-
-
-def validate_report(report: Any, *, where: str = "report") -> None:
-    """Raise ReportError naming the first violation (and how many more) when invalid."""
-    try:
-        raise_if_invalid(report, REPORT_SCHEMA, error=ReportError, where=where, what=f"report schema {SCHEMA_ID}")
-    except ReportError as exc:
-        hint = migration_hint(report)
-        if not hint:
-            raise
-        raise ReportError(f"{exc}.{hint}") from None
-
-
-def write_report_atomic(report: Mapping[str, Any], path: Path) -> Path:
-    """Validate ``report`` against the schema, then write it atomically to ``path``.
-
-    Nothing is written when validation fails; on an unwritable directory or a full disk
-    ReportError names the path and no partial file is left.
-    """
-    validate_report(report, where=f"report {path}")
-    return write_json_atomic(report, Path(path))
-
-
-def load_report(path: Path, *, validate: bool = True) -> dict[str, Any]:
-    """Read a report back; ReportError when missing, not JSON, or (by default) not valid."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReportError(f"cannot read report {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ReportError(f"report {path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ReportError(f"report {path} is not a JSON object")
-    if validate:
-        validate_report(data, where=f"report {path}")
-    return data
-
-
-def verify_report(report_path: Path, private_dir: Path) -> list[str]:
-    """Re-check every artifact hash of a report file against the private folder.
-
-    Returns the problems (see :func:`~pytest_vllmqual.report.artifacts.verify_artifacts`; empty when
-    everything matches). Raises ReportError when the report itself cannot be read or is invalid.
-    """
-    return verify_artifacts(load_report(Path(report_path)), Path(private_dir))

@@ -1,11 +1,12 @@
 """Questions asked of a public report read as a dict: its gates by name, their outcome, the rungs, the recipe.
 
 The decision reads the typed record (``RunRecord``: its ``largest_rung``, ``gates_named``,
-``recipe_value``; the preflight in :mod:`~pytest_vllmqual.report.decision`). The consumers that
+``recipe_value``; the preflight in :mod:`~pytest_vllmqual.report.gate_coverage`). The consumers that
 hold a report as JSON (the builder's ladder summary, the A/B comparison, the campaign, the HTML
 page, the one-line summary) ask the same questions here, by the same rules: a rung counts by
 :func:`~pytest_vllmqual.records.rung_verdict`, a gate's outcome is
-:func:`~pytest_vllmqual.records.worst_outcome` over its runs, the preflight is the decision's own.
+:func:`~pytest_vllmqual.records.worst_outcome` over its runs, the preflight is
+``report.gate_coverage``'s, as the decision reads it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, NamedTuple
 
 from pytest_vllmqual.records import GateOutcome, GateRecord, rung_verdict, value_at, worst_outcome
 
-from .decision import preflight_of
+from .gate_coverage import preflight_of
 
 __all__ = ["DecisionShown", "decision_shown", "gate_outcome", "gates_named", "largest_rung", "ok_rungs",
            "preflight_summary", "recipe_value"]
@@ -32,7 +33,7 @@ def gate_outcome(report: Mapping[str, Any], name: str) -> GateOutcome:
 
 
 def preflight_summary(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The preflight section of a report dict (see :func:`~pytest_vllmqual.report.decision.preflight_of`)."""
+    """The preflight section of a report dict (see :func:`~pytest_vllmqual.report.gate_coverage.preflight_of`)."""
     return preflight_of([GateRecord.from_dict(g) for g in report.get("gates") or [] if isinstance(g, Mapping)])
 
 

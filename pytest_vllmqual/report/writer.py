@@ -17,7 +17,8 @@ from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.records import RunRecord
 from pytest_vllmqual.report.decision import decide, public_record, with_decision
 from pytest_vllmqual.report.html_page import render_html
-from pytest_vllmqual.report.public import build_public_report, resanitize, write_report_atomic
+from pytest_vllmqual.report.on_disk import write_report_atomic
+from pytest_vllmqual.report.public import build_public_report, resanitize
 from pytest_vllmqual.report.summary import summary_lines
 
 __all__ = ["ReportHooks", "arm_report", "hooked_arm_report", "summary_sections", "write_arm_report",

@@ -3,8 +3,9 @@
 ``parse_engine_log`` reads the log of the last server start (``_last_boot``): the KV pool in
 tokens and the concurrency it allows, per-rank weights / KV / activation / CUDA-graph memory
 (``RankFacts``, one per process label, a worker's generic label folded into its ranked one),
-engine init time, the effective non-default args (scrubbed through ``privacy.sanitize.redact_args``)
-and the version. ``parse_python_literal`` reads those args as vLLM prints them.
+engine init time, the effective non-default args (scrubbed through ``privacy.secret_policy.redact_args``)
+and the version. ``vllm.engine_args`` reads those args as vLLM prints them (its names are
+re-exported here, where they were first defined, for a release).
 
 vLLM's log text is not an API. The patterns below were read from vLLM's own format strings
 for 0.10.1 to 0.32 (the version that introduced or changed each one is noted next to it) and
@@ -14,16 +15,21 @@ the log does not state stays ``None``: nothing is inferred or defaulted.
 
 from __future__ import annotations
 
-import ast
 import functools
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_vllmqual.privacy.sanitize import redact_args
+from pytest_vllmqual.privacy.secret_policy import redact_args
 
+from .engine_args import (
+    MODEL_DIR_PLACEHOLDER,
+    NON_DEFAULT_ARGS_RE,
+    json_safe,
+    parse_python_literal,
+    public_args,
+)
 from .server_log import NUMBER, LogLine, split_lines
 from .startup_failure import last_startup_phase
 
@@ -126,7 +132,6 @@ _INIT_ENGINE_RE = re.compile(
     rf"init engine \(profile, create kv cache, warmup model\) took (?P<s>{NUMBER}) (?:s|seconds)"
     rf"(?: \(compilation: (?P<c>{NUMBER}) s)?"
 )
-NON_DEFAULT_ARGS_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
 _VERSION_RES = (
     re.compile(r"vLLM (?:API |gRPC )?server version (?P<v>[^\s,]+)"),  # ≤0.14 / ≥0.20 without logo
     re.compile(r"▀▄▀ █\s+version\s+(?P<v>\S+)"),  # ≥0.20 logo
@@ -262,7 +267,7 @@ class EngineFacts:
             "tp_size_seen": self.tp_size_seen,
             "init_engine_seconds": self.init_engine_seconds,
             "compilation_seconds": self.compilation_seconds,
-            "non_default_args": _json_safe(self.non_default_args),
+            "non_default_args": json_safe(self.non_default_args),
             "redacted_arg_keys": list(self.redacted_arg_keys),
             "vllm_version": self.vllm_version,
             "last_phase": self.last_phase,
@@ -371,23 +376,13 @@ def _read_engine_line(msg: str, facts: EngineFacts, device: _DeviceEvidence) -> 
     if m := NON_DEFAULT_ARGS_RE.search(msg):
         parsed = parse_python_literal(m.group("args"))
         if isinstance(parsed, dict):
-            facts.non_default_args, redacted = redact_args(_public_args(parsed))
+            facts.non_default_args, redacted = redact_args(public_args(parsed))
             facts.redacted_arg_keys = sorted(set(redacted))
     if facts.vllm_version is None:
         for version_re in _VERSION_RES:
             if m := version_re.search(msg):
                 facts.vllm_version = m.group("v")
                 break
-
-
-def _public_args(parsed: dict[str, Any]) -> dict[str, Any]:
-    """The args without the launcher's own (host, port), local directories as a placeholder."""
-    for key in _LAUNCHER_ONLY_ARGS:
-        parsed.pop(key, None)
-    for key in _LOCAL_DIR_ARGS:
-        if isinstance(parsed.get(key), str) and parsed[key].startswith(("/", "~", ".")):
-            parsed[key] = MODEL_DIR_PLACEHOLDER
-    return parsed
 
 
 def _read_rank_line(msg: str, rank: Callable[[], RankFacts], device: _DeviceEvidence) -> None:
@@ -489,68 +484,3 @@ def _device(pools: list[str], cpu_evidence: bool, gpu_evidence: bool) -> str | N
     if pools:
         return pools[-1].split(" + ")[0]
     return "GPU" if gpu_evidence else None
-
-
-# --------------------------------------------------------------------------------------------
-# Effective args
-# --------------------------------------------------------------------------------------------
-
-# Chosen by the launcher for this run, not part of the recipe; the listen address is private.
-_LAUNCHER_ONLY_ARGS = ("host", "port")
-#: Args that name a local directory: its absolute path says where the operator keeps files, not
-#: what was served (the identity block names the checkpoint), so the report shows a placeholder.
-_LOCAL_DIR_ARGS = ("model", "tokenizer", "download_dir")
-MODEL_DIR_PLACEHOLDER = "<model-dir>"
-
-
-def parse_python_literal(text: str) -> Any:
-    """``ast.literal_eval`` that tolerates ``<enum …>`` reprs (quoted) and ``Class(k=v, …)``
-    reprs (read as ``{"type": "Class", "k": v, …}``), as vLLM ≥ 0.2x logs config objects
-    such as ``StructuredOutputsConfig(backend='xgrammar', …)`` among the non-default args."""
-    quoted = re.sub(r"<[^<>]*>", lambda m: repr(m.group(0)), text)
-    for candidate in (text, quoted):
-        try:
-            return ast.literal_eval(candidate)
-        except (ValueError, SyntaxError):
-            pass
-    try:
-        tree = ast.parse(quoted, mode="eval")
-    except SyntaxError:
-        return None
-    try:
-        return _literal_with_calls(tree.body, quoted)
-    except ValueError:
-        return None
-
-
-def _literal_with_calls(node: ast.expr, source: str) -> Any:
-    """A literal expression in which keyword-only calls stand for config objects."""
-    if isinstance(node, ast.Dict):
-        return {_literal_with_calls(k, source): _literal_with_calls(v, source)
-                for k, v in zip(node.keys, node.values, strict=True) if k is not None}
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return [_literal_with_calls(item, source) for item in node.elts]
-    if isinstance(node, ast.Call) and not node.args:
-        name = ast.get_source_segment(source, node.func) or "?"
-        return {"type": name, **{kw.arg: _literal_with_calls(kw.value, source) for kw in node.keywords
-                                 if kw.arg is not None}}
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        segment = ast.get_source_segment(source, node)
-        if segment is None:
-            raise
-        return segment
-
-
-def _json_safe(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_json_safe(v) for v in value]
-    return repr(value)
-

@@ -47,7 +47,7 @@ from pytest_vllmqual import __version__
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
 from pytest_vllmqual.report.decision import with_decision
-from pytest_vllmqual.report.public import SCHEMA_ID, SCHEMA_VERSION, validate_report
+from pytest_vllmqual.report.on_disk import SCHEMA_ID, SCHEMA_VERSION, validate_report
 from pytest_vllmqual.report.query import preflight_summary
 
 MIGRATED = "report/1 did not compare this field (carried forward by scripts/gpu/migrate_report_v1.py)"

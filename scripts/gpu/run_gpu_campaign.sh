@@ -54,10 +54,10 @@ for s in $steps; do
             "${pytest_cmd[@]}" suites --recipe=tiny-gpu-kvfail -m "lifecycle or engine" \
               --junitxml="$out/tiny-gpu-kvfail.xml" ;;
     bench)  step "fidelity: the harness against vLLM's own serving benchmark, same server"
-            python3 benchmarks/bench_fidelity.py --recipe tiny-gpu --recipes-dir "$recipes" \
+            python3 -m benchmarks.bench_fidelity --recipe tiny-gpu --recipes-dir "$recipes" \
               --rounds "${VLLMQUAL_BENCH_ROUNDS:-5}" --json "$out/fidelity-gpu.json" ;;
     loadbench) step "load fidelity: the load gate's closed loop against vllm bench serve --max-concurrency N"
-            python3 benchmarks/bench_load_fidelity.py --recipe tiny-gpu --recipes-dir "$recipes" \
+            python3 -m benchmarks.bench_load_fidelity --recipe tiny-gpu --recipes-dir "$recipes" \
               --levels "${VLLMQUAL_LOAD_LEVELS:-1,8}" --rounds "${VLLMQUAL_LOAD_ROUNDS:-2}" \
               --json "$out/load-fidelity-gpu.json" ;;
     fleet)  step "fleet: tiny-gpu and tiny-gpu-393k-fp8kv at TP=1 on a local one-node Ray cluster, one GPU"

@@ -1,4 +1,4 @@
-"""`benchmarks/bench_fleet.py --quick` in CI: four wait-only jobs on two logical Ray nodes finish
+"""`python -m benchmarks.bench_fleet --quick` in CI: four wait-only jobs on two logical Ray nodes finish
 within 1.15x of the ideal makespan, and the runner's per-job figures are there."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from support.fleet_jobs import ROOT
 
 def test_quick_fleet_benchmark_is_within_its_makespan_limit(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fleet.py"), "--quick", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_fleet", "--quick", "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (result,) = json.loads(out.read_text())["results"]

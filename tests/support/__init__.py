@@ -30,12 +30,16 @@ def python_path(inherited: str | None = None) -> str:
     return os.pathsep.join(filter(None, [str(TESTS), str(ROOT), inherited]))
 
 
-def load_script(path: Path, name: str) -> ModuleType:
+def load_script(path: Path, name: str, *, beside: tuple[str, ...] = ()) -> ModuleType:
     """A script of the checkout (not a package module) imported under ``name`` for its tests.
 
     It is registered in ``sys.modules`` first: a dataclass looks its module up there while the
     module runs. Each call runs the script afresh, so a test that sets the environment first sees
-    the script read it."""
+    the script read it. ``beside`` names the modules of the script's folder it imports (run as a
+    script, its folder comes first on ``sys.path``; loaded here, it does not): each is loaded
+    first under its own name, so no path is added."""
+    for sibling in beside:
+        load_script(path.with_name(f"{sibling}.py"), sibling)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)

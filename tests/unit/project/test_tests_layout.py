@@ -71,11 +71,29 @@ def _sys_path_additions(path: Path) -> list[str]:
 
 
 def test_no_test_puts_a_test_folder_on_sys_path() -> None:
-    """Only a folder of scripts outside tests/ (benchmarks/, scripts/) may be added, to import a script."""
+    """A test imports a script with ``support.load_script`` and a benchmark as ``benchmarks.NAME``."""
     inserting = [f"{p.relative_to(ROOT)}: {added}" for p in [*_test_sources(), *(TESTS / "support").rglob("*.py")]
-                 for added in _sys_path_additions(p)
-                 if not any(word in added for word in ('"benchmarks"', "SCRIPT"))]
+                 for added in _sys_path_additions(p)]
     assert inserting == []
+
+
+def test_no_code_of_the_checkout_adds_to_sys_path() -> None:
+    """No path inserts anywhere: the benchmarks are a package run as modules (``python -m
+    benchmarks.run_all``), a script imports the installed package and the modules of its own
+    folder (first on ``sys.path`` when it runs), and a test loads a script through ``support``."""
+    folders = [ROOT / name for name in ("pytest_vllmqual", "benchmarks", "scripts", "fixtures", "suites", "tests")]
+    sources = [p for folder in folders for p in folder.rglob("*.py") if "build" not in p.relative_to(folder).parts]
+    inserting = [f"{p.relative_to(ROOT)}: {added}" for p in sources for added in _sys_path_additions(p)]
+    assert len(sources) > 100 and inserting == []
+
+
+def test_the_benchmarks_are_a_package_that_imports_itself_by_name() -> None:
+    """A benchmark imports another as ``benchmarks.NAME``: a bare ``import fidelity_common`` only
+    worked with the folder put on ``sys.path``."""
+    folder = ROOT / "benchmarks"
+    own = {p.stem for p in folder.glob("*.py")}
+    bare = [f"{p.name} imports {name}" for p in folder.glob("*.py") for name in _imported_names(p) if name in own]
+    assert (folder / "__init__.py").is_file() and bare == []
 
 
 def test_each_unit_test_folder_is_a_subpackage_or_a_named_project_folder() -> None:

@@ -113,7 +113,7 @@ def test_docker_run_line(tmp_path: Path) -> None:
     "HF_TOKEN=hf_abc vllm serve m --max-model-len 8",
     "docker run -e HF_TOKEN=hf_abc img@sha256:" + "c" * 64 + " m --max-model-len 8",
     "docker run --env=OPENAI_API_KEY=x img m --max-model-len 8",
-    # the package's one secret policy (privacy.sanitize.SECRET_WORDS) decides, passphrases included
+    # the package's one secret policy (privacy.secret_policy.SECRET_WORDS) decides, passphrases included
     "SSH_KEY_PASSPHRASE=x vllm serve m --max-model-len 8",
     "vllm serve m --max-model-len 8 --hub-passphrase abc",
 ])

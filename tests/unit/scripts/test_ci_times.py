@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import ROOT
+from support import ROOT, load_script
 
 SCRIPT = ROOT / "scripts" / "ci_times.py"
 
@@ -109,11 +109,7 @@ def test_the_table_knows_every_step_the_makefile_times() -> None:
     in its place, not as "not run" beside an unknown row."""
     import re
 
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import ci_times
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    ci_times = load_script(SCRIPT, "ci_times_under_test")
     recipe = (SCRIPT.parents[1] / "Makefile").read_text().split("\ntest:\n", 1)[1].split("\n\n", 1)[0]
     assert tuple(re.findall(r"^\t\$\(TIMED\) (\S+) ", recipe, re.M)) == ci_times.STEPS
 

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pytest_vllmqual.privacy.sanitize import Sanitizer
+from pytest_vllmqual.records import GateRecord, RungRecord, RunRecord
+from pytest_vllmqual.report.decision import with_decision
+from pytest_vllmqual.report.public import build_public_report, validate_report
+
 ROOT = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(ROOT))
-
-from pytest_vllmqual.privacy.sanitize import Sanitizer  # noqa: E402
-from pytest_vllmqual.records import GateRecord, RungRecord, RunRecord  # noqa: E402
-from pytest_vllmqual.report.decision import with_decision  # noqa: E402
-from pytest_vllmqual.report.public import build_public_report, validate_report  # noqa: E402
-
 HERE = Path(__file__).resolve().parent
 RECIPES = ROOT / "fixtures" / "recipes"
 
