@@ -124,10 +124,10 @@ def _paragraph_starts(text: str, longest: int) -> list[int]:
 def _needles(rng: random.Random, count: int, settings: BankSettings) -> list[fam.Question]:
     if not settings.needle_tokens or count <= 0:
         return []
-    shapes = [(tokens * CHARS_PER_TOKEN, depth) for tokens in settings.needle_tokens for depth in settings.needle_depths]
+    shapes = [(tokens, depth) for tokens in settings.needle_tokens for depth in settings.needle_depths]
     filler = probe_text().text
-    starts = _paragraph_starts(filler, max(chars for chars, _ in shapes))
-    return [fam.needle(rng, i, filler, starts, shapes) for i in range(count)]
+    starts = _paragraph_starts(filler, max(settings.needle_tokens) * CHARS_PER_TOKEN)
+    return [fam.needle(rng, i, filler, starts, shapes, CHARS_PER_TOKEN) for i in range(count)]
 
 
 def _questions(family: ItemFamily, count: int, settings: BankSettings) -> list[fam.Question]:

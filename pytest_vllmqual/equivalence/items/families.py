@@ -29,15 +29,17 @@ FIELDS = ("id", "price", "year", "count", "age", "score", "height", "weight", "l
           "width", "depth", "speed", "total", "stock", "votes", "miles", "days", "pages")
 
 ARITHMETIC_GRADES: tuple[tuple[str, str, int, int], ...] = (
-    ("add-2d", "+", 10, 99), ("add-3d", "+", 100, 999), ("sub-3d", "-", 100, 999),
-    ("mul-2dx1d", "*", 10, 99), ("add-4d", "+", 1000, 9999), ("mul-2dx2d", "x", 10, 99))
-"""(label, operation, smallest, largest operand): ``*`` is two digits times one digit, ``x`` two by two."""
-RECALL_GRADES: tuple[int, ...] = (0, 2, 6, 14)
+    ("add-1d", "+", 1, 9), ("add-2d", "+", 10, 99), ("sub-2d", "-", 10, 99), ("mul-1dx1d", "x", 2, 9),
+    ("add-3d", "+", 100, 999), ("mul-2dx1d", "*", 10, 99), ("add-4d", "+", 1000, 9999), ("mul-2dx2d", "x", 10, 99))
+"""(label, operation, smallest, largest operand): ``*`` is two digits times one digit, ``x`` both
+operands in the range; one-digit sums for a small model, four-digit sums and two-digit products for a
+large one."""
+RECALL_GRADES: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
 """Other statements between the asked value and the question (the distance), one grade each."""
-LIST_GRADES: tuple[tuple[str, int], ...] = (("count", 4), ("max", 4), ("sort", 3), ("count", 7), ("max", 7),
-                                           ("sort", 5))
+LIST_GRADES: tuple[tuple[str, int], ...] = (("count", 3), ("max", 3), ("sort", 3), ("count", 5), ("max", 5),
+                                           ("sort", 5), ("count", 8), ("max", 8))
 """(task, list length): count the numbers, name the largest, or sort them."""
-JSON_GRADES: tuple[int, ...] = (3, 6, 10)
+JSON_GRADES: tuple[int, ...] = (2, 4, 8, 16)
 """Fields in the object; the asked one is at a drawn position."""
 
 
@@ -127,12 +129,13 @@ def json_field(rng: random.Random, grade: int) -> Question:
 
 
 def needle(rng: random.Random, grade: int, filler: str, starts: Sequence[int],
-           shapes: Sequence[tuple[int, int]]) -> Question:
+           shapes: Sequence[tuple[int, int]], chars_per_token: int) -> Question:
     """A number hidden at a chosen depth of a passage of the probe text.
 
-    ``shapes`` are (characters of filler, depth in percent); ``starts`` the offsets in ``filler``
-    where a paragraph begins, one of which is drawn."""
-    chars, depth = shapes[grade % len(shapes)]
+    ``shapes`` are (tokens of filler, depth in percent), a token taken as ``chars_per_token``
+    characters; ``starts`` the offsets in ``filler`` where a paragraph begins, one of which is drawn."""
+    tokens, depth = shapes[grade % len(shapes)]
+    chars = tokens * chars_per_token
     start = starts[rng.randrange(len(starts))]
     passage = filler[start:start + chars]
     cut = passage.rfind(" ", 0, max(1, chars * depth // 100)) + 1
@@ -140,7 +143,7 @@ def needle(rng: random.Random, grade: int, filler: str, starts: Sequence[int],
     text = f"{passage[:cut]}The secret number is {secret}. {passage[cut:]}"
     prompt = (f"Read the text below.\n\n{text}\n\nWhat is the secret number mentioned in the text? "
               f"{_NUMBER_ONLY}")
-    return Question(prompt, str(secret), ItemJudge.FINAL_NUMBER, f"chars-{chars}-depth-{depth}")
+    return Question(prompt, str(secret), ItemJudge.FINAL_NUMBER, f"tokens-{tokens}-depth-{depth}")
 
 
 FAMILY_ORDER: tuple[ItemFamily, ...] = (ItemFamily.ARITHMETIC, ItemFamily.RECALL, ItemFamily.LISTS,

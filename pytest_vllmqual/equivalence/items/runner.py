@@ -3,8 +3,8 @@
 Each item is one chat request with the user prompt alone, ``temperature: 0``, the bank's
 ``max_tokens`` and the probe's stop rules (none but the model's own end-of-sequence token), sent
 alone like the probe's greedy prompts: answers can change with batch composition. The chat template
-is fingerprinted as the server renders the bank's prompts (``/tokenize``), and is part of the
-bank's hash. An HTTP error on an item ends the run with a ValueError naming the item; a server
+is fingerprinted as the server renders the first prompt of each family (``/tokenize``), and is part
+of the bank's hash. An HTTP error on an item ends the run with a ValueError naming the item; a server
 that dies ends it with ``ServerGoneError``.
 """
 
@@ -38,7 +38,9 @@ class BankRun:
 def run_bank(client: QualClient, bank: Bank) -> BankRun:
     """Send every item of ``bank`` and judge each answer."""
     started = time.perf_counter()
-    template = chat_template_fingerprint(client, [(item.item_id, item.prompt) for item in bank.items])
+    firsts = {item.family: item for item in reversed(bank.items)}
+    template = chat_template_fingerprint(client, [(item.item_id, item.prompt) for item in bank.items
+                                                  if firsts[item.family] is item])
     outcomes: list[ItemOutcome] = []
     answers: list[dict[str, Any]] = []
     for item in bank.items:

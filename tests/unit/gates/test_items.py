@@ -88,7 +88,7 @@ def test_a_bank_with_no_measured_family_is_not_measured(tmp_path: Path) -> None:
 
 def test_near_zero_accuracy_passes_and_says_the_family_cannot_tell_arms_apart(tmp_path: Path) -> None:
     gate = recorder(tmp_path)
-    verdict = items_gate(client(lambda body: ("12", "stop"), []), recipe(), gate)
+    verdict = items_gate(client(lambda body: ("100000", "stop"), []), recipe(), gate)
     assert verdict.passed
     assert "(near 0: cannot tell arms apart for this model)" in gate.record.summary
     assert "cannot tell arms apart" in gate.record.measurements["families"][0]["note"]

@@ -16,7 +16,7 @@ from pytest_vllmqual.equivalence.items.bank import BankSettings, build_bank, ope
 from pytest_vllmqual.equivalence.items.judges import judge
 from pytest_vllmqual.words import ItemFamily
 
-SMALL = BankSettings(counts=(12, 8, 12, 6, 9), needle_tokens=(64, 128, 256))
+SMALL = BankSettings(counts=(16, 8, 12, 6, 9), needle_tokens=(64, 128, 256))
 
 
 def test_two_generations_give_the_same_items_and_hashes() -> None:
@@ -29,7 +29,7 @@ def test_two_generations_give_the_same_items_and_hashes() -> None:
 def test_a_fresh_interpreter_with_another_hash_seed_gives_the_same_hash() -> None:
     """Nothing depends on string hashing or set order: another PYTHONHASHSEED, the same bank."""
     code = ("from pytest_vllmqual.equivalence.items.bank import BankSettings, build_bank; "
-            "print(build_bank(BankSettings(counts=(12, 8, 12, 6, 9), needle_tokens=(64, 128, 256))).items_sha256())")
+            "print(build_bank(BankSettings(counts=(16, 8, 12, 6, 9), needle_tokens=(64, 128, 256))).items_sha256())")
     import os
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.strip()
@@ -40,14 +40,14 @@ def test_another_seed_gives_other_items_and_one_family_count_leaves_the_others_a
     base = build_bank(SMALL)
     assert build_bank(BankSettings(counts=SMALL.counts, seed=2, needle_tokens=SMALL.needle_tokens)).items_sha256() \
         != base.items_sha256()
-    more = build_bank(BankSettings(counts=(20, 8, 12, 6, 9), needle_tokens=SMALL.needle_tokens))
+    more = build_bank(BankSettings(counts=(24, 8, 12, 6, 9), needle_tokens=SMALL.needle_tokens))
     recall = [i for i in base.items if i.family == "recall"]
     assert recall == [i for i in more.items if i.family == "recall"]
 
 
 def test_every_generated_item_is_right_by_its_own_judge_and_grades_are_shared_out() -> None:
     bank = build_bank(SMALL)
-    assert bank.counts() == {"arithmetic": 12, "recall": 8, "lists": 12, "json_field": 6, "needle": 9}
+    assert bank.counts() == {"arithmetic": 16, "recall": 8, "lists": 12, "json_field": 6, "needle": 9}
     for item in bank.items:
         assert judge(item.judge, item.answer, item.answer).correct, item
         assert item.answer.split(",")[-1].strip() in item.prompt or item.family in ("arithmetic", "lists")
@@ -65,7 +65,7 @@ def test_arithmetic_answers_are_the_arithmetic() -> None:
 
 def test_a_needle_sits_at_its_depth_inside_the_probe_text() -> None:
     items = [i for i in build_bank(SMALL).items if i.family == "needle"]
-    assert [i.grade for i in items[:3]] == ["chars-256-depth-10", "chars-256-depth-50", "chars-256-depth-90"]
+    assert [i.grade for i in items[:3]] == ["tokens-64-depth-10", "tokens-64-depth-50", "tokens-64-depth-90"]
     for item in items:
         assert f"The secret number is {item.answer}." in item.prompt
         passage = item.prompt.split("\n\n", 1)[1].rsplit("\n\nWhat is", 1)[0]
@@ -124,5 +124,5 @@ def test_the_bank_record_names_what_two_arms_must_share() -> None:
     record = bank.record("c" * 64)
     assert {"name", "version", "seed", "sha256", "chat_template_sha256", "max_tokens", "stop", "judge_version",
             "count", "families"} <= set(record)
-    assert record["sha256"] == bank.sha256("c" * 64) and record["count"] == len(bank.items) == 47
+    assert record["sha256"] == bank.sha256("c" * 64) and record["count"] == len(bank.items) == 51
     assert record["families"] == ["arithmetic", "recall", "lists", "json_field", "needle"]
