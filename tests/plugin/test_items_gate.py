@@ -9,7 +9,6 @@ import gzip
 import json
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 from support import ROOT, python_path

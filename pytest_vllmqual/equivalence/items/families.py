@@ -28,19 +28,19 @@ NAMES = ("apple", "river", "candle", "garden", "window", "pencil", "harbor", "me
 FIELDS = ("id", "price", "year", "count", "age", "score", "height", "weight", "level", "rank", "floor",
           "width", "depth", "speed", "total", "stock", "votes", "miles", "days", "pages")
 
-ARITHMETIC_GRADES: tuple[tuple[str, str, int, int], ...] = (
-    ("add-1d", "+", 1, 9), ("add-2d", "+", 10, 99), ("sub-2d", "-", 10, 99), ("mul-1dx1d", "x", 2, 9),
-    ("add-3d", "+", 100, 999), ("mul-2dx1d", "*", 10, 99), ("add-4d", "+", 1000, 9999), ("mul-2dx2d", "x", 10, 99))
-"""(label, operation, smallest, largest operand): ``*`` is two digits times one digit, ``x`` both
-operands in the range; one-digit sums for a small model, four-digit sums and two-digit products for a
-large one."""
-RECALL_GRADES: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
+ARITHMETIC_GRADES: tuple[tuple[str, str, int, int, int, int], ...] = (
+    ("add-1d", "+", 1, 9, 1, 9), ("sub-1d", "-", 1, 9, 1, 9), ("mul-1d", "*", 2, 9, 2, 9),
+    ("add-2d1d", "+", 10, 99, 1, 9), ("add-2d", "+", 10, 99, 10, 99), ("sub-2d", "-", 10, 99, 10, 99),
+    ("add-3d", "+", 100, 999, 100, 999), ("mul-2d", "*", 10, 99, 10, 99))
+"""(label, operation, first operand's range, second operand's range): one-digit sums for a small
+model up to three-digit sums and two-digit products for a large one (a difference is never negative)."""
+RECALL_GRADES: tuple[int, ...] = (1, 4, 8, 16, 24, 32)
 """Other statements between the asked value and the question (the distance), one grade each."""
-LIST_GRADES: tuple[tuple[str, int], ...] = (("count", 3), ("max", 3), ("sort", 3), ("count", 5), ("max", 5),
-                                           ("sort", 5), ("count", 8), ("max", 8))
-"""(task, list length): count the numbers, name the largest, or sort them."""
-JSON_GRADES: tuple[int, ...] = (2, 4, 8, 16)
-"""Fields in the object; the asked one is at a drawn position."""
+LIST_GRADES: tuple[tuple[str, int], ...] = (("max", 2), ("count", 2), ("sort", 2), ("max", 3), ("count", 3),
+                                           ("sort", 3), ("max", 5), ("count", 5))
+"""(task, list length): name the largest, count the numbers, or sort them."""
+JSON_GRADES: tuple[int, ...] = (1, 2, 4, 8)
+"""Records in the object's list; the asked one, and which of its three numbers, are drawn."""
 
 
 @dataclass(frozen=True)
@@ -78,15 +78,12 @@ def _distinct(rng: random.Random, count: int, low: int, high: int) -> list[int]:
 
 def arithmetic(rng: random.Random, grade: int) -> Question:
     """``What is 47 + 38?``: addition, subtraction and multiplication by grade."""
-    label, op, low, high = ARITHMETIC_GRADES[grade % len(ARITHMETIC_GRADES)]
-    a, b = draw(rng, low, high), draw(rng, low, high)
-    if op == "*":
-        b = draw(rng, 2, 9)
+    label, op, a_low, a_high, b_low, b_high = ARITHMETIC_GRADES[grade % len(ARITHMETIC_GRADES)]
+    a, b = draw(rng, a_low, a_high), draw(rng, b_low, b_high)
     if op == "-" and b > a:
         a, b = b, a
-    value = {"+": a + b, "-": a - b, "*": a * b, "x": a * b}[op]
-    sign = "*" if op == "x" else op
-    return Question(f"What is {a} {sign} {b}? {_NUMBER_ONLY}", str(value), ItemJudge.FINAL_NUMBER, label)
+    value = {"+": a + b, "-": a - b, "*": a * b}[op]
+    return Question(f"What is {a} {op} {b}? {_NUMBER_ONLY}", str(value), ItemJudge.FINAL_NUMBER, label)
 
 
 def recall(rng: random.Random, grade: int) -> Question:
@@ -117,15 +114,18 @@ def lists(rng: random.Random, grade: int) -> Question:
 
 
 def json_field(rng: random.Random, grade: int) -> Question:
-    """One integer field of a flat JSON object of 3 to 10 fields."""
-    size = JSON_GRADES[grade % len(JSON_GRADES)]
-    keys = [str(k) for k in shuffled(rng, FIELDS)[:size]]
-    values = _distinct(rng, size, 10, 999)
-    asked = rng.randrange(size)
-    body = ", ".join(f'"{key}": {value}' for key, value in zip(keys, values, strict=True))
-    prompt = (f"Here is a JSON object:\n{{{body}}}\nWhat is the value of the field \"{keys[asked]}\"? "
-              f"{_NUMBER_ONLY}")
-    return Question(prompt, str(values[asked]), ItemJudge.FINAL_NUMBER, f"fields-{size}")
+    """One number of one named record in a JSON object's list of 1 to 8 records of three numbers each."""
+    records = JSON_GRADES[grade % len(JSON_GRADES)]
+    names = [str(k) for k in shuffled(rng, NAMES)[:records]]
+    fields = [str(k) for k in shuffled(rng, FIELDS)[:3]]
+    values = _distinct(rng, records * 3, 10, 999)
+    rows = [", ".join([f'"name": "{name}"'] + [f'"{field}": {values[3 * r + f]}' for f, field in enumerate(fields)])
+            for r, name in enumerate(names)]
+    row, field = rng.randrange(records), rng.randrange(3)
+    body = '{"items": [' + ", ".join("{" + text + "}" for text in rows) + "]}"
+    prompt = (f"Here is a JSON object:\n{body}\nWhat is the \"{fields[field]}\" of the item named "
+              f"\"{names[row]}\"? {_NUMBER_ONLY}")
+    return Question(prompt, str(values[3 * row + field]), ItemJudge.FINAL_NUMBER, f"records-{records}")
 
 
 def needle(rng: random.Random, grade: int, filler: str, starts: Sequence[int],
