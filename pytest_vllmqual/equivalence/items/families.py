@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pytest_vllmqual.words import ItemFamily, ItemJudge
 
-__all__ = ["ARITHMETIC_GRADES", "FAMILY_ORDER", "FIELDS", "JSON_GRADES", "LIST_GRADES", "NAMES", "RECALL_GRADES", "Question", "arithmetic", "draw",
+__all__ = ["ARITHMETIC_GRADES", "FAMILY_ORDER", "FIELDS", "JSON_GRADES", "LIST_GRADES", "NAMES", "RECALL_BEFORE", "RECALL_GRADES", "Question", "arithmetic", "draw",
            "json_field", "lists", "needle", "recall", "shuffled"]
 
 _NUMBER_ONLY = "Answer with the number only."
@@ -36,6 +36,8 @@ ARITHMETIC_GRADES: tuple[tuple[str, str, int, int, int, int], ...] = (
 model up to three-digit sums and two-digit products for a large one (a difference is never negative)."""
 RECALL_GRADES: tuple[int, ...] = (1, 4, 8, 16, 24, 32)
 """Other statements between the asked value and the question (the distance), one grade each."""
+RECALL_BEFORE = 3
+"""Statements before the asked one."""
 LIST_GRADES: tuple[tuple[str, int], ...] = (("max", 2), ("count", 2), ("sort", 2), ("max", 3), ("count", 3),
                                            ("sort", 3), ("max", 5), ("count", 5))
 """(task, list length): name the largest, count the numbers, or sort them."""
@@ -87,14 +89,15 @@ def arithmetic(rng: random.Random, grade: int) -> Question:
 
 
 def recall(rng: random.Random, grade: int) -> Question:
-    """A code stated first, asked for after ``distance`` other codes."""
+    """A code stated after a few others and asked for after ``distance`` more (not the first one stated,
+    which a model recalls more easily)."""
     distance = RECALL_GRADES[grade % len(RECALL_GRADES)]
-    keys = [str(k) for k in shuffled(rng, NAMES)[:distance + 1]]
-    values = _distinct(rng, distance + 1, 1000, 9999)
+    keys = [str(k) for k in shuffled(rng, NAMES)[:RECALL_BEFORE + distance + 1]]
+    values = _distinct(rng, len(keys), 1000, 9999)
     lines = [f"The code for {key} is {value}." for key, value in zip(keys, values, strict=True)]
     prompt = ("Remember these codes.\n" + "\n".join(lines) +
-              f"\nWhat is the code for {keys[0]}? {_NUMBER_ONLY}")
-    return Question(prompt, str(values[0]), ItemJudge.FINAL_NUMBER, f"distance-{distance}")
+              f"\nWhat is the code for {keys[RECALL_BEFORE]}? {_NUMBER_ONLY}")
+    return Question(prompt, str(values[RECALL_BEFORE]), ItemJudge.FINAL_NUMBER, f"distance-{distance}")
 
 
 def lists(rng: random.Random, grade: int) -> Question:
