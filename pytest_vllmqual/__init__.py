@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         tool_continuation_gate,
         tools_gate,
     )
+    from pytest_vllmqual.gates.items import items_gate
     from pytest_vllmqual.gates.ladder import concurrency_gate, ladder_gate
     from pytest_vllmqual.gates.load import load_gate
     from pytest_vllmqual.gates.quality import (
@@ -85,6 +86,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.gates.load": ("load_gate",),
     "pytest_vllmqual.gates.engine": ("cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"),
     "pytest_vllmqual.gates.equivalence": ("equivalence_gate",),
+    "pytest_vllmqual.gates.items": ("items_gate",),
     "pytest_vllmqual.equivalence.memory": ("server_memory",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -109,6 +111,7 @@ __all__ = [
     "engine_ranks_gate",
     "equivalence_gate",
     "identity_gate",
+    "items_gate",
     "json_gate",
     "kv_pool_gate",
     "ladder_gate",

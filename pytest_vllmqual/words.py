@@ -19,6 +19,8 @@ __all__ = [
     "FigureSource",
     "FigureStatus",
     "GateOutcome",
+    "ItemFamily",
+    "ItemJudge",
     "LauncherKind",
     "LevelJudgement",
     "RunMode",
@@ -116,6 +118,34 @@ class Divergence(Word):
     #: The candidate's token was in the control's top-K, within 0.5 nats of the control's top token.
     NEAR_TIE = "near tie"
     HARD = "hard"
+
+
+class ItemFamily(Word):
+    """A family of the item bank's questions (each judged per family: accuracy, unparsed, cut off)."""
+
+    #: Multi-digit arithmetic at graded difficulty, judged by the answer's final number.
+    ARITHMETIC = "arithmetic"
+    #: A value stated earlier, asked for after a growing number of other statements.
+    RECALL = "recall"
+    #: Sorting, counting or the largest of a short list of numbers.
+    LISTS = "lists"
+    #: One field of a JSON object.
+    JSON_FIELD = "json_field"
+    #: A number hidden at a chosen depth of a long text.
+    NEEDLE = "needle"
+    #: An operator's own items (the recipe's JSONL file).
+    OPERATOR = "operator"
+
+
+class ItemJudge(Word):
+    """How an item's answer is judged (an operator's item names one)."""
+
+    #: The final number the answer affirms equals the expected number.
+    FINAL_NUMBER = "final_number"
+    #: The answer's last integers are the expected list, in order.
+    NUMBER_LIST = "number_list"
+    #: The answer (or its first line) is the expected text, case and punctuation aside.
+    EXACT_TEXT = "exact_text"
 
 
 class GateOutcome(Word):

@@ -96,6 +96,8 @@ class ArmWords:
 def _not_comparable(control: Mapping[str, Any], candidate: Mapping[str, Any], words: ArmWords = ArmWords()) -> str | None:
     """Why two sidecars cannot be compared (None when they can)."""
     for role, body in ((words.control, control), (words.candidate, candidate)):
+        if "probe_sha256" not in body:
+            return f"{role} ran no equivalence probe (its sidecar holds the item bank's answers only)"
         if not body.get("top_k"):
             return f"{role}'s server returned no log probabilities (K = 0)"
     if control.get("tokenizer_sha256") != candidate.get("tokenizer_sha256"):

@@ -1,7 +1,9 @@
 """The probe's sidecar file: one arm's numbers beside its public report, referenced by SHA-256.
 
 The probe gate writes the answers (token IDs and log probabilities, no text) into the arm's
-private folder (:data:`PRIVATE_NAME`). When the report is written, :func:`publish` copies them
+private folder (:data:`PRIVATE_NAME`), and the item bank gate its answers there too
+(:data:`ITEMS_PRIVATE_NAME`: the bank's identity, each item's outcome and the answer's text, which
+the writer's scrubber reads before it is published), under the sidecar's ``items`` key. When the report is written, :func:`publish` copies them
 beside the report as ``<report stem>.probe.json.gz`` (gzip: a sidecar holds megabytes of
 numbers, and a name that does not end in ``.json`` keeps it out of globs for reports) with what a later comparison needs from the
 report itself (the checkpoint pin, prefix caching, the logprobs mode), and returns the reference
@@ -14,19 +16,21 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_bytes_atomic
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
 
-__all__ = ["FORMAT", "PRIVATE_NAME", "checkpoint_pin", "load", "logprobs_mode", "prefix_caching", "publish",
+__all__ = ["FORMAT", "ITEMS_PRIVATE_NAME", "PRIVATE_NAME", "checkpoint_pin", "load", "logprobs_mode", "prefix_caching", "publish",
            "sidecar_name"]
 
 FORMAT = "vllmqual-equivalence-probe/1"
 PRIVATE_NAME = "equivalence/probe.json"
 """Where the probe gate leaves its answers, relative to the arm's private folder."""
+ITEMS_PRIVATE_NAME = "equivalence/items.json"
+"""Where the item bank gate leaves its answers, relative to the arm's private folder."""
 DEFAULT_LOGPROBS_MODE = "raw_logprobs"
 
 
@@ -65,19 +69,32 @@ def logprobs_mode(report: Mapping[str, Any]) -> str:
     return str(value) if value else DEFAULT_LOGPROBS_MODE
 
 
-def publish(private_file: Path, report: Mapping[str, Any], report_path: Path) -> dict[str, Any]:
-    """Write the public sidecar beside ``report_path`` and return the report's reference to it."""
-    body = json.loads(Path(private_file).read_text())
+def _items_reference(items: Mapping[str, Any] | None) -> dict[str, Any]:
+    bank = (items or {}).get("bank") or {}
+    return {"items_bank_sha256": bank.get("sha256"), "items": bank.get("count")} if items else {}
+
+
+def publish(private_file: Path | None, report: Mapping[str, Any], report_path: Path, *,
+            items_file: Path | None = None, scrub: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """Write the public sidecar beside ``report_path`` and return the report's reference to it.
+
+    ``private_file``: the probe's answers (None when the probe did not run); ``items_file``: the item
+    bank's, which go under ``items`` after ``scrub`` (the report's scrubber) read their text."""
+    body = json.loads(Path(private_file).read_text()) if private_file is not None else {}
+    items = json.loads(Path(items_file).read_text()) if items_file is not None else None
+    if items is not None and scrub is not None:
+        items = scrub(items)
     arm = {"checkpoint_pin": checkpoint_pin(report), "prefix_caching": prefix_caching(report),
            "logprobs_mode": logprobs_mode(report),
            "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}
-    sidecar = {"format": FORMAT, **body, "arm": arm}
+    sidecar = {"format": FORMAT, **body, **({"items": items} if items is not None else {}), "arm": arm}
     path = Path(report_path).parent / sidecar_name(report_path)
     text = json.dumps(sidecar, separators=(",", ":")) + "\n"
     write_bytes_atomic(gzip.compress(text.encode("utf-8"), mtime=0), path, what="probe sidecar")
     digest = sha256_file(path)
     return {"file": path.name, "sha256": digest, "probe_sha256": body.get("probe_sha256"),
-            "tokenizer_sha256": body.get("tokenizer_sha256"), "top_k": body.get("top_k"), **arm}
+            "tokenizer_sha256": body.get("tokenizer_sha256"), "top_k": body.get("top_k"), **arm,
+            **_items_reference(items)}
 
 
 def load(reference: Mapping[str, Any], folder: Path) -> tuple[dict[str, Any] | None, str | None]:

@@ -9,9 +9,7 @@ here once (``run_smoke``): the smoke gate and the ladder's post-probe smoke both
 from __future__ import annotations
 
 import functools
-import itertools
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import yaml
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.client.sdk_findings import json_kind
+from pytest_vllmqual.equivalence.items.judges import NumberAnswer, judge_final_number
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.launch.registry import launcher_class
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
@@ -32,7 +31,7 @@ from pytest_vllmqual.vllm.server_messages import public_failure
 
 __all__ = ["SMOKE_PROMPT", "ArgumentViolation", "GateVerdict", "NumberAnswer", "SmokeResult", "SmokeRule", "ToolCase", "ToolProblem",
            "auto_tool_choice", "check_fingerprints", "check_json_content", "check_stream_tool",
-           "check_tool_call", "failed_request", "load_tool_fixtures", "missing_tool_flags", "recipe_tool_fixtures",
+           "check_tool_call", "failed_request", "judge_final_number", "load_tool_fixtures", "missing_tool_flags", "recipe_tool_fixtures",
            "recipe_tool_fixtures_path", "run_smoke", "schema_problems", "schema_violations", "shipped_tool_fixtures",
            "tool_call_problems", "tool_flags_problem", "warm_up_validation"]
 
@@ -399,46 +398,3 @@ def check_fingerprints(counts: dict[str, int], expected: dict[str, int]) -> list
     return problems
 
 
-_NUMBER = re.compile(r"(?<![\w.])[-\u2212]?\d+(?:[.,]\d+)?(?![\w.]\d)")
-_NEGATED = re.compile(r"(?:\bnot|\bnever|\bno|n't|\bisn't|\bwouldn't)\W*(?:\w+\W+)?$", re.IGNORECASE)
-_ALTERNATIVE = re.compile(r"^\W*(?:or|and/or)\W*$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class NumberAnswer:
-    """An answer to a known-answer arithmetic question, judged by its final number."""
-
-    correct: bool
-    """The last number the answer affirms is the expected one, and no alternative is offered."""
-    number_only: bool
-    """The answer is the number alone (the prompt asks for it; a finding, not a pass rule)."""
-    why: str
-    """What decided it, in the harness's words (no model text)."""
-
-
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text.replace("\u2212", "-").replace(",", "."))
-    except ValueError:
-        return None
-
-
-def judge_final_number(answer: str, expected: float) -> NumberAnswer:
-    """Judge an arithmetic answer by its final number: "3 + 4 = 7" and "7." are correct; "not 7"
-    (negated) and "7 or 8" / "8 or 7" (an alternative offered) are not. Whether the model
-    followed "number only" is reported beside, never part of the judgement."""
-    stripped = answer.strip().rstrip(".!").strip()
-    found = list(_NUMBER.finditer(answer))
-    only = len(found) == 1 and _NUMBER.fullmatch(stripped) is not None
-    if not found:
-        return NumberAnswer(False, False, "no number in the answer")
-    for left, right in itertools.pairwise(found):
-        if _ALTERNATIVE.match(answer[left.end():right.start()]):
-            return NumberAnswer(False, only, "the answer offers alternatives")
-    affirmed = [m for m in found if not _NEGATED.search(answer[:m.start()][-24:])]
-    if not affirmed:
-        return NumberAnswer(False, only, "the answer negates its only number")
-    value = _as_number(affirmed[-1].group())
-    if value is None or abs(value - float(expected)) > 1e-9:
-        return NumberAnswer(False, only, "the final number is not the expected one")
-    return NumberAnswer(True, only, "the final number is the expected one")

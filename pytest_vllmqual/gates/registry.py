@@ -9,9 +9,9 @@ comparison, the campaign, the HTML page and the junit properties all read this t
 
 The table lists the gates in the order they run (``EXECUTION_ORDER``; ``session.gate_order``
 derives the run order from it): smoke, identity, the rest of the functional family, reasoning,
-quality, engine, lifecycle, capacity, load; the equivalence probe, which is not in this table,
-runs with the capacity and load gates after every other (``gate_order.SERVER_AT_RISK``: they can
-take the server down). A family is named by the marker a user puts on a gate.
+quality, engine, lifecycle, capacity, load; the item bank and the equivalence probe, which are not
+in this table, run after every other but before the gates that can take the server down, and
+with them (``gate_order.AFTER_THE_CHEAP_GATES``, ``gate_order.SERVER_AT_RISK``). A family is named by the marker a user puts on a gate.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ REGISTRY: tuple[GateSpec, ...] = (
 )
 
 BY_NAME: dict[str, GateSpec] = {spec.name: spec for spec in REGISTRY}
-COMPARISON_GATES: dict[str, str] = {"equivalence": "Equivalence probe"}
+COMPARISON_GATES: dict[str, str] = {"items": "Item bank", "equivalence": "Equivalence probe"}
 """Shipped gates whose evidence only a comparison judges (name → title). They are not in the
 registry: a single run's verdict neither needs them nor counts their absence."""
 EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)

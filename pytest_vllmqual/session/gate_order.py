@@ -5,7 +5,7 @@ One order, derived from the gate registry, which lists the gates in the order th
 then identity (each ends the arm's remaining gates when it fails), then each family in the
 order it first appears there (functional, reasoning, quality, engine, lifecycle), and last the
 gates that push the server to its limits (``SERVER_AT_RISK``: the equivalence probe, the
-context ladder, concurrency, load), so a server that dies under one of them keeps every cheap
+context ladder, concurrency, load), right after the item bank (``AFTER_THE_CHEAP_GATES``), so a server that dies under one of them keeps every cheap
 gate's evidence gathered before it. Gates the registry does not know (users' own, the fault
 kit's) and tests that are not gates run with the functional family, in collection order: their
 authors chose that order (a fault scenario kills the server between two of them), so it is kept.
@@ -28,6 +28,12 @@ SERVER_AT_RISK: tuple[str, ...] = ("equivalence", "ladder", "concurrency", "load
 """Gates that can take the server down, in the order they run after every other gate: the probe
 (prompt log probabilities are computed outside vLLM's memory budget), the ladder's largest rungs,
 then many requests at once."""
+AFTER_THE_CHEAP_GATES: tuple[str, ...] = ("items",)
+"""Gates that run after every cheap gate and before ``SERVER_AT_RISK``: the item bank sends short
+prompts, except its needle family's passages, the longest prompts before the probe (KV cache only,
+no prompt log probabilities, so within the engine's budget); its answers are kept even when the
+probe or the ladder then takes the server down."""
+_LAST: tuple[str, ...] = AFTER_THE_CHEAP_GATES + SERVER_AT_RISK
 
 
 def _group(spec: GateSpec) -> str:
@@ -36,10 +42,10 @@ def _group(spec: GateSpec) -> str:
 
 
 _GROUPS: tuple[str, ...] = tuple(dict.fromkeys(_group(spec) for spec in REGISTRY
-                                               if spec.name not in SERVER_AT_RISK))
+                                               if spec.name not in _LAST))
 _RANK: dict[str, int] = {**{spec.name: _GROUPS.index(_group(spec)) for spec in REGISTRY
-                            if spec.name not in SERVER_AT_RISK},
-                         **{name: len(_GROUPS) + i for i, name in enumerate(SERVER_AT_RISK)}}
+                            if spec.name not in _LAST},
+                         **{name: len(_GROUPS) + i for i, name in enumerate(_LAST)}}
 
 
 def run_rank(gate: str | None) -> int:
@@ -65,4 +71,4 @@ def stop_reason(private_dir: Path) -> str | None:
     reason = data.get("reason") if isinstance(data, dict) else None
     return str(reason) if reason else None
 
-__all__ = ["FAIL_FAST", "SERVER_AT_RISK", "record_stop", "run_rank", "stop_reason"]
+__all__ = ["AFTER_THE_CHEAP_GATES", "FAIL_FAST", "SERVER_AT_RISK", "record_stop", "run_rank", "stop_reason"]

@@ -101,6 +101,10 @@ import pytest
 def test_equivalence_probe(gate):
     gate.summary("ran")
 
+@pytest.mark.gate("items")
+def test_item_bank(gate):
+    gate.summary("ran")
+
 def test_load(gate):
     gate.summary("ran")
 
@@ -123,12 +127,13 @@ def test_smoke(gate):
 
 def test_gates_that_can_kill_the_server_run_after_the_cheap_ones(pytester: pytest.Pytester) -> None:
     """The equivalence probe, the ladder and load run last (in that order), so a server that dies
-    under one of them keeps every cheap gate's evidence."""
+    under one of them keeps every cheap gate's evidence; the item bank runs just before them (its
+    needle prompts are the longest before the probe's, and its answers survive a server the probe kills)."""
     pytester.makepyfile(test_risky=RISKY_GATES)
     junit = pytester.path / "junit.xml"
     result = pytester.runpytest_subprocess("--recipe=tiny-cpu", f"--vllmqual-reports-dir={pytester.path / 'r'}",
                                            f"--junitxml={junit}", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     names = [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")]
-    assert names == ["test_smoke", "test_json", "test_kv_pool", "test_cold_start",
+    assert names == ["test_smoke", "test_json", "test_kv_pool", "test_cold_start", "test_item_bank",
                      "test_equivalence_probe", "test_ladder", "test_load"]
