@@ -8,6 +8,12 @@ report itself (the checkpoint pin, prefix caching, the logprobs mode), and retur
 the report carries (``equivalence_probe``): the file's name and SHA-256, the probe hash, K. A
 comparison, ``vllmqual compare`` and the reference mode then work from public files alone
 (:func:`load`, which checks the SHA-256).
+
+Other gates whose answers only a comparison judges (the tool-call replay) leave their part as a
+block of its own (:func:`write_block`, ``equivalence/blocks/<key>.json`` in the private folder):
+the probe rewrites its own file whole, so the parts cannot share one file. :func:`publish` merges
+each block into the sidecar under its key, and a run whose probe did not run still gets a sidecar
+when some block was written (:func:`has_answers`).
 """
 
 from __future__ import annotations
@@ -21,13 +27,35 @@ from typing import Any
 from pytest_vllmqual.atomic_io import write_bytes_atomic
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
 
-__all__ = ["FORMAT", "PRIVATE_NAME", "checkpoint_pin", "load", "logprobs_mode", "prefix_caching", "publish",
-           "sidecar_name"]
+__all__ = ["BLOCKS_DIR", "FORMAT", "PRIVATE_NAME", "checkpoint_pin", "has_answers", "load", "logprobs_mode",
+           "prefix_caching", "publish", "sidecar_name", "write_block"]
 
 FORMAT = "vllmqual-equivalence-probe/1"
 PRIVATE_NAME = "equivalence/probe.json"
 """Where the probe gate leaves its answers, relative to the arm's private folder."""
+BLOCKS_DIR = "equivalence/blocks"
+"""Where other gates leave their sidecar blocks, one ``<key>.json`` each, relative to the private folder."""
 DEFAULT_LOGPROBS_MODE = "raw_logprobs"
+
+
+def write_block(private_dir: Path, key: str, block: Mapping[str, Any]) -> Path:
+    """Leave one gate's part of the sidecar (top-level ``key``) in the arm's private folder."""
+    if not key.isidentifier() or key in {"format", "arm"}:
+        raise ValueError(f"{key!r} cannot be a sidecar block's key")
+    path = Path(private_dir) / BLOCKS_DIR / f"{key}.json"
+    write_bytes_atomic(json.dumps(block, separators=(",", ":")).encode("utf-8"), path, what=f"{key} answers")
+    return path
+
+
+def _blocks(private_dir: Path) -> dict[str, Any]:
+    folder = Path(private_dir) / BLOCKS_DIR
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+def has_answers(private_dir: Path) -> bool:
+    """Whether the arm left anything for a sidecar: the probe's answers or any block."""
+    folder = Path(private_dir) / BLOCKS_DIR
+    return (Path(private_dir) / PRIVATE_NAME).is_file() or (folder.is_dir() and any(folder.glob("*.json")))
 
 
 def sidecar_name(report_path: Path) -> str:
@@ -66,8 +94,11 @@ def logprobs_mode(report: Mapping[str, Any]) -> str:
 
 
 def publish(private_file: Path, report: Mapping[str, Any], report_path: Path) -> dict[str, Any]:
-    """Write the public sidecar beside ``report_path`` and return the report's reference to it."""
-    body = json.loads(Path(private_file).read_text())
+    """Write the public sidecar beside ``report_path`` and return the report's reference to it: the
+    probe's answers (``private_file``, when the probe ran) and every block of the same private folder."""
+    private_dir = Path(private_file).parents[len(Path(PRIVATE_NAME).parts) - 1]
+    body = json.loads(Path(private_file).read_text()) if Path(private_file).is_file() else {}
+    body.update(_blocks(private_dir))
     arm = {"checkpoint_pin": checkpoint_pin(report), "prefix_caching": prefix_caching(report),
            "logprobs_mode": logprobs_mode(report),
            "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.clock import utc_now
-from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, publish
+from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, has_answers, publish
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.not_measured import (
     Measured,
@@ -134,7 +134,7 @@ class SessionReports:
         report = hooked_arm_report(record, sanitizer=sanitizer, tool_version=__version__, hooks=self.hooks)
         target = self.reports_dir / f"{name}-{self.stamp}.json"
         probe = arm.private_dir / PRIVATE_NAME
-        if probe.is_file():  # the equivalence probe's answers: a sidecar beside the report
+        if has_answers(arm.private_dir):  # the probe's (and the replay's) answers: a sidecar beside the report
             report["equivalence_probe"] = publish(probe, report, target)
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
         if reference is not None:
