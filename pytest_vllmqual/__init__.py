@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         repeated_check_gate,
     )
     from pytest_vllmqual.gates.recorder import GateRecorder
+    from pytest_vllmqual.gates.tool_replay import tool_replay_gate
     from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
     from pytest_vllmqual.recipe.loader import load_recipe
     from pytest_vllmqual.recipe.model import Recipe
@@ -87,6 +88,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.gates.engine": ("cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"),
     "pytest_vllmqual.gates.equivalence": ("equivalence_gate",),
     "pytest_vllmqual.gates.items": ("items_gate",),
+    "pytest_vllmqual.gates.tool_replay": ("tool_replay_gate",),
     "pytest_vllmqual.equivalence.memory": ("server_memory",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -130,6 +132,7 @@ __all__ = [
     "smoke_gate",
     "streaming_tool_gate",
     "tool_continuation_gate",
+    "tool_replay_gate",
     "tools_gate",
 ]
 

@@ -1,15 +1,19 @@
 """The probe's sidecar file: one arm's numbers beside its public report, referenced by SHA-256.
 
 The probe gate writes the answers (token IDs and log probabilities, no text) into the arm's
-private folder (:data:`PRIVATE_NAME`), and the item bank gate its answers there too
-(:data:`ITEMS_PRIVATE_NAME`: the bank's identity, each item's outcome and the answer's text, which
-the writer's scrubber reads before it is published), under the sidecar's ``items`` key. When the report is written, :func:`publish` copies them
+private folder (:data:`PRIVATE_NAME`). When the report is written, :func:`publish` copies them
 beside the report as ``<report stem>.probe.json.gz`` (gzip: a sidecar holds megabytes of
 numbers, and a name that does not end in ``.json`` keeps it out of globs for reports) with what a later comparison needs from the
 report itself (the checkpoint pin, prefix caching, the logprobs mode), and returns the reference
 the report carries (``equivalence_probe``): the file's name and SHA-256, the probe hash, K. A
 comparison, ``vllmqual compare`` and the reference mode then work from public files alone
 (:func:`load`, which checks the SHA-256).
+
+Other gates whose answers only a comparison judges (the item bank, the tool-call replay) leave their part as a
+block of its own (:func:`write_block`, ``equivalence/blocks/<key>.json`` in the private folder):
+the probe rewrites its own file whole, so the parts cannot share one file. :func:`publish` merges
+each block into the sidecar under its key, and a run whose probe did not run still gets a sidecar
+when some block was written (:func:`has_answers`).
 """
 
 from __future__ import annotations
@@ -23,15 +27,35 @@ from typing import Any
 from pytest_vllmqual.atomic_io import write_bytes_atomic
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
 
-__all__ = ["FORMAT", "ITEMS_PRIVATE_NAME", "PRIVATE_NAME", "checkpoint_pin", "load", "logprobs_mode", "prefix_caching", "publish",
-           "sidecar_name"]
+__all__ = ["BLOCKS_DIR", "FORMAT", "PRIVATE_NAME", "checkpoint_pin", "has_answers", "load", "logprobs_mode",
+           "prefix_caching", "publish", "sidecar_name", "write_block"]
 
 FORMAT = "vllmqual-equivalence-probe/1"
 PRIVATE_NAME = "equivalence/probe.json"
 """Where the probe gate leaves its answers, relative to the arm's private folder."""
-ITEMS_PRIVATE_NAME = "equivalence/items.json"
-"""Where the item bank gate leaves its answers, relative to the arm's private folder."""
+BLOCKS_DIR = "equivalence/blocks"
+"""Where other gates leave their sidecar blocks, one ``<key>.json`` each, relative to the private folder."""
 DEFAULT_LOGPROBS_MODE = "raw_logprobs"
+
+
+def write_block(private_dir: Path, key: str, block: Mapping[str, Any]) -> Path:
+    """Leave one gate's part of the sidecar (top-level ``key``) in the arm's private folder."""
+    if not key.isidentifier() or key in {"format", "arm"}:
+        raise ValueError(f"{key!r} cannot be a sidecar block's key")
+    path = Path(private_dir) / BLOCKS_DIR / f"{key}.json"
+    write_bytes_atomic(json.dumps(block, separators=(",", ":")).encode("utf-8"), path, what=f"{key} answers")
+    return path
+
+
+def _blocks(private_dir: Path) -> dict[str, Any]:
+    folder = Path(private_dir) / BLOCKS_DIR
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+def has_answers(private_dir: Path) -> bool:
+    """Whether the arm left anything for a sidecar: the probe's answers or any block."""
+    folder = Path(private_dir) / BLOCKS_DIR
+    return (Path(private_dir) / PRIVATE_NAME).is_file() or (folder.is_dir() and any(folder.glob("*.json")))
 
 
 def sidecar_name(report_path: Path) -> str:
@@ -74,27 +98,28 @@ def _items_reference(items: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"items_bank_sha256": bank.get("sha256"), "items": bank.get("count")} if items else {}
 
 
-def publish(private_file: Path | None, report: Mapping[str, Any], report_path: Path, *,
-            items_file: Path | None = None, scrub: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """Write the public sidecar beside ``report_path`` and return the report's reference to it.
+def publish(private_file: Path, report: Mapping[str, Any], report_path: Path, *,
+            scrub: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """Write the public sidecar beside ``report_path`` and return the report's reference to it: the
+    probe's answers (``private_file``, when the probe ran) and every block of the same private folder.
 
-    ``private_file``: the probe's answers (None when the probe did not run); ``items_file``: the item
-    bank's, which go under ``items`` after ``scrub`` (the report's scrubber) read their text."""
-    body = json.loads(Path(private_file).read_text()) if private_file is not None else {}
-    items = json.loads(Path(items_file).read_text()) if items_file is not None else None
-    if items is not None and scrub is not None:
-        items = scrub(items)
+    The blocks carry answer text (the item bank's answers, the replay's calls), so ``scrub`` (the
+    report's scrubber) reads them first; the probe's answers are token IDs and numbers only."""
+    private_dir = Path(private_file).parents[len(Path(PRIVATE_NAME).parts) - 1]
+    body = json.loads(Path(private_file).read_text()) if Path(private_file).is_file() else {}
+    blocks = _blocks(private_dir)
+    body.update(scrub(blocks) if scrub is not None else blocks)
     arm = {"checkpoint_pin": checkpoint_pin(report), "prefix_caching": prefix_caching(report),
            "logprobs_mode": logprobs_mode(report),
            "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}
-    sidecar = {"format": FORMAT, **body, **({"items": items} if items is not None else {}), "arm": arm}
+    sidecar = {"format": FORMAT, **body, "arm": arm}
     path = Path(report_path).parent / sidecar_name(report_path)
     text = json.dumps(sidecar, separators=(",", ":")) + "\n"
     write_bytes_atomic(gzip.compress(text.encode("utf-8"), mtime=0), path, what="probe sidecar")
     digest = sha256_file(path)
     return {"file": path.name, "sha256": digest, "probe_sha256": body.get("probe_sha256"),
             "tokenizer_sha256": body.get("tokenizer_sha256"), "top_k": body.get("top_k"), **arm,
-            **_items_reference(items)}
+            **_items_reference(body.get("items"))}
 
 
 def load(reference: Mapping[str, Any], folder: Path) -> tuple[dict[str, Any] | None, str | None]:

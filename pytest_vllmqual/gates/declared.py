@@ -64,6 +64,7 @@ DECLARABLE: dict[str, Declarable] = {
     "openai_sdk": Declarable("openai_sdk", "the SDK's streamed tool call (its chat and Responses answers are still "
                                            "required)"),
     "reasoning_fingerprints": Declarable("reasoning", "the per-effort prompt fingerprints"),
+    "tool_replay": Declarable("tool_replay", "the tool-call replay (not run: a comparison has no replay to judge)"),
 }
 """Gate name -> its declaration; the quality checks are declared under ``gates.quality``."""
 

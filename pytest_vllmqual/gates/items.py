@@ -16,15 +16,13 @@ before the probe; they cost KV cache only (no prompt log probabilities), within 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.equivalence.items.bank import BankSettings, build_bank
 from pytest_vllmqual.equivalence.items.runner import run_bank
-from pytest_vllmqual.equivalence.sidecar import ITEMS_PRIVATE_NAME
+from pytest_vllmqual.equivalence.sidecar import BLOCKS_DIR, write_block
 from pytest_vllmqual.errors import ServerGoneError
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
@@ -32,6 +30,9 @@ from pytest_vllmqual.records import FailureKind
 
 from .checks import GateVerdict
 from .recorder import GateRecorder
+
+SIDECAR_KEY = "items"
+"""The item bank's block in the arm's sidecar (a comparison reads ``items.bank`` and ``items.outcomes``)."""
 
 __all__ = ["GATE_NAME", "items_gate", "items_summary"]
 
@@ -77,12 +78,11 @@ def items_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVe
     except ValueError as exc:
         return GateVerdict(failure=f"the item bank failed: {exc}", kind=FailureKind.SERVER_ERROR)
     body = run.body
-    write_text_atomic(json.dumps(body, separators=(",", ":")), Path(gate.private_dir) / ITEMS_PRIVATE_NAME,
-                      what="item bank answers")
+    write_block(Path(gate.private_dir), SIDECAR_KEY, body)
     bank_record = body["bank"]
     gate.measure(bank_sha256=bank_record["sha256"], items_sha256=bank_record["items_sha256"],
                  bank_version=bank_record["version"], items=len(run.outcomes), families=body["families"],
-                 items_seconds=run.seconds, sidecar=ITEMS_PRIVATE_NAME)
+                 items_seconds=run.seconds, sidecar=f"{BLOCKS_DIR}/{SIDECAR_KEY}.json")
     summary = f"{len(run.outcomes)} items in {run.seconds:.1f} s: {items_summary(body['families'])}"
     gate.summary(summary)
     if not any(row["measured"] for row in body["families"]):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.clock import utc_now
-from pytest_vllmqual.equivalence.sidecar import ITEMS_PRIVATE_NAME, PRIVATE_NAME, publish
+from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, has_answers, publish
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.not_measured import (
     Measured,
@@ -133,11 +133,9 @@ class SessionReports:
         sanitizer = _arm_sanitizer(arm)
         report = hooked_arm_report(record, sanitizer=sanitizer, tool_version=__version__, hooks=self.hooks)
         target = self.reports_dir / f"{name}-{self.stamp}.json"
-        probe, items = arm.private_dir / PRIVATE_NAME, arm.private_dir / ITEMS_PRIVATE_NAME
-        if probe.is_file() or items.is_file():  # the probe's and the item bank's answers: a sidecar beside the report
-            report["equivalence_probe"] = publish(probe if probe.is_file() else None, report, target,
-                                                  items_file=items if items.is_file() else None,
-                                                  scrub=sanitizer.scrub_obj)
+        probe = arm.private_dir / PRIVATE_NAME
+        if has_answers(arm.private_dir):  # the probe's, the item bank's and the replay's answers: a sidecar
+            report["equivalence_probe"] = publish(probe, report, target, scrub=sanitizer.scrub_obj)
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
         if reference is not None:
             from pytest_vllmqual.ab.drift import drift_line, drift_section

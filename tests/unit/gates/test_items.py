@@ -65,7 +65,7 @@ def test_every_item_is_asked_greedy_and_alone_and_kept_for_the_sidecar(tmp_path:
     verdict = items_gate(client(right_on_arithmetic, sent), recipe(), gate)
     assert verdict.passed, verdict
     assert len(sent) == 8 and all(b["temperature"] == 0 and b["max_tokens"] == 32 and b["stop"] == [] for b in sent)
-    body = json.loads((tmp_path / sidecar.ITEMS_PRIVATE_NAME).read_text())
+    body = json.loads((tmp_path / sidecar.BLOCKS_DIR / "items.json").read_text())
     expected = build_bank(BankSettings.from_recipe(SETTINGS, 32768))
     assert body["bank"]["items_sha256"] == expected.items_sha256() and body["bank"]["count"] == 8
     assert body["bank"]["sha256"] == expected.sha256(body["bank"]["chat_template_sha256"])
@@ -106,20 +106,20 @@ def _report() -> dict[str, Any]:
 
 
 def test_the_sidecar_carries_the_items_scrubbed_beside_the_probe_or_alone(tmp_path: Path) -> None:
-    items_file = tmp_path / "items.json"
-    items_file.write_text(json.dumps({"bank": {"sha256": "b" * 64, "count": 1},
-                                      "answers": [{"item_id": "x", "text": "ask secret-host"}]}))
-    reference = sidecar.publish(None, _report(), tmp_path / "r.json", items_file=items_file,
+    private = tmp_path / "private"
+    sidecar.write_block(private, "items", {"bank": {"sha256": "b" * 64, "count": 1},
+                                           "answers": [{"item_id": "x", "text": "ask secret-host"}]})
+    probe = private / sidecar.PRIVATE_NAME
+    reference = sidecar.publish(probe, _report(), tmp_path / "r.json",
                                 scrub=lambda obj: json.loads(json.dumps(obj).replace("secret-host", "<host>")))
     assert reference["items_bank_sha256"] == "b" * 64 and reference["items"] == 1
     assert reference["probe_sha256"] is None
     loaded, why = sidecar.load(reference, tmp_path)
     assert why is None and loaded is not None
-    assert loaded["items"]["answers"][0]["text"] == "ask secret-host".replace("secret-host", "<host>")
+    assert loaded["items"]["answers"][0]["text"] == "ask <host>"
     assert "chunks" not in loaded
-    probe = tmp_path / "probe.json"
     probe.write_text(json.dumps({"probe_sha256": "p" * 64, "top_k": 20, "chunks": []}))
-    both = sidecar.publish(probe, _report(), tmp_path / "r.json", items_file=items_file)
+    both = sidecar.publish(probe, _report(), tmp_path / "r.json")
     assert both["probe_sha256"] == "p" * 64 and both["items"] == 1
     body = json.loads(gzip.decompress((tmp_path / both["file"]).read_bytes()))
     assert body["items"]["bank"]["sha256"] == "b" * 64 and body["top_k"] == 20
