@@ -28,9 +28,40 @@ def calls(tree: ast.AST, *names: str) -> Iterator[ast.Call]:
             yield node
 
 
+def code_strings(tree: ast.AST) -> set[str]:
+    """String constants of the code, docstrings excluded."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    docstrings |= {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)
+                   and isinstance(node.value, ast.Constant)}  # an attribute's docstring
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings}
+
+
 def test_canonical_json_is_spelled_in_hashing_only() -> None:
     """Sorted keys or chosen separators (the JSON that is hashed, sent or shown stably) are written
     by ``hashing.canonical_json``; everyone else calls it, so two hashes of the same value agree."""
     spelled = sorted(f"{where}:{call.lineno}" for where, tree in parsed() for call in calls(tree, "dumps", "dump")
                      if {kw.arg for kw in call.keywords} & {"sort_keys", "separators"})
     assert [s.rsplit(":", 1)[0] for s in spelled] == ["pytest_vllmqual/hashing.py"], spelled
+
+
+def test_the_slo_table_is_written_once() -> None:
+    """Each SLO's key, the figure it bounds, its unit and its words are in ``recipe.load_gate_settings.SLOS``;
+    the settings, the judge of a request, the server comparison, the report section, the gate's claim
+    and the page read that table rather than naming the SLO keys again."""
+    owners = sorted(where for where, tree in parsed() if code_strings(tree) & {"ttft_ms", "tpot_ms"})
+    assert owners == ["pytest_vllmqual/recipe/load_gate_settings.py"]
+
+
+def test_every_slo_in_the_table_is_a_recipe_key_and_a_request_figure() -> None:
+    from pytest_vllmqual.gates.load_stats import SERVER_HISTOGRAMS, RequestFigures
+    from pytest_vllmqual.recipe.load_gate_settings import SLOS, LoadSettings
+
+    request = RequestFigures.from_times(ok=True, ttft_s=0.25, e2e_s=1.0, completion_tokens=3, output_times=[0.25, 0.5, 0.75])
+    for slo in SLOS:
+        assert slo.key in LoadSettings.__dataclass_fields__ and slo.figure in SERVER_HISTOGRAMS
+        assert request.figure(slo.figure) is not None
+    assert [slo.worded(500) for slo in SLOS] == ["TTFT <= 500 ms", "TPOT <= 500 ms", "E2E <= 500 s"]
