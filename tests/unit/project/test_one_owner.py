@@ -65,3 +65,27 @@ def test_every_slo_in_the_table_is_a_recipe_key_and_a_request_figure() -> None:
         assert slo.key in LoadSettings.__dataclass_fields__ and slo.figure in SERVER_HISTOGRAMS
         assert request.figure(slo.figure) is not None
     assert [slo.worded(500) for slo in SLOS] == ["TTFT <= 500 ms", "TPOT <= 500 ms", "E2E <= 500 s"]
+
+
+def test_junit_xml_is_built_in_report_junit_only() -> None:
+    """The comparison's, the drift's and the fleet's junit files come from ``report.junit.junit_document``:
+    one place counts a suite's failures and skips from its cases."""
+    builders = sorted(where for where, tree in parsed() if code_strings(tree) & {"testsuite", "testcase", "testsuites"})
+    assert builders == ["pytest_vllmqual/report/junit.py"]
+
+
+def test_a_junit_suite_counts_what_its_cases_carry() -> None:
+    import xml.etree.ElementTree as ET
+
+    from pytest_vllmqual.report.junit import JunitCase, JunitSuite, junit_document
+
+    cases = [JunitCase("c", "ok"), JunitCase("c", "bad", "failure", "why"), JunitCase("c", "later", "skipped", "not run"),
+             JunitCase("c", "broke", "error", "gone", time="1.5", properties=(("recipe", "tiny"),))]
+    root = ET.fromstring(junit_document("title", [JunitSuite("s", cases)], declaration=True))
+    suite = root.find("testsuite")
+    assert root.get("name") == "title" and suite is not None
+    assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")} == \
+        {"tests": "4", "failures": "1", "errors": "1", "skipped": "1"}
+    broke = suite.findall("testcase")[3]
+    assert broke.get("time") == "1.5" and broke.find("error").get("message") == "gone"  # type: ignore[union-attr]
+    assert [(p.get("name"), p.get("value")) for p in broke.iter("property")] == [("recipe", "tiny")]
