@@ -24,6 +24,7 @@ from pytest_vllmqual.client.results import ChatResult, StreamResult
 from pytest_vllmqual.client.sdk_findings import json_kind
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.launch.registry import launcher_class
+from pytest_vllmqual.layout import key_path
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
 from pytest_vllmqual.recipe.gate_settings import SMOKE_PROMPT
 from pytest_vllmqual.recipe.model import Recipe
@@ -145,7 +146,7 @@ def schema_problems(instance: Any, schema: dict[str, Any], what: str) -> list[st
     validator = jsonschema.Draft202012Validator(schema)
     problems = []
     for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        where = key_path(error.absolute_path)
         # The message quotes the value; one longer than an answer quote is quoted bounded instead.
         said = (error.message if len(repr(error.instance)) <= ANSWER_QUOTE_CHARS
                 else f"{quote_answer(error.instance)} fails its {error.validator!r} rule")
@@ -171,16 +172,9 @@ class ArgumentViolation:
     value itself (it is the model's output)."""
 
     path: str
-    """The path in the value, e.g. ``start.time``; ``(root)`` for the value itself."""
+    """The path in the value, e.g. ``start.time`` (``layout.key_path``'s spelling)."""
     kind: str
     """What is wrong there, e.g. ``missing``, ``a string where the schema needs integer``."""
-
-
-def _schema_path(parts: Any) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(root)"
 
 
 def _violation_kinds(error: Any) -> list[tuple[list[Any], str]]:
@@ -207,7 +201,7 @@ def schema_violations(instance: Any, schema: dict[str, Any]) -> list[ArgumentVio
     found: dict[tuple[str, str], ArgumentViolation] = {}
     for error in validator.iter_errors(instance):
         for path, kind in _violation_kinds(error):
-            violation = ArgumentViolation(_schema_path(path), kind)
+            violation = ArgumentViolation(key_path(path), kind)
             found.setdefault((violation.path, violation.kind), violation)
     return sorted(found.values(), key=lambda v: (v.path, v.kind))
 

@@ -89,3 +89,28 @@ def test_a_junit_suite_counts_what_its_cases_carry() -> None:
     broke = suite.findall("testcase")[3]
     assert broke.get("time") == "1.5" and broke.find("error").get("message") == "gone"  # type: ignore[union-attr]
     assert [(p.get("name"), p.get("value")) for p in broke.iter("property")] == [("recipe", "tiny")]
+
+
+def test_a_schema_key_path_is_spelled_one_way() -> None:
+    """A file's key, a report's field, a model's JSON and a tool call's arguments name the place of a
+    violation the same way (``layout.key_path``: ``jobs.0.name``, ``(top level)``), and only
+    ``layout.key_path`` spells a jsonschema error's path."""
+    import jsonschema
+
+    from pytest_vllmqual.gates.checks import schema_problems, schema_violations
+    from pytest_vllmqual.layout import key_path
+    from pytest_vllmqual.recipe.schema_check import key_path as file_key_path
+
+    schema = {"type": "object", "properties": {"jobs": {"type": "array", "items": {
+        "type": "object", "properties": {"name": {"type": "string"}}}}}}
+    bad = {"jobs": [{"name": 3}]}
+    error = next(jsonschema.Draft202012Validator(schema).iter_errors(bad))
+    assert key_path(error.absolute_path) == file_key_path(error) == "jobs.0.name"
+    assert [v.path for v in schema_violations(bad, schema)] == ["jobs.0.name"]
+    assert schema_problems(bad, schema, "content") == ["content violates the schema at jobs.0.name: 3 is not of type 'string'"]
+    assert key_path([]) == "(top level)" and [v.path for v in schema_violations(3, schema)] == ["(top level)"]
+    joiners = sorted(where for where, tree in parsed() for call in calls(tree, "join")
+                     if any(isinstance(n, ast.Attribute) and n.attr in ("absolute_path", "relative_path", "json_path")
+                            for n in ast.walk(call)))
+    assert joiners == [], "a jsonschema error's path is spelled by layout.key_path only"
+    assert not [where for where, tree in parsed() if "(root)" in code_strings(tree)]
