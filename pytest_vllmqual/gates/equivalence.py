@@ -29,9 +29,11 @@ from pytest_vllmqual.hashing import canonical_json
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
-from .checks import SMOKE_PROMPT, GateVerdict, ToolCase
 from .functional import JSON_PROMPT
 from .recorder import GateRecorder
+from .smoke import SMOKE_PROMPT
+from .tool_fixtures import ToolCase
+from .verdict import GateVerdict
 
 __all__ = ["GATE_NAME", "equivalence_gate", "probe_prompts"]
 

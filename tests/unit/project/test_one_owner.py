@@ -97,7 +97,7 @@ def test_a_schema_key_path_is_spelled_one_way() -> None:
     ``layout.key_path`` spells a jsonschema error's path."""
     import jsonschema
 
-    from pytest_vllmqual.gates.checks import schema_problems, schema_violations
+    from pytest_vllmqual.gates.schema_checks import schema_problems, schema_violations
     from pytest_vllmqual.layout import key_path
     from pytest_vllmqual.recipe.schema_check import key_path as file_key_path
 
