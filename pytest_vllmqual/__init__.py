@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from pytest_vllmqual.gates.tool_fixtures import ToolCase, recipe_tool_fixtures, shipped_tool_fixtures
     from pytest_vllmqual.gates.verdict import GateVerdict
     from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
+    from pytest_vllmqual.plugin import end_gate
     from pytest_vllmqual.recipe.loader import load_recipe
     from pytest_vllmqual.recipe.model import Recipe
     from pytest_vllmqual.records import GateRecord
@@ -73,6 +74,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.errors": ("CalibrationError", "LaunchError", "RecipeError", "ServerGoneError",
                                "VllmQualError"),
     "pytest_vllmqual.gates.verdict": ("GateVerdict",),
+    "pytest_vllmqual.plugin": ("end_gate",),
     "pytest_vllmqual.gates.tool_fixtures": ("ToolCase", "recipe_tool_fixtures", "shipped_tool_fixtures"),
     "pytest_vllmqual.gates.functional": ("json_gate", "openai_sdk_gate", "responses_gate", "smoke_gate",
                                          "streaming_tool_gate", "tool_continuation_gate", "tools_gate"),
@@ -103,6 +105,7 @@ __all__ = [
     "__version__",
     "cold_start_gate",
     "concurrency_gate",
+    "end_gate",
     "engine_ranks_gate",
     "equivalence_gate",
     "identity_gate",

@@ -114,3 +114,29 @@ def test_a_schema_key_path_is_spelled_one_way() -> None:
                             for n in ast.walk(call)))
     assert joiners == [], "a jsonschema error's path is spelled by layout.key_path only"
     assert not [where for where, tree in parsed() if "(root)" in code_strings(tree)]
+
+
+def test_the_shipped_suites_end_a_gate_one_way() -> None:
+    """No suite spells "skip if a reason, else assert passed" again: each gate test ends with
+    ``end_gate(verdict)`` from the front door."""
+    spelled = []
+    for path in sorted((ROOT / "suites").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.skip" \
+                    and "skip_reason" in ast.unparse(node):
+                spelled.append(f"{path.name}:{node.lineno}")
+    assert spelled == []
+    assert sum(path.read_text(encoding="utf-8").count("end_gate(verdict)")
+               for path in (ROOT / "suites").glob("test_*.py")) >= 15
+
+
+def test_end_gate_skips_with_the_reason_else_asserts_the_pass() -> None:
+    import pytest
+
+    from pytest_vllmqual import GateVerdict, end_gate
+
+    end_gate(GateVerdict())
+    with pytest.raises(pytest.skip.Exception, match="not measured: no server"):
+        end_gate(GateVerdict(skip_reason="not measured: no server"))
+    with pytest.raises(AssertionError, match="tool call names 'x'"):
+        end_gate(GateVerdict(failure="tool call names 'x'"))
