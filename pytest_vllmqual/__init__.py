@@ -35,12 +35,6 @@ if TYPE_CHECKING:
         ServerGoneError,
         VllmQualError,
     )
-    from pytest_vllmqual.gates.checks import (
-        GateVerdict,
-        ToolCase,
-        recipe_tool_fixtures,
-        shipped_tool_fixtures,
-    )
     from pytest_vllmqual.gates.engine import cold_start_gate, engine_ranks_gate, identity_gate, kv_pool_gate
     from pytest_vllmqual.gates.equivalence import equivalence_gate
     from pytest_vllmqual.gates.functional import (
@@ -63,8 +57,11 @@ if TYPE_CHECKING:
         repeated_check_gate,
     )
     from pytest_vllmqual.gates.recorder import GateRecorder
+    from pytest_vllmqual.gates.tool_fixtures import ToolCase, recipe_tool_fixtures, shipped_tool_fixtures
     from pytest_vllmqual.gates.tool_replay import tool_replay_gate
+    from pytest_vllmqual.gates.verdict import GateVerdict
     from pytest_vllmqual.launch.base import ProgressFn, ServerHandle
+    from pytest_vllmqual.plugin import end_gate
     from pytest_vllmqual.recipe.loader import load_recipe
     from pytest_vllmqual.recipe.model import Recipe
     from pytest_vllmqual.records import GateRecord
@@ -78,7 +75,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.launch.base": ("ProgressFn", "ServerHandle"),
     "pytest_vllmqual.errors": ("CalibrationError", "LaunchError", "RecipeError", "ServerGoneError",
                                "VllmQualError"),
-    "pytest_vllmqual.gates.checks": ("GateVerdict", "ToolCase", "recipe_tool_fixtures", "shipped_tool_fixtures"),
+    "pytest_vllmqual.gates.verdict": ("GateVerdict",),
+    "pytest_vllmqual.plugin": ("end_gate",),
+    "pytest_vllmqual.gates.tool_fixtures": ("ToolCase", "recipe_tool_fixtures", "shipped_tool_fixtures"),
     "pytest_vllmqual.gates.functional": ("json_gate", "openai_sdk_gate", "responses_gate", "smoke_gate",
                                          "streaming_tool_gate", "tool_continuation_gate", "tools_gate"),
     "pytest_vllmqual.gates.quality": ("long_context_gate", "quality_checks", "quality_tools_gate",
@@ -110,6 +109,7 @@ __all__ = [
     "__version__",
     "cold_start_gate",
     "concurrency_gate",
+    "end_gate",
     "engine_ranks_gate",
     "equivalence_gate",
     "identity_gate",

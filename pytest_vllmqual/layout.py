@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -142,11 +143,23 @@ def load_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+TOP_LEVEL = "(top level)"
+"""The key path of a whole document or value, in every schema message."""
+
+
+def key_path(parts: Iterable[object]) -> str:
+    """A key path as every schema message of the package spells it: keys and list positions
+    joined by dots, as a recipe's keys and ``--vllmqual-set`` are written (``jobs.0.placement``),
+    or ``(top level)`` for the value itself."""
+    text = ".".join(str(part) for part in parts)
+    return text or TOP_LEVEL
+
+
 def schema_errors(instance: Any, name: str) -> list[str]:
     """Every violation of schema ``name`` as "key.path: message", shallowest first; empty when valid."""
     validator = jsonschema.Draft202012Validator(load_schema(name))
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), e.message))
-    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message}" for e in errors]
+    return [f"{key_path(e.absolute_path)}: {e.message}" for e in errors]
 
 
 def raise_if_invalid(instance: Any, name: str, *, error: type[VllmQualError], where: str, what: str) -> None:
@@ -156,4 +169,4 @@ def raise_if_invalid(instance: Any, name: str, *, error: type[VllmQualError], wh
         more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
         raise error(f"{where} does not match the {what}: {problems[0]}{more}")
 
-__all__ = ["CACHE_ENV", "COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir", "fixtures_dir", "is_shipped_suite", "load_schema", "names_shipped_gates", "raise_if_invalid", "resolve_project_path", "schema_errors", "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir"]
+__all__ = ["CACHE_ENV", "COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "TOP_LEVEL", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir", "fixtures_dir", "is_shipped_suite", "key_path", "load_schema", "names_shipped_gates", "raise_if_invalid", "resolve_project_path", "schema_errors", "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir"]

@@ -25,6 +25,7 @@ from pytest_vllmqual.atomic_io import check_writable_dir
 from pytest_vllmqual.errors import RecipeError, ServerGoneError, VllmQualError
 from pytest_vllmqual.gates.recorder import GateRecorder, end_phase, failed_on_its_own
 from pytest_vllmqual.gates.registry import title_of
+from pytest_vllmqual.gates.verdict import GateVerdict
 from pytest_vllmqual.layout import names_shipped_gates
 from pytest_vllmqual.privacy.failure_reason import repeats_its_causes, report_reason
 from pytest_vllmqual.privacy.sanitize import Sanitizer, scrub_test_report
@@ -42,9 +43,19 @@ from pytest_vllmqual.session.settings import (
 from pytest_vllmqual.session.worker import WorkerRun
 
 __all__ = ["MARKERS", "MEASUREMENT_MARKERS", "RECORD_KEY", "RUN_KEY", "RunHooks", "activation_reason", "arm_of",
-           "gate_name", "new_recorder", "progress_printer", "session_sanitizer"]
+           "end_gate", "gate_name", "new_recorder", "progress_printer", "session_sanitizer"]
 
 pytest_plugins = ["pytest_vllmqual.fixtures"]
+
+
+def end_gate(verdict: GateVerdict) -> None:
+    """A gate test's last line: a skip with the verdict's reason (not applicable, or not measured),
+    else the assertion that it passed, failing with the first rule it broke. Hidden from the
+    traceback, so a skip or a failure points at the gate's own line."""
+    __tracebackhide__ = True
+    if verdict.skip_reason:
+        pytest.skip(verdict.skip_reason)
+    assert verdict.passed, verdict.failure
 """The fixtures, registered with this plugin (and blocked with it by ``-p no:vllmqual``)."""
 
 RUN_KEY = pytest.StashKey[QualRun]()

@@ -36,10 +36,11 @@ from pytest_vllmqual.fleet.record import (
     RECORD_SCHEMA_ID,
     RECORD_SCHEMA_VERSION,
     decide_fleet,
+    job_report_sha256,
     not_compared,
     validate_record,
 )
-from pytest_vllmqual.hashing import sha256_file, sha256_hex
+from pytest_vllmqual.hashing import canonical_json, sha256_file
 from pytest_vllmqual.report.html_page import render_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +66,9 @@ def _dump(data: Any, path: Path) -> bool:
     before = path.read_text(encoding="utf-8") if path.is_file() else ""
     old = json.loads(before) if before else None
     ascii_only = old is not None and before == json.dumps(old, indent=2, ensure_ascii=True) + "\n"
-    ordered = old is not None and before == json.dumps(old, indent=2, ensure_ascii=ascii_only, sort_keys=True) + "\n"
-    text = json.dumps(data, indent=2, ensure_ascii=ascii_only, sort_keys=ordered) + "\n"
+    ordered = old is not None and before == canonical_json(old, compact=False, indent=2, ascii_only=ascii_only) + "\n"
+    text = (canonical_json(data, compact=False, indent=2, ascii_only=ascii_only) if ordered
+            else json.dumps(data, indent=2, ensure_ascii=ascii_only)) + "\n"
     if before == text:
         return False
     path.write_text(text, encoding="utf-8")
@@ -84,8 +86,7 @@ def migrate_fleet_record(record: dict[str, Any], folder: Path) -> dict[str, Any]
     for row in out["rows"]:
         report = row.get("report")
         if report and (folder / report["file"]).is_file():
-            text = json.dumps(_load(folder / report["file"]), sort_keys=True)
-            report["sha256"] = sha256_hex(text)
+            report["sha256"] = job_report_sha256(_load(folder / report["file"]))
     skipped = not_compared(out["rows"], (out.get("fleet") or {}).get("jobs") or ())
     verdict, proves, not_proven = decide_fleet(out["rows"], out["comparisons"], skipped, bool(out["interrupted"]))
     out["decision"] = {"verdict": verdict.value, "proves": proves, "does_not_prove": not_proven,

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual import GateRecorder, ProgressFn, QualClient, Recipe, concurrency_gate, ladder_gate
+from pytest_vllmqual import (
+    GateRecorder,
+    ProgressFn,
+    QualClient,
+    Recipe,
+    concurrency_gate,
+    end_gate,
+    ladder_gate,
+)
 
 pytestmark = [pytest.mark.capacity]
 
@@ -16,9 +24,7 @@ pytestmark = [pytest.mark.capacity]
 def test_ladder(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: ProgressFn) -> None:
     """Ladder: every rung exact (calibration error 0), answered, followed by a passing smoke."""
     verdict = ladder_gate(qual_client, recipe, gate, progress=progress)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("concurrency")

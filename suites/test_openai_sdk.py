@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual import GateRecorder, Recipe, ServerHandle, openai_sdk_gate
+from pytest_vllmqual import GateRecorder, Recipe, ServerHandle, end_gate, openai_sdk_gate
 
 pytestmark = [pytest.mark.functional]
 
@@ -17,6 +17,4 @@ pytestmark = [pytest.mark.functional]
 def test_openai_sdk(vllm_server: ServerHandle, recipe: Recipe, gate: GateRecorder) -> None:
     """openai SDK: chat, a streamed tool call and a Responses answer give an application what it reads."""
     verdict = openai_sdk_gate(vllm_server, recipe, gate)
-    if verdict.skip_reason:  # declared not applicable, and measured failing
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

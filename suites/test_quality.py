@@ -15,6 +15,7 @@ from pytest_vllmqual import (
     ProgressFn,
     QualClient,
     Recipe,
+    end_gate,
     long_context_gate,
     quality_checks,
     quality_tools_gate,
@@ -30,9 +31,7 @@ def test_quality_intelligence(qual_client: QualClient, recipe: Recipe, gate: Gat
                               check: dict[str, Any]) -> None:
     """Intelligence: a known-answer question at the recipe's reasoning effort, k/N."""
     verdict = repeated_check_gate(qual_client, recipe, gate, "intelligence", check)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("quality_session_recall")
@@ -41,18 +40,14 @@ def test_quality_session_recall(qual_client: QualClient, recipe: Recipe, gate: G
                                 check: dict[str, Any]) -> None:
     """Session recall: a fact from the first turn is recalled turns later, k/N."""
     verdict = repeated_check_gate(qual_client, recipe, gate, "session_recall", check)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("quality_tools")
 def test_quality_tools(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Tools, repeated: the same typed call, the right tool with schema-valid arguments every time, k/N."""
     verdict = quality_tools_gate(qual_client, recipe, gate)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)
 
 
 @pytest.mark.gate("quality_long_context")
@@ -61,6 +56,4 @@ def test_quality_long_context(qual_client: QualClient, recipe: Recipe, gate: Gat
     """Long context at an exact prompt length, k/N: in "needle" mode a fact at the start is recalled
     at the end; in "smoke_after_filler" mode the smoke prompt is answered after filler (no recall)."""
     verdict = long_context_gate(qual_client, recipe, gate, progress=progress)
-    if verdict.skip_reason:
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual import GateRecorder, QualClient, Recipe, reasoning_fingerprints_gate
+from pytest_vllmqual import GateRecorder, QualClient, Recipe, end_gate, reasoning_fingerprints_gate
 
 pytestmark = [pytest.mark.reasoning]
 
@@ -14,6 +14,4 @@ pytestmark = [pytest.mark.reasoning]
 def test_reasoning_fingerprints(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Each effort's prompt-token count, from usage and /tokenize, equals its pinned fingerprint."""
     verdict = reasoning_fingerprints_gate(qual_client, recipe, gate)
-    if verdict.skip_reason:  # declared not applicable, and measured failing
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)

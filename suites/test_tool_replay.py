@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllmqual import GateRecorder, QualClient, Recipe, recipe_tool_fixtures, tool_replay_gate
+from pytest_vllmqual import GateRecorder, QualClient, Recipe, end_gate, recipe_tool_fixtures, tool_replay_gate
 
 pytestmark = [pytest.mark.equivalence]
 
@@ -16,6 +16,4 @@ pytestmark = [pytest.mark.equivalence]
 def test_tool_replay(qual_client: QualClient, recipe: Recipe, gate: GateRecorder) -> None:
     """Tool-call replay: every case answered; the answers kept for the sidecar's tool_replay block."""
     verdict = tool_replay_gate(qual_client, recipe, gate, recipe_tool_fixtures(recipe))
-    if verdict.skip_reason:  # declared not applicable, or no typed tools
-        pytest.skip(verdict.skip_reason)
-    assert verdict.passed, verdict.failure
+    end_gate(verdict)  # skipped when declared not applicable, or without typed tools

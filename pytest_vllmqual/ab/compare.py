@@ -12,14 +12,13 @@ from an allowlist of report fields, and every string is scrubbed once more.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.errors import ComparisonError, ReportError
-from pytest_vllmqual.hashing import sha256_file, sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256, sha256_file
 from pytest_vllmqual.layout import COMPARISON_SCHEMA, raise_if_invalid, schema_errors
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.decision import BOUNDARY
@@ -45,8 +44,7 @@ _ROLES = ("control", "candidate", "replay")
 
 def report_digest(report: Mapping[str, Any]) -> str:
     """SHA-256 of a report's canonical JSON (sorted keys, compact), for reports held in memory."""
-    text = json.dumps(report, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return sha256_hex(text)
+    return canonical_sha256(report, ascii_only=False, default=str)
 
 
 def _arm_ref(report: Mapping[str, Any], view: RunView, role: str, digest: str | None) -> dict[str, Any]:

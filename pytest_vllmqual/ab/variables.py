@@ -12,9 +12,10 @@ else is *functional*. More than one functional variable → ``confounded: true``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from pytest_vllmqual.hashing import canonical_json
 
 __all__ = ["GROUPED_VARIABLES", "HARNESS_SECTIONS", "IDENTITY_ONLY_PATHS", "classify_change", "controlled_variables",
            "fmt_setting", "public_value"]
@@ -43,7 +44,7 @@ def public_value(value: Any) -> Any:
     """A scalar as is; anything deeper as compact JSON text."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    return json.dumps(value, sort_keys=True, default=str)
+    return canonical_json(value, compact=False, default=str)
 
 
 def classify_change(path: str) -> str:

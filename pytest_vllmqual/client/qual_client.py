@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import httpx
 
 from pytest_vllmqual.errors import ServerGoneError
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_json, sha256_hex
 from pytest_vllmqual.launch.base import ServerHandle
 from pytest_vllmqual.records import Attempt
 
@@ -62,7 +62,7 @@ def http_client(handle: ServerHandle, **kwargs: Any) -> httpx.Client:
 
 
 def _dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return canonical_json(body).encode()
 
 
 def _error_text(response_text: str) -> str:

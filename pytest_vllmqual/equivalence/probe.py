@@ -28,14 +28,13 @@ at once, outside its KV budget, so a chunk is capped (``max_chunk_tokens``).
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256, sha256_hex
 
 __all__ = ["DEFAULT_LENGTHS", "GREEDY_STOP_RULES", "K_STEPS", "OPEN_PROMPTS", "TEXT_SHA256", "TEXT_VERSION",
            "ProbeSettings", "ProbeText", "chunk_plan", "parse_chat_steps", "parse_prompt_positions",
@@ -246,4 +245,4 @@ def probe_sha256(text_tokens: Sequence[int], chunks: Sequence[tuple[int, Sequenc
             "requests": request_rules(settings, top_k),
             "text": {key: (text or {}).get(key) for key in ("version", "sha256")},
             "chat_template": (chat_template or {}).get("rendered_sha256")}
-    return sha256_hex(json.dumps(body, sort_keys=True, separators=(",", ":")))
+    return canonical_sha256(body)

@@ -9,14 +9,13 @@ of this arm. A server that dies under the probe ends it with ``ServerGoneError``
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.client.qual_client import QualClient
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256, sha256_hex
 
 from .probe import (
     GREEDY_STOP_RULES,
@@ -126,7 +125,7 @@ def chat_template_fingerprint(client: QualClient, prompts: Sequence[tuple[str, s
             return {"rendered_sha256": None, "reason": f"the server did not render greedy prompt {name}: "
                                                        f"{result.attempt.error or result.status_code}"}
         rendered.append([name, tokens])
-    return {"rendered_sha256": sha256_hex(json.dumps(rendered, separators=(",", ":"))),
+    return {"rendered_sha256": canonical_sha256(rendered),
             "prompt_tokens": {name: len(tokens) for name, tokens in rendered},
             "how": "SHA-256 of the greedy prompts' token IDs as the server's chat template renders them"}
 
@@ -147,7 +146,7 @@ def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tup
     greedy = _greedy(client, prompts, top_k, settings.greedy_max_tokens)
     prompt_hashes = [[g["id"], g["prompt_sha256"]] for g in greedy]
     sample = _tokenize(client, tokenizer_sample(), _TOKENIZER_SAMPLE)
-    tokenizer = sha256_hex(json.dumps(sample[:_TOKENIZER_SAMPLE], separators=(",", ":")))
+    tokenizer = canonical_sha256(sample[:_TOKENIZER_SAMPLE])
     body = {"source": text.source, "text": text.record(), "parameters": {**settings.to_dict(), "top_k": top_k},
             "requests": request_rules(settings, top_k), "chat_template": template,
             "probe_sha256": probe_sha256(tokens, plan, prompt_hashes, settings, top_k, text=text.record(),

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_bytes_atomic
-from pytest_vllmqual.hashing import sha256_file, sha256_hex
+from pytest_vllmqual.hashing import canonical_json, sha256_file, sha256_hex
 
 __all__ = ["BLOCKS_DIR", "FORMAT", "PRIVATE_NAME", "checkpoint_pin", "has_answers", "load", "logprobs_mode",
            "prefix_caching", "publish", "sidecar_name", "write_block"]
@@ -114,7 +114,7 @@ def publish(private_file: Path, report: Mapping[str, Any], report_path: Path, *,
            "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}
     sidecar = {"format": FORMAT, **body, "arm": arm}
     path = Path(report_path).parent / sidecar_name(report_path)
-    text = json.dumps(sidecar, separators=(",", ":")) + "\n"
+    text = canonical_json(sidecar) + "\n"
     write_bytes_atomic(gzip.compress(text.encode("utf-8"), mtime=0), path, what="probe sidecar")
     digest = sha256_file(path)
     return {"file": path.name, "sha256": digest, "probe_sha256": body.get("probe_sha256"),

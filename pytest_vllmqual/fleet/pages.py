@@ -10,10 +10,11 @@ is one more testcase, skipped with the reason when the job was not compared.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
-from xml.etree import ElementTree as ET
 
 from pytest_vllmqual.report.html_kit import Markup, bullets, esc, page, table
+from pytest_vllmqual.report.junit import JunitCase, JunitSuite, junit_document
 from pytest_vllmqual.report.number_format import fmt_num
 
 __all__ = ["render_fleet_html", "render_fleet_junit"]
@@ -90,50 +91,36 @@ def render_fleet_html(record: Mapping[str, Any]) -> str:
     return page(f"vllmqual fleet: {fleet.get('name')} — {verdict}", body, _CSS)
 
 
-def _cross_node_case(suite: ET.Element, job: str, record: Mapping[str, Any]) -> tuple[int, int]:
+def _cross_node_case(job: str, record: Mapping[str, Any]) -> JunitCase:
     """The job's cross-node comparison as one more testcase: a failure when the nodes disagree,
-    skipped (with the record's reason) when it was not compared. Returns (failures, skipped)."""
-    case = ET.SubElement(suite, "testcase", classname=f"fleet.{job}", name="cross-node", time="0")
+    skipped (with the record's reason) when it was not compared."""
+    case = JunitCase(f"fleet.{job}", "cross-node", time="0")
     comparison = next((c for c in record.get("comparisons") or [] if c.get("job") == job), None)
     if comparison is not None:
-        if comparison.get("agree"):
-            return 0, 0
-        ET.SubElement(case, "failure", message=str(comparison.get("summary")))
-        return 1, 0
+        return case if comparison.get("agree") else replace(case, outcome="failure",
+                                                             message=str(comparison.get("summary")))
     reason = next((str(s.get("reason")) for s in (record.get("decision") or {}).get("not_compared") or []
                    if s.get("job") == job), "")
-    ET.SubElement(case, "skipped", message=f"not compared: {reason}".rstrip(": "))
-    return 0, 1
+    return replace(case, outcome="skipped", message=f"not compared: {reason}".rstrip(": "))
+
+
+_ROW_OUTCOMES = {"passed": None, "failed": "failure", "cancelled": "skipped"}
+"""The junit element of a row's outcome; any other outcome is an error."""
+_ROW_PROPERTIES = ("recipe", "verdict", "cold_start_s", "kv_cache_tokens", "largest_prompt_tokens", "largest_ttft_s")
+
+
+def _row_case(job: str, row: Mapping[str, Any]) -> JunitCase:
+    return JunitCase(f"fleet.{job}", f"{row.get('node') or 'no-node'}-attempt-{row['attempt']}",
+                     _ROW_OUTCOMES.get(row["outcome"], "error"), f"{row['outcome']}: {row.get('reason') or ''}".rstrip(": "),
+                     time=str(row.get("elapsed_s") or 0),
+                     properties=tuple((key, "" if row.get(key) is None else str(row.get(key))) for key in _ROW_PROPERTIES))
 
 
 def render_fleet_junit(record: Mapping[str, Any]) -> str:
     """One junit document: a testsuite per job, a testcase per row and one for the cross-node comparison."""
-    root = ET.Element("testsuites", name=f"vllmqual fleet {record.get('fleet', {}).get('name')}")
     jobs: dict[str, list[Mapping[str, Any]]] = {}
     for row in record.get("rows") or []:
         jobs.setdefault(str(row["job"]), []).append(row)
-    for job, rows in jobs.items():
-        failures = sum(1 for r in rows if r["outcome"] == "failed")
-        errors = sum(1 for r in rows if r["outcome"] not in ("passed", "failed", "cancelled"))
-        skipped = sum(1 for r in rows if r["outcome"] == "cancelled")
-        suite = ET.SubElement(root, "testsuite", name=job, tests=str(len(rows) + 1))
-        for row in rows:
-            case = ET.SubElement(suite, "testcase", classname=f"fleet.{job}",
-                                 name=f"{row.get('node') or 'no-node'}-attempt-{row['attempt']}",
-                                 time=str(row.get("elapsed_s") or 0))
-            props = ET.SubElement(case, "properties")
-            for key in ("recipe", "verdict", "cold_start_s", "kv_cache_tokens", "largest_prompt_tokens",
-                        "largest_ttft_s"):
-                ET.SubElement(props, "property", name=key, value="" if row.get(key) is None else str(row.get(key)))
-            message = f"{row['outcome']}: {row.get('reason') or ''}".rstrip(": ")
-            if row["outcome"] == "failed":
-                ET.SubElement(case, "failure", message=message)
-            elif row["outcome"] == "cancelled":
-                ET.SubElement(case, "skipped", message=message)
-            elif row["outcome"] != "passed":
-                ET.SubElement(case, "error", message=message)
-        cross_failed, cross_skipped = _cross_node_case(suite, job, record)
-        suite.set("failures", str(failures + cross_failed))
-        suite.set("errors", str(errors))
-        suite.set("skipped", str(skipped + cross_skipped))
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    suites = [JunitSuite(job, [*(_row_case(job, row) for row in rows), _cross_node_case(job, record)])
+              for job, rows in jobs.items()]
+    return junit_document(f"vllmqual fleet {record.get('fleet', {}).get('name')}", suites, declaration=True) + "\n"

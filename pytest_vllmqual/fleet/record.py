@@ -12,20 +12,19 @@ was compared is ``not compared``, never ``consistent``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome
 from pytest_vllmqual.fleet.crossnode import compare_nodes
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256
 from pytest_vllmqual.layout import raise_if_invalid
 from pytest_vllmqual.records import Word
 from pytest_vllmqual.version import __version__
 
 __all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "RECORD_SCHEMA_VERSION", "FleetVerdict", "build_record", "decide_fleet",
-           "not_compared", "row_of", "validate_record"]
+           "job_report_sha256", "not_compared", "row_of", "validate_record"]
 
 RECORD_SCHEMA = "fleet-record.schema.json"
 RECORD_SCHEMA_VERSION = 2
@@ -87,6 +86,12 @@ def _report_facts(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def job_report_sha256(report: Mapping[str, Any]) -> str:
+    """The digest a fleet row gives its job's report: SHA-256 of the report's sorted JSON with
+    JSON's usual spacing (the form fleet records have always named a report by)."""
+    return canonical_sha256(report, compact=False)
+
+
 def row_of(attempt: JobAttempt, node_label: str | None, node_id_sha256: str | None) -> dict[str, Any]:
     """One record row: the attempt, its node's anonymous label, and its report's figures."""
     report = attempt.report or {}
@@ -115,10 +120,9 @@ def row_of(attempt: JobAttempt, node_label: str | None, node_id_sha256: str | No
     row["gates"], row["gate_outcomes"] = {"passed": 0, "failed": 0, "not_applicable": 0, "excused_by_declaration": 0}, {}
     if attempt.report is not None:
         row.update(_report_facts(attempt.report))
-        text = json.dumps(attempt.report, sort_keys=True)
         row["report"] = {"file": f"jobs/{attempt.attempt_id}.json",
                          "html": f"jobs/{attempt.attempt_id}.html" if result.get("html_text") else None,
-                         "sha256": sha256_hex(text)}
+                         "sha256": job_report_sha256(attempt.report)}
     return row
 
 

@@ -45,7 +45,7 @@ from typing import Any
 from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.errors import ReportError
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_json, canonical_sha256, sha256_hex
 from pytest_vllmqual.layout import cache_dir
 
 __all__ = [
@@ -157,7 +157,7 @@ def _json_digests(path: Path) -> tuple[str, str]:
         return f"{len(raw)}:{raw_sha}", raw_sha
     for key in WRITER_KEYS:
         data.pop(key, None)
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    canonical = canonical_json(data, ascii_only=False).encode()
     return f"{len(canonical)}:{sha256_hex(canonical)}", raw_sha
 
 
@@ -184,7 +184,7 @@ def _safetensors_digests(path: Path, size: int, counter: Callable[[int], None] |
         data = hashlib.sha256()
         data_size = _feed(handle, (data, raw), counter)
     index.pop(_SAFETENSORS_METADATA, None)
-    content = hashlib.sha256(json.dumps(index, sort_keys=True, separators=(",", ":")).encode())
+    content = hashlib.sha256(canonical_json(index).encode())
     content.update(data.hexdigest().encode())
     return f"{data_size}:{content.hexdigest()}", raw.hexdigest()
 
@@ -232,7 +232,7 @@ def _identity(stat: os.stat_result, rule: str) -> dict[str, int | str]:
 
 
 def _entry_path(identity: Mapping[str, int | str]) -> Path:
-    key = sha256_hex(json.dumps(identity, sort_keys=True))
+    key = canonical_sha256(identity, compact=False)
     return cache_dir() / CACHE_FOLDER / key[:2] / f"{key}.json"
 
 

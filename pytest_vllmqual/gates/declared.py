@@ -38,8 +38,8 @@ from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import FailureKind, GateOutcome
 
-from .checks import GateVerdict
 from .recorder import GateRecorder
+from .verdict import GateVerdict
 
 __all__ = ["DECLARABLE", "Declarable", "declaration", "judged", "not_run", "quality_declaration"]
 

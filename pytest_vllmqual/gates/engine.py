@@ -15,10 +15,10 @@ from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import FailureKind
 from pytest_vllmqual.vllm.log_facts import NOT_OBSERVABLE, EngineFacts
 
-from .checks import GateVerdict
 from .identity import IdentityResult
 from .kv_ranks import DEFAULT_RANK_KV_TOLERANCE_PCT, check_rank_kv
 from .recorder import GateRecorder
+from .verdict import GateVerdict
 
 __all__ = ["cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"]
 

@@ -15,7 +15,6 @@ in flight, and the run says so.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,12 +25,15 @@ from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
 from pytest_vllmqual.equivalence.runner import run_probe
 from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
 from pytest_vllmqual.errors import ServerGoneError
+from pytest_vllmqual.hashing import canonical_json
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
-from .checks import SMOKE_PROMPT, GateVerdict, ToolCase
 from .functional import JSON_PROMPT
 from .recorder import GateRecorder
+from .smoke import SMOKE_PROMPT
+from .tool_fixtures import ToolCase
+from .verdict import GateVerdict
 
 __all__ = ["GATE_NAME", "equivalence_gate", "probe_prompts"]
 
@@ -86,12 +88,12 @@ def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
         gate.summary(not_measured(str(result.reason)))
         return GateVerdict(skip_reason=not_measured(f"{result.reason}; no comparison with this arm can be made"))
     body = result.body
-    write_text_atomic(json.dumps(body, separators=(",", ":")), Path(gate.private_dir) / PRIVATE_NAME,
-                      what="probe answers")
+    text = canonical_json(body)
+    write_text_atomic(text, Path(gate.private_dir) / PRIVATE_NAME, what="probe answers")
     positions = sum(len(chunk["positions"]) for chunk in body["chunks"])
     gate.measure(probe_sha256=body["probe_sha256"], chunks=len(body["chunks"]), scored_positions=positions,
                  greedy_prompts=len(body["greedy"]), sidecar=PRIVATE_NAME,
-                 sidecar_bytes=len(json.dumps(body, separators=(",", ":"))))
+                 sidecar_bytes=len(text))
     lengths = ", ".join(f"{n:,}" for n in settings.context_lengths)
     gate.summary(f"K = {result.top_k}; {len(body['chunks'])} chunks at {lengths} tokens ({positions:,} scored "
                  f"positions), {len(body['greedy'])} greedy prompts, in {result.seconds:.1f} s")

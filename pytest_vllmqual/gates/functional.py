@@ -31,23 +31,20 @@ from pytest_vllmqual.privacy.public_text import quote_answer
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import Attempt, FailureKind, worst_failure
 
-from .checks import (
-    SMOKE_PROMPT,
-    GateVerdict,
-    ToolCase,
+from .declared import declaration, judged
+from .recorder import GateRecorder
+from .schema_checks import check_json_content
+from .smoke import SMOKE_PROMPT, run_smoke
+from .tool_checks import (
     ToolProblem,
     auto_tool_choice,
-    check_json_content,
     check_stream_tool,
     check_tool_call,
-    failed_request,
-    recipe_tool_fixtures,
-    run_smoke,
     tool_call_problems,
     tool_flags_problem,
 )
-from .declared import declaration, judged
-from .recorder import GateRecorder
+from .tool_fixtures import ToolCase, recipe_tool_fixtures
+from .verdict import GateVerdict, failed_request
 
 __all__ = ["JSON_PROMPT", "JSON_SCHEMA", "json_gate", "openai_sdk_gate", "responses_gate", "smoke_gate",
            "streaming_tool_gate", "tool_continuation_gate", "tools_gate"]

@@ -28,8 +28,8 @@ from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import FailureKind
 
-from .checks import GateVerdict
 from .recorder import GateRecorder
+from .verdict import GateVerdict
 
 SIDECAR_KEY = "items"
 """The item bank's block in the arm's sidecar (a comparison reads ``items.bank`` and ``items.outcomes``)."""

@@ -31,8 +31,9 @@ from pytest_vllmqual.records import FigureSource, RungRecord, RungSource
 from pytest_vllmqual.vllm.endpoints import MetricsDelta, MetricsSnapshot, parse_metrics
 from pytest_vllmqual.vllm.server_messages import public_failure, public_rung_error
 
-from .checks import GateVerdict, run_smoke
 from .recorder import GateRecorder
+from .smoke import run_smoke
+from .verdict import GateVerdict
 
 __all__ = [
     "DERIVED_RUNGS",

@@ -38,7 +38,6 @@ from pytest_vllmqual.recipe.load_gate_settings import LoadSettings, load_setting
 from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import LevelJudgement
 
-from .checks import GateVerdict
 from .ladder import fetch_metrics_text, parse_metrics_text
 from .load_stats import (
     LevelFigures,
@@ -50,6 +49,7 @@ from .load_stats import (
 )
 from .load_views import SLO_FIGURES, compare_views, good_without_lag, judge_level, lag_reason
 from .recorder import GateRecorder
+from .verdict import GateVerdict
 
 __all__ = ["LevelRunner", "LoadResult", "load_gate", "run_load"]
 

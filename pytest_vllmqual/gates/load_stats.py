@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.client.results import percentile, tpot_s
+from pytest_vllmqual.recipe.load_gate_settings import SLOS
 from pytest_vllmqual.records import LevelJudgement
 from pytest_vllmqual.vllm.endpoints import HTTP_CHAT_DURATION, HistogramDelta, MetricsDelta
 
@@ -79,6 +80,10 @@ class RequestFigures:
         end = self.last_output_s if self.last_output_s is not None else self.e2e_s
         return tpot_s(self.completion_tokens, self.ttft_s, end)
 
+    def figure(self, short: str) -> float | None:
+        """This request's figure of that short name (``ttft``, ``tpot``, ``e2e``), in seconds."""
+        return {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2e": self.e2e_s}[short]
+
     @classmethod
     def from_times(cls, *, ok: bool, ttft_s: float | None, e2e_s: float | None, completion_tokens: int | None,
                    output_times: Sequence[float] | None = None, prompt_tokens: int | None = None,
@@ -93,15 +98,12 @@ def meets_slo(request: RequestFigures, slo: Mapping[str, float]) -> bool:
     """Each set SLO holds for this request's own figure; a failed request, or a missing figure, does not."""
     if not request.ok:
         return False
-    checks: list[tuple[float | None, float]] = []
-    if "ttft_ms" in slo:
-        checks.append((None if request.ttft_s is None else request.ttft_s * 1000.0, slo["ttft_ms"]))
-    if "tpot_ms" in slo:
-        tpot = request.tpot_s
-        checks.append((None if tpot is None else tpot * 1000.0, slo["tpot_ms"]))
-    if "e2e_s" in slo:
-        checks.append((request.e2e_s, slo["e2e_s"]))
-    return all(value is not None and value <= limit for value, limit in checks)
+    for each in SLOS:
+        if each.key in slo:
+            value = request.figure(each.figure)
+            if value is None or each.of_seconds(value) > slo[each.key]:
+                return False
+    return True
 
 
 def _percentiles(name: str, values: Sequence[float]) -> dict[str, float | None]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.client.lag import ClientLag
+from pytest_vllmqual.recipe.load_gate_settings import SLOS
 from pytest_vllmqual.records import FigureSource, LevelJudgement
 from pytest_vllmqual.vllm.endpoints import HistogramDelta, MetricsDelta
 
@@ -46,14 +47,10 @@ __all__ = [
     "share_within",
 ]
 
-SLO_FIGURES: dict[str, tuple[str, float]] = {"ttft_ms": ("ttft", 1000.0), "tpot_ms": ("tpot", 1000.0),
-                                             "e2e_s": ("e2e", 1.0)}
-"""Each SLO: the short name of its figure (``SERVER_HISTOGRAMS``) and the factor from seconds to its unit."""
+SLO_FIGURES: dict[str, tuple[str, float]] = {slo.key: (slo.figure, slo.per_second) for slo in SLOS}
+"""Each SLO: the short name of its figure (``SERVER_HISTOGRAMS``) and the factor from seconds to its unit
+(read from the one table of SLOs, ``recipe.load_gate_settings.SLOS``)."""
 COMPARED_PERCENTILES = (50, 95)
-
-
-def _client_value(request: RequestFigures, short: str) -> float | None:
-    return {"ttft": request.ttft_s, "tpot": request.tpot_s, "e2e": request.e2e_s}[short]
 
 
 def bucket_index(histogram: HistogramDelta, q: float) -> int | None:
@@ -159,16 +156,16 @@ def compare_views(requests: Sequence[RequestFigures], delta: MetricsDelta | None
     """Compare the client's figures of a level's counted requests with the server's histograms over the
     same window: every SLO is judged on the client's figures, TPOT also on the server's histogram."""
     views = LevelViews(sources={key: FigureSource.CLIENT for key in slo})
-    for short in ("ttft", "tpot", "e2e"):
+    for each in SLOS:
+        short = each.figure
         histogram = _servers_view(delta, short, requests)
         if histogram is None:
             continue  # not the server's view of exactly these requests: nothing to compare
-        values = [v for r in requests if (v := _client_value(r, short)) is not None]
+        values = [v for r in requests if (v := r.figure(short)) is not None]
         if short != "tpot":
             views.outside[short] = outside_engine(values, histogram)
-        key = next((k for k, (name, _) in SLO_FIGURES.items() if name == short), "")
-        if short == "tpot" and key in slo:
-            views.server_shares[key] = share_within(histogram, slo[key] / SLO_FIGURES[key][1])
+        if short == "tpot" and each.key in slo:
+            views.server_shares[each.key] = share_within(histogram, slo[each.key] / each.per_second)
         if (why := _differs(values, histogram)) is not None:
             views.notes.append(f"{short.upper()}: {why} ({SERVER_HISTOGRAMS[short]})")
     return views

@@ -27,17 +27,13 @@ from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import Attempt, FailureKind, worst_failure
 from pytest_vllmqual.vllm.server_messages import public_failure
 
-from .checks import (
-    SMOKE_PROMPT,
-    GateVerdict,
-    check_fingerprints,
-    check_tool_call,
-    failed_request,
-    judge_final_number,
-    recipe_tool_fixtures,
-)
 from .declared import declaration, judged, not_run, quality_declaration
+from .number_answer import check_fingerprints, judge_final_number
 from .recorder import GateRecorder
+from .smoke import SMOKE_PROMPT
+from .tool_checks import check_tool_call
+from .tool_fixtures import recipe_tool_fixtures
+from .verdict import GateVerdict, failed_request
 
 __all__ = ["ANSWER_ROOM_TOKENS", "DEFAULT_LONG_CONTEXT_TOKENS", "DEFAULT_MESSAGES", "long_context_gate",
            "long_context_target", "quality_checks", "quality_tools_gate",

@@ -24,7 +24,7 @@ from pytest_vllmqual.errors import ArtifactError, RecipeError, ServerGoneError
 from pytest_vllmqual.records import Attempt, FailureKind, GateOutcome, GateRecord, StartupStatus
 
 if TYPE_CHECKING:
-    from .checks import GateVerdict
+    from .verdict import GateVerdict
 
 __all__ = ["GateRecorder", "artifact_part", "end_phase", "failed_on_its_own", "failure_kind"]
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_vllmqual.recipe.load_gate_settings import SLOS
 from pytest_vllmqual.records import GateOutcome, RungSource
 
 FAMILIES = ("functional", "reasoning", "quality", "capacity", "engine", "lifecycle", "load")
@@ -193,12 +194,10 @@ def _load(gate: Mapping[str, Any]) -> str:
     levels = _measured(gate, "promoted_levels")
     shown = ", ".join(_count(level) for level in levels) if isinstance(levels, list) and levels else "?"
     thresholds = gate.get("thresholds") or {}
-    slo = [f"TTFT <= {thresholds['ttft_ms']:g} ms" if isinstance(thresholds.get("ttft_ms"), int | float) else "",
-           f"TPOT <= {thresholds['tpot_ms']:g} ms" if isinstance(thresholds.get("tpot_ms"), int | float) else "",
-           f"E2E <= {thresholds['e2e_s']:g} s" if isinstance(thresholds.get("e2e_s"), int | float) else ""]
+    slo = [each.worded(thresholds[each.key]) for each in SLOS if isinstance(thresholds.get(each.key), int | float)]
     goodput = thresholds.get("min_goodput_pct")
     text = (f"at {shown} requests in flight (sustained), at least "
-            f"{goodput:g}% of the requests met {', '.join(s for s in slo if s) or 'the SLOs'}, with no errors"
+            f"{goodput:g}% of the requests met {', '.join(slo) or 'the SLOs'}, with no errors"
             if isinstance(goodput, int | float) else f"the promoted load levels {shown} met their SLOs")
     best = _measured(gate, "max_at_slo")
     if isinstance(best, int):

@@ -35,10 +35,12 @@ from pytest_vllmqual.hashing import sha256_hex
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
-from .checks import GateVerdict, ToolCase, auto_tool_choice, failed_request, tool_call_problems
 from .declared import declaration, not_run
 from .recorder import GateRecorder
+from .tool_checks import auto_tool_choice, tool_call_problems
+from .tool_fixtures import ToolCase
 from .tool_replay_bank import DEFAULT_COUNT, DEFAULT_SEED, ReplayBank, ReplayCase, build_bank
+from .verdict import GateVerdict, failed_request
 
 __all__ = ["GATE_NAME", "JudgedCall", "judge_call", "replay_bank", "tool_replay_gate"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pytest_vllmqual.hashing import sha256_hex
 
-from .checks import ToolCase
+from .tool_fixtures import ToolCase
 
 __all__ = ["BANK_NAME", "BANK_VERSION", "DEFAULT_COUNT", "DEFAULT_SEED", "EFFORTS", "SYSTEM_PROMPTS", "ReplayBank",
            "ReplayCase", "build_bank"]

@@ -17,13 +17,40 @@ from typing import Any
 from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.records import Word
 
-__all__ = ["MIN_REQUESTS_PER_LEVEL", "REQUESTS_PER_IN_FLIGHT", "LoadSettings", "SloSource", "check_load_section",
-           "load_settings", "requests_floor", "slo_caveat"]
+__all__ = ["MIN_REQUESTS_PER_LEVEL", "REQUESTS_PER_IN_FLIGHT", "SLOS", "LoadSettings", "Slo", "SloSource",
+           "check_load_section", "load_settings", "requests_floor", "slo_caveat"]
 
 MIN_REQUESTS_PER_LEVEL = 32
 """The fewest requests a level is measured with: a p95 of fewer is one or two requests."""
 REQUESTS_PER_IN_FLIGHT = 4
 """Each of a level's in-flight slots serves at least this many requests (4 x level in all)."""
+
+
+@dataclass(frozen=True)
+class Slo:
+    """One SLO a load level's requests are held to: its key in ``gates.load`` (and in a report's
+    thresholds), the request figure it bounds (a request's ``<figure>_s``, the server histogram of
+    the same short name), how a person reads it, and its unit."""
+
+    key: str
+    figure: str
+    label: str
+    unit: str
+    per_second: float
+    """The factor from seconds to ``unit``."""
+
+    def of_seconds(self, seconds: float) -> float:
+        """A figure measured in seconds, in this SLO's unit."""
+        return seconds * self.per_second
+
+    def worded(self, limit: float) -> str:
+        """``TTFT <= 500 ms``: the SLO as a person reads it."""
+        return f"{self.label} <= {limit:g} {self.unit}"
+
+
+SLOS: tuple[Slo, ...] = (Slo("ttft_ms", "ttft", "TTFT", "ms", 1000.0), Slo("tpot_ms", "tpot", "TPOT", "ms", 1000.0),
+                         Slo("e2e_s", "e2e", "E2E", "s", 1.0))
+"""Every SLO the load gate knows, in the order a report lists them: the one table of them."""
 
 
 class SloSource(Word):
@@ -91,7 +118,7 @@ class LoadSettings:
 
     def slo(self) -> dict[str, float]:
         """The SLOs that are set, by name (``ttft_ms``, ``tpot_ms``, ``e2e_s``)."""
-        values = {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_s": self.e2e_s}
+        values = {slo.key: getattr(self, slo.key) for slo in SLOS}
         return {name: float(value) for name, value in values.items() if value is not None}
 
 
@@ -107,7 +134,7 @@ def check_load_section(path: Path | str, raw: Mapping[str, Any]) -> None:
     levels = [int(level) for level in section.get("levels") or []]
     if len(set(levels)) != len(levels):
         raise _fail(path, "levels", f"lists a level twice ({levels}). Fix: list each concurrency level once.")
-    if not any(section.get(name) is not None for name in ("ttft_ms", "tpot_ms", "e2e_s")):
+    if not any(section.get(slo.key) is not None for slo in SLOS):
         raise _fail(path, "ttft_ms", "is not set, nor tpot_ms nor e2e_s: goodput needs at least one SLO. Fix: set "
                     "one or more of ttft_ms, tpot_ms (milliseconds) and e2e_s (seconds).")
     requests = int(section.get("requests_per_level", MIN_REQUESTS_PER_LEVEL))

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.hashing import canonical_json
+
 __all__ = ["ContentPin", "DockerOptions", "Identity", "LauncherConfig", "Recipe", "RequestConfig", "ServeConfig",
            "StartupConfig", "project_root_of"]
 
@@ -203,9 +205,7 @@ class Recipe:
         if s.enable_auto_tool_choice:
             flags.append("--enable-auto-tool-choice")
         if s.speculative_config is not None:
-            import json
-
-            flags += ["--speculative-config", json.dumps(s.speculative_config, sort_keys=True)]
+            flags += ["--speculative-config", canonical_json(s.speculative_config, compact=False)]
         if s.kv_offloading_size_gib:
             flags += ["--kv-offloading-size", _num(s.kv_offloading_size_gib)]
             flags += ["--kv-offloading-backend", s.kv_offloading_backend or "native"]

@@ -16,19 +16,19 @@ from typing import Any
 
 import jsonschema
 
-from pytest_vllmqual.layout import load_schema
+from pytest_vllmqual.layout import TOP_LEVEL, load_schema
+from pytest_vllmqual.layout import key_path as layout_key_path
 
 __all__ = ["checked", "first_problem", "key_path", "problem_text", "with_defaults"]
 
 
 def key_path(error: jsonschema.ValidationError) -> str:
-    """The dotted key path of a violation (``jobs.0.placement``), or ``(top level)``."""
-    parts = [str(p) for p in error.absolute_path]
-    return ".".join(parts) if parts else "(top level)"
+    """The key path of a violation (``jobs.0.placement``), or ``(top level)``: ``layout.key_path``'s spelling."""
+    return layout_key_path(error.absolute_path)
 
 
 def _below(key: str, name: str) -> str:
-    return name if key == "(top level)" else f"{key}.{name}"
+    return name if key == TOP_LEVEL else f"{key}.{name}"
 
 
 def _described(schema: Any) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_vllmqual.recipe.load_gate_settings import slo_caveat
+from pytest_vllmqual.recipe.load_gate_settings import SLOS, slo_caveat
 
 from .html_kit import esc, table
 from .html_svg import nice_ticks
@@ -23,6 +23,8 @@ from .number_format import fmt_num
 __all__ = ["load_html", "load_svg"]
 
 _SERIES = (("p50", "#1f77b4", "0"), ("p95", "#ff7f0e", "0"), ("p99", "#9467bd", "4 2"))
+_LATENCY_PANELS = tuple(each for each in SLOS if each.unit == "ms")
+"""The SLOs drawn as a latency panel, each in milliseconds (TTFT, TPOT); E2E is in the table only."""
 _MISS = "#d62728"
 _GOOD = "#59a14f"
 
@@ -113,8 +115,8 @@ def load_svg(report: Mapping[str, Any]) -> str:
         return ""
     slo = section.get("slo") or {}
     width, height, panel_w, panel_h = 960, 260, 270, 180
-    body = (_latency_panel("TTFT", "ttft", slo.get("ttft_ms"), levels, 50, 30, panel_w, panel_h)
-            + _latency_panel("TPOT", "tpot", slo.get("tpot_ms"), levels, 370, 30, panel_w, panel_h)
+    body = ("".join(_latency_panel(each.label, each.figure, slo.get(each.key), levels, 50 + 320 * n, 30, panel_w,
+                                   panel_h) for n, each in enumerate(_LATENCY_PANELS))
             + _goodput_panel(levels, section.get("min_goodput_pct"), 680, 30, panel_w, panel_h))
     legend = "".join(f'<text x="{50 + 70 * n}" y="{height - 6}" class="tick" fill="{color}">● {q}</text>'
                      for n, (q, color, _) in enumerate(_SERIES))

@@ -22,7 +22,6 @@ asset. Everything from the report is escaped. Layout:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +34,7 @@ from pytest_vllmqual.gates.registry import (
     family_of,
 )
 from pytest_vllmqual.gates.registry import proves as gate_proves
+from pytest_vllmqual.hashing import canonical_json
 from pytest_vllmqual.privacy.failure_reason import first_line
 from pytest_vllmqual.records import GateOutcome, RunMode
 from pytest_vllmqual.report.number_format import fmt_decode, fmt_num, fmt_places, readable, short_tokens
@@ -354,7 +354,7 @@ def _engine_section(report: Mapping[str, Any]) -> str:
     if args:
         body += "<h3>Non-default engine args</h3>" + _table(
             "engine-args", ["Arg", "Value"],
-            [(k, json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v) for k, v in sorted(args.items())])
+            [(k, canonical_json(v, compact=False) if isinstance(v, (dict, list)) else v) for k, v in sorted(args.items())])
     return f'<section id="engine-facts"><h2>Measurements and engine facts</h2>{body}</section>'
 
 

@@ -1,5 +1,5 @@
-"""junit XML: an equivalence section as junit, and scrubbing, the second line of defence behind
-the plugin's own redaction.
+"""junit XML: the one builder of a junit document (an equivalence section's, a fleet's), and
+scrubbing, the second line of defence behind the plugin's own redaction.
 
 pytest writes the machine's host name and every failure message into ``--junitxml``; the
 plugin rewrites that file at the end of the session (atomically, through
@@ -9,15 +9,61 @@ plugin rewrites that file at the end of the session (atomically, through
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_text_atomic
-from pytest_vllmqual.not_measured import Measured, junit_element, not_measured, of_equivalence, of_figure
+from pytest_vllmqual.not_measured import junit_element, not_measured, of_equivalence, of_figure
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 
-__all__ = ["equivalence_junit", "redact_junit_hostname", "scrub_junit"]
+__all__ = ["JunitCase", "JunitSuite", "equivalence_junit", "junit_document", "redact_junit_hostname", "scrub_junit"]
+
+
+@dataclass(frozen=True)
+class JunitCase:
+    """One testcase: passed when ``outcome`` is None, else the element it carries (``failure``,
+    ``skipped`` or ``error``) with ``message``; ``time`` and ``properties`` only where known."""
+
+    classname: str
+    name: str
+    outcome: str | None = None
+    message: str = ""
+    time: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class JunitSuite:
+    """One testsuite: its name and its testcases, counted into its attributes."""
+
+    name: str
+    cases: Sequence[JunitCase]
+
+
+def junit_document(title: str, suites: Sequence[JunitSuite], *, declaration: bool = False) -> str:
+    """A junit document: ``testsuites`` named ``title``, each suite with its tests, failures, errors and
+    skipped counted from its cases, so a count never disagrees with the elements."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name=title)
+    for each in suites:
+        count = {kind: str(sum(1 for case in each.cases if case.outcome == kind)) for kind in ("failure", "error", "skipped")}
+        suite = ET.SubElement(root, "testsuite", name=each.name, tests=str(len(each.cases)), failures=count["failure"],
+                              errors=count["error"], skipped=count["skipped"])
+        for case in each.cases:
+            attributes = {"classname": case.classname, "name": case.name}
+            if case.time is not None:
+                attributes["time"] = case.time
+            element = ET.SubElement(suite, "testcase", attributes)
+            if case.properties:
+                properties = ET.SubElement(element, "properties")
+                for key, value in case.properties:
+                    ET.SubElement(properties, "property", name=key, value=value)
+            if case.outcome is not None:
+                ET.SubElement(element, case.outcome, message=case.message)
+    return ET.tostring(root, encoding="unicode", xml_declaration=declaration)
 
 
 def equivalence_junit(section: Mapping[str, Any], line: str, *, name: str = "equivalence",
@@ -25,24 +71,17 @@ def equivalence_junit(section: Mapping[str, Any], line: str, *, name: str = "equ
     """An equivalence section (an A/B comparison's or a drift's) as junit: one testcase for the
     verdict (its message ``line``, the terminal's) and one per figure, each passed, failed or
     skipped as ``not measured: ...`` by the one rule (:mod:`pytest_vllmqual.not_measured`)."""
-    import xml.etree.ElementTree as ET
-
     figures = list(section.get("figures") or [])
     cases = [("verdict", of_equivalence(section.get("verdict")), line)]
     cases += [(str(f.get("figure")), of_figure(f.get("status")),
                f"{f.get('label')} {f.get('point')} [{f.get('low')}, {f.get('high')}] against {f.get('threshold')}: "
                f"{f.get('status')}") for f in figures]
-    failed = sum(1 for _, measured, _ in cases if measured is Measured.FAILED)
-    suite = ET.Element("testsuite", name=name, tests=str(len(cases)), failures=str(failed), errors="0",
-                       skipped=str(sum(1 for _, measured, _ in cases if measured is Measured.NOT_MEASURED)))
+    junit_cases = []
     for case_name, measured, message in cases:
-        case = ET.SubElement(suite, "testcase", classname=name, name=case_name)
         element = junit_element(measured)
-        if element is not None:
-            ET.SubElement(case, element, message=not_measured(message) if element == "skipped" else message)
-    root = ET.Element("testsuites", name=title)
-    root.append(suite)
-    return ET.tostring(root, encoding="unicode")
+        junit_cases.append(JunitCase(name, case_name, element,
+                                     not_measured(message) if element == "skipped" else message))
+    return junit_document(title, [JunitSuite(name, junit_cases)])
 
 
 def redact_junit_hostname(path: Path) -> bool:

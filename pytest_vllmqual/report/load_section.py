@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllmqual.gates.load_stats import DEFINITIONS
+from pytest_vllmqual.recipe.load_gate_settings import SLOS
 from pytest_vllmqual.records import GateRecord
 
 __all__ = ["LOAD_GATE", "LOAD_LEVELS", "load_of", "load_section", "load_summary_line"]
@@ -21,7 +22,6 @@ LOAD_GATE = "load"
 LOAD_LEVELS = "load_levels"
 """The gate measurement the section carries (not repeated under the gate)."""
 
-_SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_s")
 _SEARCH_KEYS = {"max_at_slo": "max_at_slo", "max_first_failing": "first_failing", "max_ceiling": "ceiling",
                 "max_search_steps": "steps", "max_search_tried": "tried", "max_search_converged": "converged"}
 
@@ -45,7 +45,7 @@ def load_section(gates: Sequence[GateRecord]) -> dict[str, Any] | None:
     return {
         "outcome": str(gate.outcome),
         "definitions": dict(DEFINITIONS),
-        "slo": {key: thresholds.get(key) for key in _SLO_KEYS},
+        "slo": {slo.key: thresholds.get(slo.key) for slo in SLOS},
         "min_goodput_pct": thresholds.get("min_goodput_pct"),
         "slos_set_by": measured.get("slos_set_by"),
         "max_num_seqs": measured.get("max_num_seqs"),

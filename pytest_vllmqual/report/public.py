@@ -25,6 +25,7 @@ from typing import Any
 from pytest_vllmqual.client.results import decode_tok_s
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
+from pytest_vllmqual.hashing import canonical_json
 from pytest_vllmqual.launch.base import TeardownResult
 from pytest_vllmqual.privacy.public_text import public_startup_details, startup_cause
 from pytest_vllmqual.privacy.sanitize import Sanitizer
@@ -112,7 +113,7 @@ def _shallow(value: Any) -> Any:
         return [_scalar(v) if not isinstance(v, dict | list | tuple) else _text(json.dumps(v, default=str))
                 for v in value]
     if isinstance(value, dict):
-        return _text(json.dumps(value, default=str, sort_keys=True))
+        return _text(canonical_json(value, compact=False, default=str))
     return _scalar(value)
 
 

@@ -7,12 +7,12 @@ so it needs nothing above the report layer (a comparison arrives as an already-b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_vllmqual.atomic_io import write_text_atomic
+from pytest_vllmqual.hashing import canonical_json
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.records import RunRecord
 from pytest_vllmqual.report.decision import decide, public_record, with_decision
@@ -70,7 +70,7 @@ def write_html(report: Mapping[str, Any], path: Path, *, comparison: Mapping[str
 
 def write_campaign_record(record: Mapping[str, Any], path: Path) -> Path:
     """The campaign record (which arm ran and why), as sorted JSON, written atomically."""
-    return write_text_atomic(json.dumps(record, indent=2, sort_keys=True) + "\n", path, what="campaign record")
+    return write_text_atomic(canonical_json(record, compact=False, indent=2) + "\n", path, what="campaign record")
 
 
 def summary_sections(arms: Iterable[tuple[str, dict[str, Any], Path | None]], *,

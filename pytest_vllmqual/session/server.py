@@ -30,8 +30,9 @@ from pytest_vllmqual.client.qual_client import http_client
 from pytest_vllmqual.client.stream_transport import shared_ssl_context
 from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.errors import LaunchError, RecipeError, ServerGoneError
-from pytest_vllmqual.gates.checks import recipe_tool_fixtures, warm_up_validation
 from pytest_vllmqual.gates.identity import check_identity
+from pytest_vllmqual.gates.schema_checks import warm_up_validation
+from pytest_vllmqual.gates.tool_fixtures import recipe_tool_fixtures
 from pytest_vllmqual.hashing import sha256_file
 from pytest_vllmqual.launch.base import Launcher, ProgressFn, ServerHandle, TeardownResult, new_api_key
 from pytest_vllmqual.launch.oom import KernelWatch, request_words

@@ -46,6 +46,7 @@ from typing import Any
 from pytest_vllmqual import __version__
 from pytest_vllmqual.gates.registry import family_of, title_of
 from pytest_vllmqual.gates.registry import proves as gate_proves
+from pytest_vllmqual.hashing import canonical_json
 from pytest_vllmqual.report.decision import with_decision
 from pytest_vllmqual.report.on_disk import SCHEMA_ID, SCHEMA_VERSION, validate_report
 from pytest_vllmqual.report.query import preflight_summary
@@ -165,7 +166,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("target", type=Path)
     args = parser.parse_args(argv)
     migrated = migrate(json.loads(args.source.read_text()))
-    args.target.write_text(json.dumps(migrated, indent=2, sort_keys=True) + "\n")
+    args.target.write_text(canonical_json(migrated, compact=False, indent=2) + "\n")
     print(f"wrote {args.target}: verdict {migrated['decision']['verdict']}, identity {migrated['identity']['status']}")
     return 0
 

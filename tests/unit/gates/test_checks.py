@@ -130,7 +130,7 @@ def test_a_nested_missing_property_says_its_full_path_and_missing() -> None:
                                                    '"guests": [1, "two"]}'}]
     problems = tool_call_problems(calls, NESTED, value_checks=False)
     assert [(p.path, p.kind) for p in problems] == [
-        ("guests[1]", "a string where the schema needs integer"),
+        ("guests.1", "a string where the schema needs integer"),
         ("start.time", "missing"),
         ("title", "a string that breaks maxLength 5")]
     assert problems[1].text == "arguments of create_event violate the schema at start.time: missing"
