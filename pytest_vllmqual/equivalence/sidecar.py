@@ -43,7 +43,7 @@ def write_block(private_dir: Path, key: str, block: Mapping[str, Any]) -> Path:
     if not key.isidentifier() or key in {"format", "arm"}:
         raise ValueError(f"{key!r} cannot be a sidecar block's key")
     path = Path(private_dir) / BLOCKS_DIR / f"{key}.json"
-    write_bytes_atomic(json.dumps(block, separators=(",", ":")).encode("utf-8"), path, what=f"{key} answers")
+    write_bytes_atomic(canonical_json(block).encode("utf-8"), path, what=f"{key} answers")
     return path
 
 

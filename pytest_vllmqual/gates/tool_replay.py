@@ -31,7 +31,7 @@ from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.equivalence.outcomes import ItemOutcome
 from pytest_vllmqual.equivalence.sidecar import write_block
 from pytest_vllmqual.equivalence.tool_replay import FAMILY, SIDECAR_KEY, arm_range
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256, sha256_hex
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
@@ -55,7 +55,7 @@ def _arguments_sha256(raw: Any) -> str | None:
         value = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
         return sha256_hex(str(raw))
-    return sha256_hex(json.dumps(value, sort_keys=True, separators=(",", ":")))
+    return canonical_sha256(value)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _template_sha256(client: QualClient, bank: ReplayBank) -> str | None:
         if not result.ok or not tokens:
             return None
         rendered.append([case.case_id, tokens])
-    return sha256_hex(json.dumps(rendered, separators=(",", ":")))
+    return canonical_sha256(rendered)
 
 
 def _ask(client: QualClient, recipe: Recipe, bank: ReplayBank, case: ReplayCase,

@@ -14,13 +14,12 @@ absent or one of the corpus's three; the reasoning effort is absent or one of it
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256
 
 from .tool_fixtures import ToolCase
 
@@ -97,7 +96,7 @@ class ReplayBank:
                   "cases": [{"id": case.case_id, "request": body, "expected": {"name": case.tool,
                                                                               "arguments": fixtures[case.tool].expected}}
                             for case, body in zip(self.cases, self.requests(), strict=True)]}
-        return sha256_hex(json.dumps(hashed, sort_keys=True, separators=(",", ":")))
+        return canonical_sha256(hashed)
 
     def describe(self) -> dict[str, Any]:
         """The bank as the sidecar names it (the chat template's fingerprint is the gate's to add)."""

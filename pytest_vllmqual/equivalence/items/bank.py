@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256, sha256_hex
 from pytest_vllmqual.words import ItemFamily, ItemJudge
 
 from ..probe import GREEDY_STOP_RULES, TEXT_VERSION, probe_text
@@ -182,15 +182,14 @@ class Bank:
 
     def items_sha256(self) -> str:
         """The SHA-256 of the canonical item list (ids, families, grades, prompts, answers, judges)."""
-        return sha256_hex(json.dumps([item.canonical() for item in self.items], sort_keys=True,
-                                     separators=(",", ":"), ensure_ascii=False))
+        return canonical_sha256([item.canonical() for item in self.items], ascii_only=False)
 
     def sha256(self, chat_template_sha256: str | None) -> str:
         """The bank's identity: the items, the versions, ``max_tokens``, the stop rules and the chat template."""
         body = {"name": BANK_NAME, "version": BANK_VERSION, "judge_version": JUDGE_VERSION,
                 "items": self.items_sha256(), "max_tokens": self.settings.max_tokens, "stop": GREEDY_STOP_RULES,
                 "temperature": 0, "chat_template": chat_template_sha256}
-        return sha256_hex(json.dumps(body, sort_keys=True, separators=(",", ":")))
+        return canonical_sha256(body)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
