@@ -11,6 +11,8 @@ This measures it: a pure-Python job (~12 ms of CPU) is timed idle and at set del
 1-token chat completion, with the run-queue wait the kernel reports for this process
 (``/proc/self/schedstat``). Harness work between requests (checks, calibration, /metrics
 parsing) pays exactly this; docs/PERFORMANCE.md uses it to explain the time-to-verdict figure.
+``--engine-bind one-core`` runs the same model at TP=1 on core 0 (the fidelity section's server):
+then no post-request wait is left (docs/PERFORMANCE.md, section 1, has both).
 """
 
 from __future__ import annotations

@@ -34,7 +34,9 @@ from pytest_vllmqual.launch.base import ServerHandle
 #: Two workloads per concurrency and round. On the 2-core tiny-cpu server the two TP workers
 #: keep both cores busy while they decode, so the API server process that writes the stream
 #: often gets the CPU only when decoding ends, and the chunks of a request then arrive in one
-#: burst (any client sees it, vLLM bench too). "ttft" asks for one token, so the first chunk
+#: burst (any client sees it, vLLM bench too; hence the engine on one core by default,
+#: ``fidelity_common.ENGINE_BINDS``, and the burst rule of every rate,
+#: ``fidelity_common.rate_not_measurable``). "ttft" asks for one token, so the first chunk
 #: leaves as soon as prefill ends and TTFT is measured, not the scheduler; "decode" asks for
 #: ``max_tokens`` and gives decode tok/s and output throughput.
 WORKLOADS = ("ttft", "decode")

@@ -28,8 +28,16 @@ Every figure is printed and written to ``reports/bench/bench-<UTC>.json`` (and
 its guard or was not measured, so a regression fails ``make bench``. A figure's interval
 only ever softens the word for a figure that is past its target yet within its guard
 (``noisy``: the interval still reaches the target; ``missed``: it does not); a figure past
-its guard fails whatever its interval says. A figure that cannot be measured stably on this
-machine has no guard at all: it is ``reported``, with the reason printed beside it.
+its guard fails whatever its interval says. A guarded figure is demoted to ``reported`` only
+with at least three idle runs whose spread exceeds its guard (``Demotion``, recorded in
+docs/PERFORMANCE.md); a ratio against vLLM bench always keeps its guard (``check_rules``).
+Figures that are not the harness's own time (the server's first forward pass) are
+``reported`` with the reason printed beside them.
+
+The fidelity section's server places its engine on one core by default (``--engine-bind``,
+``fidelity_common.ENGINE_BINDS``), and every rate follows the burst rule
+(``fidelity_common.rate_not_measurable``): the run prints how many requests gave no rate.
+The last line says how long the run took.
 """
 
 from __future__ import annotations
