@@ -108,25 +108,27 @@ def bench_server_recipe(recipe: Recipe, bind: str) -> Recipe:
 #:   bench has measured (one H200, about 470 tok/s per request) spreads 127 tokens over 270 ms, so
 #:   50 ms sits between the two; 1 ms of wake-up jitter at either end is then 4 % at most;
 #: - they arrived spread over that window: no single wait between two chunks longer than
-#:   ``RATE_MAX_GAP_SHARE`` (half) of the window (a stall, then the backlog at once), and a median
-#:   wait at least ``RATE_MIN_MEDIAN_GAP_SHARE`` (a quarter) of the mean wait (most tokens in
-#:   clumps: a stream read as it is generated waits about one engine step between chunks).
+#:   ``RATE_MAX_GAP_SHARE`` (half) of the window (a stall, then the backlog at once), and each half
+#:   of the waits between chunks took at least ``RATE_MIN_HALF_SHARE`` (a quarter) of the window (a
+#:   backlog written out at the start or at the end compresses one half; clumps of a few tokens
+#:   in the middle, which do not move a rate, are allowed).
 #:
 #: Otherwise that request's rates are ``not measurable``: counted and reported per tool, and the
 #: medians are over the measurable requests, of which a figure needs ``RATE_MIN_REQUESTS``.
 RATE_MIN_TOKENS = 16
 RATE_MIN_WINDOW_S = 0.050
 RATE_MAX_GAP_SHARE = 0.5
-RATE_MIN_MEDIAN_GAP_SHARE = 0.25
+RATE_MIN_HALF_SHARE = 0.25
 RATE_MIN_REQUESTS = 5
 
 
 def rate_not_measurable(completion_tokens: int | None, ttft_s: float | None, last_output_s: float | None,
-                        max_gap_s: float | None = None, median_gap_s: float | None = None) -> str | None:
+                        max_gap_s: float | None = None, first_half_share: float | None = None) -> str | None:
     """Why this request's rates cannot be measured (burst delivery, see ``RATE_MIN_TOKENS``), or None.
 
-    ``max_gap_s`` and ``median_gap_s`` are the longest and the median wait between two consecutive
-    output chunks after the first; where a tool did not give them only the count and the window apply.
+    ``max_gap_s`` is the longest wait between two consecutive output chunks after the first, and
+    ``first_half_share`` the share of the window the first half of those waits took; where a tool
+    did not give them only the count and the window apply.
     """
     if not completion_tokens or ttft_s is None or last_output_s is None:
         return "no output timings"
@@ -138,18 +140,21 @@ def rate_not_measurable(completion_tokens: int | None, ttft_s: float | None, las
     if max_gap_s is not None and max_gap_s > RATE_MAX_GAP_SHARE * window:
         return (f"one wait of {max_gap_s * 1e3:.0f} ms between chunks is more than {RATE_MAX_GAP_SHARE:g} of the "
                 f"{window * 1e3:.0f} ms window (a stall, then a burst)")
-    mean_gap = window / tokens
-    if median_gap_s is not None and median_gap_s < RATE_MIN_MEDIAN_GAP_SHARE * mean_gap:
-        return (f"median wait {median_gap_s * 1e3:.2f} ms between chunks, under {RATE_MIN_MEDIAN_GAP_SHARE:g} of "
-                f"the mean {mean_gap * 1e3:.2f} ms (most tokens arrived in bursts)")
+    if first_half_share is not None and not RATE_MIN_HALF_SHARE <= first_half_share <= 1 - RATE_MIN_HALF_SHARE:
+        which = "first" if first_half_share < RATE_MIN_HALF_SHARE else "second"
+        return (f"the {which} half of the chunks arrived within "
+                f"{min(first_half_share, 1 - first_half_share) * 100:.0f} % of the window, under "
+                f"{RATE_MIN_HALF_SHARE * 100:g} % (a backlog at once)")
     return None
 
 
 def gap_summary(gaps: Sequence[float] | None) -> tuple[float | None, float | None]:
-    """The longest and the median wait between consecutive output chunks (None, None without any)."""
+    """The longest wait between consecutive output chunks and the share of their sum that the first
+    half of them took (None, None without any)."""
     if not gaps:
         return None, None
-    return max(gaps), statistics.median(gaps)
+    total = sum(gaps)
+    return max(gaps), (sum(gaps[:len(gaps) // 2]) / total if total > 0 else None)
 
 
 def gaps_of(times: Sequence[float] | None) -> list[float] | None:
@@ -163,8 +168,8 @@ def gaps_of(times: Sequence[float] | None) -> list[float] | None:
 class RequestFigures:
     """One request as either tool saw it; ``e2e_s`` ends at the last chunk that carried output,
     for both tools (vLLM bench's latency ends there, and so does the harness's figure here).
-    ``max_gap_s`` and ``median_gap_s`` summarize the waits between its output chunks (the burst
-    rule, ``rate_not_measurable``)."""
+    ``max_gap_s`` and ``first_half_share`` summarize the waits between its output chunks (the
+    burst rule, ``rate_not_measurable``)."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
@@ -172,13 +177,13 @@ class RequestFigures:
     e2e_s: float | None
     ok: bool
     max_gap_s: float | None = None
-    median_gap_s: float | None = None
+    first_half_share: float | None = None
 
     @property
     def rate_not_measurable(self) -> str | None:
         """Why this request gives no rate (burst delivery), or None where it does."""
         return rate_not_measurable(self.completion_tokens, self.ttft_s, self.e2e_s, self.max_gap_s,
-                                   self.median_gap_s)
+                                   self.first_half_share)
 
     @property
     def decode_tok_s(self) -> float | None:

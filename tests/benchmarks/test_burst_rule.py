@@ -15,6 +15,7 @@ No server, no timing: the figures are given.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def test_a_stream_that_arrived_in_one_burst_gives_no_rate() -> None:
 
 
 def test_a_stream_read_as_it_was_generated_keeps_its_rates() -> None:
-    steady = Figures(1024, 128, 0.100, 0.100 + 127 / 200, True, max_gap_s=0.007, median_gap_s=0.005)
+    steady = Figures(1024, 128, 0.100, 0.100 + 127 / 200, True, max_gap_s=0.007, first_half_share=0.5)
     assert steady.rate_not_measurable is None
     assert steady.decode_tok_s == pytest.approx(200.0)
     assert steady.output_tok_s == pytest.approx(128 / 0.735)
@@ -55,16 +56,36 @@ def test_a_stream_read_as_it_was_generated_keeps_its_rates() -> None:
     ((10, 0.1, 0.5, None, None), "fewer than 16"),
     ((128, 0.1, 0.14, None, None), "under 50 ms"),
     # A one-second stall, then the backlog: the window is long, the rate is the stall's.
-    ((128, 0.1, 1.3, 1.0, 0.0001), "a stall, then a burst"),
-    # Most tokens in clumps: a median wait far under the mean.
-    ((128, 0.1, 0.7, 0.2, 0.0002), "most tokens arrived in bursts"),
+    ((128, 0.1, 1.3, 1.0, 0.9), "a stall, then a burst"),
+    # A late first token, then the backlog at once: the first half of the chunks in 5 % of the window.
+    ((128, 0.1, 0.7, 0.2, 0.05), "the first half of the chunks arrived within 5 %"),
+    ((128, 0.1, 0.7, 0.2, 0.9), "the second half of the chunks arrived within 10 %"),
 ])
 def test_each_part_of_the_rule_names_why(timings: tuple[int, float, float, float | None, float | None],
                                          why: str) -> None:
-    tokens, ttft, end, max_gap, median_gap = timings
-    figures = Figures(1024, tokens, ttft, end, True, max_gap, median_gap)
+    tokens, ttft, end, max_gap, half = timings
+    figures = Figures(1024, tokens, ttft, end, True, max_gap, half)
     assert figures.decode_tok_s is None and figures.output_tok_s is None
     assert why in (figures.rate_not_measurable or "")
+
+
+def test_clumps_of_a_few_tokens_in_the_middle_keep_the_rate() -> None:
+    """A busy client reads two or three chunks at a time: most waits are near zero, the rate is right."""
+    times, t = [], 0.1
+    for i in range(128):
+        t += 0.015 if i % 3 == 0 else 0.00005  # three tokens per read, one read every 3 steps of 5 ms
+        times.append(t)
+    gaps = fidelity_common.gaps_of(times)
+    figures = Figures(1024, 128, times[0], times[-1], True, *fidelity_common.gap_summary(gaps))
+    assert figures.rate_not_measurable is None
+    assert figures.decode_tok_s == pytest.approx(127 / (times[-1] - times[0]))
+
+
+def test_a_backlog_at_the_start_gives_no_rate() -> None:
+    # The first token late, then 80 tokens at once, then 47 at 5 ms each.
+    times = [0.5 + 0.00005 * i for i in range(81)] + [0.504 + 0.005 * (i + 1) for i in range(47)]
+    figures = Figures(1024, 128, times[0], times[-1], True, *fidelity_common.gap_summary(fidelity_common.gaps_of(times)))
+    assert "first half" in (figures.rate_not_measurable or "")
 
 
 def test_the_rule_is_the_same_for_both_tools() -> None:
@@ -79,8 +100,8 @@ def test_the_rule_is_the_same_for_both_tools() -> None:
 
 
 def _requests(steady: int, bursts: int) -> list[fidelity_common.RequestFigures]:
-    return ([Figures(1024, 128, 0.1, 0.1 + 127 / 200, True, 0.007, 0.005) for _ in range(steady)]
-            + [Figures(1024, 128, 0.1, 0.1001, True, 0.00001, 0.000001) for _ in range(bursts)])
+    return ([Figures(1024, 128, 0.1, 0.1 + 127 / 200, True, 0.007, 0.5) for _ in range(steady)]
+            + [Figures(1024, 128, 0.1, 0.1001, True, 0.00001, 0.5) for _ in range(bursts)])
 
 
 def test_medians_are_over_the_measurable_requests_and_the_rest_are_counted() -> None:
@@ -165,3 +186,22 @@ def test_the_shipped_checks_refuse_a_demotion_without_its_runs() -> None:
                               demoted=run_all.Demotion((0.10, 0.25, 0.12), "x"))
     run_all.check_rules([justified])
     assert justified.verdict(0.9) == "reported" and justified.bound() == "none (reported)"
+
+
+# -- how long `make bench` takes ------------------------------------------------------------------
+
+
+def _minutes(text: str) -> set[str]:
+    return set(re.findall(r"about (\d+(?:-\d+)?) minutes", text))
+
+
+def test_the_makefile_and_docs_state_one_duration_for_make_bench() -> None:
+    """The Makefile, README.md and docs/PERFORMANCE.md say how long ``make bench`` takes, all alike."""
+    makefile = (ROOT / "Makefile").read_text()
+    comment = makefile[:makefile.index("\nbench:")].rsplit("\n\n", 1)[-1]
+    stated = _minutes(comment)
+    assert len(stated) == 1, f"the Makefile's bench comment states {stated or 'no'} duration"
+    for doc in ("docs/PERFORMANCE.md", "README.md"):
+        text = (ROOT / doc).read_text()
+        line = next(line for line in text.splitlines() if line.startswith("make bench "))
+        assert _minutes(line) == stated, f"{doc} says {line!r}, the Makefile {stated}"
