@@ -38,8 +38,9 @@ lint:
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(MYPY)
 
-## Every figure of docs/PERFORMANCE.md against the real tiny-cpu server (about 6 minutes);
-## exits 1 when a figure is past its regression guard. Results: reports/bench/latest.json.
+## Every figure of docs/PERFORMANCE.md against the real tiny-cpu server (about 26 minutes on the shared
+## 2-core machine, 2026-12-05; the run's last line prints its own duration); exits 1 when a figure
+## is past its regression guard. Results: reports/bench/latest.json.
 bench:
 	scripts/setup.sh --bench
 	$(VENV)/bin/python fixtures/model/build_tiny_model.py

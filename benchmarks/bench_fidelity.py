@@ -38,8 +38,10 @@ import httpx
 
 from benchmarks.fidelity_chunk_rate import chunk_rate_sweep, client_at_revision
 from benchmarks.fidelity_common import (
+    ENGINE_BINDS,
     FidelityConfig,
     Progress,
+    bench_server_recipe,
     build_prompts,
     harness_pass,
     print_progress,
@@ -62,7 +64,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progress: Progress = print_progress,
                  extra: Callable[[ServerHandle], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Everything that needs the live server, on one server start."""
+    """Everything that needs the live server, on one server start (its engine placed as
+    ``config.engine_bind`` says)."""
+    recipe = bench_server_recipe(recipe, config.engine_bind)
     private_dir = workdir / "private"
     manager, readiness = start_server(recipe, private_dir, progress)
     progress(f"readiness returned {readiness['ready_after_startup_complete_s']} s after the log's "
@@ -124,6 +128,7 @@ def run_chunk_rate(recipe: Recipe, *, config: FidelityConfig, workdir: Path, rou
                    reference_revision: str | None, progress: Progress = print_progress) -> dict[str, Any]:
     """The chunk-rate sweep alone, on one server: this tree's client, optionally the client of
     ``reference_revision`` (alternating which goes first), and vLLM bench at every concurrency."""
+    recipe = bench_server_recipe(recipe, config.engine_bind)
     private_dir = workdir / "private"
     manager, _readiness = start_server(recipe, private_dir, progress)
     handle = manager.handle
@@ -166,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run only the chunk-rate sweep (client CPU per chunk), vLLM bench at every concurrency")
     parser.add_argument("--reference-client", metavar="REV",
                         help="with --only-chunk-rate: also sweep QualClient as committed at git revision REV")
+    add_engine_bind_flag(parser)
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -180,14 +186,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
     if args.only_chunk_rate:
         with tempfile.TemporaryDirectory(prefix="vllmqual-bench-") as tmp:
-            rate = run_chunk_rate(recipe, config=FidelityConfig(), workdir=Path(tmp), rounds=args.rounds,
+            rate = run_chunk_rate(recipe, config=FidelityConfig(engine_bind=args.engine_bind), workdir=Path(tmp), rounds=args.rounds,
                                   reference_revision=args.reference_client)
         if args.json:
             Path(args.json).write_text(json.dumps(rate, indent=2))
         return 0
     with tempfile.TemporaryDirectory(prefix="vllmqual-bench-") as tmp:
-        results = run_fidelity(recipe, config=FidelityConfig(rounds=args.rounds), workdir=Path(tmp))
+        results = run_fidelity(recipe, config=FidelityConfig(rounds=args.rounds, engine_bind=args.engine_bind),
+                               workdir=Path(tmp))
     return _write_results(results, args.json)
+
+
+def add_engine_bind_flag(parser: argparse.ArgumentParser) -> None:
+    """``--engine-bind``: where the bench's own server places its engine (``fidelity_common.ENGINE_BINDS``)."""
+    parser.add_argument("--engine-bind", choices=ENGINE_BINDS, default=FidelityConfig().engine_bind,
+                        help="the bench server's engine: as the recipe says, or at TP=1 on core 0 (one-core, the "
+                             "default: the other core is left to the API server and the client), or every TP "
+                             "rank on core 0 (one-core-tp2)")
 
 
 def _write_results(results: dict[str, Any], json_path: str | None) -> int:

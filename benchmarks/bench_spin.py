@@ -11,6 +11,8 @@ This measures it: a pure-Python job (~12 ms of CPU) is timed idle and at set del
 1-token chat completion, with the run-queue wait the kernel reports for this process
 (``/proc/self/schedstat``). Harness work between requests (checks, calibration, /metrics
 parsing) pays exactly this; docs/PERFORMANCE.md uses it to explain the time-to-verdict figure.
+``--engine-bind one-core`` runs the same model at TP=1 on core 0 (the fidelity section's server):
+then no post-request wait is left (docs/PERFORMANCE.md, section 1, has both).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.fidelity_common import ENGINE_BINDS, bench_server_recipe
 from benchmarks.quick_mode import add_quick_flag, quick_recipe
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.launch.base import ServerHandle
@@ -88,13 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--recipe", default="tiny-cpu")
     parser.add_argument("--recipes-dir", default=str(ROOT / "fixtures" / "recipes"))
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--engine-bind", choices=ENGINE_BINDS, default="recipe",
+                        help="the server's engine as the recipe places it (default), at TP=1 on core 0 "
+                             "(one-core), or every TP rank on core 0 (one-core-tp2)")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vllmqual-spin-") as tmp:
         if args.quick:
             recipe, _ = quick_recipe(Path(tmp) / "recipes")
         else:
-            recipe = resolve_recipe(args.recipe, Path(args.recipes_dir))
+            recipe = bench_server_recipe(resolve_recipe(args.recipe, Path(args.recipes_dir)), args.engine_bind)
         manager = ServerManager(recipe, run_id=f"bench-spin-{os.getpid()}", private_dir=Path(tmp) / "private",
                                 progress=lambda line: print(f"[bench] {line}", flush=True))
         try:
@@ -102,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = measure(handle, **QUICK_SPIN) if args.quick else measure(handle)
         finally:
             manager.stop()
+    result["engine_bind"] = args.engine_bind
     print(json.dumps({k: v for k, v in result.items() if k not in ("idle", "after_request")}, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

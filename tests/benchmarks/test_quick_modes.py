@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -126,6 +127,9 @@ def test_run_all_quick(quick_runs: dict[str, QuickRun]) -> None:
     _keys(data["broken"], "fail_fast", "no_fail_fast", "after_ready_ratio")
     _keys(data["client"]["collect"], "wall_s_median", "baseline_wall_s_median", "plugin_import_s_median", "collected")
     assert "figures below are not measurements" in run.output
+    # `make bench` says how long it took (the lead times two consecutive idle runs with it).
+    assert isinstance(data["seconds"].get("total"), float), data["seconds"]
+    assert re.search(r"took \d+\.\d minutes", run.output), run.output[-1000:]
     # The tables of docs/PERFORMANCE.md render from a result file of the same shape.
     tables = subprocess.run([sys.executable, str(BENCHMARKS / "render_tables.py"), str(run.result)], cwd=ROOT,
                             capture_output=True, text=True, check=False)
