@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import re
 import subprocess
 import sys
 
@@ -15,6 +17,22 @@ from support import ROOT
 import pytest_vllmqual
 
 HEAVY = ("pytest", "httpx", "yaml", "jsonschema", "openai", "docker", "transformers")
+
+FRONT_DOOR = {
+    "recipes": ("Recipe", "load_recipe"),
+    "the fixtures' types": ("QualClient", "GateRecorder", "GateRecord", "ServerHandle", "ProgressFn"),
+    "errors": ("VllmQualError", "CalibrationError", "LaunchError", "RecipeError", "ServerGoneError"),
+    "the shipped gates": ("smoke_gate", "json_gate", "tools_gate", "streaming_tool_gate", "tool_continuation_gate",
+                          "responses_gate", "openai_sdk_gate", "long_context_gate", "quality_tools_gate",
+                          "reasoning_fingerprints_gate", "repeated_check_gate", "concurrency_gate", "ladder_gate",
+                          "load_gate", "cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate",
+                          "equivalence_gate"),
+    "what a gate returns and what the shipped suites parametrize over": (
+        "GateVerdict", "ToolCase", "recipe_tool_fixtures", "shipped_tool_fixtures", "quality_checks",
+        "server_memory"),
+    "the version": ("__version__",),
+}
+"""The curated front door, by what a user reaches for: a name is added here on purpose, never by accident."""
 
 
 def test_every_exported_name_is_the_object_of_its_module() -> None:
@@ -27,6 +45,31 @@ def test_every_exported_name_is_the_object_of_its_module() -> None:
         assert value is getattr(module, name), name
         assert name in module.__all__, f"{name} is not public in {module.__name__}"
     assert set(pytest_vllmqual._MODULE_OF) | {"__version__"} == set(pytest_vllmqual.__all__)
+
+
+def test_the_front_door_is_the_curated_list_sorted_with_nothing_private() -> None:
+    curated = [name for names in FRONT_DOOR.values() for name in names]
+    assert len(curated) == len(set(curated))
+    assert sorted(pytest_vllmqual.__all__) == sorted(curated)
+    assert pytest_vllmqual.__all__ == sorted(pytest_vllmqual.__all__)
+    assert [name for name in pytest_vllmqual.__all__ if name.startswith("_") and name != "__version__"] == []
+
+
+def test_a_star_import_in_a_fresh_interpreter_gives_exactly_the_front_door() -> None:
+    """Every name resolves from a cold start (no other module imported first), and no helper of
+    the door itself (its import machinery, its table of modules) comes with ``*``."""
+    code = ("import json; namespace = {}; exec('from pytest_vllmqual import *', namespace); "
+            "print(json.dumps(sorted(n for n in namespace if n != '__builtins__')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert json.loads(done.stdout) == sorted(pytest_vllmqual.__all__)
+
+
+def test_the_readme_names_only_front_door_names_as_exported() -> None:
+    """The README's sentence on what the front door exports names no name outside ``__all__``."""
+    readme = (ROOT / "README.md").read_text()
+    sentence = readme.split("The front door (`pytest_vllmqual`) also exports", 1)[1].split("anything", 1)[0]
+    named = re.findall(r"`([A-Za-z_]+)`", sentence)
+    assert named and [name for name in named if name not in pytest_vllmqual.__all__] == []
 
 
 def test_the_version_lives_in_the_foundation_and_matches_the_package_metadata() -> None:

@@ -22,6 +22,8 @@ MOVED: dict[tuple[str, str], tuple[str, ...]] = {
         "verify_report", "write_report_atomic"),
     ("pytest_vllmqual.report.decision", "pytest_vllmqual.report.gate_coverage"): (
         "CoverageRow", "coverage", "preflight_of"),
+    ("pytest_vllmqual.report.html_page", "pytest_vllmqual.report.result_tables"): (
+        "measurement_rows", "per_rank", "result_rows", "teardown_text"),
 }
 """(the old module, the new one): the public names that moved from the first to the second."""
 
