@@ -4,12 +4,13 @@
 VENV := .venv
 PYTEST := $(VENV)/bin/pytest
 LINT_PATHS := pytest_vllmqual suites tests fixtures benchmarks
-## Each step of `make test` is timed into $(VLLMQUAL_TIMES_DIR) for the CI time table (scripts/ci_times.py).
+## Each step of `make test` is timed into $(VLLMQUAL_TIMES_DIR) for the CI time table (scripts/ci_times.py),
+## which compares it with the committed reports/ci-times/baseline.json (outside the folder emptied here).
 TIMED := scripts/timed.sh
 ## mypy's cache lives in the user cache, as the fixture model does, so a fresh clone on the same
 ## machine type-checks in seconds instead of minutes (mypy checks each cached file's hash).
 MYPY := $(VENV)/bin/mypy --cache-dir "$${VLLMQUAL_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/vllmqual}/mypy"
-export VLLMQUAL_TIMES_DIR ?= $(CURDIR)/reports/ci-times
+export VLLMQUAL_TIMES_DIR ?= $(CURDIR)/reports/ci-times/latest
 
 ## Command 1: set up, then qualify the embedded default recipe (tiny-cpu) and write a report.
 qualify:

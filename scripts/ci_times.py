@@ -9,24 +9,33 @@ still leaves what it measured, and ``table`` prints it: a step that started and 
 shows as stopped, with the seconds since its start.
 
 The table always lists the steps and test tiers that ``make test`` has (a missing one shows as
-"not run"), then any other that was measured.
+"not run"), then any other that was measured. Where a committed baseline exists, each row also
+shows the baseline's seconds and the change, and the table ends by naming every step or tier that
+grew by more than the baseline's tolerance (both a share and a number of seconds, so that noise on
+a tier of a few seconds is not called growth): which part of CI got slower, not only that it did.
 
     python3 scripts/ci_times.py start TIER
     python3 scripts/ci_times.py record TIER SECONDS EXIT_CODE
     python3 scripts/ci_times.py table
     python3 scripts/ci_times.py files     # seconds per test file, for tests/support/xdist_groups.py
+    python3 scripts/ci_times.py baseline NOTE   # this run's seconds become the committed baseline
 
-The folder is ``$VLLMQUAL_TIMES_DIR``, else ``reports/ci-times`` (ignored by git).
+The folder is ``$VLLMQUAL_TIMES_DIR``, else ``reports/ci-times/latest`` (ignored by git; ``make
+test`` empties it first). The baseline is ``$VLLMQUAL_TIMES_BASELINE``, else
+``reports/ci-times/baseline.json`` (committed), beside the folder and not in it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("setup", "lint", "typecheck", "model", "docker-image", "tests")
@@ -35,8 +44,56 @@ TEST_TIERS = ("unit", "plugin", "integration", "identity", "faults", "docker", "
 """The folders under tests/, in the order the table lists them."""
 
 
+TOLERANCE = {"relative": 0.15, "absolute_s": 10.0}
+"""How much a step or tier may grow against the baseline before the table names it, when the
+baseline file does not say: two CI runs of one tree on the 2-core machine differ by up to 15 %,
+and a tier of a few seconds moves by more than that between runs."""
+
+
 def times_dir() -> Path:
-    return Path(os.environ.get("VLLMQUAL_TIMES_DIR") or ROOT / "reports" / "ci-times")
+    return Path(os.environ.get("VLLMQUAL_TIMES_DIR") or ROOT / "reports" / "ci-times" / "latest")
+
+
+def baseline_path() -> Path:
+    return Path(os.environ.get("VLLMQUAL_TIMES_BASELINE") or ROOT / "reports" / "ci-times" / "baseline.json")
+
+
+def read_baseline(path: Path) -> dict[str, Any] | None:
+    """The committed baseline: ``steps`` and ``test_tiers`` (seconds by name) and ``tolerance``;
+    None when there is none or it cannot be read (the table then prints without it)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    data.setdefault("steps", {})
+    data.setdefault("test_tiers", {})
+    data["tolerance"] = {**TOLERANCE, **(data.get("tolerance") or {})}
+    return data
+
+
+def grew(seconds: float, baseline: float, tolerance: dict[str, float]) -> bool:
+    """True when ``seconds`` is past the baseline by more than both the share and the seconds
+    of the tolerance."""
+    return seconds - baseline > max(tolerance["absolute_s"], baseline * tolerance["relative"])
+
+
+def change(seconds: float | None, baseline: float | None) -> str:
+    if seconds is None:
+        return "not run"
+    if baseline is None:
+        return "new"
+    if baseline <= 0:
+        return f"{seconds - baseline:+.0f} s"
+    return f"{(seconds - baseline) / baseline * 100:+.0f} %"
+
+
+def grown(measured: dict[str, float | None], base: dict[str, float], tolerance: dict[str, float]) -> list[str]:
+    """The names in ``measured`` that grew past ``base`` (a name the baseline lacks, or one not
+    measured, is not called growth: there is nothing to compare)."""
+    return [name for name, seconds in measured.items()
+            if seconds is not None and name in base and grew(seconds, float(base[name]), tolerance)]
 
 
 def record(tier: str, seconds: str, exit_code: str) -> None:
@@ -128,24 +185,66 @@ def table() -> int:
     if all(seconds is None for _, seconds, _ in rows) and not per_tier:
         print(f"[times] nothing was measured ({folder} is empty)")
         return 0
+    base = read_baseline(baseline_path())
     print("\n==== CI time table (seconds) ====")
-    print(f"{'step':<24}{'seconds':>9}  result")
-    for tier, seconds, result in rows:
-        print(f"{tier:<24}{'-' if seconds is None else f'{seconds:.0f}':>9}  {result}")
-    print(f"{'all steps':<24}{sum(s for _, s, _ in rows if s is not None):>9.0f}")
-    print(f"\n{'test tier':<24}{'seconds':>9}")
-    for tier in [*TEST_TIERS, *sorted(set(per_tier) - set(TEST_TIERS))]:
-        print(f"{tier:<24}{f'{per_tier[tier]:.1f}' if tier in per_tier else 'not run':>9}")
+    print_steps(rows, base)
+    tiers = {tier: per_tier.get(tier) for tier in [*TEST_TIERS, *sorted(set(per_tier) - set(TEST_TIERS))]}
+    print_tiers(tiers, base)
     if len(per_worker) > 1:
         print("(tests ran on several workers at once: tiers add up to more than the tests step)")
         print(f"\n{'worker':<24}{'busy s':>9}")
         for worker, seconds in sorted(per_worker.items()):
             print(f"{worker:<24}{seconds:>9.1f}")
+    if base is None:
+        print(f"\n(no baseline to compare with: {baseline_path()} is missing or unreadable)")
+    else:
+        print_growth({tier: seconds for tier, seconds, _ in rows}, tiers, base)
     if per_test:
         print("\nten slowest tests (setup + call + teardown):")
         for nodeid, seconds in sorted(per_test.items(), key=lambda item: -item[1])[:10]:
             print(f"{seconds:>8.1f}  {nodeid}")
     return 0
+
+
+def print_steps(rows: list[tuple[str, float | None, str]], base: dict[str, Any] | None) -> None:
+    if base is None:
+        print(f"{'step':<24}{'seconds':>9}  result")
+    else:
+        print(f"{'step':<24}{'seconds':>9}{'baseline':>10}{'change':>10}  result")
+    for tier, seconds, result in rows:
+        shown = f"{tier:<24}{'-' if seconds is None else f'{seconds:.0f}':>9}"
+        if base is not None:
+            was = base["steps"].get(tier)
+            shown += f"{'-' if was is None else f'{float(was):.0f}':>10}{change(seconds, was):>10}"
+        print(f"{shown}  {result}")
+    print(f"{'all steps':<24}{sum(s for _, s, _ in rows if s is not None):>9.0f}")
+
+
+def print_tiers(tiers: dict[str, float | None], base: dict[str, Any] | None) -> None:
+    if base is None:
+        print(f"\n{'test tier':<24}{'seconds':>9}")
+    else:
+        print(f"\n{'test tier':<24}{'seconds':>9}{'baseline':>10}{'change':>10}")
+    for tier, seconds in tiers.items():
+        shown = f"{tier:<24}{'not run' if seconds is None else f'{seconds:.1f}':>9}"
+        if base is not None:
+            was = base["test_tiers"].get(tier)
+            shown += f"{'-' if was is None else f'{float(was):.1f}':>10}{change(seconds, was):>10}"
+        print(shown)
+
+
+def print_growth(steps: dict[str, float | None], tiers: dict[str, float | None], base: dict[str, Any]) -> None:
+    """The closing lines: which steps and tiers grew past the baseline's tolerance."""
+    tolerance = base["tolerance"]
+    rule = f"more than {tolerance['relative'] * 100:.0f} % and {tolerance['absolute_s']:.0f} s"
+    print(f"\nagainst the baseline ({base.get('source', 'no source given')}):")
+    for kind, measured, known in (("steps", steps, base["steps"]), ("test tiers", tiers, base["test_tiers"])):
+        names = grown(measured, known, tolerance)
+        if names:
+            listed = ", ".join(f"{name} {float(known[name]):.0f} -> {measured[name]:.0f} s" for name in names)
+            print(f"  {kind} that grew by {rule}: {listed}")
+        else:
+            print(f"  no {kind[:-1]} grew by {rule}")
 
 
 def files() -> int:
@@ -160,6 +259,36 @@ def files() -> int:
     return 0
 
 
+def write_baseline(note: str) -> int:
+    """This run's seconds (the steps that ended, every test tier) become the baseline, with the
+    note (which machine, which run), the commit and the date; the tolerance is kept."""
+    folder = times_dir()
+    steps = {tier: seconds for tier, seconds, _code in read_steps(folder)}
+    per_tier, _per_test, _per_worker = read_tests(folder)
+    if not steps and not per_tier:
+        print(f"[times] nothing was measured ({folder} is empty); the baseline is unchanged", file=sys.stderr)
+        return 1
+    path = baseline_path()
+    previous = read_baseline(path) or {}
+    data = {"source": note, "commit": _commit(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+            "tolerance": previous.get("tolerance", TOLERANCE),
+            "steps": steps, "test_tiers": {tier: round(seconds, 1) for tier, seconds in per_tier.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    print(f"[times] baseline written: {path}")
+    return 0
+
+
+def _commit() -> str | None:
+    """The checkout's commit, or None outside a git checkout."""
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=False, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["start"] and len(argv) == 2:
         start(argv[1])
@@ -171,6 +300,8 @@ def main(argv: list[str]) -> int:
         return table()
     if argv == ["files"]:
         return files()
+    if argv[:1] == ["baseline"] and len(argv) == 2 and argv[1].strip():
+        return write_baseline(argv[1])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -12,9 +12,12 @@ from support import ROOT, load_script
 SCRIPT = ROOT / "scripts" / "ci_times.py"
 
 
-def run(times: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(times: Path, *args: str, baseline: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The script on ``times``; against ``baseline``, else against no baseline at all (a file that
+    does not exist), so that the committed one does not change what these tests see."""
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False,
-                          env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin"})
+                          env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin",
+                               "VLLMQUAL_TIMES_BASELINE": str(baseline or times.parent / "no-baseline.json")})
 
 
 def test_table_has_steps_tiers_and_the_slowest_tests_of_a_run_cut_short(tmp_path: Path) -> None:
@@ -123,3 +126,124 @@ def test_files_lists_seconds_per_test_file_slowest_first(tmp_path: Path) -> None
     out = run(times, "files")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ['    "tests/b/test_y.py": 40,', '    "tests/a/test_x.py": 5,']
+
+
+def measured_run(times: Path, tiers: dict[str, float], steps: dict[str, float]) -> None:
+    """A run's folder as ``make test`` leaves it: the steps that ended and one line per test phase."""
+    for step, seconds in steps.items():
+        assert run(times, "record", step, str(seconds), "0").returncode == 0
+    lines = [{"nodeid": f"tests/{tier}/test_x.py::test_x", "when": "call", "duration": seconds, "tier": tier}
+             for tier, seconds in tiers.items()]
+    (times / "tests.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def write_baseline(path: Path, tiers: dict[str, float], steps: dict[str, float], **extra: object) -> Path:
+    path.write_text(json.dumps({"source": "a run of the test", "steps": steps, "test_tiers": tiers, **extra}))
+    return path
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()}
+
+
+def test_the_table_shows_each_tier_against_the_baseline_and_names_the_tiers_that_grew(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    measured_run(times, {"unit": 100.0, "faults": 600.0, "docker": 520.0, "identity": 9.0, "plugin": 80.0},
+                 {"setup": 12, "tests": 1100})
+    baseline = write_baseline(tmp_path / "baseline.json",
+                              {"unit": 100.0, "faults": 500.0, "docker": 500.0, "identity": 3.0, "plugin": 120.0,
+                               "fleet": 300.0},
+                              {"setup": 12, "tests": 1000})
+    out = run(times, "table", baseline=baseline)
+    assert out.returncode == 0, out.stderr
+    rows = table_rows(out.stdout)
+    assert rows["faults"] == ["600.0", "500.0", "+20", "%"]
+    assert rows["plugin"] == ["80.0", "120.0", "-33", "%"]
+    assert rows["fleet"] == ["not", "run", "300.0", "not", "run"]
+    assert rows["tests"] == ["1100", "1000", "+10", "%", "ok"]
+    grew_line = next(line for line in out.stdout.splitlines() if "test tiers that grew" in line)
+    # faults: +20 % and +100 s. docker: +4 %. identity: +200 % but 6 s. plugin shrank. fleet: not run.
+    assert "more than 15 % and 10 s" in grew_line and grew_line.endswith(": faults 500 -> 600 s"), grew_line
+    assert "no step grew by more than 15 % and 10 s" in out.stdout  # tests +10 %
+    assert "a run of the test" in out.stdout
+
+
+def test_the_tolerance_is_the_baselines_own_where_it_states_one(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    measured_run(times, {"unit": 110.0, "identity": 9.0}, {"tests": 1100})
+    tiers, steps = {"unit": 100.0, "identity": 3.0}, {"tests": 1000}
+    strict = write_baseline(tmp_path / "strict.json", tiers, steps, tolerance={"relative": 0.05, "absolute_s": 5})
+    text = run(times, "table", baseline=strict).stdout
+    assert "test tiers that grew by more than 5 % and 5 s: unit 100 -> 110 s, identity 3 -> 9 s" in text, text
+    assert "steps that grew by more than 5 % and 5 s: tests 1000 -> 1100 s" in text, text
+    loose = write_baseline(tmp_path / "loose.json", tiers, steps, tolerance={"relative": 0.5})  # seconds: the default
+    text = run(times, "table", baseline=loose).stdout
+    assert "no test tier grew by more than 50 % and 10 s" in text and "no step grew" in text, text
+
+
+def test_growth_needs_both_the_share_and_the_seconds() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import ci_times
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    tolerance = {"relative": 0.15, "absolute_s": 10.0}
+    assert ci_times.grew(116.0, 100.0, tolerance)
+    assert not ci_times.grew(115.0, 100.0, tolerance)  # exactly the share is not past it
+    assert not ci_times.grew(12.0, 2.0, tolerance)  # six times as long, but 10 s
+    assert not ci_times.grew(1010.0, 1000.0, tolerance)
+    assert ci_times.grew(11.0, 0.0, tolerance)
+    assert ci_times.grown({"a": 200.0, "b": None, "c": 500.0}, {"a": 100.0, "b": 1.0}, tolerance) == ["a"]
+
+
+def test_without_a_baseline_the_table_says_so_and_prints_as_before(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    measured_run(times, {"unit": 1.5}, {"lint": 3})
+    text = run(times, "table").stdout
+    rows = table_rows(text)
+    assert rows["unit"] == ["1.5"] and rows["lint"] == ["3", "ok"]
+    assert "no baseline to compare with" in text and "grew" not in text
+    (tmp_path / "torn.json").write_text('{"steps": ')
+    text = run(times, "table", baseline=tmp_path / "torn.json").stdout
+    assert "no baseline to compare with" in text and table_rows(text)["unit"] == ["1.5"]
+
+
+def test_baseline_writes_this_runs_seconds_and_keeps_the_tolerance(tmp_path: Path) -> None:
+    times = tmp_path / "times"
+    measured_run(times, {"unit": 100.04, "faults": 600.0}, {"setup": 12, "tests": 1100})
+    baseline = write_baseline(tmp_path / "baseline.json", {"unit": 1.0}, {}, tolerance={"relative": 0.2, "absolute_s": 5})
+    out = run(times, "baseline", "CI machine, fresh clone", baseline=baseline)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(baseline.read_text())
+    assert data["steps"] == {"setup": 12, "tests": 1100}
+    assert data["test_tiers"] == {"unit": 100.0, "faults": 600.0}
+    assert data["tolerance"] == {"relative": 0.2, "absolute_s": 5}
+    assert data["source"] == "CI machine, fresh clone" and len(data["date"]) == 10
+    assert "no step grew" in run(times, "table", baseline=baseline).stdout
+
+
+def test_baseline_from_an_empty_run_leaves_the_baseline_alone(tmp_path: Path) -> None:
+    baseline = write_baseline(tmp_path / "baseline.json", {"unit": 1.0}, {})
+    before = baseline.read_text()
+    out = run(tmp_path / "empty", "baseline", "nothing ran", baseline=baseline)
+    assert out.returncode == 1 and "nothing was measured" in out.stderr
+    assert baseline.read_text() == before
+    assert run(tmp_path / "empty", "baseline", baseline=baseline).returncode == 2  # a baseline says where it came from
+
+
+def test_the_committed_baseline_names_every_tier_and_step_and_is_outside_the_emptied_folder() -> None:
+    """``make test`` empties its times folder first: the baseline must live outside it, and must
+    know every tier and step, or a tier's growth would go unnamed."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import ci_times
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    committed = ci_times.read_baseline(ROOT / "reports" / "ci-times" / "baseline.json")
+    assert committed is not None and committed["source"]
+    assert set(committed["test_tiers"]) == set(ci_times.TEST_TIERS)
+    assert set(committed["steps"]) == set(ci_times.STEPS)
+    makefile = (ROOT / "Makefile").read_text()
+    emptied = makefile.split("VLLMQUAL_TIMES_DIR ?= $(CURDIR)/", 1)[1].split()[0]
+    assert emptied == "reports/ci-times/latest" and "reports/ci-times/latest" in (ROOT / ".ci" / "run").read_text()
+    assert not (ROOT / "reports" / "ci-times" / "baseline.json").is_relative_to(ROOT / emptied)
