@@ -16,17 +16,11 @@ No server, no timing: the figures are given.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import fidelity_common
-import fidelity_tools
-import run_all
-
+from benchmarks import fidelity_common, fidelity_tools, run_all
 from pytest_vllmqual.recipe.loader import resolve_recipe
 
 ROOT = Path(__file__).resolve().parents[2]

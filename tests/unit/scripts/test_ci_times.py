@@ -182,11 +182,7 @@ def test_the_tolerance_is_the_baselines_own_where_it_states_one(tmp_path: Path) 
 
 
 def test_growth_needs_both_the_share_and_the_seconds() -> None:
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import ci_times
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    ci_times = load_script(SCRIPT, "ci_times_under_test")
     tolerance = {"relative": 0.15, "absolute_s": 10.0}
     assert ci_times.grew(116.0, 100.0, tolerance)
     assert not ci_times.grew(115.0, 100.0, tolerance)  # exactly the share is not past it
@@ -234,11 +230,7 @@ def test_baseline_from_an_empty_run_leaves_the_baseline_alone(tmp_path: Path) ->
 def test_the_committed_baseline_names_every_tier_and_step_and_is_outside_the_emptied_folder() -> None:
     """``make test`` empties its times folder first: the baseline must live outside it, and must
     know every tier and step, or a tier's growth would go unnamed."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import ci_times
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    ci_times = load_script(SCRIPT, "ci_times_under_test")
     committed = ci_times.read_baseline(ROOT / "reports" / "ci-times" / "baseline.json")
     assert committed is not None and committed["source"]
     assert set(committed["test_tiers"]) == set(ci_times.TEST_TIERS)
