@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_vllmqual.equivalence import sidecar as sidecars
 from pytest_vllmqual.equivalence.answers import count_flips
+from pytest_vllmqual.equivalence.depth_figures import depth_comparison
 from pytest_vllmqual.equivalence.figures import greedy_figures, teacher_forced
 from pytest_vllmqual.equivalence.intervals import exact_interval
 from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figure, decide_equivalence
@@ -172,7 +173,10 @@ def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any]
             "probe_sha256": ctrl.get("probe_sha256"),
             "arms": {"control": _arm(ctrl), "candidate": _arm(cand),
                      **({"replay": _arm(rep)} if floor_intervals is not None and isinstance(rep, dict) else {})},
-            "teacher_forced": tf, "greedy": greedy, "flips": flips, "notes": [LOWER_BOUND_NOTE]}
+            "teacher_forced": tf, "greedy": greedy, "flips": flips,
+            "depth": depth_comparison(ctrl, cand, rep if floor_intervals is not None and isinstance(rep, dict)
+                                      else None, thresholds),
+            "notes": [LOWER_BOUND_NOTE]}
 
 
 def summary_line(section: Mapping[str, Any], *, label: str = "equivalence") -> str:
