@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_json_atomic
+from pytest_vllmqual.equivalence.depth_figures import depth_lines
 from pytest_vllmqual.errors import ComparisonError, ReportError
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
 from pytest_vllmqual.layout import COMPARISON_SCHEMA, raise_if_invalid, schema_errors
@@ -204,6 +205,7 @@ def render_markdown(comparison: Mapping[str, Any]) -> str:
         lines += ["", "### Output equivalence", "", summary_line(equivalence)]
         lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
                   for f in equivalence.get("figures") or []]
+        lines += [f"- {text.strip()}" for text in depth_lines(equivalence)]
     decision = comparison.get("decision") or {}
     lines += ["", f"### Decision: {decision.get('verdict')} ({decision.get('summary')})", ""]
     lines += [f"- {r}" for r in decision.get("reasons") or []]

@@ -18,9 +18,9 @@ from typing import Any
 from pytest_vllmqual.records import EquivalenceVerdict, FigureStatus
 
 from .figures import ChunkSums, chunk_sums, pooled
-from .verdict import FIGURES, FigureCheck, FigureSpec, Thresholds, check_figure, describe
+from .verdict import FIGURES, FigureCheck, FigureSpec, Thresholds, check_figure, describe, fmt_interval
 
-__all__ = ["DEPTH_FIGURES", "depth_comparison", "depth_sums"]
+__all__ = ["DEPTH_FIGURES", "depth_comparison", "depth_lines", "depth_sums"]
 
 _KEYS = ("top1_agreement", "ln_ppl_ratio", "kl_lower_bound")
 DEPTH_FIGURES: tuple[FigureSpec, ...] = tuple(
@@ -94,3 +94,21 @@ def depth_comparison(control: Mapping[str, Any], candidate: Mapping[str, Any],
             "method": ctrl.get("method"), "window_tokens": (ctrl.get("settings") or {}).get("window_tokens"),
             "dropped": list(ctrl.get("dropped") or []),
             "floor": {"status": "measured" if floors else "not measured"}}
+
+
+def depth_lines(section: Mapping[str, Any]) -> list[str]:
+    """The terminal's depth lines from an equivalence section: the depth verdict, then one line per
+    bucket with its figures and intervals (``(4,096, 8,110]: not equivalent, 8 windows: top-1 …``)."""
+    depth = section.get("depth")
+    if not isinstance(depth, Mapping):
+        return []
+    floor = "" if (depth.get("floor") or {}).get("status") == "measured" else "; A/A floor not measured"
+    lines = [f"depth: {depth.get('verdict')}{floor}" + ("" if depth.get("buckets") else
+                                                          f": {'; '.join(depth.get('reasons') or [])}")]
+    specs = {spec.key: spec for spec in DEPTH_FIGURES}
+    for bucket in depth.get("buckets") or []:
+        shown = [f"{specs[f['figure']].label} {fmt_interval(specs[f['figure']], f['point'], f['low'], f['high'])}"
+                 for f in bucket["figures"] if f["figure"] in specs]
+        lines.append(f"  ({bucket['from']:,}, {bucket['to']:,}]: {bucket['verdict']}, {bucket['windows']} windows: "
+                     + "; ".join(shown))
+    return lines

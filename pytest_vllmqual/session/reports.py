@@ -164,6 +164,7 @@ class SessionReports:
         while either report is missing."""
         from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
         from pytest_vllmqual.ab.equivalence import summary_line
+        from pytest_vllmqual.equivalence.depth_figures import depth_lines
         from pytest_vllmqual.report.junit import equivalence_junit
 
         if control.report is None or candidate.report is None:
@@ -181,6 +182,8 @@ class SessionReports:
         junit = write_text_atomic(equivalence_junit(self.comparison["equivalence"], line), path.with_suffix(".xml"),
                                   what="comparison junit")
         self.progress(f"{line} (junit: {junit})")
+        for text in depth_lines(self.comparison["equivalence"]):
+            self.progress(text)
         self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
         return path
 

@@ -16,6 +16,7 @@ from support.equivalence_samples import attach_probe, depth_body, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
 from pytest_vllmqual.ab.equivalence import equivalence_section, flip_items, summary_line
+from pytest_vllmqual.equivalence.depth_figures import depth_lines
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.junit import equivalence_junit
@@ -97,6 +98,9 @@ def test_the_section_carries_the_depth_buckets_with_their_floor_beside_the_verdi
     assert depth["verdict"] == "not equivalent" and depth["floor"] == {"status": "measured"}
     assert [(b["to"], b["verdict"], b["floor"]) for b in depth["buckets"]] == [
         (64, "equivalent", "measured"), (128, "not equivalent", "measured")]
+    lines = depth_lines(section)
+    assert lines[0] == "depth: not equivalent"
+    assert lines[2].startswith("  (64, 128]: not equivalent, 8 windows: top-1 agreement 100.0% [100.0, 100.0]; ")
     without = compare(tmp_path / "plain", arms, probe_body(), probe_body())["equivalence"]
     assert without["depth"]["verdict"] == "not measurable"
 

@@ -23,6 +23,7 @@ from pytest_vllmqual.equivalence.depth import (
 )
 from pytest_vllmqual.equivalence.depth_figures import depth_comparison
 from pytest_vllmqual.equivalence.verdict import Thresholds
+from pytest_vllmqual.report.html_equivalence import equivalence_html
 
 
 @pytest.mark.parametrize(("largest", "edges"), [
@@ -178,3 +179,11 @@ def test_windows_are_matched_by_depth_and_context() -> None:
 def test_an_arm_without_depth_windows_is_not_measurable() -> None:
     section = depth_comparison(_sides(), {"depth": None}, None, Thresholds())
     assert section == {"verdict": "not measurable", "reasons": ["the candidate scored no depth window"], "buckets": []}
+
+
+def test_the_page_renders_the_buckets_as_judged() -> None:
+    section = {"verdict": "equivalent", "depth": depth_comparison(
+        _sides(), _sides(shift=0.2, deep_shift_only=True), None, Thresholds())}
+    page = equivalence_html(section)
+    assert 'id="equivalence-by-depth"' in page and 'id="equivalence-depth-verdict">not equivalent<' in page
+    assert '<tr class="fail"><td>(64, 128]</td>' in page and "0.375 [" in page

@@ -14,8 +14,10 @@ SCRIPT = ROOT / "scripts" / "module_transitions.py"
 #: a change that sends a reader through more modules, or back to more of them, raises these on purpose.
 # "all" rose from 44/28/16 when the fixed words left records for words.py: a word's str() and
 # format() are calls into that module from every judge that writes one.
+# "all" rose from 47/29/18 with the depth buckets: the equivalence section and the comparison's
+# markdown each step into equivalence.depth_figures (one module, two steps, one of them a return).
 CEILINGS = {"candidate": {"steps": 10, "modules": 10, "returns": 0},
-            "all": {"steps": 47, "modules": 29, "returns": 18}}
+            "all": {"steps": 49, "modules": 30, "returns": 19}}
 
 
 def _measure(follow: str) -> dict[str, int]:
