@@ -209,7 +209,9 @@ def context_sha256(tokens: Sequence[int], window: DepthWindow) -> str:
 
 
 def run_depth(post: PostFn, tokens: Sequence[int], settings: DepthSettings, top_k: int) -> dict[str, Any]:
-    """The sidecar's ``depth`` body: the plan, every scored window, and the buckets not scored (why)."""
+    """The sidecar's ``depth`` body: the plan, every scored window, and the buckets not scored (why).
+    A refused or unparsable answer stops the windows there and is recorded: the chunk probe's
+    answers still stand (a server that is gone still ends the probe)."""
     plan = plan_windows(settings, len(tokens))
     started = time.perf_counter()
     scored: list[dict[str, Any]] = []
@@ -220,8 +222,12 @@ def run_depth(post: PostFn, tokens: Sequence[int], settings: DepthSettings, top_
             dropped.append(f"({lo:,}, {hi:,}]: the depth probe's time budget of {settings.budget_s:g} s ran out "
                            "(is prefix caching off?)")
             break
+        try:
+            positions = score_window(post, tokens, window, top_k)
+        except ValueError as exc:
+            dropped.append(f"the depth windows stopped at depth {window.depth:,}: {exc}")
+            break
         scored.append({"bucket": window.bucket, "depth": window.depth,
-                       "context_sha256": context_sha256(tokens, window),
-                       "positions": score_window(post, tokens, window, top_k)})
+                       "context_sha256": context_sha256(tokens, window), "positions": positions})
     return {"method": METHOD, "settings": settings.to_dict(), "buckets": [list(b) for b in plan.buckets],
             "dropped": dropped, "windows": scored, "seconds": round(time.perf_counter() - started, 3)}

@@ -76,8 +76,9 @@ def depth_comparison(control: Mapping[str, Any], candidate: Mapping[str, Any],
     ctrl, cand = control.get("depth"), candidate.get("depth")
     for role, body in (("control", ctrl), ("candidate", cand)):
         if not isinstance(body, Mapping) or not body.get("windows"):
+            why = "; ".join((body or {}).get("dropped") or []) if isinstance(body, Mapping) else ""
             return {"verdict": EquivalenceVerdict.NOT_MEASURABLE.value,
-                    "reasons": [f"the {role} scored no depth window"], "buckets": []}
+                    "reasons": [f"the {role} scored no depth window" + (f" ({why})" if why else "")], "buckets": []}
     assert isinstance(ctrl, Mapping) and isinstance(cand, Mapping)
     rep = replay.get("depth") if replay is not None else None
     sums = depth_sums(ctrl, cand)

@@ -187,3 +187,16 @@ def test_the_page_renders_the_buckets_as_judged() -> None:
     page = equivalence_html(section)
     assert 'id="equivalence-by-depth"' in page and 'id="equivalence-depth-verdict">not equivalent<' in page
     assert '<tr class="fail"><td>(64, 128]</td>' in page and "0.375 [" in page
+
+
+def test_a_refused_window_stops_the_depth_probe_with_the_reason_and_keeps_what_was_scored() -> None:
+    def post(body: dict[str, Any]) -> dict[str, Any]:
+        if len(body["prompt"]) > 1500:
+            raise ValueError("HTTP 400")
+        return _model(body)
+
+    settings = DepthSettings(edges=(1024, 2048), windows_per_bucket=8, window_tokens=4)
+    body = run_depth(post, list(range(3000)), settings, 2)
+    assert 8 <= len(body["windows"]) < 16 and body["dropped"][-1].startswith("the depth windows stopped at depth ")
+    section = depth_comparison({"depth": body}, {"depth": {**body, "windows": []}}, None, Thresholds())
+    assert section["reasons"] == [f"the candidate scored no depth window ({body['dropped'][-1]})"]
