@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_vllmqual.equivalence import sidecar as sidecars
 from pytest_vllmqual.equivalence.answers import count_flips
+from pytest_vllmqual.equivalence.depth_figures import depth_comparison, depth_lines
 from pytest_vllmqual.equivalence.figures import greedy_figures, teacher_forced
 from pytest_vllmqual.equivalence.intervals import exact_interval
 from pytest_vllmqual.equivalence.tasks import Names, TaskSettings, tasks_markdown, tasks_section
@@ -192,7 +193,10 @@ def _token_section(control: Mapping[str, Any], candidate: Mapping[str, Any],
             "probe_sha256": ctrl.get("probe_sha256"),
             "arms": {"control": _arm(ctrl), "candidate": _arm(cand),
                      **({"replay": _arm(rep)} if floor_intervals is not None and isinstance(rep, dict) else {})},
-            "teacher_forced": tf, "greedy": greedy, "flips": flips, "notes": [LOWER_BOUND_NOTE]}
+            "teacher_forced": tf, "greedy": greedy, "flips": flips,
+            "depth": depth_comparison(ctrl, cand, rep if floor_intervals is not None and isinstance(rep, dict)
+                                      else None, thresholds),
+            "notes": [LOWER_BOUND_NOTE]}
 
 
 def summary_line(section: Mapping[str, Any], *, label: str = "equivalence") -> str:
@@ -212,6 +216,7 @@ def markdown_lines(section: Mapping[str, Any]) -> list[str]:
     lines = [summary_line(section)]
     lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
               for f in section.get("figures") or []]
+    lines += [f"- {text.strip()}" for text in depth_lines(section)]
     if isinstance(section.get("tasks"), Mapping):
         lines += ["", "### Tasks: does the change matter?", "", *tasks_markdown(section["tasks"])]
     return lines

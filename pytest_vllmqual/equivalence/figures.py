@@ -21,7 +21,7 @@ from .answers import GreedyStep, compare_paths
 from .intervals import Interval, exact_interval, ratio_interval, unit_interval
 from .position import Position, compare_position
 
-__all__ = ["ChunkSums", "chunk_sums", "greedy_figures", "kl_histogram", "teacher_forced"]
+__all__ = ["ChunkSums", "chunk_sums", "greedy_figures", "kl_histogram", "pooled", "teacher_forced"]
 
 KL_BINS = (0.0, 1e-6, 1e-4, 1e-3, 1e-2, 0.1, 1.0)
 """Upper edges of the per-position KL histogram (the page's distribution); the last bin is open."""
@@ -87,7 +87,8 @@ def kl_histogram(values: Sequence[float]) -> list[dict[str, Any]]:
     return [{"bin": label, "positions": count} for label, count in zip(labels, counts, strict=True)]
 
 
-def _pooled(sums: Sequence[ChunkSums]) -> dict[str, Any]:
+def pooled(sums: Sequence[ChunkSums]) -> dict[str, Any]:
+    """Units' sums pooled into every figure with its interval over the units (chunks, or depth windows)."""
     n = [float(s.n) for s in sums]
     values = [v for s in sums for v in s.kl_values]
     intervals: dict[str, Interval] = {
@@ -109,8 +110,8 @@ def teacher_forced(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> 
     if not sums:
         raise ValueError("no chunk was answered by both arms")
     lengths = sorted({s.length for s in sums})
-    return {"overall": _pooled(sums),
-            "by_length": [{"length": length, **_pooled([s for s in sums if s.length == length])}
+    return {"overall": pooled(sums),
+            "by_length": [{"length": length, **pooled([s for s in sums if s.length == length])}
                           for length in lengths],
             "kl_histogram": kl_histogram([v for s in sums for v in s.kl_values])}
 

@@ -17,6 +17,7 @@ from typing import Any
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.hashing import canonical_sha256, sha256_hex
 
+from .depth import DepthSettings, run_depth
 from .probe import (
     GREEDY_STOP_RULES,
     K_STEPS,
@@ -130,11 +131,36 @@ def chat_template_fingerprint(client: QualClient, prompts: Sequence[tuple[str, s
             "how": "SHA-256 of the greedy prompts' token IDs as the server's chat template renders them"}
 
 
-def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tuple[str, str]]) -> ProbeResult:
-    """Answer the probe: teacher-forced chunks, then greedy prompts ((name, text) pairs)."""
+def _depth(client: QualClient, tokens: Sequence[int], depth: DepthSettings, top_k: int) -> dict[str, Any]:
+    """The depth windows, with the client's raw copies off: a run to 389K tokens sends thousands of
+    requests of up to 389K token IDs each. The sidecar keeps what they answered; their bodies follow
+    from the text's token IDs and the plan, and the last one stays named if the server dies."""
+
+    def post(body: dict[str, Any]) -> dict[str, Any]:
+        result = client.post_json("/v1/completions", {"model": client.model, **body}, kind="completion",
+                                  label=f"equivalence-depth-{len(body['prompt'])}")
+        if not result.ok or not isinstance(result.body, dict):
+            raise ValueError(f"the depth request at {len(body['prompt']):,} tokens failed: "
+                             f"{result.attempt.error or result.status_code}")
+        return result.body
+
+    sink, client.sink = getattr(client, "sink", None), None
+    try:
+        return run_depth(post, tokens, depth, top_k)
+    finally:
+        client.sink = sink
+
+
+def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tuple[str, str]],
+              depth: DepthSettings | None = None) -> ProbeResult:
+    """Answer the probe: teacher-forced chunks, the depth windows (``depth``, when given and on),
+    then greedy prompts ((name, text) pairs)."""
     started = time.perf_counter()
     text = settings.text()
-    tokens = _tokenize(client, text.text, settings.tokens_needed)
+    deep = depth is not None and depth.off is None and bool(depth.edges)
+    needed = max(settings.tokens_needed, max(depth.edges) if deep and depth else 0)
+    stream = _tokenize(client, text.text, needed)
+    tokens = stream[:settings.tokens_needed]
     plan = chunk_plan(tokens, settings)
     if len({length for length, _ in plan}) < 1:
         return ProbeResult(0, reason="the probe text is too short for any chunk of the recipe's context lengths")
@@ -142,6 +168,7 @@ def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tup
     if refusal is not None:
         return ProbeResult(0, reason=refusal, seconds=round(time.perf_counter() - started, 3))
     chunks = _chunks(client, plan, top_k)
+    depth_body = _depth(client, stream, depth, top_k) if deep and depth else None
     template = chat_template_fingerprint(client, prompts)
     greedy = _greedy(client, prompts, top_k, settings.greedy_max_tokens)
     prompt_hashes = [[g["id"], g["prompt_sha256"]] for g in greedy]
@@ -153,4 +180,6 @@ def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tup
                                          chat_template=template),
             "tokenizer_sha256": tokenizer, "top_k": top_k, "chunk_tokens": [ids for _, ids in plan],
             "chunks": chunks, "greedy": greedy}
+    if depth_body is not None:
+        body["depth"] = depth_body
     return ProbeResult(top_k, body, seconds=round(time.perf_counter() - started, 3))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.qual_client import QualClient
+from pytest_vllmqual.equivalence.depth import DepthSettings
 from pytest_vllmqual.equivalence.memory import ProbeMemory, model_vocab, size_probe
 from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
 from pytest_vllmqual.equivalence.runner import run_probe
@@ -30,12 +31,13 @@ from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
 from .functional import JSON_PROMPT
+from .ladder import DERIVED_RUNGS, rung_targets
 from .recorder import GateRecorder
 from .smoke import SMOKE_PROMPT
 from .tool_fixtures import ToolCase
 from .verdict import GateVerdict
 
-__all__ = ["GATE_NAME", "equivalence_gate", "probe_prompts"]
+__all__ = ["GATE_NAME", "depth_settings", "equivalence_gate", "probe_prompts"]
 
 GATE_NAME = "equivalence"
 _TOOL_PROMPTS = 3
@@ -49,6 +51,14 @@ def probe_prompts(recipe: Recipe, tool_fixtures: Sequence[ToolCase]) -> list[tup
     prompts += [(f"tool-{fixture.name}", fixture.prompt) for fixture in list(tool_fixtures)[:_TOOL_PROMPTS]]
     prompts += [(f"open-{number}", text) for number, text in enumerate(OPEN_PROMPTS, start=1)]
     return prompts
+
+
+def depth_settings(recipe: Recipe) -> DepthSettings:
+    """The depth buckets of this recipe: up to its largest ladder rung (the rungs a managed run would
+    climb when it sets none), unless ``gates.equivalence`` sets them."""
+    rungs = tuple(recipe.gate("capacity").get("rungs") or DERIVED_RUNGS)
+    largest = max((target for target, _ in rung_targets(recipe, rungs)), default=None)
+    return DepthSettings.from_recipe(recipe.gate(GATE_NAME), largest, recipe.serve.max_model_len)
 
 
 def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
@@ -74,7 +84,9 @@ def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
         gate.summary(not_measured(reason))
         return GateVerdict(skip_reason=not_measured(reason))
     try:
-        result = run_probe(client, settings, probe_prompts(recipe, tool_fixtures))
+        depth = depth_settings(recipe)
+        gate.threshold(depth=depth.to_dict())
+        result = run_probe(client, settings, probe_prompts(recipe, tool_fixtures), depth)
     except ServerGoneError:
         in_flight = client.last_attempt.label if client.last_attempt is not None else "the first request"
         gate.measure(died_under_probe=True, request_in_flight=in_flight)
@@ -95,6 +107,12 @@ def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
                  greedy_prompts=len(body["greedy"]), sidecar=PRIVATE_NAME,
                  sidecar_bytes=len(text))
     lengths = ", ".join(f"{n:,}" for n in settings.context_lengths)
+    deep = body.get("depth") or {}
+    if deep:
+        gate.measure(depth_windows=len(deep["windows"]), depth_buckets=deep["buckets"],
+                     depth_seconds=deep["seconds"], depth_dropped=deep["dropped"])
+    depth_text = (f", {len(deep['windows'])} depth windows in {len(deep['buckets'])} buckets to "
+                  f"{deep['buckets'][-1][1]:,} tokens ({deep['seconds']:.1f} s)") if deep.get("buckets") else ""
     gate.summary(f"K = {result.top_k}; {len(body['chunks'])} chunks at {lengths} tokens ({positions:,} scored "
-                 f"positions), {len(body['greedy'])} greedy prompts, in {result.seconds:.1f} s")
+                 f"positions){depth_text}, {len(body['greedy'])} greedy prompts, in {result.seconds:.1f} s")
     return GateVerdict()

@@ -112,6 +112,30 @@ def _teacher_forced(prefix: str, section: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _depth(prefix: str, section: Mapping[str, Any]) -> str:
+    """The depth buckets as the comparison judged them (the page re-judges nothing)."""
+    depth = section.get("depth")
+    if not isinstance(depth, Mapping):
+        return ""
+    head = (f'<h4>By context depth: windows deep in one cached prefix</h4><p>Depth verdict: '
+            f'<b id="{esc(prefix)}-depth-verdict">{esc(depth.get("verdict"))}</b>; A/A floor '
+            f'{esc((depth.get("floor") or {}).get("status", "not measured"))}.</p>')
+    rows, classes = [], []
+    for bucket in depth.get("buckets") or []:
+        figures = {f.get("figure"): f for f in bucket.get("figures") or []}
+        shown = [fmt_interval(_SPECS[key], f.get("point"), f.get("low"), f.get("high")) + f" ({f.get('status')})"
+                 for key in ("top1_agreement", "ln_ppl_ratio", "kl_lower_bound") if (f := figures.get(key))]
+        rows.append((f"({fmt_num(bucket.get('from'))}, {fmt_num(bucket.get('to'))}]", bucket.get("windows"),
+                     fmt_num(bucket.get("positions")), *shown, bucket.get("verdict")))
+        classes.append({"not equivalent": "fail", "inconclusive": "skip"}.get(str(bucket.get("verdict")), ""))
+    if not rows:
+        return head + bullets(depth.get("reasons") or [], f"{prefix}-depth-reasons")
+    return head + table(f"{prefix}-by-depth", ["Depth (tokens)", "Windows", "Scored positions", "Top-1 agreement [95%]",
+                                               "ln PPL ratio [95%]", "KL lower bound [95%]", "Bucket verdict"],
+                        rows, classes, numeric=(1, 2)) + (bullets(depth["dropped"], f"{prefix}-depth-dropped")
+                                                          if depth.get("dropped") else "")
+
+
 def _answer(row: Mapping[str, Any]) -> str:
     kind = str(row.get("kind"))
     if kind == Divergence.IDENTICAL:
@@ -165,5 +189,6 @@ def equivalence_html(section: Mapping[str, Any], *, prefix: str = "equivalence",
             f'{esc((section.get("thresholds") or {}).get("source"))}; K = {esc(section.get("top_k"))}; probe '
             f'<code>{esc(section.get("probe_sha256"))}</code>.</p>'
             + bullets(section.get("reasons") or [], f"{prefix}-reasons") + figures
-            + _arms_table(prefix, section, names) + _teacher_forced(prefix, section) + _greedy(prefix, section)
+            + _arms_table(prefix, section, names) + _teacher_forced(prefix, section) + _depth(prefix, section)
+            + _greedy(prefix, section)
             + _flips(section) + bullets(section.get("notes") or [], f"{prefix}-notes"))

@@ -167,6 +167,7 @@ class SessionReports:
         while either report is missing."""
         from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
         from pytest_vllmqual.ab.equivalence import summary_line
+        from pytest_vllmqual.equivalence.depth_figures import depth_lines
         from pytest_vllmqual.equivalence.tasks import tasks_line
         from pytest_vllmqual.report.junit import equivalence_junit
 
@@ -188,6 +189,8 @@ class SessionReports:
         tasks = self.comparison["equivalence"].get("tasks")
         if isinstance(tasks, dict):
             self.progress(tasks_line(tasks))
+        for text in depth_lines(self.comparison["equivalence"]):
+            self.progress(text)
         self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
         return path
 

@@ -94,3 +94,20 @@ def items_block(families: dict[str, tuple[int, int, int, int]], *, family: str |
         blocks[0]["outcomes"] += [o.to_dict() for o in left]
         blocks[1]["outcomes"] += [o.to_dict() for o in right]
     return blocks
+
+
+def depth_body(*, shift: float = 0.0, swap_top: bool = False, edges: tuple[int, ...] = (64, 128),
+               windows: int = 8, width: int = 4, deep_shift_only: bool = False) -> dict[str, Any]:
+    """A sidecar's ``depth`` part: ``windows`` windows of ``width`` positions per bucket of ``edges``;
+    ``deep_shift_only`` changes only the deepest bucket (an error that grows with the context)."""
+    buckets = list(zip((0, *edges[:-1]), edges, strict=True))
+    out = []
+    for index, (lo, hi) in enumerate(buckets):
+        moved = shift if (not deep_shift_only or index == len(buckets) - 1) else 0.0
+        for n in range(windows):
+            depth = lo + 1 + n * ((hi - lo - width) // windows)
+            out.append({"bucket": index, "depth": depth, "context_sha256": f"{depth:064x}",
+                        "positions": [_position(depth + t, shift=moved * (1 + n % 3), swap_top=swap_top and moved > 0)
+                                      for t in range(width)]})
+    return {"method": "synthetic", "settings": {"window_tokens": width}, "buckets": [list(b) for b in buckets],
+            "dropped": [], "windows": out, "seconds": 0.0}

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from support import UNIT_DATA
-from support.equivalence_samples import attach_probe, probe_body
+from support.equivalence_samples import attach_probe, depth_body, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
 from pytest_vllmqual.ab.equivalence import equivalence_section, flip_items, summary_line
+from pytest_vllmqual.equivalence.depth_figures import depth_lines
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.junit import equivalence_junit
@@ -83,6 +84,25 @@ def test_a_shifted_candidate_is_not_equivalent_and_the_comparison_is_no_promotio
     assert "### Output equivalence" in render_markdown(result)
     suite = ET.fromstring(equivalence_junit(section, line)).find("testsuite")
     assert suite is not None and int(suite.get("failures") or 0) >= 3
+
+
+def test_the_section_carries_the_depth_buckets_with_their_floor_beside_the_verdict(tmp_path: Path,
+                                                                                    arms: Arms) -> None:
+    """Depth is reported per bucket with the A/A floor; it does not change the equivalence verdict."""
+    def body(**depth: Any) -> dict[str, Any]:
+        return {**probe_body(), "depth": depth_body(**depth)}
+
+    section = compare(tmp_path, arms, body(), body(shift=0.2, deep_shift_only=True), body())["equivalence"]
+    assert section["verdict"] == "equivalent"
+    depth = section["depth"]
+    assert depth["verdict"] == "not equivalent" and depth["floor"] == {"status": "measured"}
+    assert [(b["to"], b["verdict"], b["floor"]) for b in depth["buckets"]] == [
+        (64, "equivalent", "measured"), (128, "not equivalent", "measured")]
+    lines = depth_lines(section)
+    assert lines[0] == "depth: not equivalent"
+    assert lines[2].startswith("  (64, 128]: not equivalent, 8 windows: top-1 agreement 100.0% [100.0, 100.0]; ")
+    without = compare(tmp_path / "plain", arms, probe_body(), probe_body())["equivalence"]
+    assert without["depth"]["verdict"] == "not measurable"
 
 
 @pytest.mark.parametrize(("change", "reason"), [

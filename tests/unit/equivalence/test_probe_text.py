@@ -25,6 +25,7 @@ from support import ROOT
 
 from pytest_vllmqual.ab.equivalence import equivalence_section
 from pytest_vllmqual.equivalence import probe
+from pytest_vllmqual.equivalence.depth import DepthSettings
 from pytest_vllmqual.equivalence.probe import ProbeSettings, probe_text
 from pytest_vllmqual.equivalence.runner import run_probe
 
@@ -59,6 +60,11 @@ class FakeServer:
             if "messages" in body:
                 return self._answer({"tokens": [1, *_word_tokens(body["messages"][0]["content"]), 2]})
             return self._answer({"tokens": _word_tokens(body["prompt"])})
+        if "allowed_token_ids" in body:  # a depth window's forced one-token request
+            forced, n = body["allowed_token_ids"][0], len(body["prompt"])
+            top = {f"token_id:{n % 13}": -0.5, f"token_id:{forced}": -1.5}
+            return self._answer({"choices": [{"logprobs": {"tokens": [f"token_id:{forced}"], "token_logprobs": [-1.5],
+                                                            "top_logprobs": [top]}}]})
         prompt, k = body["prompt"], body["prompt_logprobs"]
         entries = [None] + [{str(t): {"logprob": -1.0, "rank": 1},
                              **{str(90_000 + j): {"logprob": -2.0 - j, "rank": j + 2} for j in range(k - 1)}}
@@ -147,6 +153,24 @@ def test_the_record_carries_the_text_the_rendered_chat_template_max_tokens_and_t
     assert body["requests"]["teacher_forced"]["max_tokens"] == 1
     sent = [b for label, b in server.sent if label.startswith("equivalence-greedy-")]
     assert sent and all(b["max_tokens"] == 4 and b["stop"] == [] and b["ignore_eos"] is False for b in sent)
+
+
+def test_the_depth_windows_ride_with_the_probe_and_leave_its_hash_alone() -> None:
+    """Depth windows are scored from the same text's token IDs by forced one-token requests; the chunk
+    probe, its hash and its tokens stay as they were (two arms with other depth plans still compare)."""
+    plain = _probe()
+    server = FakeServer()
+    depth = DepthSettings(edges=(64, 128), windows_per_bucket=8, window_tokens=4)
+    result = run_probe(server, SETTINGS, PROMPTS, depth)  # type: ignore[arg-type]
+    body = result.body
+    assert body["probe_sha256"] == plain["probe_sha256"] and body["chunk_tokens"] == plain["chunk_tokens"]
+    assert body["depth"]["buckets"] == [[0, 64], [64, 128]] and len(body["depth"]["windows"]) == 16
+    forced = [(label, sent) for label, sent in server.sent if "allowed_token_ids" in sent]
+    assert len(forced) == 16 * 4 and all(label.startswith("equivalence-depth-") for label, _ in forced)
+    scored = [row[0] for window in body["depth"]["windows"] for row in window["positions"]]
+    assert scored == [sent["allowed_token_ids"][0] for _, sent in forced]
+    first_chunk = plain["chunk_tokens"][0]
+    assert all(sent["prompt"][:len(first_chunk)] == first_chunk for _, sent in forced if len(sent["prompt"]) > 16)
 
 
 def test_the_probe_hash_changes_with_the_text_the_template_and_max_tokens() -> None:

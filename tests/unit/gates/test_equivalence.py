@@ -60,7 +60,7 @@ def test_a_probe_is_sized_to_the_memory_outside_the_kv_budget(tmp_path: Path, mo
     """Only the context lengths whose chunk fits half the headroom are sent; the record says the limit and why."""
     sent: list[tuple[int, ...]] = []
 
-    def answered(client: Any, settings: Any, prompts: Any) -> ProbeResult:
+    def answered(client: Any, settings: Any, prompts: Any, depth: Any = None) -> ProbeResult:
         sent.append(settings.context_lengths)
         return ProbeResult(0, reason="stopped here")
 
