@@ -41,6 +41,7 @@ import psutil
 from pytest_vllmqual.equivalence.depth import DepthWindow, score_window
 from pytest_vllmqual.equivalence.figures import chunk_sums
 from pytest_vllmqual.equivalence.probe import parse_prompt_positions, probe_text
+from pytest_vllmqual.hashing import canonical_json
 
 TOP_K = 20
 
@@ -216,7 +217,7 @@ def main() -> int:
               "ready_seconds": round(ready, 1), "command": " ".join(["python", "scripts/measure_depth_windows.py",
                                                                      "--model", "MODEL_DIR", *sys.argv[3:]]),
               **record}
-    Path(args.out).write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    Path(args.out).write_text(canonical_json(record) + "\n")
     summary = {k: record[k] for k in ("prompt_tokens", "whole_prompt", "agreement")}
     summary["windowed"] = record["windowed"]
     print(json.dumps(summary, indent=1))

@@ -28,13 +28,12 @@ depth and the SHA-256 of their context's token IDs, so two arms whose plans diff
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_vllmqual.hashing import sha256_hex
+from pytest_vllmqual.hashing import canonical_sha256
 
 from .probe import token_id
 
@@ -205,7 +204,7 @@ def score_window(post: PostFn, tokens: Sequence[int], window: DepthWindow, top_k
 
 def context_sha256(tokens: Sequence[int], window: DepthWindow) -> str:
     """The SHA-256 of the token IDs a window's requests read (its context and scored tokens)."""
-    return sha256_hex(json.dumps(list(tokens[:window.depth + window.width]), separators=(",", ":")))
+    return canonical_sha256(list(tokens[:window.depth + window.width]))
 
 
 def run_depth(post: PostFn, tokens: Sequence[int], settings: DepthSettings, top_k: int) -> dict[str, Any]:
