@@ -245,6 +245,9 @@ def test_a_probe_older_than_the_run_or_held_is_left_alone(tmp_path: Path) -> Non
     old = plant_probe(tmp_path, "psm_0ld0ld00")
     time.sleep(0.05)
     started = time.time()
+    # The kernel stamps a file's ctime from its coarse clock, which can lag time.time() by a tick
+    # (a few ms): a file made right after ``started`` could read as older than it.
+    time.sleep(0.05)
     live = plant_probe(tmp_path, "psm_11ve11ve")
     with open(live, "rb"):
         assert shm.same_node_probes(started, root=tmp_path) == [live.name]
