@@ -467,3 +467,27 @@ def test_one_gpu_smollm2_with_the_pinned_folder_verifies_its_identity_and_climbs
     assert gates["identity"]["outcome"] == "passed" and gates["ladder"]["outcome"] == "passed"
     assert report["recipe"]["overrides"] and "prepare" in json.dumps(report["recipe"]["overrides"])
     assert gates["quality_long_context"]["outcome"] == "failed" and report["decision"]["verdict"] == "no-promotion"
+
+
+DEPTH_393K = GPU_TP1 / "depth-393k-2026-12-05"
+
+
+def test_one_gpu_393k_fp8_kv_is_scored_by_depth_to_389k_with_its_floor() -> None:
+    """The 393K FP8-KV pair on one H100: ten depth buckets up to the largest ladder rung, each with
+    eight scored windows; the bracketed replay reproduced the control in every bucket (the floor),
+    and FP8 KV moved the top token at a few percent of positions at every depth."""
+    comparison = load(DEPTH_393K / "comparison.json")
+    depth = comparison["equivalence"]["depth"]
+    buckets = depth["buckets"]
+    assert [b["to"] for b in buckets][-1] == 389_283 and len(buckets) == 10
+    assert all(b["windows"] >= 8 for b in buckets)
+    for bucket in buckets:
+        top1 = next(f for f in bucket["figures"] if f["figure"] == "top1_agreement")
+        assert top1["floor"]["point"] == 100.0 and 95.0 < top1["point"] <= 100.0
+    kl = [next(f for f in b["figures"] if f["figure"] == "kl_lower_bound")["point"] for b in buckets]
+    assert all(k > 0 for k in kl)
+    assert comparison["equivalence"]["verdict"] == "not equivalent" and depth["verdict"] == "not equivalent"
+    arm = load(next(DEPTH_393K.glob("B-*Z.json")))
+    assert arm["hardware"]["gpu_model"] == "NVIDIA H100 80GB HBM3" and arm["hardware"]["gpu_count"] == 1
+    assert arm["recipe"]["content"]["serve"]["kv_cache_dtype"] == "fp8"
+    assert "<testsuite" in (DEPTH_393K / "tiny-gpu-393k-depth.xml").read_text()
