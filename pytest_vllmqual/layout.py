@@ -20,7 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from pytest_vllmqual.errors import VllmQualError
@@ -156,17 +155,15 @@ def key_path(parts: Iterable[object]) -> str:
 
 
 def schema_errors(instance: Any, name: str) -> list[str]:
-    """Every violation of schema ``name`` as "key.path: message", shallowest first; empty when valid."""
-    validator = jsonschema.Draft202012Validator(load_schema(name))
-    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), e.message))
-    return [f"{key_path(e.absolute_path)}: {e.message}" for e in errors]
+    """Every violation of schema ``name``, shallowest first; empty when valid: ``schema_errors.errors_against``,
+    which words every schema violation (kept here for the callers of earlier releases)."""
+    from pytest_vllmqual.schema_errors import errors_against  # that module reads key_path from here
+    return errors_against(instance, name)
 
 
 def raise_if_invalid(instance: Any, name: str, *, error: type[VllmQualError], where: str, what: str) -> None:
-    """Raise ``error`` naming the first violation of schema ``name`` (and how many more)."""
-    problems = schema_errors(instance, name)
-    if problems:
-        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise error(f"{where} does not match the {what}: {problems[0]}{more}")
+    """``schema_errors.raise_if_invalid`` (kept here for the callers of earlier releases)."""
+    from pytest_vllmqual.schema_errors import raise_if_invalid as raise_first
+    raise_first(instance, name, error=error, where=where, what=what)
 
 __all__ = ["CACHE_ENV", "COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "TOP_LEVEL", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir", "fixtures_dir", "is_shipped_suite", "key_path", "load_schema", "names_shipped_gates", "raise_if_invalid", "resolve_project_path", "schema_errors", "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir"]

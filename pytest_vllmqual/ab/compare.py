@@ -19,13 +19,14 @@ from typing import Any
 from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.errors import ComparisonError, ReportError
 from pytest_vllmqual.hashing import canonical_sha256, sha256_file
-from pytest_vllmqual.layout import COMPARISON_SCHEMA, raise_if_invalid, schema_errors
+from pytest_vllmqual.layout import COMPARISON_SCHEMA
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.decision import BOUNDARY
 from pytest_vllmqual.report.on_disk import SCHEMA_ID as REPORT_SCHEMA_ID
 from pytest_vllmqual.report.on_disk import load_report, migration_hint, validate_report
 from pytest_vllmqual.report.public import TOOL_NAME
 from pytest_vllmqual.report.read_model import RunView
+from pytest_vllmqual.schema_errors import errors_against, raise_if_invalid
 from pytest_vllmqual.version import __version__
 
 from .decision import ABEvidence, Targets, arm_verdict, decide_comparison, read_arms
@@ -216,8 +217,8 @@ def render_markdown(comparison: Mapping[str, Any]) -> str:
 
 
 def comparison_errors(comparison: Any) -> list[str]:
-    """Every schema violation as "key.path: message"; empty when valid."""
-    return schema_errors(comparison, COMPARISON_SCHEMA)
+    """Every schema violation ("key 'a.b' ...", ``schema_errors``' wording); empty when valid."""
+    return errors_against(comparison, COMPARISON_SCHEMA)
 
 
 def validate_comparison(comparison: Any, *, where: str = "comparison") -> None:

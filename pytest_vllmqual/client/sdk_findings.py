@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pytest_vllmqual.schema_errors import json_kind
+
 __all__ = ["MAX_FINDINGS", "SdkFinding", "findings_from_validation_error", "json_kind", "render_path",
            "strict_findings"]
 
@@ -75,24 +77,6 @@ class SdkFinding:
 
 def _article(kind: str) -> str:
     return kind if kind == "null" else ("an " if kind[:1] in "aeiou" else "a ") + kind
-
-
-def json_kind(value: Any) -> str:
-    """The JSON kind of a value (``null``, ``boolean``, ``integer``, ``number``, ``string``,
-    ``array``, ``object``): what a finding says the server sent, never the value itself."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    return "object"
 
 
 def render_path(loc: Iterable[Any]) -> str:

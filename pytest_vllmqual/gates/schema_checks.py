@@ -5,14 +5,12 @@ while the server boots."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
-from pytest_vllmqual.client.sdk_findings import json_kind
-from pytest_vllmqual.layout import key_path
 from pytest_vllmqual.privacy.public_text import ANSWER_QUOTE_CHARS, quote_answer
+from pytest_vllmqual.schema_errors import SchemaProblem, worded
+from pytest_vllmqual.schema_errors import schema_problems as all_problems
 
 __all__ = ["ArgumentViolation", "check_json_content", "schema_problems", "schema_violations", "warm_up_validation"]
 
@@ -24,17 +22,14 @@ def warm_up_validation() -> None:
     schema_problems({"a": "b"}, {"type": "object", "properties": {"a": {"type": "string"}}}, "warm-up")
 
 
+def _bounded(value: Any) -> str:
+    """A value of the model's answer as a message shows it: in full when short, else cut."""
+    return repr(value) if len(repr(value)) <= ANSWER_QUOTE_CHARS else quote_answer(value)
+
+
 def schema_problems(instance: Any, schema: dict[str, Any], what: str) -> list[str]:
-    """Every JSON-Schema violation of ``instance``, phrased with its path."""
-    validator = jsonschema.Draft202012Validator(schema)
-    problems = []
-    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
-        where = key_path(error.absolute_path)
-        # The message quotes the value; one longer than an answer quote is quoted bounded instead.
-        said = (error.message if len(repr(error.instance)) <= ANSWER_QUOTE_CHARS
-                else f"{quote_answer(error.instance)} fails its {error.validator!r} rule")
-        problems.append(f"{what} violates the schema at {where}: {said}")
-    return problems
+    """Every JSON-Schema violation of ``instance`` (``schema_errors``' wording; a long value cut)."""
+    return [worded(problem, f"{what} violates the schema") for problem in all_problems(instance, schema, value=_bounded)]
 
 
 def check_json_content(content: str, schema: dict[str, Any], finish_reason: str | None) -> list[str]:
@@ -57,33 +52,17 @@ class ArgumentViolation:
     path: str
     """The path in the value, e.g. ``start.time`` (``layout.key_path``'s spelling)."""
     kind: str
-    """What is wrong there, e.g. ``missing``, ``a string where the schema needs integer``."""
+    """What is wrong there, e.g. ``missing``, ``must be of type integer, got a string``."""
+    problem: SchemaProblem | None = field(default=None, compare=False, repr=False)
+    """The whole problem, for the message (``schema_errors.worded``)."""
 
-
-def _violation_kinds(error: Any) -> list[tuple[list[Any], str]]:
-    """(path, kind) pairs of one jsonschema error; ``required`` and ``additionalProperties``
-    name the property itself, so the path says which one."""
-    path, kind, rule = list(error.absolute_path), json_kind(error.instance), error.validator
-    if rule == "required" and isinstance(error.instance, dict):
-        return [([*path, name], "missing") for name in error.validator_value if name not in error.instance]
-    if rule == "additionalProperties" and isinstance(error.instance, dict):
-        known = set((error.schema or {}).get("properties") or {})
-        return [([*path, name], "not in the schema (additionalProperties is false)")
-                for name in error.instance if name not in known]
-    article = "an" if kind[:1] in "aeiou" else "a"
-    if rule == "type":
-        return [(path, f"{article} {kind} where the schema needs {error.validator_value}")]
-    if rule == "enum":
-        return [(path, f"{article} {kind} outside the enum ({', '.join(map(str, error.validator_value))})")]
-    return [(path, f"{article} {kind} that breaks {rule} {error.validator_value}")]
+    def worded(self, where: str) -> str:
+        """The violation as every schema message of the package says it, after ``where``."""
+        return worded(self.problem or SchemaProblem(self.path, self.kind, f"key {self.path!r} {self.kind}", ""), where)
 
 
 def schema_violations(instance: Any, schema: dict[str, Any]) -> list[ArgumentViolation]:
-    """Every JSON-Schema violation of ``instance`` as a path and a kind of value, in path order."""
-    validator = jsonschema.Draft202012Validator(schema)
-    found: dict[tuple[str, str], ArgumentViolation] = {}
-    for error in validator.iter_errors(instance):
-        for path, kind in _violation_kinds(error):
-            violation = ArgumentViolation(key_path(path), kind)
-            found.setdefault((violation.path, violation.kind), violation)
+    """Every JSON-Schema violation of ``instance`` as a path and what is wrong there, in path order;
+    the value itself is not shown (``schema_errors``' wording, values hidden)."""
+    found = {(p.key, p.said): ArgumentViolation(p.key, p.said, p) for p in all_problems(instance, schema, value=None)}
     return sorted(found.values(), key=lambda v: (v.path, v.kind))

@@ -53,7 +53,7 @@ def tool_call_problems(calls: list[dict[str, Any]], fixture: ToolCase, *, value_
         return [*problems, ToolProblem(f"arguments of {fixture.name} are not JSON ({exc.msg}): {quote_answer(str(raw))}",
                                        "not JSON", "arguments")]
     violations = schema_violations(arguments, fixture.parameters)
-    problems += [ToolProblem(f"arguments of {fixture.name} violate the schema at {v.path}: {v.kind}", v.kind, v.path)
+    problems += [ToolProblem(v.worded(f"arguments of {fixture.name} violate the schema"), v.kind, v.path)
                  for v in violations]
     if value_checks and not problems and arguments != fixture.expected:
         problems.append(ToolProblem(f"arguments of {fixture.name} are {quote_answer(arguments)}, expected "

@@ -1,82 +1,36 @@
 """One check of a YAML file against its shipped schema: recipes, fleet files and campaign files.
 
 The schema says what a file may hold; this module turns the first violation into one message
-that names the file, the key path and the fix (an unknown key gets its close match, a missing
-one its description), and fills the schema's ``default`` values into what was read, so every
+that names the file, the key path and the fix (``schema_errors``, the wording of every schema
+message of the package: an unknown key gets its close match, a missing one its description), and fills the schema's ``default`` values into what was read, so every
 file kind has the same wording and the same defaults.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import re
 from collections.abc import Callable
 from typing import Any
 
 import jsonschema
 
-from pytest_vllmqual.layout import TOP_LEVEL, load_schema
-from pytest_vllmqual.layout import key_path as layout_key_path
+from pytest_vllmqual.layout import load_schema
+from pytest_vllmqual.schema_errors import error_key as key_path
+from pytest_vllmqual.schema_errors import first_message, problems_of, worded
 
 __all__ = ["checked", "first_problem", "key_path", "problem_text", "with_defaults"]
 
 
-def key_path(error: jsonschema.ValidationError) -> str:
-    """The key path of a violation (``jobs.0.placement``), or ``(top level)``: ``layout.key_path``'s spelling."""
-    return layout_key_path(error.absolute_path)
-
-
-def _below(key: str, name: str) -> str:
-    return name if key == TOP_LEVEL else f"{key}.{name}"
-
-
-def _described(schema: Any) -> str:
-    return f" ({schema['description']})" if isinstance(schema, dict) and schema.get("description") else ""
-
-
 def problem_text(where: str, error: jsonschema.ValidationError) -> tuple[str, str]:
-    """One violation as a message naming ``where`` (the file), the key path and the fix; and that key."""
-    key = key_path(error)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted((error.schema.get("properties") or {}).keys())
-        extras = sorted(set(error.instance) - set(allowed))
-        full = _below(key, extras[0] if extras else "?")
-        close = difflib.get_close_matches(extras[0], allowed, n=1) if extras else []
-        fix = f"rename it to {close[0]!r}" if close else f"remove it; allowed keys here: {', '.join(allowed)}"
-        return f"{where}: unknown key {full!r}. Fix: {fix}.", full
-    if error.validator == "required":
-        missing = re.findall(r"'([^']+)' is a required property", error.message)
-        name = missing[0] if missing else "?"
-        full = _below(key, name)
-        described = _described((error.schema.get("properties") or {}).get(name))
-        return f"{where}: missing required key {full!r}{described}. Fix: add it.", full
-    if error.validator == "type":
-        expected = error.validator_value
-        text = " or ".join(expected) if isinstance(expected, list) else str(expected)
-        article = "an" if text[:1] in "aeiou" else "a"
-        return (f"{where}: key {key!r} must be of type {text}, got {type(error.instance).__name__} "
-                f"{error.instance!r}. Fix: write {article} {text} value for {key!r}.", key)
-    if error.validator == "enum":
-        return (f"{where}: key {key!r} is {error.instance!r}, which is not one of "
-                f"{', '.join(map(str, error.validator_value))}. Fix: use one of those values.", key)
-    if error.validator == "pattern":
-        return (f"{where}: key {key!r} is {error.instance!r}, which does not have the form "
-                f"{error.validator_value!r}. Fix: write it in that form{_described(error.schema)}.", key)
-    return f"{where}: key {key!r}: {error.message}. Fix: correct the value of {key!r}.", key
+    """One violation as a message naming ``where`` (the file), the key path and the fix; and that key
+    (``schema_errors``' wording, as every schema message of the package)."""
+    problem = problems_of(error)[0]
+    return worded(problem, where, fix=True), problem.key
 
 
 def first_problem(instance: Any, schema: dict[str, Any], *, where: str) -> tuple[str, str] | None:
     """The most telling violation (message, key), saying how many more follow; None when valid."""
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), e.message))
-    if not errors:
-        return None
-    best = jsonschema.exceptions.best_match(errors) or errors[0]
-    message, key = problem_text(where, best)
-    if len(errors) > 1:
-        message += f" ({len(errors) - 1} more problem(s) in this file after this one is fixed.)"
-    return message, key
+    return first_message(instance, schema, where, fix=True)
 
 
 def with_defaults(schema: dict[str, Any], data: Any) -> Any:

@@ -17,7 +17,8 @@ from typing import Any
 
 from pytest_vllmqual.atomic_io import write_json_atomic
 from pytest_vllmqual.errors import ReportError
-from pytest_vllmqual.layout import REPORT_SCHEMA, raise_if_invalid, schema_errors
+from pytest_vllmqual.layout import REPORT_SCHEMA
+from pytest_vllmqual.schema_errors import errors_against, raise_if_invalid
 
 from .artifacts import verify_artifacts
 
@@ -28,8 +29,8 @@ SCHEMA_ID = "https://pytest-vllmqual/schemas/report/4"
 SCHEMA_VERSION = 4
 
 def validation_errors(report: Any) -> list[str]:
-    """Every schema violation as "key.path: message", best first; empty when valid."""
-    return schema_errors(report, REPORT_SCHEMA)
+    """Every schema violation ("key 'a.b' ...", ``schema_errors``' wording), shallowest first; empty when valid."""
+    return errors_against(report, REPORT_SCHEMA)
 
 
 def migration_hint(report: Any) -> str:

@@ -46,29 +46,37 @@ HEAVY_WEIGHT = 30
 (tests/fleet/) is guessed to take when its file is not in ``FILE_SECONDS``; a quick test counts 1."""
 
 FILE_SECONDS: dict[str, float] = {
-    "tests/integration/test_smollm2_ab.py": 294,
-    "tests/faults/test_faults_bad_input.py": 241,
-    "tests/faults/test_faults_startup.py": 209,
-    "tests/docker/test_tiny_docker_session.py": 134,
-    "tests/faults/test_faults_teardown.py": 111,
-    "tests/integration/test_tiny_cpu_session.py": 90,
-    "tests/docker/test_docker_reaper.py": 85,
-    "tests/faults/test_faults_gates.py": 82,
-    "tests/faults/test_faults_public_text.py": 75,
-    "tests/integration/test_ab_campaign.py": 54,
-    "tests/faults/test_faults_sdk.py": 47,
-    "tests/docker/test_docker_failures.py": 46,
-    "tests/packaging/test_wheel.py": 34,
-    "tests/load/test_load_sessions.py": 30,
-    "tests/integration/test_smollm2_prepare.py": 25,
+    "tests/integration/test_smollm2_ab.py": 409,
+    "tests/integration/test_items_tiny.py": 332,
+    "tests/fleet/test_fleet_tiny_cpu.py": 222,
+    "tests/integration/test_ab_campaign.py": 205,
+    "tests/docker/test_tiny_docker_session.py": 180,
+    "tests/docker/test_docker_reaper.py": 170,
+    "tests/faults/test_faults_bad_input.py": 169,
+    "tests/faults/test_faults_startup.py": 157,
+    "tests/faults/test_faults_public_text.py": 124,
+    "tests/faults/test_faults_teardown.py": 118,
+    "tests/faults/test_faults_sdk.py": 106,
+    "tests/load/test_load_sessions.py": 97,
+    "tests/fleet/test_fleet_faults.py": 88,
+    "tests/benchmarks/test_quick_modes.py": 81,
+    "tests/docker/test_docker_failures.py": 62,
+    "tests/faults/test_faults_gates.py": 60,
+    "tests/packaging/test_wheel.py": 48,
+    "tests/integration/test_probe_oom_cgroup.py": 42,
+    "tests/integration/test_smollm2_prepare.py": 36,
+    "tests/fleet/test_fleet_ray.py": 30,
+    "tests/integration/test_endpoint_mode.py": 16,
 }
-"""Seconds each slow file's tests took in the first round of ``make test`` (2-core machine, the
-shared fixtures' setup counted in the first file that used them): the median of three CI runs of
-2026-12-04, each printed by ``scripts/ci_times.py files``. Every key names a file that exists
+"""Seconds each slow file's tests took in a fresh-clone ``CI=true bash .ci/run`` of 2026-12-05 on a
+busy 2-core machine (``scripts/ci_times.py files``; the shared fixtures' setup counted in the first
+file that used them: the managed tiny-cpu run in test_items_tiny), with two exceptions: the docker
+session as reduced since (about 180 s), and the SmolLM2 A/B from CI (409 s; it skips on a CPU
+without AVX-512, where no local figure exists). Every key names a file that exists
 (tests/unit/project/test_xdist_groups.py): a moved file would otherwise drop out of the order
 silently. Groups start heaviest first (the longest-processing-time rule), so none of them is left
-to run alone at the end: counting a test that boots three servers as one test left the bracketed
-A/B to run alone for its last five minutes."""
+to run alone at the end: a group weighed too light (the campaign file, once guessed at 54 s, takes
+205) starts late and runs alone while the other worker idles."""
 
 
 class _Union:

@@ -200,7 +200,7 @@ def test_the_identity_record_names_the_files_from_the_cache_and_validates(tmp_pa
     assert [e for e in validation_errors(report) if "identity" in e] == []
     report["identity"]["file_hashes"]["model-00001.bin"]["sha256"] = "not a digest"
     assert [e for e in validation_errors(report) if "identity" in e] == [
-        "identity.file_hashes.model-00001.bin.sha256: 'not a digest' does not match '^[0-9a-f]{64}$'"]
+        "key 'identity.file_hashes.model-00001.bin.sha256' is 'not a digest', which does not have the form '^[0-9a-f]{64}$'"]
 
 
 def test_a_mismatch_in_a_folder_the_previous_rules_sampled_says_so(tmp_path: Path, cache: Path,

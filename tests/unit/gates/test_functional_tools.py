@@ -96,7 +96,7 @@ def test_a_failed_case_says_the_path_and_the_kind_and_keeps_its_answer(tiny: Rec
     client.sink = recorder
     verdict = tools_gate(client, with_tools(tiny, value_checks=False), recorder, [EVENT, WEATHER])
     assert verdict.failure == ("typed tools 1/2 (tool_choice=auto): create_event: arguments of create_event "
-                               "violate the schema at start.time: missing")
+                               "violate the schema: missing required key 'start.time'")
     (case,) = recorder.record.measurements["failed_cases"]
     assert {k: case[k] for k in ("tool", "passed", "runs", "paths", "kinds")} == {
         "tool": "create_event", "passed": 0, "runs": 1, "paths": ["start.time"], "kinds": ["missing"]}
@@ -114,7 +114,7 @@ def test_repeat_asks_each_case_n_times_and_says_k_of_n(tiny: Recipe, recorder: G
     verdict = tools_gate(client, with_tools(tiny, repeat=3, value_checks=False), recorder, [EVENT, WEATHER])
     assert asked == {"create_event": 3, "get_weather": 3}
     assert verdict.failure == ("typed tools 1/2 (tool_choice=auto, 3 runs each): create_event 2/3: arguments of "
-                               "create_event violate the schema at start.time: missing")
+                               "create_event violate the schema: missing required key 'start.time'")
     measurements = recorder.record.measurements
     assert (measurements["passed"], measurements["total"], measurements["passed_runs"], measurements["total_runs"]) \
         == (1, 2, 5, 6)

@@ -89,7 +89,7 @@ def test_smoke_http_error_stops_before_measuring(tiny: Recipe, recorder: GateRec
 def test_json_gate_names_what_broke(tiny: Recipe, recorder: GateRecorder) -> None:
     verdict = json_gate(client(chat_answer('{"city": "Lima"}')), tiny, recorder)
     assert verdict.failure is not None and verdict.failure.startswith("JSON gate: content violates the schema")
-    assert "'country' is a required property" in verdict.failure
+    assert "missing required key 'country'" in verdict.failure
     good = json_gate(client(chat_answer(json.dumps({"city": "Lima", "country": "Peru"}))), tiny, recorder)
     assert good.passed, good.failure
 
@@ -266,6 +266,6 @@ def test_a_failure_reason_quotes_an_answer_bounded(tiny: Recipe, recorder: GateR
 def test_a_schema_violation_quotes_a_long_value_bounded(tiny: Recipe, recorder: GateRecorder) -> None:
     long_country = "Peru " * 40
     verdict = json_gate(client(chat_answer(json.dumps({"city": 7, "country": long_country}))), tiny, recorder)
-    assert verdict.failure is not None and "at city: 7 is not of type 'string'" in verdict.failure
+    assert verdict.failure is not None and "key 'city' must be of type string, got int 7" in verdict.failure
     assert long_country[:41] not in verdict.failure
-    assert f"at country: {long_country[:40]!r}... (200 characters) fails its 'maxLength' rule" in verdict.failure
+    assert f"key 'country' is {long_country[:40]!r}... (200 characters), which breaks its maxLength rule" in verdict.failure

@@ -107,7 +107,7 @@ def test_a_schema_key_path_is_spelled_one_way() -> None:
     error = next(jsonschema.Draft202012Validator(schema).iter_errors(bad))
     assert key_path(error.absolute_path) == file_key_path(error) == "jobs.0.name"
     assert [v.path for v in schema_violations(bad, schema)] == ["jobs.0.name"]
-    assert schema_problems(bad, schema, "content") == ["content violates the schema at jobs.0.name: 3 is not of type 'string'"]
+    assert schema_problems(bad, schema, "content") == ["content violates the schema: key 'jobs.0.name' must be of type string, got int 3"]
     assert key_path([]) == "(top level)" and [v.path for v in schema_violations(3, schema)] == ["(top level)"]
     joiners = sorted(where for where, tree in parsed() for call in calls(tree, "join")
                      if any(isinstance(n, ast.Attribute) and n.attr in ("absolute_path", "relative_path", "json_path")
@@ -140,3 +140,29 @@ def test_end_gate_skips_with_the_reason_else_asserts_the_pass() -> None:
         end_gate(GateVerdict(skip_reason="not measured: no server"))
     with pytest.raises(AssertionError, match="tool call names 'x'"):
         end_gate(GateVerdict(failure="tool call names 'x'"))
+
+
+def test_a_schema_violation_is_worded_by_schema_errors_only() -> None:
+    """A recipe, a fleet or campaign file, a report, a comparison, a fleet record, a model's JSON and a
+    tool call's arguments: every schema violation the package reports is found and worded by
+    ``schema_errors`` (one ``iter_errors``, one ``best_match``, one reading of an error's path, rule
+    and value); what differs by reader (the words before it, the fix, how a value is shown) is a
+    parameter of it, so the same violation reads the same to each of them."""
+    from pytest_vllmqual.gates.schema_checks import schema_problems, schema_violations
+    from pytest_vllmqual.layout import schema_errors
+    from pytest_vllmqual.recipe.schema_check import first_problem
+
+    readers = sorted({where for where, tree in parsed() for node in ast.walk(tree)
+                      if (isinstance(node, ast.Attribute) and node.attr in (
+                          "iter_errors", "best_match", "absolute_path", "relative_path", "validator_value"))})
+    assert readers == ["pytest_vllmqual/schema_errors.py"]
+
+    schema = {"type": "object", "properties": {"size": {"type": "integer"}}}
+    said = "key 'size' must be of type integer, got str 'two'"
+    problem = first_problem({"size": "two"}, schema, where="recipe r.yaml")
+    assert problem is not None and problem[0] == f"recipe r.yaml: {said}. Fix: write an integer value for 'size'."
+    assert schema_problems({"size": "two"}, schema, "content") == [f"content violates the schema: {said}"]
+    assert [v.worded("arguments of f violate the schema") for v in schema_violations({"size": "two"}, schema)] == \
+        ["arguments of f violate the schema: key 'size' must be of type integer, got a string"]
+    report_said = schema_errors({"run": {"status": "finished"}}, "report.schema.json")
+    assert "key 'run.status' is 'finished', which is not one of complete, incomplete" in report_said

@@ -48,7 +48,7 @@ def test_first_problem_names_the_key_and_the_fix(instance: dict[str, Any], messa
 
 def test_first_problem_counts_the_rest_and_passes_a_valid_mapping() -> None:
     problem = first_problem({"name": 1, "size": "x"}, SCHEMA, where="f")
-    assert problem is not None and problem[0].endswith("(2 more problem(s) in this file after this one is fixed.)")
+    assert problem is not None and problem[0].endswith("(2 more problem(s) after this one is fixed.)")
     assert first_problem({"name": "a", "jobs": []}, SCHEMA, where="f") is None
 
 
