@@ -28,15 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.equivalence import sidecar as sidecars
-from pytest_vllmqual.equivalence.tasks import TaskSettings
-from pytest_vllmqual.equivalence.verdict import Thresholds
+from pytest_vllmqual.equivalence import TaskSettings, Thresholds, load_sidecar
+from pytest_vllmqual.equivalence.comparison import ArmWords, equivalence_section, summary_line
 from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.hashing import sha256_file
 from pytest_vllmqual.report.query import recipe_value
 
 from .compare import load_arm_report
-from .equivalence import ArmWords, equivalence_section, summary_line
 
 __all__ = ["EFFECT", "NO_FLOOR", "Reference", "drift_line", "drift_section", "load_reference"]
 
@@ -65,7 +63,7 @@ def load_reference(path: Path) -> Reference:
     if not isinstance(pointer, Mapping) or not pointer.get("probe_sha256"):  # a sidecar of the item bank alone
         raise ComparisonError(f"the reference {path} ran no equivalence probe (its report has no equivalence_probe). "
                               "Fix: pass the report of a run that included the equivalence gate.")
-    sidecar, why = sidecars.load(pointer, path.parent)
+    sidecar, why = load_sidecar(pointer, path.parent)
     if sidecar is None:
         raise ComparisonError(f"the reference {path}: {why}. Fix: keep the report and its probe sidecar together, "
                               "as the run wrote them.")
@@ -76,7 +74,7 @@ def _this_run(report: Mapping[str, Any], folder: Path) -> dict[str, Any] | str:
     pointer = report.get("equivalence_probe")
     if not isinstance(pointer, Mapping):
         return "this run ran no equivalence probe (the equivalence gate did not run)"
-    body, why = sidecars.load(pointer, folder)
+    body, why = load_sidecar(pointer, folder)
     return body if body is not None else f"this run: {why}"
 
 

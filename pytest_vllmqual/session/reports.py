@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.clock import utc_now
-from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, has_answers, publish
+from pytest_vllmqual.equivalence import PRIVATE_NAME, has_answers, publish
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.not_measured import (
     Measured,
@@ -139,7 +139,7 @@ class SessionReports:
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
         if reference is not None:
             from pytest_vllmqual.ab.drift import drift_line, drift_section
-            from pytest_vllmqual.equivalence.tasks import tasks_line
+            from pytest_vllmqual.equivalence import tasks_line
             from pytest_vllmqual.report.junit import equivalence_junit
 
             report["drift"] = self.drift = sanitizer.scrub_obj(drift_section(reference, report, target.parent))
@@ -166,9 +166,8 @@ class SessionReports:
         """Compare control and candidate (and the replay) into comparison.json and its page; None
         while either report is missing."""
         from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
-        from pytest_vllmqual.ab.equivalence import summary_line
-        from pytest_vllmqual.equivalence.depth_figures import depth_lines
-        from pytest_vllmqual.equivalence.tasks import tasks_line
+        from pytest_vllmqual.equivalence import depth_lines, tasks_line
+        from pytest_vllmqual.equivalence.comparison import summary_line
         from pytest_vllmqual.report.junit import equivalence_junit
 
         if control.report is None or candidate.report is None:

@@ -15,7 +15,7 @@ from support import UNIT_DATA
 from support.equivalence_samples import attach_probe, depth_body, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
-from pytest_vllmqual.ab.equivalence import equivalence_section, flip_items, summary_line
+from pytest_vllmqual.equivalence.comparison import equivalence_section, flip_items, summary_line
 from pytest_vllmqual.equivalence.depth_figures import depth_lines
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
@@ -78,6 +78,9 @@ def test_a_shifted_candidate_is_not_equivalent_and_the_comparison_is_no_promotio
     assert result["verdict"] == "no-promotion"
     assert any(r.startswith("the candidate is not equivalent to the control: top-1 agreement 75.0%")
                for r in result["decision"]["reasons"])
+    # Each context length's top-1 is judged here, into the record; the page only shows the word.
+    assert [row["top1_status"] for row in section["teacher_forced"]["by_length"]] == \
+        ["beyond"] * len(section["teacher_forced"]["by_length"])
     line = summary_line(section)
     assert line.startswith("equivalence: not equivalent: top-1 agreement 75.0% [") and "below 97.7%" in line
     assert "A/A floor not measured" in line
