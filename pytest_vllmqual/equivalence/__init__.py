@@ -13,6 +13,7 @@ from .depth_figures import depth_lines
 from .items.bank import BankSettings, build_bank
 from .items.judges import NumberAnswer, judge_final_number
 from .items.runner import run_bank
+from .layers import PromotionSettings, layer_cases, layers_lines, promotion_section
 from .memory import ProbeMemory, model_vocab, server_memory, size_probe
 from .outcomes import ItemOutcome
 from .probe import OPEN_PROMPTS, ProbeSettings
@@ -27,7 +28,7 @@ from .verdict import FIGURES, FigureSpec, Thresholds, fmt_interval
 
 __all__ = ["BLOCKS_DIR", "FIGURES", "OPEN_PROMPTS", "PRIVATE_NAME", "TOOL_REPLAY_FAMILY",
            "TOOL_REPLAY_KEY", "BankSettings", "DepthSettings", "FigureSpec", "ItemOutcome", "NumberAnswer",
-           "ProbeMemory", "ProbeSettings", "TaskSettings", "Thresholds", "build_bank",
-           "depth_lines", "fmt_interval", "has_answers", "judge_final_number",
-           "load_sidecar", "model_vocab", "publish", "run_bank", "run_probe", "server_memory",
+           "ProbeMemory", "ProbeSettings", "PromotionSettings", "TaskSettings", "Thresholds", "build_bank",
+           "depth_lines", "fmt_interval", "has_answers", "judge_final_number", "layer_cases", "layers_lines",
+           "load_sidecar", "model_vocab", "promotion_section", "publish", "run_bank", "run_probe", "server_memory",
            "size_probe", "tasks_line", "tool_replay_range", "write_block"]

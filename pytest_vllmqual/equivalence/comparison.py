@@ -18,6 +18,7 @@ The section's ``tasks`` judges the scored items both sidecars carry for non-infe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,11 @@ from .answers import count_flips
 from .depth_figures import depth_comparison, depth_lines
 from .figures import greedy_figures, teacher_forced
 from .intervals import exact_interval
+from .layers import PromotionSettings, layers_lines, promotion_section
 from .tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from .verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 
-__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "markdown_lines",
+__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "carry_forward", "equivalence_section", "flip_items", "load_sidecars", "markdown_lines",
            "summary_line"]
 
 LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
@@ -161,18 +163,34 @@ def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any]
                         replay: Mapping[str, Any] | None, found: Mapping[str, dict[str, Any] | str], *,
                         thresholds: Thresholds | None = None, words: ArmWords = ArmWords(),
                         no_floor: str = "no bracketed replay of the control ran",
-                        task_settings: TaskSettings | None = None) -> dict[str, Any]:
+                        task_settings: TaskSettings | None = None,
+                        promotion: PromotionSettings | None = None) -> dict[str, Any]:
     """The section: verdict, reasons, thresholds, figures against them and the A/A floor, details,
     and ``tasks``: the scored items both sidecars carry, judged for non-inferiority (measured even
     when the token figures are not, e.g. across checkpoints).
 
-    ``thresholds`` and ``task_settings`` default to the control recipe's ``compare``; ``words`` name
-    the two sides in the reasons; ``no_floor`` says why there is no A/A floor when no replay is given."""
+    ``thresholds``, ``task_settings`` and ``promotion`` default to the control recipe's ``compare``;
+    ``words`` name the two sides in the reasons; ``no_floor`` says why there is no A/A floor when no
+    replay is given. The ``promotion`` part names the rule that may block and every layer's status."""
     section = _token_section(control, candidate, replay, found, thresholds=thresholds, words=words, no_floor=no_floor)
     settings = task_settings or TaskSettings.from_recipe(recipe_value(control, "compare"))
     section["tasks"] = tasks_section(found.get("control"), found.get("candidate"), settings,
                                      Names(words.control, words.candidate, words.both))
+    section["promotion"] = promotion_section(section, promotion or PromotionSettings.from_recipe(
+        recipe_value(control, "compare")))
     return section
+
+
+def carry_forward(section: Mapping[str, Any], control: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored section whose sidecars were not kept, brought to today's record: each context
+    length's top-1 status and the ``promotion`` part, both derived from the stored figures and the
+    control recipe's ``compare`` (nothing is measured again)."""
+    out: dict[str, Any] = json.loads(json.dumps(section))
+    thresholds = Thresholds.from_recipe(out.get("thresholds") if isinstance(out.get("thresholds"), Mapping) else None)
+    if isinstance(out.get("teacher_forced"), dict):
+        _judge_lengths(out["teacher_forced"], thresholds)
+    out["promotion"] = promotion_section(out, PromotionSettings.from_recipe(recipe_value(control, "compare")))
+    return out
 
 
 def _token_section(control: Mapping[str, Any], candidate: Mapping[str, Any],
@@ -235,4 +253,6 @@ def markdown_lines(section: Mapping[str, Any]) -> list[str]:
     lines += [f"- {text.strip()}" for text in depth_lines(section)]
     if isinstance(section.get("tasks"), Mapping):
         lines += ["", "### Tasks: does the change matter?", "", *tasks_markdown(section["tasks"])]
+    if isinstance(section.get("promotion"), Mapping):
+        lines += ["", "### Promotion: the rule that may block", "", *(f"- {line.strip()}" for line in layers_lines(section))]
     return lines

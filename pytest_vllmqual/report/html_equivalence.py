@@ -18,6 +18,7 @@ from pytest_vllmqual.equivalence import FIGURES, FigureSpec, fmt_interval
 from pytest_vllmqual.records import Divergence, FigureStatus
 
 from .html_kit import bullets, esc, table
+from .html_layers import layers_html
 from .html_svg import histogram_svg
 from .number_format import fmt_num
 
@@ -186,7 +187,7 @@ def equivalence_html(section: Mapping[str, Any], *, prefix: str = "equivalence",
             f'<b>{esc(floor.get("status"))}</b>: {esc(floor.get("reason"))}. Thresholds: '
             f'{esc((section.get("thresholds") or {}).get("source"))}; K = {esc(section.get("top_k"))}; probe '
             f'<code>{esc(section.get("probe_sha256"))}</code>.</p>'
-            + bullets(section.get("reasons") or [], f"{prefix}-reasons") + figures
+            + bullets(section.get("reasons") or [], f"{prefix}-reasons") + layers_html(section, prefix=prefix) + figures
             + _arms_table(prefix, section, names) + _teacher_forced(prefix, section) + _depth(prefix, section)
             + _greedy(prefix, section)
             + _flips(section) + bullets(section.get("notes") or [], f"{prefix}-notes"))

@@ -24,6 +24,7 @@ CURATED = {
     "the sidecar": ("BLOCKS_DIR", "has_answers", "load_sidecar", "publish", "write_block"),
     "the figures, the task layer and their words": ("FIGURES", "FigureSpec", "TaskSettings", "Thresholds",
                                                     "depth_lines", "fmt_interval", "tasks_line"),
+    "the promotion rule and the layers": ("PromotionSettings", "layer_cases", "layers_lines", "promotion_section"),
 }
 
 
