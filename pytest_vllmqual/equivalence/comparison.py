@@ -36,12 +36,50 @@ from .layers import PromotionSettings, layers_lines, promotion_section
 from .tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from .verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 
-__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "carry_forward", "equivalence_section", "flip_items", "load_sidecars", "markdown_lines",
-           "summary_line"]
+__all__ = ["LOWER_BOUND_NOTE", "ArmWords", "carry_forward", "checkpoint_pin", "equivalence_section", "flip_items",
+           "load_sidecars", "logprobs_mode", "markdown_lines", "prefix_caching", "sidecar_arm", "summary_line"]
 
 LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
                     "are merged into one bucket): it can show a difference, never equivalence")
 _SCORED_FAMILIES = ("functional", "quality")
+
+
+def checkpoint_pin(report: Mapping[str, Any]) -> dict[str, str] | None:
+    """What "the same checkpoint" means for this report: the local model folder's content digest,
+    else the hub revision the identity check matched; None when neither is known."""
+    identity = report.get("identity") or {}
+    pin = identity.get("pin")
+    if isinstance(pin, Mapping) and pin.get("value"):
+        return {"kind": str(pin.get("kind") or "pin"), "value": str(pin["value"])}
+    content = (identity.get("model_files") or {}).get("content")
+    if isinstance(content, str) and content:
+        return {"kind": "content digest", "value": content}
+    for check in identity.get("checks") or []:
+        if isinstance(check, Mapping) and check.get("field") == "revision" and check.get("ok") is True:
+            return {"kind": "hub revision", "value": str(check.get("observed"))}
+    return None
+
+
+def prefix_caching(report: Mapping[str, Any]) -> bool | None:
+    """Whether the arm's engine cached prefixes (its ``cache_config``), None when not reported."""
+    value = (((report.get("engine") or {}).get("cache_config")) or {}).get("enable_prefix_caching")
+    if isinstance(value, bool):
+        return value
+    return {"true": True, "false": False}.get(str(value).lower()) if value is not None else None
+
+
+def logprobs_mode(report: Mapping[str, Any]) -> str:
+    """The server's ``--logprobs-mode`` (vLLM's default: raw log probabilities)."""
+    args = (report.get("engine") or {}).get("non_default_args") or {}
+    value = args.get("logprobs_mode") if isinstance(args, Mapping) else None
+    return str(value) if value else sidecars.DEFAULT_LOGPROBS_MODE
+
+
+def sidecar_arm(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What the arm's sidecar records of its report (``sidecar.ARM_KEYS``), for a later comparison."""
+    return {"checkpoint_pin": checkpoint_pin(report), "prefix_caching": prefix_caching(report),
+            "logprobs_mode": logprobs_mode(report),
+            "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}
 
 
 def load_sidecars(reports: Mapping[str, Mapping[str, Any] | None],

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.clock import utc_now
 from pytest_vllmqual.equivalence import PRIVATE_NAME, has_answers, layers_lines, publish
+from pytest_vllmqual.equivalence.comparison import sidecar_arm
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.not_measured import (
     Measured,
@@ -135,7 +136,7 @@ class SessionReports:
         target = self.reports_dir / f"{name}-{self.stamp}.json"
         probe = arm.private_dir / PRIVATE_NAME
         if has_answers(arm.private_dir):  # the probe's, the item bank's and the replay's answers: a sidecar
-            report["equivalence_probe"] = publish(probe, report, target, scrub=sanitizer.scrub_obj)
+            report["equivalence_probe"] = publish(probe, sidecar_arm(report), target, scrub=sanitizer.scrub_obj)
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
         if reference is not None:
             from pytest_vllmqual.ab.drift import drift_line, drift_section

@@ -15,7 +15,7 @@ from support import UNIT_DATA
 from support.equivalence_samples import attach_probe, depth_body, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
-from pytest_vllmqual.equivalence.comparison import equivalence_section, flip_items, summary_line
+from pytest_vllmqual.equivalence.comparison import equivalence_section, flip_items, sidecar_arm, summary_line
 from pytest_vllmqual.equivalence.depth_figures import depth_lines
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
@@ -252,3 +252,14 @@ def test_property_scored_items_that_agree_never_take_equivalence_away_and_a_flip
         flipped[name] = not flipped[name]
         assert _section(control, flipped, 0.0) == "not equivalent"
         assert _section(control, flipped, 100.0) in ("equivalent", "inconclusive")
+
+
+def test_sidecar_arm_reads_the_pin_caching_and_logprobs_mode_from_the_report() -> None:
+    report = {"identity": {"model_files": {"content": "sha256:" + "c" * 64}, "observed": {"runtime_version": "0.32.0"}},
+              "engine": {"cache_config": {"enable_prefix_caching": "False"},
+                         "non_default_args": {"logprobs_mode": "processed_logprobs"}}}
+    assert sidecar_arm(report) == {"checkpoint_pin": {"kind": "content digest", "value": "sha256:" + "c" * 64},
+                                   "prefix_caching": False, "logprobs_mode": "processed_logprobs",
+                                   "runtime_version": "0.32.0"}
+    assert sidecar_arm({}) == {"checkpoint_pin": None, "prefix_caching": None, "logprobs_mode": "raw_logprobs",
+                               "runtime_version": None}

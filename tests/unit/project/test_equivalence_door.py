@@ -57,3 +57,10 @@ def test_the_old_comparison_path_is_an_alias_of_the_new_one() -> None:
     new = importlib.import_module("pytest_vllmqual.equivalence.comparison")
     assert old.equivalence_section is new.equivalence_section
     assert "deprecated" in (old.__doc__ or "").lower()
+
+
+def test_the_sidecar_reads_no_key_of_the_public_report() -> None:
+    """What the sidecar records of the arm is read from the report above the report layer (the
+    comparison's ``sidecar_arm``); the sidecar module, below the gates, is handed it."""
+    source = (PACKAGE / "equivalence" / "sidecar.py").read_text()
+    assert [key for key in ('"identity"', '"engine"', '"recipe"', '"gates"') if key in source] == []
