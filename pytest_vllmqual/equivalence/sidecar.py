@@ -85,6 +85,10 @@ def publish(private_file: Path, arm: Mapping[str, Any], report_path: Path, *,
     body = json.loads(Path(private_file).read_text()) if Path(private_file).is_file() else {}
     blocks = _blocks(private_dir)
     body.update(scrub(blocks) if scrub is not None else blocks)
+    unknown = sorted(set(arm) - set(ARM_KEYS))
+    if unknown:  # a whole report, as publish was once given: say so rather than record nothing of it
+        raise ValueError(f"publish takes what the sidecar records of the arm ({', '.join(ARM_KEYS)}), "
+                         f"not {', '.join(unknown[:4])}: pass comparison.sidecar_arm(report)")
     arm = {key: arm.get(key) for key in ARM_KEYS}
     arm["logprobs_mode"] = arm["logprobs_mode"] or DEFAULT_LOGPROBS_MODE
     sidecar = {"format": FORMAT, **body, "arm": arm}
