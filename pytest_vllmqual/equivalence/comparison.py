@@ -37,7 +37,7 @@ from .tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from .verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 
 __all__ = ["LOWER_BOUND_NOTE", "ArmWords", "carry_forward", "checkpoint_pin", "equivalence_section", "flip_items",
-           "load_sidecars", "logprobs_mode", "markdown_lines", "prefix_caching", "sidecar_arm", "summary_line"]
+           "load_sidecars", "logprobs_mode", "markdown_lines", "needle_by_depth", "prefix_caching", "sidecar_arm", "summary_line"]
 
 LOWER_BOUND_NOTE = ("the KL figure is a lower bound of the full-vocabulary KL (tokens outside both arms' top-K "
                     "are merged into one bucket): it can show a difference, never equivalence")
@@ -214,6 +214,7 @@ def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any]
     settings = task_settings or TaskSettings.from_recipe(recipe_value(control, "compare"))
     section["tasks"] = tasks_section(found.get("control"), found.get("candidate"), settings,
                                      Names(words.control, words.candidate, words.both))
+    section["tasks"]["by_depth"] = needle_by_depth(found.get("control"), found.get("candidate"))
     section["promotion"] = promotion_section(section, promotion or PromotionSettings.from_recipe(
         recipe_value(control, "compare")))
     return section
@@ -229,6 +230,40 @@ def carry_forward(section: Mapping[str, Any], control: Mapping[str, Any]) -> dic
         _judge_lengths(out["teacher_forced"], thresholds)
     out["promotion"] = promotion_section(out, PromotionSettings.from_recipe(recipe_value(control, "compare")))
     return out
+
+
+def _needle_hits(sidecar: Mapping[str, Any] | str | None) -> dict[int, list[bool]]:
+    """Per needle prompt length (its grade ``tokens-N-depth-D``), whether each needle was found."""
+    if not isinstance(sidecar, Mapping):
+        return {}
+    block = sidecar.get("items") or {}
+    correct = {o.get("item_id"): bool(o.get("correct")) for o in block.get("outcomes") or []}
+    out: dict[int, list[bool]] = {}
+    for answer in block.get("answers") or []:
+        grade = str(answer.get("grade") or "").split("-")
+        if answer.get("family") == "needle" and len(grade) == 4 and grade[1].isdigit() and answer["item_id"] in correct:
+            out.setdefault(int(grade[1]), []).append(correct[answer["item_id"]])
+    return out
+
+
+def needle_by_depth(control: Mapping[str, Any] | str | None,
+                    candidate: Mapping[str, Any] | str | None) -> list[dict[str, Any]]:
+    """Task accuracy by depth: the needle family's accuracy per prompt length, each arm with its exact
+    (Clopper-Pearson) 95% interval in percent; empty when neither arm answered needles."""
+    arms = {"control": _needle_hits(control), "candidate": _needle_hits(candidate)}
+    rows = []
+    for tokens in sorted(set(arms["control"]) | set(arms["candidate"])):
+        shown = {}
+        for role, hits in arms.items():
+            found = hits.get(tokens) or []
+            if found:
+                interval = exact_interval(sum(found), len(found))
+                low, high = (interval.point if v is None else v for v in (interval.low, interval.high))
+                shown[role] = {"point": round(100 * interval.point, 3), "low": round(100 * low, 3),
+                               "high": round(100 * high, 3), "correct": sum(found), "items": len(found)}
+        rows.append({"tokens": tokens, "items": max(len(h.get(tokens) or []) for h in arms.values()),
+                     "accuracy_pct": shown})
+    return rows
 
 
 def _token_section(control: Mapping[str, Any], candidate: Mapping[str, Any],

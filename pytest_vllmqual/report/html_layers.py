@@ -18,7 +18,7 @@ from typing import Any
 from .html_kit import bullets, esc, table
 from .number_format import fmt_num
 
-__all__ = ["depth_top1_svg", "forest_svg", "layers_html"]
+__all__ = ["accuracy_by_depth_svg", "depth_top1_svg", "forest_svg", "layers_html"]
 
 _CLASS = {"failed": "fail", "not measured": "skip"}
 _STATUS_COLOR = {"non-inferior": "#2ca02c", "inferior": "#d62728"}
@@ -80,43 +80,74 @@ def forest_svg(svg_id: str, tasks: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def depth_top1_svg(svg_id: str, depth: Mapping[str, Any]) -> str:
-    """Top-1 agreement per depth bucket with its 95% interval over windows, and its threshold."""
-    points = []
-    for bucket in depth.get("buckets") or []:
-        figure = next((f for f in bucket.get("figures") or [] if f.get("figure") == "top1_agreement"), None)
-        if figure is not None and figure.get("point") is not None:
-            points.append((f"({fmt_num(bucket.get('from'))}, {fmt_num(bucket.get('to'))}]", figure, bucket))
-    if not points:
-        return ""
-    values = [float(v) for _, f, _ in points for v in (f.get("low"), f.get("point"), f.get("threshold")) if v is not None]
-    low = max(0.0, min(values) - 2.0)
+_Dot = tuple[str, str, float, float, float, str]
+"""One point of a by-depth chart: its series' colour, its class, point, low, high, and its tooltip."""
+
+
+def _by_depth_svg(svg_id: str, title: str, columns: Sequence[tuple[str, Sequence[_Dot]]],
+                  threshold: float | None, x_label: str) -> str:
+    """Percent figures per depth column, each a dot with its 95% interval (one per series, side by side)."""
+    values = [v for _, dots in columns for dot in dots for v in dot[2:5]] + ([threshold] if threshold else [])
+    low = max(0.0, min(values, default=0.0) - 2.0)
     left, top, plot_h, step = 70, 40, 200, 110
-    width, height = left + step * len(points) + 30, 40 + 200 + 50
+    width, height = left + step * len(columns) + 30, top + plot_h + 50
 
     def sy(value: float) -> float:
-        return top + plot_h - (value - low) / (100.0 - low) * plot_h
+        return top + plot_h - (value - low) / ((100.0 - low) or 1.0) * plot_h
 
-    threshold = float(points[0][1].get("threshold") or 0.0)
     out = [f'<svg id="{esc(svg_id)}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="top-1 agreement by depth">',
-           f'<text class="title" x="{left}" y="22">Top-1 agreement by depth (%, 95% over windows)</text>',
-           f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>',
+           f'aria-label="{esc(title)}">', f'<text class="title" x="{left}" y="22">{esc(title)}</text>',
+           f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>'
            f'<text x="{left - 6}" y="{sy(100.0) + 4:.1f}" text-anchor="end">100</text>'
-           f'<text x="{left - 6}" y="{sy(low) + 4:.1f}" text-anchor="end">{low:.0f}</text>',
-           f'<line class="threshold" x1="{left}" y1="{sy(threshold):.1f}" x2="{width - 20}" y2="{sy(threshold):.1f}" '
-           f'stroke="#d62728" stroke-dasharray="4 3"/><text x="{width - 20}" y="{sy(threshold) - 4:.1f}" '
-           f'text-anchor="end">threshold {threshold:g}%</text>']
-    for i, (label, figure, bucket) in enumerate(points):
-        x = left + step * i + step / 2
-        lo, hi = (float(figure.get(k) if figure.get(k) is not None else figure["point"]) for k in ("low", "high"))
-        tip = f"{label}: {float(figure['point']):.1f}% [{lo:.1f}, {hi:.1f}], {bucket.get('windows')} windows: {bucket.get('verdict')}"
-        out.append('<g class="bucket">' + _whisker((x, sy(lo)), (x, sy(hi)), (x, sy(float(figure["point"]))),
-                                                   "#1f77b4", tip)
-                   + f'<text x="{x:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{esc(label)}</text></g>')
-    out.append(f'<text x="{left + (width - left) / 2:.1f}" y="{height - 8}" text-anchor="middle">depth bucket '
-               f'(tokens)</text></svg>')
+           f'<text x="{left - 6}" y="{sy(low) + 4:.1f}" text-anchor="end">{low:.0f}</text>']
+    if threshold is not None:
+        out.append(f'<line class="threshold" x1="{left}" y1="{sy(threshold):.1f}" x2="{width - 20}" '
+                   f'y2="{sy(threshold):.1f}" stroke="#d62728" stroke-dasharray="4 3"/><text x="{width - 20}" '
+                   f'y="{sy(threshold) - 4:.1f}" text-anchor="end">threshold {threshold:g}%</text>')
+    for i, (label, dots) in enumerate(columns):
+        x0 = left + step * i + step / 2
+        for j, (color, css, point, lo, hi, tip) in enumerate(dots):
+            x = x0 + (j - (len(dots) - 1) / 2) * 14
+            out.append(f'<g class="{css}">' + _whisker((x, sy(lo)), (x, sy(hi)), (x, sy(point)), color, tip) + "</g>")
+        out.append(f'<text x="{x0:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{esc(label)}</text>')
+    out.append(f'<text x="{left + (width - left) / 2:.1f}" y="{height - 8}" text-anchor="middle">{esc(x_label)}'
+               f'</text></svg>')
     return "".join(out)
+
+
+def depth_top1_svg(svg_id: str, depth: Mapping[str, Any]) -> str:
+    """Top-1 agreement per depth bucket with its 95% interval over windows, and its threshold."""
+    columns: list[tuple[str, Sequence[_Dot]]] = []
+    threshold = None
+    for bucket in depth.get("buckets") or []:
+        figure = next((f for f in bucket.get("figures") or [] if f.get("figure") == "top1_agreement"), None)
+        if figure is None or figure.get("point") is None:
+            continue
+        label = f"({fmt_num(bucket.get('from'))}, {fmt_num(bucket.get('to'))}]"
+        point = float(figure["point"])
+        lo, hi = (float(figure[k]) if figure.get(k) is not None else point for k in ("low", "high"))
+        threshold = float(figure.get("threshold") or 0.0)
+        tip = f"{label}: {point:.1f}% [{lo:.1f}, {hi:.1f}], {bucket.get('windows')} windows: {bucket.get('verdict')}"
+        columns.append((label, [("#1f77b4", "bucket", point, lo, hi, tip)]))
+    return _by_depth_svg(svg_id, "Top-1 agreement by depth (%, 95% over windows)", columns, threshold,
+                         "depth bucket (tokens)") if columns else ""
+
+
+def accuracy_by_depth_svg(svg_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The needle family's accuracy per prompt length, each arm with its exact 95% interval."""
+    columns: list[tuple[str, Sequence[_Dot]]] = []
+    for row in rows:
+        dots: list[_Dot] = []
+        for role, color in (("control", "#1f77b4"), ("candidate", "#ff7f0e")):
+            shown = (row.get("accuracy_pct") or {}).get(role)
+            if isinstance(shown, Mapping):
+                tip = (f"{role}, {fmt_num(row.get('tokens'))} tokens: {shown['point']:.1f}% [{shown['low']:.1f}, "
+                       f"{shown['high']:.1f}] on {row.get('items')} items")
+                dots.append((color, f"needle {role}", float(shown["point"]), float(shown["low"]), float(shown["high"]),
+                             tip))
+        columns.append((f"{fmt_num(row.get('tokens'))}", dots))
+    return _by_depth_svg(svg_id, "Needle accuracy by prompt length (%, exact 95%; control blue, candidate orange)",
+                         columns, None, "needle prompt (tokens)") if columns else ""
 
 
 def _task_table(prefix: str, tasks: Mapping[str, Any]) -> str:
@@ -162,7 +193,7 @@ def layers_html(section: Mapping[str, Any], *, prefix: str = "equivalence") -> s
     tasks = section.get("tasks")
     if isinstance(tasks, Mapping):
         out += ["<h4>Tasks: paired differences per family</h4>", forest_svg(f"{prefix}-forest", tasks),
-                _task_table(prefix, tasks)]
+                _task_table(prefix, tasks), accuracy_by_depth_svg(f"{prefix}-needle-depth", tasks.get("by_depth") or [])]
     depth = section.get("depth")
     if isinstance(depth, Mapping):
         out.append(depth_top1_svg(f"{prefix}-depth-top1", depth))

@@ -15,7 +15,13 @@ from support import UNIT_DATA
 from support.equivalence_samples import attach_probe, depth_body, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
-from pytest_vllmqual.equivalence.comparison import equivalence_section, flip_items, sidecar_arm, summary_line
+from pytest_vllmqual.equivalence.comparison import (
+    equivalence_section,
+    flip_items,
+    needle_by_depth,
+    sidecar_arm,
+    summary_line,
+)
 from pytest_vllmqual.equivalence.depth_figures import depth_lines
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
@@ -263,3 +269,23 @@ def test_sidecar_arm_reads_the_pin_caching_and_logprobs_mode_from_the_report() -
                                    "runtime_version": "0.32.0"}
     assert sidecar_arm({}) == {"checkpoint_pin": None, "prefix_caching": None, "logprobs_mode": "raw_logprobs",
                                "runtime_version": None}
+
+
+def _needles(found: dict[str, bool]) -> dict[str, Any]:
+    """An arm's sidecar with needle answers: item id → found, at the length its grade names."""
+    return {"items": {"outcomes": [{"item_id": k, "family": "needle", "correct": v} for k, v in found.items()],
+                      "answers": [{"item_id": k, "family": "needle", "grade": f"tokens-{k.split('/')[0]}-depth-50"}
+                                  for k in found]}}
+
+
+def test_needle_accuracy_by_depth_has_each_arm_s_exact_interval() -> None:
+    control = _needles({"1024/a": True, "1024/b": True, "1024/c": False, "256/a": True})
+    candidate = _needles({"1024/a": True, "1024/b": False, "1024/c": False, "256/a": True})
+    rows = needle_by_depth(control, candidate)
+    assert [(r["tokens"], r["items"]) for r in rows] == [(256, 1), (1024, 3)]
+    # 2 of 3: Clopper-Pearson 95% is [9.43%, 99.16%] (hand-computed from the beta quantiles).
+    two_of_three = rows[1]["accuracy_pct"]["control"]
+    assert (two_of_three["point"], round(two_of_three["low"], 2), round(two_of_three["high"], 2)) == \
+        (66.667, 9.43, 99.16)
+    assert rows[1]["accuracy_pct"]["candidate"]["correct"] == 1
+    assert needle_by_depth("no sidecar", None) == []

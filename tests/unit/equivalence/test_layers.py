@@ -176,3 +176,12 @@ def test_the_forest_plot_draws_each_family_and_the_margin() -> None:
     assert '<svg id="equivalence-forest"' in page and page.count('<g class="family">') == 4
     assert "−3 (margin)" in page and '<svg id="equivalence-depth-top1"' in page
     assert page.count('<g class="bucket">') == 2
+
+
+def test_needle_accuracy_by_depth_is_drawn_per_arm() -> None:
+    body = decided(section(), PromotionRule.TOKENS)
+    body["tasks"]["by_depth"] = [{"tokens": 1024, "items": 3, "accuracy_pct": {
+        "control": {"point": 66.7, "low": 9.4, "high": 99.2}, "candidate": {"point": 33.3, "low": 0.8, "high": 90.6}}}]
+    page = layers_html(body)
+    assert '<svg id="equivalence-needle-depth"' in page
+    assert page.count('<g class="needle control">') == 1 and page.count('<g class="needle candidate">') == 1
