@@ -27,7 +27,7 @@ from pytest_vllmqual.version import __version__
 
 if TYPE_CHECKING:
     from pytest_vllmqual.client.qual_client import QualClient
-    from pytest_vllmqual.equivalence.memory import server_memory
+    from pytest_vllmqual.equivalence import server_memory
     from pytest_vllmqual.errors import (
         CalibrationError,
         LaunchError,
@@ -88,7 +88,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pytest_vllmqual.gates.equivalence": ("equivalence_gate",),
     "pytest_vllmqual.gates.items": ("items_gate",),
     "pytest_vllmqual.gates.tool_replay": ("tool_replay_gate",),
-    "pytest_vllmqual.equivalence.memory": ("server_memory",),
+    "pytest_vllmqual.equivalence": ("server_memory",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -187,6 +187,7 @@ def _run_compare(args: argparse.Namespace) -> int:
 def _compare_exit(comparison: dict[str, object], *, strict: bool) -> int:
     """1 for a no-promotion verdict (a script must not read it as a pass); an equivalence not
     measured is said last, and exits 1 only with ``--strict``."""
+    from pytest_vllmqual.equivalence import layers_lines
     from pytest_vllmqual.not_measured import equivalence_unmeasured, exit_code, summary_lines
 
     decision = comparison.get("decision")
@@ -195,6 +196,8 @@ def _compare_exit(comparison: dict[str, object], *, strict: bool) -> int:
         print("verdict no-promotion: exit 1", file=sys.stderr)
         code = EXIT_PROBLEMS
     section = comparison.get("equivalence")
+    for line in layers_lines(section if isinstance(section, dict) else {}):
+        print(line, file=sys.stderr)
     found = equivalence_unmeasured("equivalence (A/B comparison)", section if isinstance(section, dict) else None)
     unmeasured = [found] if found is not None else []
     code = exit_code(code, unmeasured, strict=strict)

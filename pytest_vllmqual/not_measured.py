@@ -26,7 +26,7 @@ from typing import Any
 
 from .records import EquivalenceVerdict, FigureStatus, LevelJudgement, Word
 
-__all__ = ["PREFIX", "STRICT_EXIT", "Measured", "Unmeasured", "equivalence_unmeasured", "exit_code", "is_not_measured", "junit_element",
+__all__ = ["PREFIX", "STRICT_EXIT", "Measured", "Unmeasured", "equivalence_blocks", "equivalence_unmeasured", "exit_code", "is_not_measured", "junit_element",
            "not_measured", "of_equivalence", "of_figure", "of_level", "summary_lines"]
 
 PREFIX = "not measured: "
@@ -101,11 +101,30 @@ class Unmeasured:
         return f"{self.what}: {not_measured(self.why)}"
 
 
-def equivalence_unmeasured(what: str, section: Mapping[str, Any] | None) -> Unmeasured | None:
-    """An equivalence section (a comparison's or a drift's) that was not measured, as one check
-    (``what`` names it); None when it was measured either way, or there is no section."""
-    if not isinstance(section, Mapping) or of_equivalence(section.get("verdict")) is not Measured.NOT_MEASURED:
+def equivalence_blocks(section: Mapping[str, Any] | None) -> Measured | None:
+    """What the rule that may block (the section's ``promotion``, the recipe's ``compare.promotion``)
+    decided; a section written before that rule existed is judged by its token verdict. None without
+    a section."""
+    if not isinstance(section, Mapping):
         return None
+    promotion = section.get("promotion")
+    if isinstance(promotion, Mapping):
+        status = promotion.get("status")
+        return Measured(status) if status in {m.value for m in Measured} else Measured.NOT_MEASURED
+    return of_equivalence(section.get("verdict"))
+
+
+def equivalence_unmeasured(what: str, section: Mapping[str, Any] | None) -> Unmeasured | None:
+    """An equivalence section (a comparison's or a drift's) whose blocking rule was not measured, as
+    one check (``what`` names it); None when it was measured either way, or there is no section."""
+    if not isinstance(section, Mapping) or equivalence_blocks(section) is not Measured.NOT_MEASURED:
+        return None
+    promotion = section.get("promotion")
+    if isinstance(promotion, Mapping):
+        reasons = [str(r) for r in promotion.get("reasons") or []]
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        first = reasons[0] if reasons else "no reason recorded"
+        return Unmeasured(what, f"compare.promotion {promotion.get('rule')}: {first}{more}")
     reasons = [str(r) for r in section.get("reasons") or []]
     more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
     return Unmeasured(what, f"{section.get('verdict')}: {reasons[0] if reasons else 'no reason recorded'}{more}")

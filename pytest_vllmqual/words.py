@@ -23,6 +23,8 @@ __all__ = [
     "ItemJudge",
     "LauncherKind",
     "LevelJudgement",
+    "PromotionRule",
+    "ResultLayer",
     "RunMode",
     "RungSource",
     "ServerStatus",
@@ -109,6 +111,31 @@ class TaskVerdict(Word):
     #: No comparison: a block absent from an arm, different banks (hashes), or answers over the
     #: caps on unparsed or truncated answers.
     NOT_MEASURED = "not measured"
+
+
+class PromotionRule(Word):
+    """Which rule of a comparison may block the candidate (the recipe's ``compare.promotion``); the
+    others are reported, never blocking."""
+
+    #: Every figure within the A/A floor (the control against its bracketed replay): for a change
+    #: that should not move the numerics at all, such as a rebuilt image.
+    EXACT = "exact"
+    #: The token figures within their thresholds (the probe's verdict ``equivalent``).
+    TOKENS = "tokens"
+    #: The scored items non-inferior at the margin, the tool-call replay too where both arms ran it,
+    #: and no depth bucket worse than the shallowest.
+    TASKS = "tasks"
+
+
+class ResultLayer(Word):
+    """The three layers a comparison reports, each with its own verdict."""
+
+    #: The probe's token figures (top-1 agreement, ln PPL ratio, KL lower bound, greedy answers, flips).
+    TOKENS = "tokens"
+    #: The paired task statistics over the item bank and the tool-call replay.
+    TASKS = "tasks"
+    #: The token figures per depth bucket, deep in one cached prefix.
+    DEPTH = "depth"
 
 
 class Divergence(Word):

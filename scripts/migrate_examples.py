@@ -13,7 +13,9 @@ measure.
 - comparisons: computed again by today's code from the migrated arm reports in the same folder
   (found by run id; with the code of report/4 this changed only each arm's SHA-256), so a section
   a later version adds to comparisons appears in the committed ones; where an arm's probe sidecar
-  was left out of the folder, the comparison stays as measured and only its arms' SHA-256 follow;
+  was left out of the folder, the comparison stays as measured: its arms' SHA-256 follow, and what
+  today's code derives from the stored figures is added (each context length's top-1 status, the
+  promotion rule and the three layers);
 - campaign records: which arm qualifies, and the exit code that gives, decided again by today's
   rule from the arm reports beside them (found by run id);
 - each report's and comparison's HTML page beside it rendered again.
@@ -31,6 +33,7 @@ from typing import Any
 
 from pytest_vllmqual.ab.compare import compare_reports, report_digest
 from pytest_vllmqual.campaign.decision import requalify
+from pytest_vllmqual.equivalence.comparison import carry_forward
 from pytest_vllmqual.fleet.pages import render_fleet_html, render_fleet_junit
 from pytest_vllmqual.fleet.record import (
     RECORD_SCHEMA_ID,
@@ -123,6 +126,8 @@ def _rehashed(comparison: dict[str, Any], reports: dict[str, dict[str, Any]],
     for role, report in reports.items():
         ref = out[role]
         ref["report_sha256"] = sha256_file(paths[role]) if ref.get("hashed") == "file" else report_digest(report)
+    if isinstance(out.get("equivalence"), dict):  # what today's code derives from the stored figures
+        out["equivalence"] = carry_forward(out["equivalence"], reports["control"])
     return out
 
 

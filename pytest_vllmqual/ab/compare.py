@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_json_atomic
+from pytest_vllmqual.equivalence.comparison import equivalence_section, load_sidecars, markdown_lines
 from pytest_vllmqual.errors import ComparisonError, ReportError
 from pytest_vllmqual.hashing import canonical_sha256, sha256_file
 from pytest_vllmqual.layout import COMPARISON_SCHEMA
@@ -30,7 +31,6 @@ from pytest_vllmqual.schema_errors import errors_against, raise_if_invalid
 from pytest_vllmqual.version import __version__
 
 from .decision import ABEvidence, Targets, arm_verdict, decide_comparison, read_arms
-from .equivalence import equivalence_section, load_sidecars, markdown_lines
 from .findings import kv_consistency, replay_check, retained_finding, timing_noise
 from .rows import Tolerances, compare_rows
 from .variables import controlled_variables, fmt_setting

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_vllmqual.not_measured import Measured, of_equivalence
 from pytest_vllmqual.records import EquivalenceVerdict, RunMode, Verdict
 from pytest_vllmqual.report.decision import BOUNDARY, verdict_summary
 from pytest_vllmqual.report.number_format import short_tokens
@@ -273,23 +274,48 @@ def _caveats(ev: ABEvidence) -> list[str]:
     return caveats
 
 
+_PASSED = {"tokens": "the candidate answers the equivalence probe as the control does",
+           "exact": "every figure of the candidate lies within the A/A floor (the control against its replay)",
+           "tasks": "the candidate's task answers are non-inferior to the control's (items, tool calls where run, "
+                    "no depth bucket worse than the shallowest)"}
+_FAILED = {"tokens": "the candidate is not equivalent to the control",
+           "exact": "the candidate moved outside the A/A floor (compare.promotion exact)",
+           "tasks": "the candidate's task answers are worse than the control's (compare.promotion tasks)"}
+
+
+def _promotion(section: Mapping[str, Any]) -> tuple[str, Measured, str]:
+    """The blocking rule, its status and why; a record written before ``compare.promotion`` existed
+    was judged by the token verdict, today's default rule."""
+    promotion = section.get("promotion")
+    if isinstance(promotion, Mapping) and promotion.get("status") in {m.value for m in Measured}:
+        why = "; ".join(str(r) for r in promotion.get("reasons") or []) or "no reason recorded"
+        return str(promotion.get("rule")), Measured(promotion["status"]), why
+    why = "; ".join(str(r) for r in section.get("reasons") or []) or "no figure"
+    return "tokens", of_equivalence(section.get("verdict")), why
+
+
 def _with_equivalence(section: Mapping[str, Any] | None, verdict: Verdict, reasons: list[str],
                       proves: list[str], does_not: list[str]) -> Verdict:
-    """``not equivalent`` makes the comparison no-promotion; any verdict short of ``equivalent``
-    caps it below promotable; each says why."""
+    """The rule ``compare.promotion`` names decides: failed makes the comparison no-promotion, not
+    measured caps it below promotable; the token verdict is reported whichever rule blocks."""
     if section is None:
         return verdict
     word = EquivalenceVerdict(str(section.get("verdict")))
-    why = "; ".join(str(r) for r in section.get("reasons") or []) or "no figure"
-    if word is EquivalenceVerdict.EQUIVALENT:
-        proves.append(f"the candidate answers the equivalence probe as the control does: {why}")
+    tokens_why = "; ".join(str(r) for r in section.get("reasons") or []) or "no figure"
+    rule, status, why = _promotion(section)
+    if word is not EquivalenceVerdict.EQUIVALENT:
+        does_not.append(f"that the candidate answers as the control does (equivalence {word}: {tokens_why})")
+    if status is Measured.PASSED:
+        proves.append(f"{_PASSED.get(rule, f'compare.promotion {rule} passed')}: {why}")
         return verdict
-    does_not.append(f"that the candidate answers as the control does (equivalence {word}: {why})")
-    if word is EquivalenceVerdict.NOT_EQUIVALENT:
-        reasons.append(f"the candidate is not equivalent to the control: {why}")
+    if status is Measured.FAILED:
+        reasons.append(f"{_FAILED.get(rule, f'compare.promotion {rule} failed')}: {why}")
         return Verdict.NO_PROMOTION
+    if rule != "tokens":
+        does_not.append(f"that the candidate passes compare.promotion {rule} (not measured: {why})")
     if verdict in (Verdict.PROMOTABLE, Verdict.PRIORITY_CHALLENGER):
-        reasons.append(f"capped below promotable: equivalence {word} ({why})")
+        label = f"equivalence {word}" if rule == "tokens" else f"compare.promotion {rule} not measured"
+        reasons.append(f"capped below promotable: {label} ({why})")
         return Verdict.HEALTHY
     return verdict
 

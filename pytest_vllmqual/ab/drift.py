@@ -14,9 +14,11 @@ otherwise the drift is ``not measurable`` and says which differs.
 
 The drift does not change this run's verdict: the verdict rates the run on its own gates (as an
 A/B's equivalence finding leaves each arm's verdict alone), so that a report is decided the same
-whichever reference it was held against. ``not equivalent`` fails the session instead (a non-zero
-exit) and stands in the report's ``drift`` section, the page and the terminal line beside the verdict.
-``not measurable`` and ``inconclusive`` are a check not measured (:mod:`pytest_vllmqual.not_measured`):
+whichever reference it was held against. The rule this run's recipe names in ``compare.promotion``
+decides instead (:mod:`pytest_vllmqual.equivalence.layers`; by default ``tokens``, so ``not
+equivalent``): failed fails the session (a non-zero exit) and stands in the report's ``drift``
+section, the page and the terminal beside the verdict; a rule not measured (``not measurable`` and
+``inconclusive`` under ``tokens``) is a check not measured (:mod:`pytest_vllmqual.not_measured`):
 junit skips it as ``not measured: ...``, the terminal names it last, and the exit is 0 unless
 ``--vllmqual-strict``.
 """
@@ -28,15 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_vllmqual.equivalence import sidecar as sidecars
-from pytest_vllmqual.equivalence.tasks import TaskSettings
-from pytest_vllmqual.equivalence.verdict import Thresholds
+from pytest_vllmqual.equivalence import PromotionSettings, TaskSettings, Thresholds, load_sidecar
+from pytest_vllmqual.equivalence.comparison import ArmWords, equivalence_section, summary_line
 from pytest_vllmqual.errors import ComparisonError
 from pytest_vllmqual.hashing import sha256_file
 from pytest_vllmqual.report.query import recipe_value
 
 from .compare import load_arm_report
-from .equivalence import ArmWords, equivalence_section, summary_line
 
 __all__ = ["EFFECT", "NO_FLOOR", "Reference", "drift_line", "drift_section", "load_reference"]
 
@@ -65,7 +65,7 @@ def load_reference(path: Path) -> Reference:
     if not isinstance(pointer, Mapping) or not pointer.get("probe_sha256"):  # a sidecar of the item bank alone
         raise ComparisonError(f"the reference {path} ran no equivalence probe (its report has no equivalence_probe). "
                               "Fix: pass the report of a run that included the equivalence gate.")
-    sidecar, why = sidecars.load(pointer, path.parent)
+    sidecar, why = load_sidecar(pointer, path.parent)
     if sidecar is None:
         raise ComparisonError(f"the reference {path}: {why}. Fix: keep the report and its probe sidecar together, "
                               "as the run wrote them.")
@@ -76,7 +76,7 @@ def _this_run(report: Mapping[str, Any], folder: Path) -> dict[str, Any] | str:
     pointer = report.get("equivalence_probe")
     if not isinstance(pointer, Mapping):
         return "this run ran no equivalence probe (the equivalence gate did not run)"
-    body, why = sidecars.load(pointer, folder)
+    body, why = load_sidecar(pointer, folder)
     return body if body is not None else f"this run: {why}"
 
 
@@ -86,8 +86,9 @@ def drift_section(reference: Reference, report: Mapping[str, Any], folder: Path)
     found = {"control": reference.sidecar, "candidate": _this_run(report, folder)}
     thresholds = Thresholds.from_recipe(recipe_value(report, "compare", "equivalence"), recipe="this run's recipe")
     settings = TaskSettings.from_recipe(recipe_value(report, "compare"), recipe="this run's recipe")
+    promotion = PromotionSettings.from_recipe(recipe_value(report, "compare"), recipe="this run's recipe")
     section = equivalence_section(reference.report, report, None, found, thresholds=thresholds, words=_WORDS,
-                                  no_floor=NO_FLOOR, task_settings=settings)
+                                  no_floor=NO_FLOOR, task_settings=settings, promotion=promotion)
     run = reference.report.get("run") or {}
     pointer = reference.report.get("equivalence_probe") or {}
     section["reference"] = {"report": reference.path.name, "report_sha256": reference.report_sha256,

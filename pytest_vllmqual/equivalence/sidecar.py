@@ -3,8 +3,9 @@
 The probe gate writes the answers (token IDs and log probabilities, no text) into the arm's
 private folder (:data:`PRIVATE_NAME`). When the report is written, :func:`publish` copies them
 beside the report as ``<report stem>.probe.json.gz`` (gzip: a sidecar holds megabytes of
-numbers, and a name that does not end in ``.json`` keeps it out of globs for reports) with what a later comparison needs from the
-report itself (the checkpoint pin, prefix caching, the logprobs mode), and returns the reference
+numbers, and a name that does not end in ``.json`` keeps it out of globs for reports) with what a
+later comparison needs to know of the arm (the checkpoint pin, prefix caching, the logprobs mode:
+the caller reads them from the report, this module never does), and returns the reference
 the report carries (``equivalence_probe``): the file's name and SHA-256, the probe hash, K. A
 comparison, ``vllmqual compare`` and the reference mode then work from public files alone
 (:func:`load`, which checks the SHA-256).
@@ -27,8 +28,8 @@ from typing import Any
 from pytest_vllmqual.atomic_io import write_bytes_atomic
 from pytest_vllmqual.hashing import canonical_json, sha256_file, sha256_hex
 
-__all__ = ["BLOCKS_DIR", "FORMAT", "PRIVATE_NAME", "checkpoint_pin", "has_answers", "load", "logprobs_mode",
-           "prefix_caching", "publish", "sidecar_name", "write_block"]
+__all__ = ["ARM_KEYS", "BLOCKS_DIR", "DEFAULT_LOGPROBS_MODE", "FORMAT", "PRIVATE_NAME", "has_answers", "load", "publish",
+           "sidecar_name", "write_block"]
 
 FORMAT = "vllmqual-equivalence-probe/1"
 PRIVATE_NAME = "equivalence/probe.json"
@@ -36,6 +37,10 @@ PRIVATE_NAME = "equivalence/probe.json"
 BLOCKS_DIR = "equivalence/blocks"
 """Where other gates leave their sidecar blocks, one ``<key>.json`` each, relative to the private folder."""
 DEFAULT_LOGPROBS_MODE = "raw_logprobs"
+"""vLLM's default ``--logprobs-mode``: raw log probabilities."""
+ARM_KEYS = ("checkpoint_pin", "prefix_caching", "logprobs_mode", "runtime_version")
+"""What a later comparison needs to know of the arm besides its answers (read from the arm's report
+by the comparison, :func:`pytest_vllmqual.equivalence.comparison.sidecar_arm`)."""
 
 
 def write_block(private_dir: Path, key: str, block: Mapping[str, Any]) -> Path:
@@ -62,46 +67,17 @@ def sidecar_name(report_path: Path) -> str:
     return f"{Path(report_path).stem}.probe.json.gz"
 
 
-def checkpoint_pin(report: Mapping[str, Any]) -> dict[str, str] | None:
-    """What "the same checkpoint" means for this report: the local model folder's content digest,
-    else the hub revision the identity check matched; None when neither is known."""
-    identity = report.get("identity") or {}
-    pin = identity.get("pin")
-    if isinstance(pin, Mapping) and pin.get("value"):
-        return {"kind": str(pin.get("kind") or "pin"), "value": str(pin["value"])}
-    content = (identity.get("model_files") or {}).get("content")
-    if isinstance(content, str) and content:
-        return {"kind": "content digest", "value": content}
-    for check in identity.get("checks") or []:
-        if isinstance(check, Mapping) and check.get("field") == "revision" and check.get("ok") is True:
-            return {"kind": "hub revision", "value": str(check.get("observed"))}
-    return None
-
-
-def prefix_caching(report: Mapping[str, Any]) -> bool | None:
-    """Whether the arm's engine cached prefixes (its ``cache_config``), None when not reported."""
-    value = (((report.get("engine") or {}).get("cache_config")) or {}).get("enable_prefix_caching")
-    if isinstance(value, bool):
-        return value
-    return {"true": True, "false": False}.get(str(value).lower()) if value is not None else None
-
-
-def logprobs_mode(report: Mapping[str, Any]) -> str:
-    """The server's ``--logprobs-mode`` (vLLM's default: raw log probabilities)."""
-    args = (report.get("engine") or {}).get("non_default_args") or {}
-    value = args.get("logprobs_mode") if isinstance(args, Mapping) else None
-    return str(value) if value else DEFAULT_LOGPROBS_MODE
-
-
 def _items_reference(items: Mapping[str, Any] | None) -> dict[str, Any]:
     bank = (items or {}).get("bank") or {}
     return {"items_bank_sha256": bank.get("sha256"), "items": bank.get("count")} if items else {}
 
 
-def publish(private_file: Path, report: Mapping[str, Any], report_path: Path, *,
+def publish(private_file: Path, arm: Mapping[str, Any], report_path: Path, *,
             scrub: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Write the public sidecar beside ``report_path`` and return the report's reference to it: the
-    probe's answers (``private_file``, when the probe ran) and every block of the same private folder.
+    probe's answers (``private_file``, when the probe ran), every block of the same private folder,
+    and ``arm``: the :data:`ARM_KEYS` the caller read from the arm's report (a key it does not give
+    is unknown; the logprobs mode then vLLM's default).
 
     The blocks carry answer text (the item bank's answers, the replay's calls), so ``scrub`` (the
     report's scrubber) reads them first; the probe's answers are token IDs and numbers only."""
@@ -109,9 +85,12 @@ def publish(private_file: Path, report: Mapping[str, Any], report_path: Path, *,
     body = json.loads(Path(private_file).read_text()) if Path(private_file).is_file() else {}
     blocks = _blocks(private_dir)
     body.update(scrub(blocks) if scrub is not None else blocks)
-    arm = {"checkpoint_pin": checkpoint_pin(report), "prefix_caching": prefix_caching(report),
-           "logprobs_mode": logprobs_mode(report),
-           "runtime_version": ((report.get("identity") or {}).get("observed") or {}).get("runtime_version")}
+    unknown = sorted(set(arm) - set(ARM_KEYS))
+    if unknown:  # a whole report, as publish was once given: say so rather than record nothing of it
+        raise ValueError(f"publish takes what the sidecar records of the arm ({', '.join(ARM_KEYS)}), "
+                         f"not {', '.join(unknown[:4])}: pass comparison.sidecar_arm(report)")
+    arm = {key: arm.get(key) for key in ARM_KEYS}
+    arm["logprobs_mode"] = arm["logprobs_mode"] or DEFAULT_LOGPROBS_MODE
     sidecar = {"format": FORMAT, **body, "arm": arm}
     path = Path(report_path).parent / sidecar_name(report_path)
     text = canonical_json(sidecar) + "\n"

@@ -20,11 +20,16 @@ from pathlib import Path
 
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.client.qual_client import QualClient
-from pytest_vllmqual.equivalence.depth import DepthSettings
-from pytest_vllmqual.equivalence.memory import ProbeMemory, model_vocab, size_probe
-from pytest_vllmqual.equivalence.probe import OPEN_PROMPTS, ProbeSettings
-from pytest_vllmqual.equivalence.runner import run_probe
-from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME
+from pytest_vllmqual.equivalence import (
+    OPEN_PROMPTS,
+    PRIVATE_NAME,
+    DepthSettings,
+    ProbeMemory,
+    ProbeSettings,
+    model_vocab,
+    run_probe,
+    size_probe,
+)
 from pytest_vllmqual.errors import ServerGoneError
 from pytest_vllmqual.hashing import canonical_json
 from pytest_vllmqual.not_measured import not_measured

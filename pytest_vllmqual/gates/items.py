@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.client.qual_client import QualClient
-from pytest_vllmqual.equivalence.items.bank import BankSettings, build_bank
-from pytest_vllmqual.equivalence.items.runner import run_bank
-from pytest_vllmqual.equivalence.sidecar import BLOCKS_DIR, write_block
+from pytest_vllmqual.equivalence import BLOCKS_DIR, BankSettings, build_bank, run_bank, write_block
 from pytest_vllmqual.errors import ServerGoneError
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe

@@ -3,7 +3,7 @@ the quality check shares with the item bank (it lives with the item bank's judge
 
 from __future__ import annotations
 
-from pytest_vllmqual.equivalence.items.judges import NumberAnswer, judge_final_number
+from pytest_vllmqual.equivalence import NumberAnswer, judge_final_number
 
 __all__ = ["NumberAnswer", "check_fingerprints", "judge_final_number"]
 

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_vllmqual.client.qual_client import QualClient
-from pytest_vllmqual.equivalence.outcomes import ItemOutcome
-from pytest_vllmqual.equivalence.sidecar import write_block
-from pytest_vllmqual.equivalence.tool_replay import FAMILY, SIDECAR_KEY, arm_range
+from pytest_vllmqual.equivalence import TOOL_REPLAY_FAMILY as FAMILY
+from pytest_vllmqual.equivalence import TOOL_REPLAY_KEY as SIDECAR_KEY
+from pytest_vllmqual.equivalence import ItemOutcome, write_block
+from pytest_vllmqual.equivalence import tool_replay_range as arm_range
 from pytest_vllmqual.hashing import canonical_sha256, sha256_hex
 from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_vllmqual.equivalence.verdict import FIGURES, FigureSpec, Thresholds, check_figure, fmt_interval
+from pytest_vllmqual.equivalence import FIGURES, FigureSpec, fmt_interval
 from pytest_vllmqual.records import Divergence, FigureStatus
 
 from .html_kit import bullets, esc, table
+from .html_layers import layers_html
 from .html_svg import histogram_svg
 from .number_format import fmt_num
 
@@ -95,15 +96,13 @@ def _teacher_forced(prefix: str, section: Mapping[str, Any]) -> str:
     if bins:
         out.append(histogram_svg(f"{prefix}-kl-histogram", "Per-position KL lower bound (nats)", bins,
                                  x_label="KL lower bound per scored position (bin upper edge)", y_label="positions"))
-    thresholds = Thresholds.from_recipe(section.get("thresholds") if isinstance(section.get("thresholds"), Mapping)
-                                        else None)
     rows, classes = [], []
-    for row in tf.get("by_length") or []:
+    for row in tf.get("by_length") or []:  # the comparison judged each length (``top1_status``); shown as written
         intervals = row.get("intervals") or {}
-        top1 = check_figure(_SPECS["top1_agreement"], intervals.get("top1_agreement"), thresholds)
+        status = str(row.get("top1_status") or "not recorded (a record older than the judged lengths)")
         rows.append((fmt_num(row.get("length")), row.get("chunks"), fmt_num(row.get("positions")),
-                     *(_interval(_SPECS[key], intervals.get(key)) for key in _BY_LENGTH), top1.status.value))
-        classes.append(_ROW_CLASS.get(top1.status.value, ""))
+                     *(_interval(_SPECS[key], intervals.get(key)) for key in _BY_LENGTH), status))
+        classes.append(_ROW_CLASS.get(status, ""))
     if rows:
         out.append(table(f"{prefix}-by-length", ["Context length (tokens)", "Chunks", "Scored positions",
                                                  "Top-1 agreement [95%]", "KL lower bound [95%]", "ln PPL ratio [95%]",
@@ -188,7 +187,7 @@ def equivalence_html(section: Mapping[str, Any], *, prefix: str = "equivalence",
             f'<b>{esc(floor.get("status"))}</b>: {esc(floor.get("reason"))}. Thresholds: '
             f'{esc((section.get("thresholds") or {}).get("source"))}; K = {esc(section.get("top_k"))}; probe '
             f'<code>{esc(section.get("probe_sha256"))}</code>.</p>'
-            + bullets(section.get("reasons") or [], f"{prefix}-reasons") + figures
+            + bullets(section.get("reasons") or [], f"{prefix}-reasons") + layers_html(section, prefix=prefix) + figures
             + _arms_table(prefix, section, names) + _teacher_forced(prefix, section) + _depth(prefix, section)
             + _greedy(prefix, section)
             + _flips(section) + bullets(section.get("notes") or [], f"{prefix}-notes"))

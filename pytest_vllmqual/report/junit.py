@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.atomic_io import write_text_atomic
-from pytest_vllmqual.not_measured import junit_element, not_measured, of_equivalence, of_figure
+from pytest_vllmqual.equivalence import layer_cases
+from pytest_vllmqual.not_measured import Measured, junit_element, not_measured, of_equivalence, of_figure
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 
 __all__ = ["JunitCase", "JunitSuite", "equivalence_junit", "junit_document", "redact_junit_hostname", "scrub_junit"]
@@ -70,18 +71,24 @@ def equivalence_junit(section: Mapping[str, Any], line: str, *, name: str = "equ
                       title: str = "vllmqual comparison") -> str:
     """An equivalence section (an A/B comparison's or a drift's) as junit: one testcase for the
     verdict (its message ``line``, the terminal's) and one per figure, each passed, failed or
-    skipped as ``not measured: ...`` by the one rule (:mod:`pytest_vllmqual.not_measured`)."""
+    skipped as ``not measured: ...`` by the one rule (:mod:`pytest_vllmqual.not_measured`); then, in
+    a suite of their own, the statuses the record holds for the promotion rule, each layer, each
+    item family and each depth bucket (shown as written: junit judges nothing)."""
     figures = list(section.get("figures") or [])
     cases = [("verdict", of_equivalence(section.get("verdict")), line)]
     cases += [(str(f.get("figure")), of_figure(f.get("status")),
                f"{f.get('label')} {f.get('point')} [{f.get('low')}, {f.get('high')}] against {f.get('threshold')}: "
                f"{f.get('status')}") for f in figures]
-    junit_cases = []
-    for case_name, measured, message in cases:
-        element = junit_element(measured)
-        junit_cases.append(JunitCase(name, case_name, element,
-                                     not_measured(message) if element == "skipped" else message))
-    return junit_document(title, [JunitSuite(name, junit_cases)])
+    junit_cases = [_case(name, case_name, measured, message) for case_name, measured, message in cases]
+    layered = [_case(f"{name}.{group}", case_name, measured, message)
+               for group, case_name, measured, message in layer_cases(section)]
+    return junit_document(title, [JunitSuite(name, junit_cases)]
+                          + ([JunitSuite(f"{name} layers", layered)] if layered else []))
+
+
+def _case(classname: str, name: str, measured: Measured, message: str) -> JunitCase:
+    element = junit_element(measured)
+    return JunitCase(classname, name, element, not_measured(message) if element == "skipped" else message)
 
 
 def redact_junit_hostname(path: Path) -> bool:

@@ -294,9 +294,9 @@ class ControllerRun(QualRun):
         return self.exit_status
 
     def summary_sections(self) -> list[tuple[str, list[str]]]:
-        """The terminal summary: (title, lines) per arm with a report, then the A/B comparison, and
-        last the checks not measured with the exit code they leave (``not_measured``)."""
-        sections = self.reports.summary_sections(list(self.arms.values()))
+        """The terminal summary: (title, lines) per arm with a report, then the A/B comparison, the
+        promotion decision and its three layers, and last the checks not measured with the exit code they leave (``not_measured``)."""
+        sections = self.reports.summary_sections(list(self.arms.values())) + self.reports.promotion_sections()
         lines = summary_lines(self.unmeasured(), code=self.exit_status or 0, strict=self.strict,
                               option="--vllmqual-strict")
         return sections + ([("not measured", lines)] if lines else [])

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_vllmqual.atomic_io import write_text_atomic
 from pytest_vllmqual.clock import utc_now
-from pytest_vllmqual.equivalence.sidecar import PRIVATE_NAME, has_answers, publish
+from pytest_vllmqual.equivalence import PRIVATE_NAME, has_answers, layers_lines, publish
+from pytest_vllmqual.equivalence.comparison import sidecar_arm
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.not_measured import (
     Measured,
     Unmeasured,
+    equivalence_blocks,
     equivalence_unmeasured,
     is_not_measured,
-    of_equivalence,
 )
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.records import RungRecord, RunMode, RunRecord, ServerStatus
@@ -135,11 +136,11 @@ class SessionReports:
         target = self.reports_dir / f"{name}-{self.stamp}.json"
         probe = arm.private_dir / PRIVATE_NAME
         if has_answers(arm.private_dir):  # the probe's, the item bank's and the replay's answers: a sidecar
-            report["equivalence_probe"] = publish(probe, report, target, scrub=sanitizer.scrub_obj)
+            report["equivalence_probe"] = publish(probe, sidecar_arm(report), target, scrub=sanitizer.scrub_obj)
             self.progress(f"probe sidecar written: {target.parent / report['equivalence_probe']['file']}")
         if reference is not None:
             from pytest_vllmqual.ab.drift import drift_line, drift_section
-            from pytest_vllmqual.equivalence.tasks import tasks_line
+            from pytest_vllmqual.equivalence import tasks_line
             from pytest_vllmqual.report.junit import equivalence_junit
 
             report["drift"] = self.drift = sanitizer.scrub_obj(drift_section(reference, report, target.parent))
@@ -166,9 +167,8 @@ class SessionReports:
         """Compare control and candidate (and the replay) into comparison.json and its page; None
         while either report is missing."""
         from pytest_vllmqual.ab.compare import compare_reports, write_comparison_atomic
-        from pytest_vllmqual.ab.equivalence import summary_line
-        from pytest_vllmqual.equivalence.depth_figures import depth_lines
-        from pytest_vllmqual.equivalence.tasks import tasks_line
+        from pytest_vllmqual.equivalence import depth_lines, tasks_line
+        from pytest_vllmqual.equivalence.comparison import summary_line
         from pytest_vllmqual.report.junit import equivalence_junit
 
         if control.report is None or candidate.report is None:
@@ -189,17 +189,17 @@ class SessionReports:
         tasks = self.comparison["equivalence"].get("tasks")
         if isinstance(tasks, dict):
             self.progress(tasks_line(tasks))
-        for text in depth_lines(self.comparison["equivalence"]):
+        for text in [*depth_lines(self.comparison["equivalence"]), *layers_lines(self.comparison["equivalence"])]:
             self.progress(text)
         self.write_html(candidate.report, path.with_suffix(".html"), comparison=self.comparison)
         return path
 
     @property
     def not_equivalent(self) -> bool:
-        """The comparison found the candidate not equivalent to the control, or the drift check this
-        run not equivalent to its reference (the session must fail)."""
+        """The rule that may block (``compare.promotion``) failed in the comparison, or in the drift
+        check of this run against its reference (the session must fail)."""
         sections = [(self.comparison or {}).get("equivalence") or {}, self.drift or {}]
-        return any(of_equivalence(section.get("verdict")) is Measured.FAILED for section in sections if section)
+        return any(equivalence_blocks(section) is Measured.FAILED for section in sections if section)
 
     def unmeasured(self, arms: Sequence[Arm]) -> list[Unmeasured]:
         """Every check of the session that was not measured (the rule of ``not_measured``): each
@@ -219,6 +219,14 @@ class SessionReports:
         path = write_campaign_record(record, self.reports_dir / f"campaign-{self.stamp}.json")
         self.progress(f"campaign record written: {path} ({record['outcome']}; qualified: {record['qualified'] or 'none'})")
         return path
+
+    def promotion_sections(self) -> list[tuple[str, list[str]]]:
+        """The terminal's decision: for the A/B and the drift check, the rule that may block
+        (``compare.promotion``) with its status, then each layer's (the record's words, shown as written)."""
+        name = ((self.drift or {}).get("reference") or {}).get("report") or "the reference"
+        found = [("promotion (A/B comparison)", layers_lines((self.comparison or {}).get("equivalence") or {})),
+                 (f"promotion (drift against {name})", layers_lines(self.drift or {}, label="drift promotion"))]
+        return [(title, lines) for title, lines in found if lines]
 
     def summary_sections(self, arms: Sequence[Arm]) -> list[tuple[str, list[str]]]:
         """The terminal summary: each arm with a report, then the A/B comparison."""

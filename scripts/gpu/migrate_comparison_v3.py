@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.ab.compare import SCHEMA_ID, SCHEMA_VERSION, validate_comparison
-from pytest_vllmqual.ab.equivalence import LOWER_BOUND_NOTE
+from pytest_vllmqual.equivalence.comparison import LOWER_BOUND_NOTE
 from pytest_vllmqual.equivalence.verdict import Thresholds
 
 OLD_ID = "https://pytest-vllmqual/schemas/comparison/3"

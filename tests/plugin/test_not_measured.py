@@ -97,8 +97,8 @@ def test_a_drift_not_measurable_is_said_last_and_strict_exits_1(pytester: pytest
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     title, body = last_section(result)
     assert title == "vllmqual: not measured", result.stdout.str()
-    assert body[0].startswith("drift against earlier.json: not measured: not measurable: this run ran no "
-                              "equivalence probe"), body
+    assert body[0].startswith("drift against earlier.json: not measured: compare.promotion tokens: this run ran "
+                              "no equivalence probe"), body
     (junit,) = (pytester.path / "reports").glob("tiny-cpu-*.drift.xml")
     verdict = next(c for c in ET.parse(junit).iter("testcase") if c.get("name") == "verdict")
     skipped = verdict.find("skipped")
@@ -114,7 +114,7 @@ def test_an_ab_whose_equivalence_is_not_measurable_says_so_in_junit_and_last(pyt
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     title, body = last_section(result)
     assert title == "vllmqual: not measured", result.stdout.str()
-    assert body[0].startswith("equivalence (A/B comparison): not measured: not measurable: "), body
+    assert body[0].startswith("equivalence (A/B comparison): not measured: compare.promotion tokens: "), body
     (junit,) = (pytester.path / "reports").glob("comparison-*.xml")
     verdict = next(c for c in ET.parse(junit).iter("testcase") if c.get("name") == "verdict")
     skipped = verdict.find("skipped")

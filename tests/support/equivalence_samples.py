@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pytest_vllmqual.equivalence.comparison import sidecar_arm
 from pytest_vllmqual.equivalence.outcomes import ItemOutcome
 from pytest_vllmqual.equivalence.sidecar import publish
 
@@ -52,7 +53,7 @@ def attach_probe(report: dict[str, Any], folder: Path, name: str, body: dict[str
     identity["model_files"] = {"content": pin} if pin else {}
     private = folder / f"{name}.private.json"
     private.write_text(json.dumps(body))
-    report["equivalence_probe"] = publish(private, report, folder / f"{name}.json")
+    report["equivalence_probe"] = publish(private, sidecar_arm(report), folder / f"{name}.json")
     private.unlink()
     return report
 

@@ -147,8 +147,14 @@ def test_compare_says_an_equivalence_not_measured_last_and_strict_exits_1(
     args = ["compare", str(data / "control-8192.json"), str(data / "candidate-4096.json"), "-o", str(tmp_path / "c.json")]
     assert main(args) == EXIT_OK
     lines = capsys.readouterr().err.strip().splitlines()
+    # The check not measured is the rule that may block (compare.promotion, tokens by default), after
+    # the promotion lines that name it and each of the three layers.
     assert len(lines) >= 2 and lines[-2].startswith(
-        "equivalence (A/B comparison): not measured: not measurable: the control ran no equivalence probe"), lines
+        "equivalence (A/B comparison): not measured: compare.promotion tokens: the control ran no equivalence "
+        "probe"), lines
+    promotion = next(i for i, line in enumerate(lines) if line.startswith("promotion (compare.promotion tokens"))
+    assert [line.split(":")[0].strip() for line in lines[promotion + 1:promotion + 4]] == [
+        "layer tokens", "layer tasks", "layer depth"]
     assert lines[-1] == "1 check not measured: not a pass and not a failure (exit 0; --strict makes it exit 1)"
     assert main([*args, "--strict"]) == EXIT_PROBLEMS
     lines = capsys.readouterr().err.strip().splitlines()

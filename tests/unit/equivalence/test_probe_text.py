@@ -23,8 +23,8 @@ import pytest
 import tomllib
 from support import ROOT
 
-from pytest_vllmqual.ab.equivalence import equivalence_section
 from pytest_vllmqual.equivalence import probe
+from pytest_vllmqual.equivalence.comparison import equivalence_section
 from pytest_vllmqual.equivalence.depth import DepthSettings
 from pytest_vllmqual.equivalence.probe import ProbeSettings, probe_text
 from pytest_vllmqual.equivalence.runner import run_probe

@@ -38,3 +38,8 @@ def test_a_block_alone_makes_a_sidecar(tmp_path: Path) -> None:
 def test_a_block_cannot_take_the_sidecars_own_keys(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot be a sidecar block's key"):
         write_block(tmp_path, "format", {})
+
+
+def test_publish_refuses_a_whole_report_in_place_of_the_arm_s_facts(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"not engine, identity: pass comparison.sidecar_arm\(report\)"):
+        publish(tmp_path / "private" / PRIVATE_NAME, {"identity": {}, "engine": {}}, tmp_path / "arm-3.json")

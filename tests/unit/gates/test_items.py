@@ -16,6 +16,7 @@ from support.recipes import tiny
 
 from pytest_vllmqual import GateRecord, GateRecorder, QualClient, ServerHandle
 from pytest_vllmqual.equivalence import sidecar
+from pytest_vllmqual.equivalence.comparison import sidecar_arm
 from pytest_vllmqual.equivalence.items.bank import BankSettings, build_bank
 from pytest_vllmqual.gates.items import items_gate
 from pytest_vllmqual.records import FailureKind
@@ -110,7 +111,7 @@ def test_the_sidecar_carries_the_items_scrubbed_beside_the_probe_or_alone(tmp_pa
     sidecar.write_block(private, "items", {"bank": {"sha256": "b" * 64, "count": 1},
                                            "answers": [{"item_id": "x", "text": "ask secret-host"}]})
     probe = private / sidecar.PRIVATE_NAME
-    reference = sidecar.publish(probe, _report(), tmp_path / "r.json",
+    reference = sidecar.publish(probe, sidecar_arm(_report()), tmp_path / "r.json",
                                 scrub=lambda obj: json.loads(json.dumps(obj).replace("secret-host", "<host>")))
     assert reference["items_bank_sha256"] == "b" * 64 and reference["items"] == 1
     assert reference["probe_sha256"] is None
@@ -119,7 +120,7 @@ def test_the_sidecar_carries_the_items_scrubbed_beside_the_probe_or_alone(tmp_pa
     assert loaded["items"]["answers"][0]["text"] == "ask <host>"
     assert "chunks" not in loaded
     probe.write_text(json.dumps({"probe_sha256": "p" * 64, "top_k": 20, "chunks": []}))
-    both = sidecar.publish(probe, _report(), tmp_path / "r.json")
+    both = sidecar.publish(probe, sidecar_arm(_report()), tmp_path / "r.json")
     assert both["probe_sha256"] == "p" * 64 and both["items"] == 1
     body = json.loads(gzip.decompress((tmp_path / both["file"]).read_bytes()))
     assert body["items"]["bank"]["sha256"] == "b" * 64 and body["top_k"] == 20

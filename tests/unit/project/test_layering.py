@@ -52,10 +52,12 @@ def package_modules() -> dict[str, Path]:
 
 
 def layer_of(module: str, patterns: list[tuple[int, str]]) -> int | None:
-    for layer, pattern in patterns:
-        if module == pattern or fnmatch(module, pattern):
-            return layer
-    return None
+    """The layer of the most specific row naming ``module``: its exact name, else the longest pattern."""
+    exact = [layer for layer, pattern in patterns if module == pattern]
+    if exact:
+        return exact[0]
+    matches = sorted(((len(pattern), layer) for layer, pattern in patterns if fnmatch(module, pattern)), reverse=True)
+    return matches[0][1] if matches else None
 
 
 def imported_modules(module: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
@@ -223,3 +225,12 @@ def test_pyproject_lists_every_subpackage() -> None:
                for p in PACKAGE.rglob("__init__.py")}
     missing = sorted(on_disk - listed)
     assert not missing, f"packages not listed in pyproject.toml: {missing}"
+
+
+def test_the_most_specific_row_decides_a_module_s_layer() -> None:
+    """The comparison sits above the report although the rest of its package sits below the gates."""
+    rows = [(6, "equivalence"), (6, "equivalence.*"), (9, "equivalence.comparison")]
+    assert (layer_of("equivalence.comparison", rows), layer_of("equivalence.tasks", rows),
+            layer_of("equivalence", rows)) == (9, 6, 6)
+    assert layer_of("equivalence.comparison", PATTERNS) > layer_of("report.query", PATTERNS)  # type: ignore[operator]
+    assert layer_of("equivalence.sidecar", PATTERNS) < layer_of("gates.items", PATTERNS)  # type: ignore[operator]

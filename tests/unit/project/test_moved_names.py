@@ -24,6 +24,9 @@ MOVED: dict[tuple[str, str], tuple[str, ...]] = {
         "CoverageRow", "coverage", "preflight_of"),
     ("pytest_vllmqual.report.html_page", "pytest_vllmqual.report.result_tables"): (
         "measurement_rows", "per_rank", "result_rows", "teardown_text"),
+    ("pytest_vllmqual.ab.equivalence", "pytest_vllmqual.equivalence.comparison"): (
+        "LOWER_BOUND_NOTE", "ArmWords", "equivalence_section", "flip_items", "load_sidecars", "markdown_lines",
+        "summary_line"),
 }
 """(the old module, the new one): the public names that moved from the first to the second."""
 

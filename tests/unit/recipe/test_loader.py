@@ -245,3 +245,20 @@ def test_the_launcher_kind_is_a_typed_word_that_prints_and_dumps_as_itself(name:
     assert f"{recipe.launcher.kind}" == str(recipe.launcher.kind) == kind
     assert f"kind: {kind}" in effective_yaml(recipe.raw)
     assert type(recipe.raw["launcher"]["kind"]) is str
+
+
+@pytest.mark.parametrize("rule", ["exact", "tokens", "tasks"])
+def test_compare_promotion_names_one_of_three_rules(tmp_path: Path, rule: str) -> None:
+    data = tiny_data()
+    data["name"] = f"promote-{rule}"
+    data["compare"] = {**dict(data.get("compare") or {}), "promotion": rule}  # type: ignore[dict-item]
+    assert load_recipe(write_recipe(tmp_path, f"promote-{rule}", data)).compare["promotion"] == rule
+
+
+def test_an_unknown_promotion_rule_is_refused_with_the_three_words(tmp_path: Path) -> None:
+    data = tiny_data()
+    data["name"] = "promote-bogus"
+    data["compare"] = {"promotion": "numerics"}
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write_recipe(tmp_path, "promote-bogus", data))
+    assert "'compare.promotion' is 'numerics', which is not one of exact, tokens, tasks" in str(err.value)

@@ -10,6 +10,7 @@ per-length split and divergence positions are illustrative shapes around those f
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from pytest_vllmqual.ab.compare import compare_reports
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
 from pytest_vllmqual.report.html_page import render_html
-from unit.ab.test_equivalence import _load
+from unit.equivalence.test_comparison import _load
 from unit.report.test_html_page import table_rows
 
 
@@ -60,10 +61,10 @@ RECORDED: dict[str, Any] = {
         "by_length": [
             {"length": 1024, "chunks": 4, "positions": 2048,
              "intervals": {"top1_agreement": _interval(0.851, 0.836, 0.866, 4),
-                           "kl_lower_bound": _interval(0.058, 0.054, 0.062, 4)}},
+                           "kl_lower_bound": _interval(0.058, 0.054, 0.062, 4)}, "top1_status": "beyond"},
             {"length": 2048, "chunks": 4, "positions": 2048,
              "intervals": {"top1_agreement": _interval(0.837, 0.821, 0.852, 4),
-                           "kl_lower_bound": _interval(0.064, 0.059, 0.07, 4)}}],
+                           "kl_lower_bound": _interval(0.064, 0.059, 0.07, 4)}, "top1_status": "beyond"}],
         "kl_histogram": [{"bin": "≤ 0", "positions": 310}, {"bin": "≤ 1e-06", "positions": 12},
                          {"bin": "≤ 0.0001", "positions": 95}, {"bin": "≤ 0.001", "positions": 610},
                          {"bin": "≤ 0.01", "positions": 1290}, {"bin": "≤ 0.1", "positions": 1180},
@@ -81,6 +82,18 @@ def comparison_page(section: dict[str, Any]) -> str:
     control = _load("control-8192.json")
     return render_html(control, comparison={"title": "A/B: auto KV vs fp8 KV", "arms": ["auto", "fp8"],
                                             "rows": [], "verdict": "no-promotion", "equivalence": section})
+
+
+def test_the_page_shows_each_length_s_recorded_status_and_judges_nothing() -> None:
+    """The comparison wrote each length's status; the page shows that word, even one its own reading
+    of the interval would not give, and says when a record carries none."""
+    section = json.loads(json.dumps(RECORDED))
+    rows = section["teacher_forced"]["by_length"]
+    rows[0]["top1_status"] = "within"
+    del rows[1]["top1_status"]
+    by_length = table_rows(comparison_page(section), "equivalence-by-length")
+    assert by_length[1][-1] == "within"
+    assert by_length[2][-1].startswith("not recorded")
 
 
 def test_the_comparison_page_shows_the_recorded_equivalence_section() -> None:

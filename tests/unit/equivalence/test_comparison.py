@@ -15,7 +15,13 @@ from support import UNIT_DATA
 from support.equivalence_samples import attach_probe, depth_body, probe_body
 
 from pytest_vllmqual.ab.compare import compare_reports, render_markdown
-from pytest_vllmqual.ab.equivalence import equivalence_section, flip_items, summary_line
+from pytest_vllmqual.equivalence.comparison import (
+    equivalence_section,
+    flip_items,
+    needle_by_depth,
+    sidecar_arm,
+    summary_line,
+)
 from pytest_vllmqual.equivalence.depth_figures import depth_lines
 from pytest_vllmqual.equivalence.verdict import Thresholds
 from pytest_vllmqual.privacy.sanitize import Sanitizer
@@ -78,6 +84,9 @@ def test_a_shifted_candidate_is_not_equivalent_and_the_comparison_is_no_promotio
     assert result["verdict"] == "no-promotion"
     assert any(r.startswith("the candidate is not equivalent to the control: top-1 agreement 75.0%")
                for r in result["decision"]["reasons"])
+    # Each context length's top-1 is judged here, into the record; the page only shows the word.
+    assert [row["top1_status"] for row in section["teacher_forced"]["by_length"]] == \
+        ["beyond"] * len(section["teacher_forced"]["by_length"])
     line = summary_line(section)
     assert line.startswith("equivalence: not equivalent: top-1 agreement 75.0% [") and "below 97.7%" in line
     assert "A/A floor not measured" in line
@@ -249,3 +258,34 @@ def test_property_scored_items_that_agree_never_take_equivalence_away_and_a_flip
         flipped[name] = not flipped[name]
         assert _section(control, flipped, 0.0) == "not equivalent"
         assert _section(control, flipped, 100.0) in ("equivalent", "inconclusive")
+
+
+def test_sidecar_arm_reads_the_pin_caching_and_logprobs_mode_from_the_report() -> None:
+    report = {"identity": {"model_files": {"content": "sha256:" + "c" * 64}, "observed": {"runtime_version": "0.32.0"}},
+              "engine": {"cache_config": {"enable_prefix_caching": "False"},
+                         "non_default_args": {"logprobs_mode": "processed_logprobs"}}}
+    assert sidecar_arm(report) == {"checkpoint_pin": {"kind": "content digest", "value": "sha256:" + "c" * 64},
+                                   "prefix_caching": False, "logprobs_mode": "processed_logprobs",
+                                   "runtime_version": "0.32.0"}
+    assert sidecar_arm({}) == {"checkpoint_pin": None, "prefix_caching": None, "logprobs_mode": "raw_logprobs",
+                               "runtime_version": None}
+
+
+def _needles(found: dict[str, bool]) -> dict[str, Any]:
+    """An arm's sidecar with needle answers: item id → found, at the length its grade names."""
+    return {"items": {"outcomes": [{"item_id": k, "family": "needle", "correct": v} for k, v in found.items()],
+                      "answers": [{"item_id": k, "family": "needle", "grade": f"tokens-{k.split('/')[0]}-depth-50"}
+                                  for k in found]}}
+
+
+def test_needle_accuracy_by_depth_has_each_arm_s_exact_interval() -> None:
+    control = _needles({"1024/a": True, "1024/b": True, "1024/c": False, "256/a": True})
+    candidate = _needles({"1024/a": True, "1024/b": False, "1024/c": False, "256/a": True})
+    rows = needle_by_depth(control, candidate)
+    assert [(r["tokens"], r["items"]) for r in rows] == [(256, 1), (1024, 3)]
+    # 2 of 3: Clopper-Pearson 95% is [9.43%, 99.16%] (hand-computed from the beta quantiles).
+    two_of_three = rows[1]["accuracy_pct"]["control"]
+    assert (two_of_three["point"], round(two_of_three["low"], 2), round(two_of_three["high"], 2)) == \
+        (66.667, 9.43, 99.16)
+    assert rows[1]["accuracy_pct"]["candidate"]["correct"] == 1
+    assert needle_by_depth("no sidecar", None) == []
