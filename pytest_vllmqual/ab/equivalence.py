@@ -23,6 +23,7 @@ from pytest_vllmqual.equivalence.answers import count_flips
 from pytest_vllmqual.equivalence.depth_figures import depth_comparison, depth_lines
 from pytest_vllmqual.equivalence.figures import greedy_figures, teacher_forced
 from pytest_vllmqual.equivalence.intervals import exact_interval
+from pytest_vllmqual.equivalence.load_floor import floor_lines, with_load_floor
 from pytest_vllmqual.equivalence.tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from pytest_vllmqual.equivalence.verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 from pytest_vllmqual.records import EquivalenceVerdict
@@ -157,6 +158,7 @@ def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any]
     settings = task_settings or TaskSettings.from_recipe(recipe_value(control, "compare"))
     section["tasks"] = tasks_section(found.get("control"), found.get("candidate"), settings,
                                      Names(words.control, words.candidate, words.both))
+    with_load_floor(section, found, recipe_value(control, "compare"))
     return section
 
 
@@ -217,6 +219,7 @@ def markdown_lines(section: Mapping[str, Any]) -> list[str]:
     lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
               for f in section.get("figures") or []]
     lines += [f"- {text.strip()}" for text in depth_lines(section)]
+    lines += [f"- {text}" for text in floor_lines(section.get("load_floor") or {})]
     if isinstance(section.get("tasks"), Mapping):
         lines += ["", "### Tasks: does the change matter?", "", *tasks_markdown(section["tasks"])]
     return lines
