@@ -53,6 +53,8 @@ class FloorSettings:
     #: passages of thousands of tokens cost most under load).
     families: tuple[str, ...] | None = None
     probe: bool = True
+    #: The probe's chunk lengths asked at every level (None: the probe's own, ``gates.equivalence``).
+    context_lengths: tuple[int, ...] | None = None
     #: Why the floor is not measured (no load levels); None when it is.
     off: str | None = None
 
@@ -67,16 +69,18 @@ class FloorSettings:
         per_family = int(section.get("items_per_family", DEFAULT_ITEMS_PER_FAMILY))
         chosen = tuple(str(f) for f in families) if families else None
         probe = bool(section.get("probe", True))
+        lengths = tuple(int(n) for n in section["context_lengths"]) if section.get("context_lengths") else None
         if not levels:
-            return cls((), 0, 0, per_family, chosen, probe,
+            return cls((), 0, 0, per_family, chosen, probe, lengths,
                        off="the recipe sets no gates.load levels (nor gates.load_floor.levels)")
         return cls(levels, load.prompt_tokens if load else 256, load.output_tokens if load else 32, per_family, chosen,
-                   probe)
+                   probe, lengths)
 
     def to_dict(self) -> dict[str, Any]:
         return {"levels": list(self.levels), "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
                 "items_per_family": self.items_per_family,
-                "families": list(self.families) if self.families is not None else None, "probe": self.probe}
+                "families": list(self.families) if self.families is not None else None, "probe": self.probe,
+                "context_lengths": list(self.context_lengths) if self.context_lengths is not None else None}
 
 
 def _probe_body(one_pass: Mapping[str, Any]) -> dict[str, Any]:

@@ -78,7 +78,9 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
         items, bank_settings = floor_items(recipe, settings)
     except (ValueError, OSError) as exc:
         return GateVerdict(failure=f"gates.items: {exc}", kind=FailureKind.CONFIG)
-    probe = ProbeSettings.from_recipe(recipe.gate("equivalence"), recipe.serve.max_model_len, recipe.project_root) \
+    probe_section = {**recipe.gate("equivalence"), **({"context_lengths": list(settings.context_lengths)}
+                                                       if settings.context_lengths else {})}
+    probe = ProbeSettings.from_recipe(probe_section, recipe.serve.max_model_len, recipe.project_root) \
         if settings.probe else None
     gate.threshold(**settings.to_dict())
     runner = _load_runner(client, recipe, settings, progress)

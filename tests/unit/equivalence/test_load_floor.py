@@ -88,7 +88,9 @@ def test_settings_come_from_the_load_gate_unless_the_floor_names_its_levels() ->
     settings = FloorSettings.from_recipe({"load": load})
     assert settings.levels == (1, 4, 8) and (settings.prompt_tokens, settings.output_tokens) == (128, 16)
     assert settings.items_per_family == 8 and settings.families is None and settings.probe and settings.off is None
-    assert FloorSettings.from_recipe({"load": load, BLOCK_KEY: {"levels": [4], "probe": False}}).levels == (4,)
+    assert settings.context_lengths is None
+    own = FloorSettings.from_recipe({"load": load, BLOCK_KEY: {"levels": [4], "probe": False, "context_lengths": [512]}})
+    assert own.levels == (4,) and own.context_lengths == (512,) and not own.probe
     assert "sets no gates.load levels" in str(FloorSettings.from_recipe({}).off)
 
 
