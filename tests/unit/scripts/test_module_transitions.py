@@ -16,9 +16,10 @@ SCRIPT = ROOT / "scripts" / "module_transitions.py"
 # format() are calls into that module from every judge that writes one. It rose from 47/29/18 to
 # 51/31/20 when the comparison gained its task layer: the paired statistics (equivalence.paired, which
 # now owns the exact McNemar test the flips call) and the layer over them (equivalence.tasks), and to
-# 53/32/21 with the depth buckets (the equivalence section steps into equivalence.depth_figures).
+# 53/32/21 with the depth buckets (the equivalence section steps into equivalence.depth_figures), and to
+# 33 modules with the floor under load (the section asks equivalence.load_floor whether an arm measured it).
 CEILINGS = {"candidate": {"steps": 10, "modules": 10, "returns": 0},
-            "all": {"steps": 53, "modules": 32, "returns": 21}}
+            "all": {"steps": 53, "modules": 33, "returns": 21}}
 
 
 def _measure(follow: str) -> dict[str, int]:
