@@ -36,7 +36,7 @@ from .recorder import GateRecorder
 from .tool_fixtures import ToolCase
 from .verdict import GateVerdict
 
-__all__ = ["GATE_NAME", "floor_items", "level_summary", "load_floor_gate"]
+__all__ = ["GATE_NAME", "floor_items", "level_row", "level_summary", "load_floor_gate"]
 
 GATE_NAME = "load_floor"
 
@@ -50,6 +50,22 @@ def floor_items(recipe: Recipe, settings: FloorSettings) -> tuple[list[Item], Ba
     for family in families:
         items += [item for item in bank.items if item.family == family][:settings.items_per_family]
     return items, bank_settings
+
+
+def level_row(level: dict[str, Any]) -> dict[str, Any]:
+    """One level as the report's flat row: the probe's figures (point and 95% bounds), the greedy
+    answers, the item flips and what the background load did."""
+    probe, items, load = level.get("probe") or {}, level["items"], level.get("load") or {}
+    row: dict[str, Any] = {"in_flight": level["in_flight"], "answers_identical": level["answers_identical"],
+                           "seconds": level.get("seconds"), "items": items["items"], "b": items["b"], "c": items["c"],
+                           "changed_answers": items["changed_answers"]}
+    for key in ("top1_agreement", "kl_lower_bound", "ln_ppl_ratio"):
+        interval = probe.get(key) or {}
+        row.update({key: interval.get("point"), f"{key}_low": interval.get("low"), f"{key}_high": interval.get("high")})
+    row.update({key: probe.get(key) for key in ("chunks", "greedy_prompts", "greedy_identical", "greedy_hard")})
+    row.update({key: load.get(key) for key in ("load_requests", "load_failed", "sends", "sends_at_full_level",
+                                                "in_flight_at_sends_min")})
+    return row
 
 
 def level_summary(level: dict[str, Any]) -> str:
@@ -102,10 +118,8 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
     block["load_prompts_distinct"] = len(pool)
     write_block(Path(gate.private_dir), BLOCK_KEY, block)
     levels = floor_levels(block)
-    gate.measure(levels=[{k: v for k, v in lv.items() if k != "items"} | {"items": {k: v for k, v in lv["items"].items()
-                                                                                   if k != "changed"}}
-                         for lv in levels],
-                 passes_seconds=[p["seconds"] for p in block["passes"]], sidecar=f"{BLOCKS_DIR}/{BLOCK_KEY}.json",
+    gate.measure(levels=[level_row(lv) for lv in levels], passes_seconds=[p["seconds"] for p in block["passes"]],
+                 sidecar=f"{BLOCKS_DIR}/{BLOCK_KEY}.json",
                  answers_identical_at_every_level=all(lv["answers_identical"] for lv in levels))
     gate.summary("; ".join(level_summary(lv) for lv in levels))
     return GateVerdict()

@@ -106,6 +106,9 @@ def test_answers_alone_and_at_each_level_are_kept_and_the_flips_counted(tiny: Re
         assert level["load"]["load_requests"] >= level["in_flight"] and level["load"]["sends"] == 4
     measured = gate.record.measurements
     assert measured["answers_identical_at_every_level"] is False and len(measured["levels"]) == 2
+    row = measured["levels"][1]
+    assert row["in_flight"] == 3 and row["b"] > 0 and row["top1_agreement"] is None and row["sends"] == 4
+    assert all(not isinstance(value, dict) for value in row.values()), "the report keeps flat rows"
     assert "1 in flight: items " in gate.record.summary and "3 in flight: items " in gate.record.summary
 
 
