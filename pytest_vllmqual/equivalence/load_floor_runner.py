@@ -71,23 +71,9 @@ def _one_pass(client: QualClient, questions: FloorQuestions, plan: _Plan | None,
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def run_floor(client: QualClient, settings: FloorSettings, questions: FloorQuestions,
-              load_send: Callable[[int, int], Any], *, load_ok: Callable[[Any], bool],
-              progress: ProgressFn) -> dict[str, Any]:
-    """The ``load_floor`` block: a pass alone, then one per level with ``load_send(level, i)`` keeping
-    ``level`` load requests in flight (``load_ok`` says whether one succeeded)."""
-    plan = _plan(client, questions.probe)
-    alone = _one_pass(client, questions, plan, lambda: None)
-    passes = [{"in_flight": 0, **alone, "load": None}]
-    progress(f"load floor: alone, {len(questions.items)} items, {len(alone['chunks'])} chunks, "
-             f"{len(alone['greedy'])} greedy prompts in {alone['seconds']:.1f} s")
-    for level in settings.levels:
-        with InFlight(level, functools.partial(load_send, level), load_ok) as load:
-            loaded = _one_pass(client, questions, plan, load.mark)
-        passes.append({"in_flight": level, **loaded, "load": load.figures.to_dict()})
-        figures = load.figures.to_dict()
-        progress(f"load floor: {level} in flight, {loaded['seconds']:.1f} s, {figures['load_requests']} load "
-                 f"requests, {figures['sends_at_full_level']}/{figures['sends']} sends at the full level")
+def _block(settings: FloorSettings, questions: FloorQuestions, plan: _Plan | None,
+           passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sidecar block: the settings, the probe's plan, the items asked and every pass so far."""
     probe = None
     if plan is not None and questions.probe is not None:
         probe = {"top_k": plan.top_k, "greedy_max_tokens": questions.probe.greedy_max_tokens,
@@ -95,4 +81,29 @@ def run_floor(client: QualClient, settings: FloorSettings, questions: FloorQuest
                  "chunks_per_length": questions.probe.chunks_per_length}
     return {"version": FLOOR_VERSION, "settings": settings.to_dict(), "probe": probe,
             "items": {"item_ids": [item.item_id for item in questions.items], "max_tokens": questions.item_max_tokens},
-            "passes": passes}
+            "passes": list(passes)}
+
+
+def run_floor(client: QualClient, settings: FloorSettings, questions: FloorQuestions,
+              load_send: Callable[[int, int], Any], *, load_ok: Callable[[Any], bool],
+              progress: ProgressFn, on_pass: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
+    """The ``load_floor`` block: a pass alone, then one per level with ``load_send(level, i)`` keeping
+    ``level`` load requests in flight (``load_ok`` says whether one succeeded). ``on_pass`` gets the
+    block as it stands after each pass, so a run stopped at its time limit keeps the levels it measured."""
+    plan = _plan(client, questions.probe)
+    alone = _one_pass(client, questions, plan, lambda: None)
+    passes = [{"in_flight": 0, **alone, "load": None}]
+    if on_pass is not None:
+        on_pass(_block(settings, questions, plan, passes))
+    progress(f"load floor: alone, {len(questions.items)} items, {len(alone['chunks'])} chunks, "
+             f"{len(alone['greedy'])} greedy prompts in {alone['seconds']:.1f} s")
+    for level in settings.levels:
+        with InFlight(level, functools.partial(load_send, level), load_ok) as load:
+            loaded = _one_pass(client, questions, plan, load.mark)
+        passes.append({"in_flight": level, **loaded, "load": load.figures.to_dict()})
+        if on_pass is not None:
+            on_pass(_block(settings, questions, plan, passes))
+        figures = load.figures.to_dict()
+        progress(f"load floor: {level} in flight, {loaded['seconds']:.1f} s, {figures['load_requests']} load "
+                 f"requests, {figures['sends_at_full_level']}/{figures['sends']} sends at the full level")
+    return _block(settings, questions, plan, passes)

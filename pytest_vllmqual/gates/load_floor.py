@@ -106,7 +106,8 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
     try:
         block = run_floor(client, settings, questions,
                           lambda level, i: runner.send(pool[i % len(pool)], f"floor-load-{level}-{i}"),
-                          load_ok=lambda r: isinstance(r, StreamResult) and r.ok, progress=progress)
+                          load_ok=lambda r: isinstance(r, StreamResult) and r.ok, progress=progress,
+                          on_pass=lambda partial: write_block(Path(gate.private_dir), BLOCK_KEY, partial))
     except ServerGoneError:
         in_flight = client.last_attempt.label if client.last_attempt is not None else "the first request"
         gate.measure(died_under_load_floor=True, request_in_flight=in_flight)
