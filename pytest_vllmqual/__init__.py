@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pytest_vllmqual.gates.items import items_gate
     from pytest_vllmqual.gates.ladder import concurrency_gate, ladder_gate
     from pytest_vllmqual.gates.load import load_gate
+    from pytest_vllmqual.gates.load_floor import load_floor_gate
     from pytest_vllmqual.gates.quality import (
         long_context_gate,
         quality_checks,
@@ -84,6 +85,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                                       "reasoning_fingerprints_gate", "repeated_check_gate"),
     "pytest_vllmqual.gates.ladder": ("concurrency_gate", "ladder_gate"),
     "pytest_vllmqual.gates.load": ("load_gate",),
+    "pytest_vllmqual.gates.load_floor": ("load_floor_gate",),
     "pytest_vllmqual.gates.engine": ("cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate"),
     "pytest_vllmqual.gates.equivalence": ("equivalence_gate",),
     "pytest_vllmqual.gates.items": ("items_gate",),
@@ -117,6 +119,7 @@ __all__ = [
     "json_gate",
     "kv_pool_gate",
     "ladder_gate",
+    "load_floor_gate",
     "load_gate",
     "load_recipe",
     "long_context_gate",

@@ -75,10 +75,11 @@ MARKERS = {
     "load": "measurement gate: sustained concurrency levels under per-request SLOs (goodput); run alone",
     "equivalence": "the output-equivalence probe (log probabilities for an A/B comparison); run alone",
     "items": "the item bank: questions with exact answers, greedy, for a task-level comparison; run alone",
+    "load_floor": "the floor under load: the probe and items alone and at each load level, for a comparison; run alone",
     "recipe(name)": "run this module/class against the named recipe's server (one server at a time)",
     "gate(name)": "the evidence name of a gate (defaults to the test name without test_)",
 }
-MEASUREMENT_MARKERS = ("capacity", "load", "equivalence", "items")
+MEASUREMENT_MARKERS = ("capacity", "load", "equivalence", "items", "load_floor")
 VLLMQUAL_FIXTURES = frozenset({"gate", "vllm_server", "qual_client", "server_facts", "recipe", "vllmqual_arm"})
 """A test using any of these touches the server: its report text is scrubbed like a gate's."""
 

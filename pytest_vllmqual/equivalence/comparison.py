@@ -32,6 +32,7 @@ from .answers import count_flips
 from .depth_figures import depth_comparison, depth_lines
 from .figures import greedy_figures, teacher_forced
 from .intervals import exact_interval
+from .load_floor import floor_lines, with_load_floor
 from .layers import PromotionSettings, layers_lines, promotion_section
 from .tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from .verdict import FIGURES, Thresholds, check_figure, decide_equivalence
@@ -215,6 +216,7 @@ def equivalence_section(control: Mapping[str, Any], candidate: Mapping[str, Any]
     section["tasks"] = tasks_section(found.get("control"), found.get("candidate"), settings,
                                      Names(words.control, words.candidate, words.both))
     section["tasks"]["by_depth"] = needle_by_depth(found.get("control"), found.get("candidate"))
+    with_load_floor(section, found, recipe_value(control, "compare"))
     section["promotion"] = promotion_section(section, promotion or PromotionSettings.from_recipe(
         recipe_value(control, "compare")))
     return section
@@ -324,6 +326,7 @@ def markdown_lines(section: Mapping[str, Any]) -> list[str]:
     lines += [f"- {f['label']}: {f['point']} [{f['low']}, {f['high']}] vs {f['threshold']} ({f['status']})"
               for f in section.get("figures") or []]
     lines += [f"- {text.strip()}" for text in depth_lines(section)]
+    lines += [f"- {text}" for text in floor_lines(section.get("load_floor") or {})]
     if isinstance(section.get("tasks"), Mapping):
         lines += ["", "### Tasks: does the change matter?", "", *tasks_markdown(section["tasks"])]
     if isinstance(section.get("promotion"), Mapping):

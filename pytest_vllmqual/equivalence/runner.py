@@ -30,7 +30,7 @@ from .probe import (
     tokenizer_sample,
 )
 
-__all__ = ["ProbeResult", "chat_template_fingerprint", "find_top_k", "run_probe"]
+__all__ = ["ProbeResult", "answer_chunks", "answer_greedy", "chat_template_fingerprint", "find_top_k", "run_probe", "tokenize_text"]
 
 _CHARS_PER_TOKEN = 3
 _TOKENIZER_SAMPLE = 1024
@@ -52,7 +52,7 @@ class ProbeResult:
         return self.top_k > 0 and self.reason is None
 
 
-def _tokenize(client: QualClient, text: str, needed: int) -> list[int]:
+def tokenize_text(client: QualClient, text: str, needed: int) -> list[int]:
     """The server's token IDs of the text's start, enough for ``needed`` tokens (or the whole text)."""
     size = max(needed * _CHARS_PER_TOKEN, 4096)
     while True:
@@ -86,7 +86,8 @@ def find_top_k(client: QualClient, tokens: Sequence[int], asked: int) -> tuple[i
     return 0, f"the server returns no prompt log probabilities: {last}"
 
 
-def _chunks(client: QualClient, plan: Sequence[tuple[int, list[int]]], top_k: int) -> list[dict[str, Any]]:
+def answer_chunks(client: QualClient, plan: Sequence[tuple[int, list[int]]], top_k: int) -> list[dict[str, Any]]:
+    """Each chunk's prompt log probabilities (top ``top_k``) over its scored second half."""
     out = []
     for number, (length, ids) in enumerate(plan):
         result = _completion(client, ids, top_k, f"equivalence-chunk{number:02d}-{length}")
@@ -99,8 +100,9 @@ def _chunks(client: QualClient, plan: Sequence[tuple[int, list[int]]], top_k: in
     return out
 
 
-def _greedy(client: QualClient, prompts: Sequence[tuple[str, str]], top_k: int,
-            max_tokens: int) -> list[dict[str, Any]]:
+def answer_greedy(client: QualClient, prompts: Sequence[tuple[str, str]], top_k: int,
+                  max_tokens: int) -> list[dict[str, Any]]:
+    """Each greedy prompt's answer, token by token with its top ``top_k`` log probabilities."""
     out = []
     for name, prompt in prompts:
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
@@ -159,7 +161,7 @@ def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tup
     text = settings.text()
     deep = depth is not None and depth.off is None and bool(depth.edges)
     needed = max(settings.tokens_needed, max(depth.edges) if deep and depth else 0)
-    stream = _tokenize(client, text.text, needed)
+    stream = tokenize_text(client, text.text, needed)
     tokens = stream[:settings.tokens_needed]
     plan = chunk_plan(tokens, settings)
     if len({length for length, _ in plan}) < 1:
@@ -167,12 +169,12 @@ def run_probe(client: QualClient, settings: ProbeSettings, prompts: Sequence[tup
     top_k, refusal = find_top_k(client, tokens, settings.top_k)
     if refusal is not None:
         return ProbeResult(0, reason=refusal, seconds=round(time.perf_counter() - started, 3))
-    chunks = _chunks(client, plan, top_k)
+    chunks = answer_chunks(client, plan, top_k)
     depth_body = _depth(client, stream, depth, top_k) if deep and depth else None
     template = chat_template_fingerprint(client, prompts)
-    greedy = _greedy(client, prompts, top_k, settings.greedy_max_tokens)
+    greedy = answer_greedy(client, prompts, top_k, settings.greedy_max_tokens)
     prompt_hashes = [[g["id"], g["prompt_sha256"]] for g in greedy]
-    sample = _tokenize(client, tokenizer_sample(), _TOKENIZER_SAMPLE)
+    sample = tokenize_text(client, tokenizer_sample(), _TOKENIZER_SAMPLE)
     tokenizer = canonical_sha256(sample[:_TOKENIZER_SAMPLE])
     body = {"source": text.source, "text": text.record(), "parameters": {**settings.to_dict(), "top_k": top_k},
             "requests": request_rules(settings, top_k), "chat_template": template,

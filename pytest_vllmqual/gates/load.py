@@ -77,7 +77,8 @@ class LevelRunner:
     failures: list[str] = field(default_factory=list)
     _builder: ExactPromptBuilder | None = None
 
-    def _prompts(self, level: int, count: int) -> list[ExactPrompt]:
+    def prompts(self, level: int, count: int) -> list[ExactPrompt]:
+        """``count`` distinct exact-length prompts for ``level`` (each with its own nonce)."""
         if self._builder is None:
             self._builder = ExactPromptBuilder(ServerTokenCounter(self.client.http, self.client.model))
         builder, tokens = self._builder, self.settings.prompt_tokens
@@ -87,7 +88,8 @@ class LevelRunner:
                                  range(1, count)))
         return [first, *rest]
 
-    def _send(self, prompt: ExactPrompt, label: str) -> StreamResult:
+    def send(self, prompt: ExactPrompt, label: str) -> StreamResult:
+        """One load request: streamed, the level's output tokens exactly (``ignore_eos``), never retried."""
         body = {**prompt.request_fields(), "max_tokens": self.settings.output_tokens, "temperature": 0,
                 "ignore_eos": True}
         return self.client.stream_chat_once(body, label=label, output_times=True)
@@ -95,7 +97,7 @@ class LevelRunner:
     def measure(self, level: int, *, phase: str) -> LevelFigures:
         """One sustained level: warm-up, the closed loop, the server's histograms before and after."""
         count = self.settings.requests_at(level)
-        prompts = self._prompts(level, count + 1)
+        prompts = self.prompts(level, count + 1)
         queued = self.max_num_seqs is not None and level > self.max_num_seqs
         note = f" (above max_num_seqs {self.max_num_seqs}: requests queue in the server)" if queued else ""
         self.progress(f"load level {level} ({phase}): {count} requests, {level} in flight{note}")
@@ -103,13 +105,13 @@ class LevelRunner:
         lag = LagMeter()
 
         def warmup() -> StreamResult:
-            result = self._send(prompts[0], f"load-{level}-warmup")
+            result = self.send(prompts[0], f"load-{level}-warmup")
             before.append(fetch_metrics_text(self.client.http))  # the window then holds only the counted requests
             lag.start()
             return result
 
         def send(i: int) -> StreamResult:
-            return self._send(prompts[i + 1], f"load-{level}-{i}")
+            return self.send(prompts[i + 1], f"load-{level}-{i}")
 
         def failed(done: LoopRequest[StreamResult]) -> None:
             if not done.result.ok:

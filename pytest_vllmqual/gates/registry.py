@@ -270,7 +270,7 @@ REGISTRY: tuple[GateSpec, ...] = (
 
 BY_NAME: dict[str, GateSpec] = {spec.name: spec for spec in REGISTRY}
 COMPARISON_GATES: dict[str, str] = {"items": "Item bank", "equivalence": "Equivalence probe",
-                                   "tool_replay": "Tool-call replay"}
+                                   "tool_replay": "Tool-call replay", "load_floor": "Floor under load"}
 """Shipped gates whose evidence only a comparison judges (name → title). They are not in the
 registry: a single run's verdict neither needs them nor counts their absence."""
 EXECUTION_ORDER: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)

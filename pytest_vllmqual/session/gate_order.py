@@ -33,7 +33,11 @@ AFTER_THE_CHEAP_GATES: tuple[str, ...] = ("items",)
 prompts, except its needle family's passages, the longest prompts before the probe (KV cache only,
 no prompt log probabilities, so within the engine's budget); its answers are kept even when the
 probe or the ladder then takes the server down."""
-_LAST: tuple[str, ...] = AFTER_THE_CHEAP_GATES + SERVER_AT_RISK
+AFTER_THE_PROBE: tuple[str, ...] = ("load_floor",)
+"""Gates that run right after the probe, before the ladder: the floor under load asks the probe and
+the items again while its own load is in flight (short prompts at the load gate's length), so it
+still sees a server the ladder's largest rungs have not strained."""
+_LAST: tuple[str, ...] = AFTER_THE_CHEAP_GATES + SERVER_AT_RISK[:1] + AFTER_THE_PROBE + SERVER_AT_RISK[1:]
 
 
 def _group(spec: GateSpec) -> str:
@@ -71,4 +75,4 @@ def stop_reason(private_dir: Path) -> str | None:
     reason = data.get("reason") if isinstance(data, dict) else None
     return str(reason) if reason else None
 
-__all__ = ["AFTER_THE_CHEAP_GATES", "FAIL_FAST", "SERVER_AT_RISK", "record_stop", "run_rank", "stop_reason"]
+__all__ = ["AFTER_THE_CHEAP_GATES", "AFTER_THE_PROBE", "FAIL_FAST", "SERVER_AT_RISK", "record_stop", "run_rank", "stop_reason"]

@@ -30,7 +30,9 @@ __all__ = ["BANK_NAME", "BANK_VERSION", "CHARS_PER_TOKEN", "Bank", "BankSettings
            "operator_items"]
 
 BANK_NAME = "vllmqual-items"
-BANK_VERSION = "1"
+BANK_VERSION = "2"
+"""Version 2: easier arithmetic and recall, longer JSON lists, deeper needles, 64 answer tokens (version 1's
+grades left SmolLM2-135M at 10% on arithmetic and recall, 90% and 100% on JSON and needles)."""
 CHARS_PER_TOKEN = 4
 """Characters of the probe text per token, to size a needle's passage (283,755 SmolLM2 tokens for
 1,151,625 characters: 4.06); the server counts the real tokens."""
@@ -64,9 +66,9 @@ class BankSettings:
 
     families: tuple[ItemFamily, ...] = fam.FAMILY_ORDER
     counts: tuple[int, ...] = (30, 30, 30, 30, 30)
-    max_tokens: int = 32
+    max_tokens: int = 64
     seed: int = 1
-    needle_tokens: tuple[int, ...] = (256, 1024, 2048)
+    needle_tokens: tuple[int, ...] = (4096, 5120, 6144)
     needle_depths: tuple[int, ...] = (10, 50, 90)
     #: Needle lengths asked for that the model's ``max_model_len`` does not allow.
     dropped_needle_tokens: tuple[int, ...] = ()

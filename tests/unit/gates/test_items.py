@@ -65,7 +65,7 @@ def test_every_item_is_asked_greedy_and_alone_and_kept_for_the_sidecar(tmp_path:
     gate = recorder(tmp_path)
     verdict = items_gate(client(right_on_arithmetic, sent), recipe(), gate)
     assert verdict.passed, verdict
-    assert len(sent) == 8 and all(b["temperature"] == 0 and b["max_tokens"] == 32 and b["stop"] == [] for b in sent)
+    assert len(sent) == 8 and all(b["temperature"] == 0 and b["max_tokens"] == BankSettings().max_tokens == 64 and b["stop"] == [] for b in sent)
     body = json.loads((tmp_path / sidecar.BLOCKS_DIR / "items.json").read_text())
     expected = build_bank(BankSettings.from_recipe(SETTINGS, 32768))
     assert body["bank"]["items_sha256"] == expected.items_sha256() and body["bank"]["count"] == 8

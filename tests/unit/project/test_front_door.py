@@ -26,7 +26,7 @@ FRONT_DOOR = {
                           "responses_gate", "openai_sdk_gate", "long_context_gate", "quality_tools_gate",
                           "reasoning_fingerprints_gate", "repeated_check_gate", "concurrency_gate", "ladder_gate",
                           "load_gate", "cold_start_gate", "engine_ranks_gate", "identity_gate", "kv_pool_gate",
-                          "equivalence_gate", "items_gate", "tool_replay_gate"),
+                          "equivalence_gate", "items_gate", "tool_replay_gate", "load_floor_gate"),
     "how a suite's test ends on a gate's verdict": ("end_gate",),
     "what a gate returns and what the shipped suites parametrize over": (
         "GateVerdict", "ToolCase", "recipe_tool_fixtures", "shipped_tool_fixtures", "quality_checks",

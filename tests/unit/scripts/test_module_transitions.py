@@ -16,11 +16,12 @@ SCRIPT = ROOT / "scripts" / "module_transitions.py"
 # format() are calls into that module from every judge that writes one. It rose from 47/29/18 to
 # 51/31/20 when the comparison gained its task layer: the paired statistics (equivalence.paired, which
 # now owns the exact McNemar test the flips call) and the layer over them (equivalence.tasks), and to
-# 53/32/21 with the depth buckets (the equivalence section steps into equivalence.depth_figures), and
-# to 55/33/22 with the promotion rule (the section steps into equivalence.layers once, for its three
-# layers and the rule that may block).
+# 53/32/21 with the depth buckets (the equivalence section steps into equivalence.depth_figures), to
+# 55/33/22 with the promotion rule (the section steps into equivalence.layers once, for its three
+# layers and the rule that may block), and to 56/34/22 with the floor under load (the section asks
+# equivalence.load_floor whether an arm measured it).
 CEILINGS = {"candidate": {"steps": 10, "modules": 10, "returns": 0},
-            "all": {"steps": 55, "modules": 33, "returns": 22}}
+            "all": {"steps": 56, "modules": 34, "returns": 22}}
 
 
 def _measure(follow: str) -> dict[str, int]:
