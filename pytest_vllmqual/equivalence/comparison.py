@@ -32,8 +32,8 @@ from .answers import count_flips
 from .depth_figures import depth_comparison, depth_lines
 from .figures import greedy_figures, teacher_forced
 from .intervals import exact_interval
-from .load_floor import floor_lines, with_load_floor
 from .layers import PromotionSettings, layers_lines, promotion_section
+from .load_floor import floor_lines, with_load_floor
 from .tasks import Names, TaskSettings, tasks_markdown, tasks_section
 from .verdict import FIGURES, Thresholds, check_figure, decide_equivalence
 
