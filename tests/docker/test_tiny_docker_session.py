@@ -33,9 +33,9 @@ SHORTER_CONTEXT = ["--vllmqual-set", "serve.max_model_len=8192",
 tiny-cpu run's to prove (tests/integration/test_tiny_cpu_session.py); here the subject is the
 pull by digest, the container's start, identity, every gate and teardown. A 30,000-token
 prefill takes 25-35 s on a 2-core machine without bf16 units, and the full ladder would add four."""
-SINGLE_RUN_GATES = ["-m", "not items and not equivalence"]
+SINGLE_RUN_GATES = ["-m", "not items and not equivalence and not load_floor"]
 """Every gate a single run's verdict reads: the gates only a comparison judges (the item bank, the
-tool-call replay, the equivalence probe; ``COMPARISON_GATES``) are the managed tiny-cpu run's to
+tool-call replay, the equivalence probe, the floor under load; ``COMPARISON_GATES``) are the managed tiny-cpu run's to
 prove on the real server (tests/integration/test_items_tiny.py, test_tool_replay.py); nothing here
 asserts on them, and they took about a third of this session in CI."""
 

@@ -32,7 +32,8 @@ from pytest_vllmqual.report.public import validate_report
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ROOT / "tests" / "data" / "smollm2-cpu-expected.yaml"
-ARM_MARKS = ["--vllmqual-arm-marks", "candidate=smoke or equivalence",
+ARM_MARKS = ["--vllmqual-arm-marks", "control=not load and not load_floor",
+             "--vllmqual-arm-marks", "candidate=smoke or equivalence",
              "--vllmqual-arm-marks", "replay=equivalence or functional or quality"]
 SCORED = {"smoke", "json", "tools", "streaming_tool", "tool_continuation", "responses", "openai_sdk",
           "quality_intelligence", "quality_session_recall", "quality_tools", "quality_long_context"}
@@ -109,7 +110,9 @@ def test_every_gate_of_the_control_has_its_expected_outcome(bracket: Bracket) ->
             assert measured == [spec["measured"]] * len(seen[name]), (name, measured)
             assert all("(declared; this run measured:" in g["reason"] for g in seen[name]), name
     assert control["decision"]["verdict"] == expected["verdict"]
-    assert control["run"]["deselected_gates"] == []
+    deselected = control["run"]["deselected_gates"]
+    assert {d["gate"] for d in deselected} == set(expected["deselected"]), deselected
+    assert all(d["reason"].startswith("deselected by --vllmqual-arm-marks control=") for d in deselected), deselected
 
 
 def test_what_makes_the_control_outcomes_true(bracket: Bracket) -> None:
