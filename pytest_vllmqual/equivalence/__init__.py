@@ -10,10 +10,13 @@ own name; everything named here sits below the gates.
 
 from .depth import DepthSettings
 from .depth_figures import depth_lines
-from .items.bank import BankSettings, build_bank
+from .items.bank import BANK_VERSION, BankSettings, Item, build_bank
 from .items.judges import NumberAnswer, judge_final_number
 from .items.runner import run_bank
 from .layers import PromotionSettings, layer_cases, layers_lines, promotion_section
+from .load_floor import BLOCK_KEY as LOAD_FLOOR_KEY
+from .load_floor import FloorSettings, floor_levels
+from .load_floor_runner import FloorQuestions, run_floor
 from .memory import ProbeMemory, model_vocab, server_memory, size_probe
 from .outcomes import ItemOutcome
 from .probe import OPEN_PROMPTS, ProbeSettings
@@ -26,9 +29,9 @@ from .tool_replay import SIDECAR_KEY as TOOL_REPLAY_KEY
 from .tool_replay import arm_range as tool_replay_range
 from .verdict import FIGURES, FigureSpec, Thresholds, fmt_interval
 
-__all__ = ["BLOCKS_DIR", "FIGURES", "OPEN_PROMPTS", "PRIVATE_NAME", "TOOL_REPLAY_FAMILY",
-           "TOOL_REPLAY_KEY", "BankSettings", "DepthSettings", "FigureSpec", "ItemOutcome", "NumberAnswer",
+__all__ = ["BANK_VERSION", "BLOCKS_DIR", "FIGURES", "LOAD_FLOOR_KEY", "OPEN_PROMPTS", "PRIVATE_NAME", "TOOL_REPLAY_FAMILY",
+           "TOOL_REPLAY_KEY", "BankSettings", "DepthSettings", "FigureSpec", "FloorQuestions", "FloorSettings", "Item", "ItemOutcome", "NumberAnswer",
            "ProbeMemory", "ProbeSettings", "PromotionSettings", "TaskSettings", "Thresholds", "build_bank",
-           "depth_lines", "fmt_interval", "has_answers", "judge_final_number", "layer_cases", "layers_lines",
-           "load_sidecar", "model_vocab", "promotion_section", "publish", "run_bank", "run_probe", "server_memory",
+           "depth_lines", "floor_levels", "fmt_interval", "has_answers", "judge_final_number", "layer_cases", "layers_lines",
+           "load_sidecar", "model_vocab", "promotion_section", "publish", "run_bank", "run_floor", "run_probe", "server_memory",
            "size_probe", "tasks_line", "tool_replay_range", "write_block"]

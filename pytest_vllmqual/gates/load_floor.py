@@ -18,11 +18,20 @@ from typing import Any
 
 from pytest_vllmqual.client.qual_client import QualClient
 from pytest_vllmqual.client.results import StreamResult
-from pytest_vllmqual.equivalence.items.bank import BANK_VERSION, BankSettings, Item, build_bank
-from pytest_vllmqual.equivalence.load_floor import BLOCK_KEY, FloorSettings, floor_levels
-from pytest_vllmqual.equivalence.load_floor_runner import FloorQuestions, run_floor
-from pytest_vllmqual.equivalence.probe import ProbeSettings
-from pytest_vllmqual.equivalence.sidecar import BLOCKS_DIR, write_block
+from pytest_vllmqual.equivalence import (
+    BANK_VERSION,
+    BLOCKS_DIR,
+    BankSettings,
+    FloorQuestions,
+    FloorSettings,
+    Item,
+    ProbeSettings,
+    build_bank,
+    floor_levels,
+    run_floor,
+    write_block,
+)
+from pytest_vllmqual.equivalence import LOAD_FLOOR_KEY as BLOCK_KEY
 from pytest_vllmqual.errors import ServerGoneError
 from pytest_vllmqual.launch.base import ProgressFn
 from pytest_vllmqual.recipe.load_gate_settings import LoadSettings, load_settings

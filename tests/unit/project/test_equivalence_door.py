@@ -18,12 +18,13 @@ the package's door (below the gates) cannot re-export it."""
 CURATED = {
     "the probe": ("OPEN_PROMPTS", "PRIVATE_NAME", "DepthSettings", "ProbeMemory", "ProbeSettings", "model_vocab",
                   "run_probe", "server_memory", "size_probe"),
-    "the item bank and the tool replay": ("BankSettings", "ItemOutcome", "NumberAnswer", "TOOL_REPLAY_FAMILY",
+    "the item bank and the tool replay": ("BANK_VERSION", "Item", "BankSettings", "ItemOutcome", "NumberAnswer", "TOOL_REPLAY_FAMILY",
                                           "TOOL_REPLAY_KEY", "build_bank", "judge_final_number", "run_bank",
                                           "tool_replay_range"),
     "the sidecar": ("BLOCKS_DIR", "has_answers", "load_sidecar", "publish", "write_block"),
     "the figures, the task layer and their words": ("FIGURES", "FigureSpec", "TaskSettings", "Thresholds",
                                                     "depth_lines", "fmt_interval", "tasks_line"),
+    "the floor under load": ("LOAD_FLOOR_KEY", "FloorQuestions", "FloorSettings", "floor_levels", "run_floor"),
     "the promotion rule and the layers": ("PromotionSettings", "layer_cases", "layers_lines", "promotion_section"),
 }
 
