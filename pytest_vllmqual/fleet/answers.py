@@ -218,11 +218,18 @@ def compare_answers(job: str, nodes: Sequence[NodeAnswers], floors: Mapping[str,
     return result
 
 
+def _floor_words(floor: Mapping[str, Any]) -> str:
+    """``; node-1 against itself (the floor): top1_agreement 100, ln_ppl_ratio 0, ...``; '' without a floor."""
+    parts = [f"; {node} against itself (the floor): " + ", ".join(f"{k} {v['point']:g}" for k, v in figures.items())
+             for node, figures in (floor.get("figures") or {}).items()]
+    return "".join(parts)
+
+
 def _summary(result: Mapping[str, Any], differing: Sequence[Mapping[str, Any]],
              unexplained: Sequence[Mapping[str, Any]]) -> str:
     names = result["nodes"]
     if len(names) < 2:
-        return "answers not compared: fewer than two nodes answered the same probe"
+        return "answers not compared: fewer than two nodes answered the same probe" + _floor_words(result["floor"])
     floor = "within the floor" if result["floor"]["status"] == "measured" else "identical (no floor measured)"
     if not differing:
         return f"{len(names)} nodes answer alike: every figure of every pair {floor}"

@@ -195,11 +195,11 @@ def answer_comparisons(rows: Sequence[Mapping[str, Any]], attempts: Sequence[Job
     for job in dict.fromkeys(a.job.name for a in attempts):
         spec = next(a.job for a in attempts if a.job.name == job)
         latest = _latest_by_node(rows, job)
-        if not spec.answers.compare or len(latest) < (1 if reference is not None else 2):
-            continue
-        nodes = [_node_answers(row, by_id.get(str(row["attempt_id"])), bodies) for _, row in sorted(latest.items())]
         floors = {str(r["node"]): _node_answers(r, by_id.get(str(r["attempt_id"])), bodies) for r in rows
                   if r["job"] == job and r.get("floor") and r["report"] is not None and r["node"]}
+        if not spec.answers.compare or not latest or (len(latest) < 2 and reference is None and not floors):
+            continue
+        nodes = [_node_answers(row, by_id.get(str(row["attempt_id"])), bodies) for _, row in sorted(latest.items())]
         result = compare_answers(job, nodes, floors, floor_asked=spec.answers.floor is not FloorNodes.NONE)
         if reference is not None:
             result["reference"] = reference_section(reference, job, nodes, result["floor"]["figures"])

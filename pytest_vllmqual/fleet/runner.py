@@ -143,9 +143,10 @@ class FleetRun:
         return planned
 
     def _floor_attempts(self, job: JobSpec, attempts: list[JobAttempt]) -> list[JobAttempt]:
-        """The job's second run (probe and item bank only) on the first node, or on every node, that runs it."""
-        if not job.answers.compare or job.answers.floor is FloorNodes.NONE or len(attempts) < 2:
-            return []
+        """The job's second run (probe and item bank only) on the first node, or on every node, that runs
+        it: on a one-node fleet (one GPU host) the floor is the comparison there is."""
+        if not job.answers.compare or job.answers.floor is FloorNodes.NONE or not attempts or self.only_nodes:
+            return []  # a re-test (only named nodes) is held against its reference, not its own floor
         chosen = attempts if job.answers.floor is FloorNodes.EVERY else attempts[:1]
         nodes = {n.node_id: n for n in self.nodes}
         return [self._new_attempt(job, 1, a.overrides, nodes[str(a.pinned_node)], floor=True) for a in chosen

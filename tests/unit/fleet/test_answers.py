@@ -102,3 +102,9 @@ def test_another_probe_or_no_sidecar_is_not_compared_and_says_why() -> None:
     assert "another probe" in reasons["node-3"] and reasons["node-4"] == "the node ran no probe"
     alone = compare_answers("j", [node("node-1"), missing])
     assert not alone["compared"] and "fewer than two nodes" in alone["summary"]
+
+
+def test_one_node_run_twice_gives_the_floor_alone() -> None:
+    result = compare_answers("j", [node("node-1")], {"node-1": node("node-1")})
+    assert not result["compared"] and result["floor"]["status"] == "measured"
+    assert "node-1 against itself (the floor): top1_agreement 100" in result["summary"]

@@ -103,5 +103,15 @@ def test_a_retest_runs_only_the_named_nodes_and_no_any_job(tmp_path: Path) -> No
                    progress=lines.append, project_dir=ROOT, only_nodes=("machine-b",))
     run.plan()
     assert {a.pinned_node for a in run.attempts} == {"b"} and all(a.job.name == "every-node" for a in run.attempts)
-    assert not [a for a in run.attempts if a.floor]  # one node: nothing to hold its floor against
+    assert not [a for a in run.attempts if a.floor]  # a re-test is held against its reference, not a floor
     assert any("any-node: skipped" in line for line in lines)
+
+
+def test_a_one_node_fleet_runs_the_job_twice_for_the_floor(tmp_path: Path) -> None:
+    lines: list[str] = []
+    cluster: Any = StandInCluster([NodeInfo("g", "node-1", {"CPU": 8, "GPU": 1})])
+    path = tmp_path / "fleet.yaml"
+    path.write_text("name: f\njobs: [{name: j, recipe: tiny-cpu, markers: engine, placement: {mode: each_node}}]\n")
+    run = FleetRun(spec=load_fleet(path), cluster=cluster, progress=lines.append, project_dir=ROOT)
+    run.plan()
+    assert [(a.pinned_node, a.floor) for a in run.attempts] == [("g", False), ("g", True)]
