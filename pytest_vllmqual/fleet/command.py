@@ -56,7 +56,8 @@ def _fleet_section(spec: FleetSpec, run: FleetRun) -> dict[str, Any]:
             "run_id": run.run_id,
             "jobs": [{"name": j.name, "recipe": j.recipe.rsplit("/", 1)[-1], "placement": j.placement.describe(),
                       "selection": j.pytest_selection(), "deadline_s": j.deadline_s,
-                      "retry": {"attempts": j.retry.attempts, "on": [w.value for w in j.retry.on]}}
+                      "retry": {"attempts": j.retry.attempts, "on": [w.value for w in j.retry.on]},
+                      "answers": {"compare": j.answers.compare, "floor": j.answers.floor.value}}
                      for j in spec.jobs]}
 
 

@@ -229,7 +229,8 @@ def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappin
     passed = [r for r in rows if r["outcome"] == JobOutcome.PASSED.value]
     for row in passed:
         proves.append(f"job {row['job']} (recipe {row['recipe']}, {' '.join(row['selection']) or 'every gate'}) "
-                      f"passed on {row['node']} with verdict {row['verdict']}"
+                      f"passed on {row['node']}{' (its floor run)' if row.get('floor') else ''} with verdict "
+                      f"{row['verdict']}"
                       + (f"; {row['reason']}" if row.get("reason") else ""))
     for comparison in comparisons:
         (proves if comparison["agree"] else not_proven).append(f"job {comparison['job']}: {comparison['summary']}")

@@ -460,8 +460,13 @@ def process_cwd(pid: int, proc: Path = PROC) -> str | None:
 
 
 def process_executable(pid: int, proc: Path = PROC) -> str | None:
-    """The program file ``pid`` runs (its interpreter, for a Python server); None when it is gone or unreadable."""
+    """The program ``pid`` was started as: its first argument when that is an absolute path that
+    exists (a virtual environment's ``bin/python`` link, which makes that environment's packages
+    the interpreter's), else the file it runs; None when it is gone or unreadable."""
     try:
+        first = (proc / str(pid) / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        if first.startswith("/") and Path(first).exists():
+            return first
         return os.readlink(proc / str(pid) / "exe")
     except OSError:
         return None

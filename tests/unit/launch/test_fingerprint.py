@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,3 +91,22 @@ def test_the_report_keeps_the_fingerprint_though_the_recipe_s_env_values_are_red
     validate_report(report)
     assert report["fingerprint"]["env"]["ONEDNN_MAX_CPU_ISA"] == "avx512_core_amx"
     assert report["recipe"]["content"]["launcher"]["env"]["ONEDNN_MAX_CPU_ISA"] != "avx512_core_amx"
+
+
+def test_the_server_s_interpreter_is_the_one_it_was_started_as() -> None:
+    """A virtual environment's python is a link to the base interpreter (``/proc/PID/exe`` names the
+    base): read through the path it was started as, the fingerprint sees the environment's packages."""
+    from pytest_vllmqual.launch.cleanup.procs import process_executable
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 10
+        while b"time.sleep" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the child has exec'd the interpreter
+        python = process_executable(proc.pid)
+        found = run_program(program_argv(str(python), proc.pid), source="server process")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert python == sys.executable
+    assert found["torch_version"] and found["vllm_version"] and found["build"]
