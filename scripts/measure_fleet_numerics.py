@@ -42,6 +42,8 @@ VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     "taskset-0-bind-0": ({"VLLM_CPU_OMP_THREADS_BIND": "0"}, ["taskset", "-c", "0"]),
     "auto-bind": ({}, []),
     "auto-bind-taskset-0": ({}, ["taskset", "-c", "0"]),
+    "auto-bind-no-reserve": ({"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}, []),
+    "auto-bind-no-reserve-taskset-0": ({"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}, ["taskset", "-c", "0"]),
 }
 RECIPE_ENV = '{"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0"}'
 
@@ -50,7 +52,8 @@ def run_variant(name: str, out: Path) -> dict[str, Any]:
     """One probe run under the variant's environment; its report, sidecar, time and exit code."""
     env_extra, prefix = VARIANTS[name]
     env = {k: v for k, v in os.environ.items() if k not in {"VLLM_CPU_OMP_THREADS_BIND", "ATEN_CPU_CAPABILITY",
-                                                            "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS"}}
+                                                            "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS",
+                                                            "VLLM_CPU_NUM_OF_RESERVED_CPU"}}
     env.update(env_extra)
     reports = out / name
     argv = [*prefix, sys.executable, "-m", "pytest", str(ROOT / "suites" / "test_equivalence.py"), "--recipe", "tiny-cpu",
