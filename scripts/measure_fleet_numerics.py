@@ -24,13 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pytest_vllmqual.equivalence import sidecar as sidecars
+from pytest_vllmqual.fleet.answers import NodeAnswers, differing_figures, pair_section
+from pytest_vllmqual.hashing import canonical_json
+from pytest_vllmqual.launch.fingerprint import fingerprint_key
 
-from pytest_vllmqual.equivalence import sidecar as sidecars  # noqa: E402
-from pytest_vllmqual.fleet.answers import NodeAnswers, differing_figures, pair_section  # noqa: E402
-from pytest_vllmqual.hashing import canonical_json  # noqa: E402
-from pytest_vllmqual.launch.fingerprint import fingerprint_key  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     "base": ({"VLLM_CPU_OMP_THREADS_BIND": "0"}, []),
