@@ -324,16 +324,32 @@ def _configure_fleet(parser: argparse.ArgumentParser) -> None:
                      help="an existing Ray cluster (default: start a local one on loopback and stop it afterwards)")
     run.add_argument("-o", "--output", type=Path, default=Path("reports") / "fleet", metavar="DIR",
                      help="where the record's folder goes (default: reports/fleet)")
+    run.add_argument("--reference", type=Path, default=None, metavar="RECORD",
+                     help="hold every node's answers against a stored fleet record (matched by node key) or one "
+                     "run report, and name the node that changed since")
+    run.add_argument("--nodes", default="", metavar="KEY[,KEY]",
+                     help="run only on these nodes (node key, vllmqual-node label or node-N): re-test a suspect "
+                     "with --reference the record that named it")
+    promote = sub.add_parser("promote", help="make a fleet record the next --reference",
+                             description="Copy a fleet record with its node reports and probe sidecars into DIR "
+                             "(replacing the reference there), to be the next run's --reference DIR/fleet.json.")
+    promote.add_argument("record", type=Path, metavar="RECORD", help="a fleet.json or its folder")
+    promote.add_argument("destination", type=Path, metavar="DIR")
 
 
 def _run_fleet(args: argparse.Namespace) -> int:
-    if args.fleet_command != "run":
-        raise VllmQualError("vllmqual fleet needs an action: run. Fix: see `vllmqual fleet --help`.")
-    from pytest_vllmqual.fleet.command import run_fleet
+    from pytest_vllmqual.fleet.command import promote, run_fleet
     from pytest_vllmqual.fleet.spec import load_fleet
 
+    if args.fleet_command == "promote":
+        print(f"promoted: {promote(args.record, args.destination)}")
+        return EXIT_OK
+    if args.fleet_command != "run":
+        raise VllmQualError("vllmqual fleet needs an action: run or promote. Fix: see `vllmqual fleet --help`.")
     load_fleet(args.fleet)  # a bad fleet file is named before anything about Ray
-    return run_fleet(args.fleet, address=args.address, out_dir=args.output)
+    nodes = [n.strip() for n in str(args.nodes).split(",") if n.strip()]
+    return run_fleet(args.fleet, address=args.address, out_dir=args.output, reference=args.reference,
+                     only_nodes=nodes)
 
 
 register_command("report", "render a report as one self-contained HTML file", _configure_report, _run_report)
@@ -344,7 +360,8 @@ register_command("compare", "compare two arm reports (A/B), with an optional rep
                  _configure_compare, _run_compare)
 register_command("recipe", "recipe tools: from-command (a recipe from a vllm serve / docker run line), show "
                  "(the exact argv or container spec)", _configure_recipe, _run_recipe)
-register_command("fleet", "fleets on Ray: run (a fleet file's jobs on every matching node, then the fleet record)",
+register_command("fleet", "fleets on Ray: run (a fleet file's jobs on every matching node, then the fleet record), "
+                 "promote (a record as the next reference)",
                  _configure_fleet, _run_fleet)
 
 

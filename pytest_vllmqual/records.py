@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pytest_vllmqual.words import (
+    AnswerCause,
     ArmStatus,
     Divergence,
     EquivalenceVerdict,
     FailureKind,
     FigureSource,
     FigureStatus,
+    FloorNodes,
     GateOutcome,
     ItemFamily,
     ItemJudge,
@@ -43,6 +45,7 @@ from pytest_vllmqual.words import (
 
 __all__ = [
     "HEALTH_OK",
+    "AnswerCause",
     "ArmStatus",
     "Attempt",
     "Divergence",
@@ -50,6 +53,7 @@ __all__ = [
     "FailureKind",
     "FigureSource",
     "FigureStatus",
+    "FloorNodes",
     "GateOutcome",
     "GateRecord",
     "ItemFamily",
@@ -322,6 +326,7 @@ class RunRecord:
     recipe_origin: str = "file"
     recipe_overrides: list[str] = field(default_factory=list)
     recipe_file_sha256: str | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.mode = RunMode.of(self.mode)

@@ -12,12 +12,14 @@ from collections.abc import Iterable
 from enum import Enum
 
 __all__ = [
+    "AnswerCause",
     "ArmStatus",
     "Divergence",
     "EquivalenceVerdict",
     "FailureKind",
     "FigureSource",
     "FigureStatus",
+    "FloorNodes",
     "GateOutcome",
     "ItemFamily",
     "ItemJudge",
@@ -45,6 +47,25 @@ class Word(str, Enum):
 
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
+
+
+class AnswerCause(Word):
+    """Why two fleet nodes' answers to one probe differ."""
+
+    #: A node ran with overrides of its own (a fleet file's ``node_set``): the recipe differs.
+    RECIPE = "recipe"
+    #: The nodes' numerics fingerprints differ; the fields that do are named.
+    EXPLAINED = "explained"
+    #: Same recipe, same fingerprint: a suspect host.
+    UNEXPLAINED = "unexplained"
+
+
+class FloorNodes(Word):
+    """On which nodes a fleet job runs twice, to measure what a node gives against itself."""
+
+    ONE = "one"
+    EVERY = "every"
+    NONE = "none"
 
 
 class Verdict(Word):

@@ -61,6 +61,9 @@ class JobAttempt:
     result: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] | None = None
     retried_as: str | None = None
+    floor: bool = False
+    """The job's second run on a node that already runs it: what the node gives against itself."""
+    sidecar: bytes | None = None
 
     @property
     def done(self) -> bool:
@@ -99,7 +102,8 @@ def _report_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
 
 def evaluate_result(attempt: JobAttempt, result: dict[str, Any], at: float) -> None:
     """Turn what the node sent back into the attempt's outcome (and its validated report)."""
-    attempt.result = {k: v for k, v in result.items() if k != "report_text"}
+    attempt.result = {k: v for k, v in result.items() if k not in ("report_text", "sidecar_bytes")}
+    attempt.sidecar = result.get("sidecar_bytes") if isinstance(result.get("sidecar_bytes"), bytes) else None
     exit_code = result.get("exit_code")
     report, problem = (None, None) if result.get("report_text") is None else \
         _report_problem(str(result["report_text"]))

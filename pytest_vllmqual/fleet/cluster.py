@@ -106,14 +106,22 @@ def _fleet_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
     """The Ray task body: say where it started, then run the job's pytest on this node."""
     import ray
 
-    from pytest_vllmqual.fleet.node_task import run_on_node
+    from pytest_vllmqual.fleet.node_task import node_key, run_on_node
 
     node_id = ray.get_runtime_context().get_node_id()
     board.started.remote(request["attempt_id"], node_id, time.time())
     result = run_on_node(request)
     result["node_id"] = node_id
+    result["node_key"] = node_key((request.get("node_labels") or {}).get(node_id))
     result["gpu_ids"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     return result
+
+
+def _node_key_task(labels: dict[str, str]) -> str:
+    """The stable key of the node this runs on (``node_task.node_key``)."""
+    from pytest_vllmqual.fleet.node_task import node_key
+
+    return node_key(labels)
 
 
 class _Board:
@@ -194,6 +202,22 @@ class RayCluster:
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         return self._task.options(**options).remote(request, self._board)
+
+    def node_keys(self, nodes: list[NodeInfo], timeout: float = 60.0) -> dict[str, str]:
+        """Ray node id -> the node's stable key (its ``vllmqual-node`` label, else a salted hash of its
+        machine id, read there by a tiny task pinned to it); a node that does not answer is left out."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        task = self.ray.remote(num_cpus=0, max_retries=0)(_node_key_task)
+        refs = {n.node_id: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id=n.node_id, soft=False)).remote(n.labels) for n in nodes}
+        keys: dict[str, str] = {}
+        for node_id, ref in refs.items():
+            try:
+                keys[node_id] = str(self.ray.get(ref, timeout=timeout))
+            except Exception:  # a node that cannot say its key is not selected by key
+                continue
+        return keys
 
     def started(self) -> dict[str, tuple[str, float]]:
         """attempt id -> (node id, epoch seconds it started), as the tasks reported."""

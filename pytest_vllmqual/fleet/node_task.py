@@ -5,8 +5,9 @@ itself. It starts ``python -m pytest <the package's suites> --recipe ... --junit
 folder ``--pyargs pytest_vllmqual.suites`` names) in its own process group, hands that group to
 the worker's watchdog (``launch.cleanup.watchdog``, one per Ray worker), which ends it when the worker
 dies, and waits up to the job's deadline. What travels back is only the
-sanitized report, its HTML page and the junit file; the private artifacts stay in the work
-folder, named by the run id and the SHA-256 of their manifest.
+sanitized report, its HTML page, the junit file and the probe sidecar the report names (token IDs
+and numbers, compared across nodes); the private artifacts stay in the work folder, named by the
+run id and the SHA-256 of their manifest.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from pytest_vllmqual.launch.cleanup.procs import group_alive, signal_group, term
 from pytest_vllmqual.launch.cleanup.watchdog import WATCHDOG as THIS_PROCESS_WATCHDOG
 from pytest_vllmqual.launch.cleanup.watchdog import Watchdog
 
-__all__ = ["TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override", "private_manifest", "pytest_command", "run_on_node", "work_root"]
+__all__ = ["NODE_LABEL", "TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override", "node_key",
+           "private_manifest", "pytest_command", "run_on_node", "work_root"]
 
 WORKDIR_ENV = "VLLMQUAL_FLEET_WORKDIR"
+NODE_LABEL = "vllmqual-node"
+"""The Ray node label (``ray start --labels='{"vllmqual-node": "NAME"}'``) that names a node across restarts."""
 TERM_GRACE_S = 20.0
 
 
@@ -138,6 +142,39 @@ def _read_text(path: Path | None) -> str | None:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
+def _sidecar_bytes(report_text: str | None, report_path: Path | None) -> bytes | None:
+    """The probe sidecar the report names (token IDs and numbers, the item bank's scrubbed answers),
+    as written; it travels back so the fleet can compare the nodes' answers."""
+    import json
+
+    if not report_text or report_path is None:
+        return None
+    try:
+        name = str((json.loads(report_text).get("equivalence_probe") or {}).get("file") or "")
+    except (ValueError, AttributeError):
+        return None
+    path = report_path.parent / name
+    return path.read_bytes() if name and Path(name).name == name and path.is_file() else None
+
+
+def node_key(labels: dict[str, str] | None = None) -> str:
+    """This node's stable name across restarts: the operator's ``vllmqual-node`` Ray label, else a
+    salted hash of the machine id (``machine-`` and 12 hex); never a host name or address."""
+    from pytest_vllmqual.hashing import sha256_hex
+
+    given = (labels or {}).get(NODE_LABEL)
+    if given:
+        return str(given)
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            machine = Path(path).read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if machine:
+            return "machine-" + sha256_hex(f"vllmqual-fleet-node:{machine}")[:12]
+    return "machine-unknown"
+
+
 def _outputs(workdir: Path) -> dict[str, Any]:
     report_path = _newest_report(workdir / "reports")
     report_text = _read_text(report_path)
@@ -153,6 +190,7 @@ def _outputs(workdir: Path) -> dict[str, Any]:
                                                                                         "manifest_sha256": None}
     return {
         "report_text": report_text,
+        "sidecar_bytes": _sidecar_bytes(report_text, report_path),
         "html_text": _read_text(report_path.with_suffix(".html") if report_path else None),
         "junit_text": _read_text(workdir / "junit.xml"),
         "run_id": run_id,

@@ -1,10 +1,12 @@
 """The fleet record as an offline HTML page (the run page's kit and look) and as one junit file.
 
 The page: the fleet verdict with what it proves and does not, the row table (a row per job
-attempt and node), the cross-node comparisons, the nodes. The junit file has a testsuite per
+attempt and node), the cross-node comparisons, each job's answers as a node-by-node matrix with
+its floor and suspects, the nodes. The junit file has a testsuite per
 job and a testcase per row; a row that did not pass is a failure (or an error for a run that
 never reported), with the record's own words, never a server's; each job's cross-node comparison
-is one more testcase, skipped with the reason when the job was not compared.
+is one more testcase, skipped with the reason when the job was not compared; a job whose answers
+were compared has a testsuite with a testcase per node (a suspect fails).
 """
 
 from __future__ import annotations
@@ -53,6 +55,52 @@ def _comparison(comparison: Mapping[str, Any]) -> str:
             + (f"<p class=meta>timings beyond the noise floor:</p><ul>{timings}</ul>" if timings else ""))
 
 
+def _cell(pair: Mapping[str, Any] | None) -> Any:
+    if pair is None:
+        return "—"
+    if not pair.get("compared"):
+        return "not compared"
+    if not pair.get("differs"):
+        return "alike"
+    figures = pair.get("figures") or {}
+    shown = ", ".join(f"{figures[k]['label']} {fmt_num(figures[k]['point'], 4)}" if k in figures else k
+                      for k in pair.get("differing") or [])
+    return Markup(f"<b>differs</b> ({esc(pair.get('cause'))})<br>{esc(shown)}")
+
+
+def _matrix(answer: Mapping[str, Any]) -> str:
+    """The node-by-node matrix of one job's answers (the diagonal: the node against itself, when measured)."""
+    nodes = list(answer.get("nodes") or [])
+    pairs = {tuple(p["nodes"]): p for p in answer.get("pairs") or []}
+    floor = answer.get("floor") or {}
+    rows = []
+    for a in nodes:
+        cells: list[Any] = [a]
+        for b in nodes:
+            if a == b:
+                cells.append("floor measured" if a in (floor.get("nodes") or []) else "—")
+            else:
+                cells.append(_cell(pairs.get((a, b)) or pairs.get((b, a))))
+        rows.append(cells)
+    return table(f"answers-{answer.get('job')}", ["Node", *nodes], rows)
+
+
+def _answers(answer: Mapping[str, Any]) -> str:
+    floor = answer.get("floor") or {}
+    floor_text = (f"floor: {', '.join(floor.get('nodes') or [])} run twice" if floor.get("status") == "measured"
+                  else f"floor not measured: {floor.get('reason', '')}")
+    suspects = [f"{s['node']} ({s.get('node_key')}): {s.get('reason')}" for s in answer.get("suspects") or []]
+    skipped = [f"{n['node']}: {n['reason']}" for n in answer.get("not_compared") or []]
+    reference = answer.get("reference") or {}
+    return (f"<h3>job {esc(answer.get('job'))}: probe <code>{esc(str(answer.get('probe_sha256'))[:12])}…</code></h3>"
+            f"<p>{esc(answer.get('summary'))}</p><p class=meta>{esc(floor_text)}</p>"
+            + (_matrix(answer) if answer.get("nodes") else "")
+            + (("<h4>Suspect nodes</h4>" + bullets(suspects, "fleet-suspects")) if suspects else "")
+            + (("<h4>Not compared</h4>" + bullets(skipped, "fleet-answers-skipped")) if skipped else "")
+            + (f"<h4>Against the reference {esc(reference.get('file'))}</h4><p>{esc(reference.get('summary'))}</p>"
+               + bullets([p["summary"] for p in reference.get("pairs") or []], "fleet-reference") if reference else ""))
+
+
 def render_fleet_html(record: Mapping[str, Any]) -> str:
     """The whole fleet page as one offline HTML string."""
     fleet = record.get("fleet") or {}
@@ -80,6 +128,10 @@ def render_fleet_html(record: Mapping[str, Any]) -> str:
         + ("".join(_comparison(c) for c in record.get("comparisons") or [])
            or "<p>No job ran one recipe on two or more nodes.</p>")
         + "".join(f"<h3>job {esc(s.get('job'))}: not compared</h3><p>{esc(s.get('reason'))}</p>" for s in skipped)
+        + "</section>",
+        '<section id="answers"><h2>Answers, node by node</h2>'
+        + ("".join(_answers(a) for a in record.get("answers") or [])
+           or "<p>No job's answers were compared (no job ran the probe on two or more nodes).</p>")
         + "</section>",
         '<section id="nodes"><h2>Nodes</h2>' + table(
             "fleet-nodes", ["Node", "Ray node id (SHA-256, 12 hex)", "CPU cores", "GPUs"],
@@ -116,11 +168,34 @@ def _row_case(job: str, row: Mapping[str, Any]) -> JunitCase:
                      properties=tuple((key, "" if row.get(key) is None else str(row.get(key))) for key in _ROW_PROPERTIES))
 
 
+def _answer_cases(answer: Mapping[str, Any]) -> list[JunitCase]:
+    """A case per node of one job's answers: a failure for a named suspect or a node of an unexplained
+    pair without blame, skipped for a node not compared; the reason in the record's own words."""
+    job = str(answer.get("job"))
+    suspects = {str(s["node"]): str(s.get("reason")) for s in answer.get("suspects") or []}
+    undecided = {n for pair in answer.get("undecided") or [] for n in pair}
+    pairs = answer.get("pairs") or []
+    cases = []
+    for node in answer.get("nodes") or []:
+        case = JunitCase(f"fleet.answers.{job}", str(node), time="0")
+        if node in suspects:
+            case = replace(case, outcome="failure", message=suspects[node])
+        elif node in undecided:
+            text = next(p["summary"] for p in pairs if node in p["nodes"] and p.get("cause") == "unexplained")
+            case = replace(case, outcome="failure", message=f"{text} (with two nodes neither is blamed)")
+        cases.append(case)
+    cases += [JunitCase(f"fleet.answers.{job}", str(n["node"]), "skipped", f"not compared: {n['reason']}", time="0")
+              for n in answer.get("not_compared") or []]
+    return cases
+
+
 def render_fleet_junit(record: Mapping[str, Any]) -> str:
-    """One junit document: a testsuite per job, a testcase per row and one for the cross-node comparison."""
+    """One junit document: a testsuite per job, a testcase per row and one for the cross-node
+    comparison; and a testsuite per job whose answers were compared, a testcase per node."""
     jobs: dict[str, list[Mapping[str, Any]]] = {}
     for row in record.get("rows") or []:
         jobs.setdefault(str(row["job"]), []).append(row)
     suites = [JunitSuite(job, [*(_row_case(job, row) for row in rows), _cross_node_case(job, record)])
               for job, rows in jobs.items()]
+    suites += [JunitSuite(f"answers-{a['job']}", _answer_cases(a)) for a in record.get("answers") or [] if a.get("nodes")]
     return junit_document(f"vllmqual fleet {record.get('fleet', {}).get('name')}", suites, declaration=True) + "\n"

@@ -16,14 +16,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllmqual.clock import utc_now
+from pytest_vllmqual.fleet.answers import NodeAnswers, compare_answers
 from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome
 from pytest_vllmqual.fleet.crossnode import compare_nodes
+from pytest_vllmqual.fleet.reference import Reference, reference_section
 from pytest_vllmqual.hashing import canonical_sha256
+from pytest_vllmqual.launch.fingerprint import fingerprint_key
 from pytest_vllmqual.layout import raise_if_invalid
-from pytest_vllmqual.records import Word
+from pytest_vllmqual.records import AnswerCause, FloorNodes, Word
 from pytest_vllmqual.version import __version__
 
-__all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "RECORD_SCHEMA_VERSION", "FleetVerdict", "build_record", "decide_fleet",
+__all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_ID", "RECORD_SCHEMA_VERSION", "FleetVerdict", "answer_comparisons",
+           "build_record", "decide_fleet",
            "job_report_sha256", "not_compared", "row_of", "validate_record"]
 
 RECORD_SCHEMA = "fleet-record.schema.json"
@@ -110,7 +114,8 @@ def row_of(attempt: JobAttempt, node_label: str | None, node_id_sha256: str | No
         "submitted_utc": _utc(attempt.submitted_epoch), "started_utc": _utc(attempt.started_epoch),
         "queue_s": round(queue_s, 3) if queue_s is not None else None,
         "elapsed_s": result.get("elapsed_s"), "exit_code": result.get("exit_code"), "run_id": run_id,
-        "retried_as": attempt.retried_as, "report": None,
+        "retried_as": attempt.retried_as, "report": None, "floor": attempt.floor,
+        "node_key": result.get("node_key"), "fingerprint": None, "answers": None,
         "private": {"node": node_label, "run_id": run_id, "files": private.get("files", 0),
                     "manifest_sha256": private.get("manifest_sha256")} if node_label else None,
     }
@@ -123,6 +128,12 @@ def row_of(attempt: JobAttempt, node_label: str | None, node_id_sha256: str | No
         row["report"] = {"file": f"jobs/{attempt.attempt_id}.json",
                          "html": f"jobs/{attempt.attempt_id}.html" if result.get("html_text") else None,
                          "sha256": job_report_sha256(attempt.report)}
+        row["fingerprint"] = fingerprint_key(attempt.report.get("fingerprint"), attempt.report.get("hardware")) or None
+        probe = attempt.report.get("equivalence_probe") or {}
+        if probe.get("sha256") and attempt.sidecar is not None:
+            row["answers"] = {"sidecar": f"sidecars/{probe['sha256']}.probe.json.gz", "sha256": probe["sha256"],
+                              "probe_sha256": probe.get("probe_sha256"),
+                              "items_bank_sha256": probe.get("items_bank_sha256")}
     return row
 
 
@@ -130,7 +141,7 @@ def _latest_by_node(rows: Sequence[Mapping[str, Any]], job: str) -> dict[str, Ma
     """The last row with a report on each node, for one job."""
     latest: dict[str, Mapping[str, Any]] = {}
     for row in rows:
-        if row["job"] == job and row["report"] is not None and row["node"]:
+        if row["job"] == job and row["report"] is not None and row["node"] and not row.get("floor"):
             latest[str(row["node"])] = row
     return latest
 
@@ -163,10 +174,50 @@ def _comparisons(rows: Sequence[dict[str, Any]], attempts: Sequence[JobAttempt])
     return out
 
 
+def _node_answers(row: Mapping[str, Any], attempt: JobAttempt | None,
+                  bodies: Mapping[str, dict[str, Any] | str]) -> NodeAnswers:
+    report = (attempt.report if attempt is not None else None) or {}
+    why = "the node ran no probe (its report has no equivalence_probe)" if not report.get("equivalence_probe") \
+        else "the node sent back no probe sidecar"
+    return NodeAnswers(node=str(row["node"]), report=report, sidecar=bodies.get(str(row["attempt_id"]), why),
+                       key=row.get("node_key"), fingerprint=row.get("fingerprint") or {},
+                       node_overrides=tuple(row.get("node_overrides") or ()), recipe_sha256=row.get("recipe_sha256"))
+
+
+def answer_comparisons(rows: Sequence[Mapping[str, Any]], attempts: Sequence[JobAttempt],
+                       bodies: Mapping[str, dict[str, Any] | str], reference: Reference | None = None
+                       ) -> list[dict[str, Any]]:
+    """Each job's answers compared node by node (``bodies``: attempt id -> its sidecar, or why none),
+    for every job that ran on two or more nodes (one is enough with a reference) and did not opt out;
+    with ``reference``, each node against its stored answers too (``reference``)."""
+    by_id = {a.attempt_id: a for a in attempts}
+    out: list[dict[str, Any]] = []
+    for job in dict.fromkeys(a.job.name for a in attempts):
+        spec = next(a.job for a in attempts if a.job.name == job)
+        latest = _latest_by_node(rows, job)
+        floors = {str(r["node"]): _node_answers(r, by_id.get(str(r["attempt_id"])), bodies) for r in rows
+                  if r["job"] == job and r.get("floor") and r["report"] is not None and r["node"]}
+        if not spec.answers.compare or not latest or (len(latest) < 2 and reference is None and not floors):
+            continue
+        nodes = [_node_answers(row, by_id.get(str(row["attempt_id"])), bodies) for _, row in sorted(latest.items())]
+        result = compare_answers(job, nodes, floors, floor_asked=spec.answers.floor is not FloorNodes.NONE)
+        if reference is not None:
+            result["reference"] = reference_section(reference, job, nodes, result["floor"]["figures"])
+            changed = [c for c in result["reference"]["changed"] if c["cause"] == AnswerCause.UNEXPLAINED]
+            known = {s["node"] for s in result["suspects"]}
+            result["suspects"] += [c for c in changed if c["node"] not in known]
+            result["agree"] = (result["agree"] or not result["compared"]) and not changed
+        out.append(result)
+    return out
+
+
 def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]],
-                 skipped: Sequence[Mapping[str, str]], interrupted: bool) -> tuple[FleetVerdict, list[str], list[str]]:
-    """The verdict with what it proves and does not, from the rows, the comparisons and the jobs
-    not compared (``skipped``, from :func:`not_compared`)."""
+                 skipped: Sequence[Mapping[str, str]], interrupted: bool,
+                 answers: Sequence[Mapping[str, Any]] = ()) -> tuple[FleetVerdict, list[str], list[str]]:
+    """The verdict with what it proves and does not, from the rows, the comparisons, the jobs
+    not compared (``skipped``, from :func:`not_compared`) and the nodes' answers compared
+    (``answers``, from :func:`answer_comparisons`): an unexplained difference in answers makes the
+    fleet ``inconsistent``, as a disagreeing engine fact does."""
     proves: list[str] = []
     not_proven: list[str] = []
     problems = [r for r in rows if JobOutcome(r["outcome"]) in _PROBLEMS and not r["retried_as"]]
@@ -178,12 +229,21 @@ def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappin
     passed = [r for r in rows if r["outcome"] == JobOutcome.PASSED.value]
     for row in passed:
         proves.append(f"job {row['job']} (recipe {row['recipe']}, {' '.join(row['selection']) or 'every gate'}) "
-                      f"passed on {row['node']} with verdict {row['verdict']}"
+                      f"passed on {row['node']}{' (its floor run)' if row.get('floor') else ''} with verdict "
+                      f"{row['verdict']}"
                       + (f"; {row['reason']}" if row.get("reason") else ""))
     for comparison in comparisons:
         (proves if comparison["agree"] else not_proven).append(f"job {comparison['job']}: {comparison['summary']}")
     for job in skipped:
         not_proven.append(f"that job {job['job']} gives the same result on another node: not compared, {job['reason']}")
+    for answer in answers:
+        if answer["compared"]:
+            (proves if answer["agree"] else not_proven).append(f"job {answer['job']}: {answer['summary']}")
+        else:
+            not_proven.append(f"that job {answer['job']}'s nodes answer alike: {answer['summary']}")
+        if answer.get("reference"):
+            changed = [c for c in answer["reference"]["changed"] if c["cause"] == AnswerCause.UNEXPLAINED]
+            (not_proven if changed else proves).append(f"job {answer['job']}: {answer['reference']['summary']}")
     not_proven.append("any node that was not in the cluster, or did not match a job's placement, when the fleet ran")
     if any(r["selection"] for r in rows):
         not_proven.append("the gates a job's -m/-k selection left out (each row's own report lists them)")
@@ -192,7 +252,8 @@ def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappin
         return FleetVerdict.INCOMPLETE, proves, not_proven
     if failed:
         return FleetVerdict.FAILED, proves, not_proven
-    if any(not c["agree"] for c in comparisons):
+    if any(not c["agree"] for c in comparisons) or any(not a["agree"] and (a["compared"] or a.get("reference"))
+                                                        for a in answers):
         return FleetVerdict.INCONSISTENT, proves, not_proven
     if not comparisons:
         return FleetVerdict.NOT_COMPARED, proves, not_proven
@@ -201,8 +262,10 @@ def decide_fleet(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappin
 
 def build_record(*, fleet: Mapping[str, Any], attempts: Sequence[JobAttempt], labels: Mapping[str, tuple[str, str]],
                  nodes: Sequence[Mapping[str, Any]], interrupted: bool, started: float, finished: float,
-                 mode: str) -> dict[str, Any]:
-    """The fleet record (``labels``: Ray node id -> (node-N, hash)); validated and scrubbed."""
+                 mode: str, sidecars: Mapping[str, dict[str, Any] | str] | None = None,
+                 reference: Reference | None = None) -> dict[str, Any]:
+    """The fleet record (``labels``: Ray node id -> (node-N, hash); ``sidecars``: attempt id -> the
+    probe sidecar it sent back, or why none); validated and scrubbed."""
     from pytest_vllmqual.privacy.sanitize import Sanitizer
 
     rows = []
@@ -211,13 +274,15 @@ def build_record(*, fleet: Mapping[str, Any], attempts: Sequence[JobAttempt], la
         rows.append(row_of(attempt, label, tag))
     comparisons = _comparisons(rows, attempts)
     skipped = not_compared(rows, fleet.get("jobs") or ())
-    verdict, proves, not_proven = decide_fleet(rows, comparisons, skipped, interrupted)
+    answers = answer_comparisons(rows, attempts, sidecars or {}, reference)
+    verdict, proves, not_proven = decide_fleet(rows, comparisons, skipped, interrupted, answers)
     record: dict[str, Any] = {
         "schema": RECORD_SCHEMA_ID, "schema_version": RECORD_SCHEMA_VERSION, "tool": {"name": "pytest-vllmqual", "version": __version__},
         "fleet": dict(fleet), "cluster": {"mode": mode, "nodes": list(nodes)},
         "status": "incomplete" if interrupted or verdict is FleetVerdict.INCOMPLETE else "complete",
         "interrupted": interrupted, "started_utc": _utc(started), "finished_utc": _utc(finished),
-        "rows": rows, "comparisons": comparisons,
+        "rows": rows, "comparisons": comparisons, "answers": answers,
+        "suspects": [suspect for answer in answers for suspect in answer["suspects"]],
         "decision": {"verdict": verdict.value, "proves": proves, "does_not_prove": not_proven,
                      "not_compared": skipped},
     }

@@ -23,6 +23,7 @@ from pytest_vllmqual.errors import RecipeError
 from pytest_vllmqual.fleet.attempts import JobAttempt, JobOutcome, evaluate_result
 from pytest_vllmqual.fleet.cluster import NodeInfo, RayCluster
 from pytest_vllmqual.fleet.spec import FleetSpec, JobSpec, PlacementMode, RetryWhen
+from pytest_vllmqual.records import FloorNodes
 
 __all__ = ["DEADLINE_GRACE_S", "FleetRun", "ProgressFn", "job_resources"]
 
@@ -74,6 +75,8 @@ class FleetRun:
     interrupted: bool = False
     started_epoch: float = 0.0
     finished_epoch: float = 0.0
+    only_nodes: tuple[str, ...] = ()
+    """Run only on the nodes with these keys, labels (node-N) or ``vllmqual-node`` names (a re-test)."""
 
     # -- planning -----------------------------------------------------------------------------
 
@@ -82,15 +85,17 @@ class FleetRun:
 
         return default_recipes_dir(self.project_dir)
 
-    def _new_attempt(self, job: JobSpec, number: int, overrides: tuple[str, ...], node: NodeInfo | None) -> JobAttempt:
+    def _new_attempt(self, job: JobSpec, number: int, overrides: tuple[str, ...], node: NodeInfo | None,
+                     *, floor: bool = False) -> JobAttempt:
         from pytest_vllmqual.recipe.loader import resolve_recipe
         from pytest_vllmqual.recipe.overrides import with_overrides
 
         recipe_arg = self.spec.recipe_argument(job)
-        where = f"-{node.label}" if node else ""
+        where = (f"-{node.label}" if node else "") + ("-floor" if floor else "")
         attempt = JobAttempt(attempt_id=f"{job.name}{where}-a{number}-{uuid.uuid4().hex[:4]}", job=job, number=number,
                              recipe_arg=recipe_arg, overrides=overrides, cpus=0.0, gpus=0,
-                             pinned_node=node.node_id if node else None, node_id=node.node_id if node else None)
+                             pinned_node=node.node_id if node else None, node_id=node.node_id if node else None,
+                             floor=floor)
         try:
             recipe = with_overrides(resolve_recipe(recipe_arg, self._recipes_dir()), list(overrides))
         except RecipeError as exc:
@@ -107,8 +112,15 @@ class FleetRun:
     def plan(self) -> list[JobAttempt]:
         """Every job's first attempts (some already finished: a bad recipe, no matching node)."""
         self.nodes = self.cluster.nodes()
+        if self.only_nodes:
+            keys = self.cluster.node_keys(self.nodes)
+            self.nodes = [n for n in self.nodes if n.label in self.only_nodes or keys.get(n.node_id) in self.only_nodes]
+            self.progress(f"only on {', '.join(self.only_nodes)}: {len(self.nodes)} node(s) match")
         planned: list[JobAttempt] = []
         for job in self.spec.jobs:
+            if job.placement.mode is PlacementMode.ANY and self.only_nodes:
+                self.progress(f"{job.name}: skipped, it runs on any node and the run is limited to named nodes")
+                continue
             if job.placement.mode is PlacementMode.ANY:
                 planned.append(self._new_attempt(job, 1, job.overrides, None))
                 continue
@@ -126,8 +138,19 @@ class FleetRun:
                     self.progress(f"{job.name}: skipping {node.label}, it cannot hold the job ({attempt.reason})")
                     continue  # no filter: "every node that can run it"; a named node that cannot is a finding
                 planned.append(attempt)
+            planned += self._floor_attempts(job, [a for a in planned if a.job is job and not a.done])
         self.attempts = planned
         return planned
+
+    def _floor_attempts(self, job: JobSpec, attempts: list[JobAttempt]) -> list[JobAttempt]:
+        """The job's second run (probe and item bank only) on the first node, or on every node, that runs
+        it: on a one-node fleet (one GPU host) the floor is the comparison there is."""
+        if not job.answers.compare or job.answers.floor is FloorNodes.NONE or not attempts or self.only_nodes:
+            return []  # a re-test (only named nodes) is held against its reference, not its own floor
+        chosen = attempts if job.answers.floor is FloorNodes.EVERY else attempts[:1]
+        nodes = {n.node_id: n for n in self.nodes}
+        return [self._new_attempt(job, 1, a.overrides, nodes[str(a.pinned_node)], floor=True) for a in chosen
+                if a.pinned_node in nodes]
 
     # -- running ------------------------------------------------------------------------------
 
@@ -135,8 +158,8 @@ class FleetRun:
         request: dict[str, Any] = {
             "fleet_run_id": f"{self.spec.name}-{self.run_id}", "attempt_id": attempt.attempt_id,
             "recipe": attempt.recipe_arg, "overrides": list(attempt.overrides),
-            "selection": attempt.job.pytest_selection(), "recipes_dir": str(self._recipes_dir()), "gpus": attempt.gpus,
-            "project_dir": str(self.project_dir),
+            "selection": attempt.job.pytest_selection(floor=attempt.floor), "recipes_dir": str(self._recipes_dir()), "gpus": attempt.gpus,
+            "project_dir": str(self.project_dir), "node_labels": {n.node_id: n.labels for n in self.nodes},
             "deadline_epoch": (attempt.submitted_epoch or time.time()) + attempt.job.deadline_s}
         if self.argv_for is not None:
             request["argv"] = self.argv_for(attempt)
@@ -187,7 +210,7 @@ class FleetRun:
             if node is None:
                 self.progress(f"not retrying {attempt.job.name}: its node is gone and the job runs on each node")
                 return None
-        retry = self._new_attempt(attempt.job, attempt.number + 1, attempt.overrides, node)
+        retry = self._new_attempt(attempt.job, attempt.number + 1, attempt.overrides, node, floor=attempt.floor)
         attempt.retried_as = retry.attempt_id
         self.progress(f"retrying {attempt.job.name} ({attempt.outcome.value}; attempt {retry.number} of "
                       f"{policy.attempts + 1}) on {node.label if node else 'any node'}")

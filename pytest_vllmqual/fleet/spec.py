@@ -15,10 +15,12 @@ import yaml
 
 from pytest_vllmqual.errors import FleetError
 from pytest_vllmqual.recipe.schema_check import checked
-from pytest_vllmqual.records import Word
+from pytest_vllmqual.records import FloorNodes, Word
 
 __all__ = [
+    "ANSWER_MARKERS",
     "FLEET_SCHEMA",
+    "AnswersSpec",
     "FleetSpec",
     "JobSpec",
     "NodeOverride",
@@ -31,6 +33,8 @@ __all__ = [
 ]
 
 FLEET_SCHEMA = "fleet.schema.yaml"
+ANSWER_MARKERS = "equivalence or items"
+"""The gates whose answers the fleet compares node by node: the probe and the item bank."""
 
 
 class PlacementMode(Word):
@@ -86,6 +90,15 @@ class NodeOverride:
 
 
 @dataclass(frozen=True)
+class AnswersSpec:
+    """Whether a job's nodes answer the probe (and the item bank) for the fleet to compare, and on
+    which nodes the job runs twice for the floor (``one``: the first node; ``every``; ``none``)."""
+
+    compare: bool = True
+    floor: FloorNodes = FloorNodes.ONE
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One job of the fleet file."""
 
@@ -100,12 +113,16 @@ class JobSpec:
     node_overrides: tuple[NodeOverride, ...] = ()
     deadline_s: float = 1800.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    answers: AnswersSpec = field(default_factory=AnswersSpec)
 
-    def pytest_selection(self) -> list[str]:
-        """The ``-m``/``-k`` arguments of the job's pytest run."""
+    def pytest_selection(self, *, floor: bool = False) -> list[str]:
+        """The ``-m``/``-k`` arguments of the job's pytest run: a marker selection gains the probe and
+        the item bank unless the job opts out of the answers; a floor run runs those alone."""
+        if floor:
+            return ["-m", ANSWER_MARKERS]
         args: list[str] = []
         if self.markers:
-            args += ["-m", self.markers]
+            args += ["-m", f"({self.markers}) or {ANSWER_MARKERS}" if self.answers.compare else self.markers]
         if self.keyword:
             args += ["-k", self.keyword]
         return args
@@ -170,6 +187,7 @@ def _job(raw: dict[str, Any]) -> JobSpec:
         node_overrides=tuple(NodeOverride(n["label"], tuple(n["set"])) for n in raw["node_set"]),
         deadline_s=float(raw["deadline_s"]),
         retry=RetryPolicy(int(retry.get("attempts", 0)), tuple(RetryWhen(w) for w in retry.get("on", ["lost"]))),
+        answers=AnswersSpec(bool(raw["answers"].get("compare", True)), FloorNodes(raw["answers"].get("floor", "one"))),
     )
 
 

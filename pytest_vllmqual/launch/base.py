@@ -167,6 +167,13 @@ class Launcher(abc.ABC):
             return recipe.project_root, ""
         return None, f"the {self.kind} launcher does not say where its server runs"
 
+    def fingerprint(self, handle: ServerHandle) -> dict[str, Any]:
+        """The server's numerics fingerprint, read from its own environment (``launch.fingerprint``);
+        the default: not measured, for a launcher that cannot reach where the server runs."""
+        from pytest_vllmqual.launch.fingerprint import not_measured
+
+        return not_measured(f"the {self.kind} launcher cannot read the server's environment")
+
     @abc.abstractmethod
     def start(self, progress: ProgressFn) -> ServerHandle:
         """Start the server (not waiting for readiness) and return how to reach it."""

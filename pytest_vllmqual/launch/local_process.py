@@ -12,10 +12,10 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from pytest_vllmqual.errors import LaunchError
-from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, kill_run, processes_of_run
+from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, kill_run, process_executable, processes_of_run
 from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.launch.cleanup.watchdog import WATCHDOG
@@ -133,6 +133,17 @@ class SubprocessLauncher(Launcher):
 
     def alive(self) -> bool | None:
         return self._proc is not None and self._proc.poll() is None
+
+    def fingerprint(self, handle: ServerHandle) -> dict[str, Any]:
+        """Read with the server's own interpreter, from the server process's own environment."""
+        from pytest_vllmqual.launch.fingerprint import not_measured, program_argv, run_program
+
+        if handle.pid is None:
+            return not_measured("the server's process id is not known")
+        python = process_executable(handle.pid)
+        if python is None:
+            return not_measured("the server process is not readable here")
+        return run_program(program_argv(python, handle.pid), source="server process")
 
     def exit_code(self) -> int | None:
         return None if self._proc is None else self._proc.poll()

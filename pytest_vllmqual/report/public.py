@@ -482,6 +482,10 @@ def build_public_report(
     if scrubbed["load"] is not None:
         report["load"] = scrubbed["load"]
     report["artifacts"] = scrubbed["artifacts"]
+    if run.fingerprint:
+        # Not scrubbed: the launcher's env values are redacted everywhere else, but these numerics
+        # variables tell two hosts apart; launch.fingerprint keeps only short words and numbers.
+        report["fingerprint"] = dict(run.fingerprint)
     report["redactions"] = sanitizer.redaction_summary()
     report["extensions"] = {}
     return report

@@ -76,6 +76,7 @@ def _server_part(record: RunRecord, manager: ServerManager, *, launcher_kind: st
     record.engine = manager.facts.engine
     record.endpoints = manager.facts.endpoints
     record.identity = manager.facts.identity
+    record.fingerprint = manager.facts.fingerprint
     error = manager.startup_error
     record.lifecycle = {
         "launcher": manager.launcher.kind if manager.launcher else launcher_kind,

@@ -238,6 +238,7 @@ class ServerFacts:
     engine: dict[str, Any] = field(default_factory=dict)
     endpoints: dict[str, Any] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
 
 
 class ServerManager:
@@ -382,6 +383,19 @@ class ServerManager:
             **self._server_directory(),
         )
         self.facts.identity = identity.to_dict(self.recipe)
+        self.facts.fingerprint = self._fingerprint()
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """The server's numerics fingerprint; never a reason to fail the start."""
+        from pytest_vllmqual.launch.fingerprint import not_measured
+
+        assert self.launcher is not None and self.handle is not None
+        if self.direct_only:
+            return not_measured("this run did not start the server (an endpoint was given)")
+        try:
+            return self.launcher.fingerprint(self.handle)
+        except Exception as exc:  # a fact, never the run's outcome
+            return not_measured(f"reading it failed ({type(exc).__name__})")
 
     def _server_directory(self) -> dict[str, Any]:
         """The server's working directory, against which a relative model path it reports is
@@ -451,7 +465,8 @@ class ServerManager:
     def facts_dict(self) -> dict[str, Any]:
         """The facts as the ``server_facts`` fixture hands them to gates."""
         return {"engine": self.facts.engine, "endpoints": self.facts.endpoints,
-                "identity": self.facts.identity, "cold_start_s": self.facts.cold_start_s}
+                "identity": self.facts.identity, "cold_start_s": self.facts.cold_start_s,
+                "fingerprint": self.facts.fingerprint}
 
 
 class WorkerServer:

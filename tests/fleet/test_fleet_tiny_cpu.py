@@ -55,7 +55,7 @@ def fleet_run(fleet_nodes: LocalRayCluster,
 
 def test_every_node_ran_the_recipe_and_the_reports_came_back(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
     _code, output, record, folder = fleet_run
-    every = [r for r in record["rows"] if r["job"] == "every-node"]
+    every = [r for r in record["rows"] if r["job"] == "every-node" and not r["floor"]]
     anywhere = [r for r in record["rows"] if r["job"] == "any-node"]
     assert len(every) == 3 and len({r["node"] for r in every}) == 3 and len(anywhere) == 1, output[-4000:]
     for row in [*every, *anywhere]:
@@ -70,13 +70,30 @@ def test_every_node_ran_the_recipe_and_the_reports_came_back(fleet_run: tuple[in
 
 def test_the_node_with_a_smaller_kv_space_is_named(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
     code, output, record, _folder = fleet_run
-    small = [r for r in record["rows"] if r["job"] == "every-node" and r["node_overrides"]]
+    small = [r for r in record["rows"] if r["job"] == "every-node" and r["node_overrides"] and not r["floor"]]
     assert len(small) == 1
     comparison = next(c for c in record["comparisons"] if c["job"] == "every-node")
     assert comparison["agree"] is False and comparison["odd_one_out"] == [small[0]["node"]]
     assert any(f["key"] == "kv_cache_tokens" and f["odd_one_out"] == small[0]["node"] for f in comparison["findings"])
     assert record["decision"]["verdict"] == "inconsistent" and code == 1
     assert f"{small[0]['node']} differs" in output
+
+
+def test_the_nodes_answer_alike_and_the_floor_is_measured(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
+    """Three nodes set up alike answer the probe alike (the kv=small node serves a smaller KV pool, which
+    does not change an answer), against a floor of the first node run twice; each node's sidecar
+    came back and is kept by its SHA-256."""
+    _code, output, record, folder = fleet_run
+    (answers,) = [a for a in record["answers"] if a["job"] == "every-node"]
+    assert answers["compared"] and len(answers["nodes"]) == 3 and answers["floor"]["status"] == "measured", output[-4000:]
+    assert answers["agree"] and not answers["suspects"] and record["suspects"] == [], answers["summary"]
+    assert all(not p["differs"] and p["figures"]["top1_agreement"]["point"] == 100.0 for p in answers["pairs"])
+    rows = [r for r in record["rows"] if r["job"] == "every-node"]
+    assert sum(1 for r in rows if r["floor"]) == 1 and all(r["answers"] for r in rows)
+    assert all((folder / r["answers"]["sidecar"]).is_file() for r in rows)
+    assert all(r["fingerprint"]["fields"]["env.VLLM_CPU_OMP_THREADS_BIND"] == "0" for r in rows)
+    assert f"answers, job every-node: {answers['summary']}" in output
+    assert json.loads((folder / "suspects.json").read_text())["suspects"] == []
 
 
 def test_no_host_name_or_address_in_public_files(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:

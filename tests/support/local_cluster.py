@@ -49,12 +49,16 @@ RAY_START = ("import sys\nimport ray._private.services as services\n"
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One worker node: its cores, logical GPUs, custom resources and labels."""
+    """One worker node: its cores, logical GPUs, custom resources and labels; ``env`` and ``prefix``
+    (``taskset -c 0``) are the node's own environment at ``ray start``, which its raylet, workers,
+    jobs and servers inherit (a host set up differently)."""
 
     cpus: int = 2
     gpus: int = 0
     resources: dict[str, float] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    prefix: tuple[str, ...] = ()
 
 
 def _free_port() -> int:
@@ -108,10 +112,11 @@ class LocalRayCluster:
                     "RAY_worker_niceness": "0"}
         self.address = ""
 
-    def _ray(self, *args: str) -> None:
+    def _ray(self, *args: str, node: NodeSpec | None = None) -> None:
         # A driver's RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 must not reach ray start: it refuses to add nodes then.
-        env = {**self.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
-        proc = subprocess.run([sys.executable, "-c", RAY_START, "start", *args, "--node-ip-address=127.0.0.1",
+        env = {**self.env, **(node.env if node else {}), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+        prefix = list(node.prefix) if node else []
+        proc = subprocess.run([*prefix, sys.executable, "-c", RAY_START, "start", *args, "--node-ip-address=127.0.0.1",
                                f"--temp-dir={self.temp_dir}", "--disable-usage-stats"], env=env,
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
@@ -127,7 +132,7 @@ class LocalRayCluster:
                 args.append(f"--resources={json.dumps(node.resources)}")
             if node.labels:
                 args.append(f"--labels={json.dumps(node.labels)}")
-            self._ray(*args)
+            self._ray(*args, node=node)
         return self
 
     def node_addresses(self) -> set[str]:

@@ -458,8 +458,22 @@ def process_cwd(pid: int, proc: Path = PROC) -> str | None:
     except OSError:
         return None
 
+
+def process_executable(pid: int, proc: Path = PROC) -> str | None:
+    """The program ``pid`` was started as: its first argument when that is an absolute path that
+    exists (a virtual environment's ``bin/python`` link, which makes that environment's packages
+    the interpreter's), else the file it runs; None when it is gone or unreadable."""
+    try:
+        first = (proc / str(pid) / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        if first.startswith("/") and Path(first).exists():
+            return first
+        return os.readlink(proc / str(pid) / "exe")
+    except OSError:
+        return None
+
 __all__ = ["BOOT_ID", "PROC", "RUN_ENV", "Holders", "ProcInfo", "boot_id", "find_holders", "freeze_run", "group_alive", "kill_run",
-           "lines_with", "listening_socket_inodes", "names_held_by", "process_cwd", "process_start", "processes_holding",
+           "lines_with", "listening_socket_inodes", "names_held_by", "process_cwd", "process_executable",
+           "process_start", "processes_holding",
            "processes_of_run", "read_proc", "signal_group", "signal_quietly", "terminate_then_kill"]
 
 

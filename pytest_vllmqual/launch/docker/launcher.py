@@ -386,6 +386,20 @@ class DockerLauncher(DockerKind):
         state: dict[str, Any] = self.container.attrs.get("State") or {}
         return state
 
+    def fingerprint(self, handle: ServerHandle) -> dict[str, Any]:
+        """Read inside the container (its environment, its packages), for its first process: the server."""
+        from pytest_vllmqual.launch.fingerprint import from_output, not_measured, program_argv
+
+        if self.container is None or self._removed:
+            return not_measured("the server's container is gone")
+        try:
+            code, output = self.container.exec_run(program_argv("python3", 1), stdout=True, stderr=False)
+        except docker.errors.DockerException as exc:
+            return not_measured(f"the fingerprint program did not run in the container ({type(exc).__name__})")
+        if code != 0:
+            return not_measured(f"the fingerprint program exited with status {code} in the container")
+        return from_output(output.decode("utf-8", errors="replace"), source="inside the container")
+
     def alive(self) -> bool | None:
         state = self._state()
         return bool(state and (state.get("Running") or state.get("Restarting")))

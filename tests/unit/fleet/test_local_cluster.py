@@ -14,7 +14,7 @@ def test_a_node_that_fails_to_join_stops_the_head(monkeypatch: pytest.MonkeyPatc
     cluster = LocalRayCluster([NodeSpec(cpus=1)])
     calls: list[str] = []
 
-    def fake_ray(*args: str) -> None:
+    def fake_ray(*args: str, node: NodeSpec | None = None) -> None:
         calls.append(args[0])
         if args[0].startswith("--address="):
             raise RuntimeError("ray start --address failed")
