@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_vllmqual.ab.equivalence import ArmWords, equivalence_section
-from pytest_vllmqual.equivalence.verdict import Thresholds
+from pytest_vllmqual.equivalence import Thresholds
+from pytest_vllmqual.equivalence.comparison import ArmWords, equivalence_section
 from pytest_vllmqual.report.query import recipe_value
 from pytest_vllmqual.words import AnswerCause
 
