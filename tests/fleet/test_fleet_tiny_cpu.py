@@ -79,17 +79,17 @@ def test_the_node_with_a_smaller_kv_space_is_named(fleet_run: tuple[int, str, di
     assert f"{small[0]['node']} differs" in output
 
 
-def test_the_nodes_answer_alike_and_the_floor_is_measured(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
+def test_the_nodes_answer_alike_without_a_floor(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
     """Three nodes set up alike answer the probe alike (the kv=small node serves a smaller KV pool, which
-    does not change an answer), against a floor of the first node run twice; each node's sidecar
-    came back and is kept by its SHA-256."""
+    does not change an answer): with no floor asked (CI's profile), identical answers are the only
+    agreement; each node's sidecar came back and is kept by its SHA-256."""
     _code, output, record, folder = fleet_run
     (answers,) = [a for a in record["answers"] if a["job"] == "every-node"]
-    assert answers["compared"] and len(answers["nodes"]) == 3 and answers["floor"]["status"] == "measured", output[-4000:]
+    assert answers["compared"] and len(answers["nodes"]) == 3 and answers["floor"]["status"] == "not measured", output[-4000:]
     assert answers["agree"] and not answers["suspects"] and record["suspects"] == [], answers["summary"]
     assert all(not p["differs"] and p["figures"]["top1_agreement"]["point"] == 100.0 for p in answers["pairs"])
     rows = [r for r in record["rows"] if r["job"] == "every-node"]
-    assert sum(1 for r in rows if r["floor"]) == 1 and all(r["answers"] for r in rows)
+    assert not any(r["floor"] for r in rows) and all(r["answers"] for r in rows)
     assert all((folder / r["answers"]["sidecar"]).is_file() for r in rows)
     assert all(r["fingerprint"]["fields"]["env.VLLM_CPU_OMP_THREADS_BIND"] == "0" for r in rows)
     assert f"answers, job every-node: {answers['summary']}" in output
