@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ from support import ROOT
 from pytest_vllmqual.fleet.attempts import JobOutcome
 from pytest_vllmqual.fleet.cluster import NodeInfo
 from pytest_vllmqual.fleet.runner import FleetRun
-from pytest_vllmqual.fleet.spec import load_fleet
+from pytest_vllmqual.fleet.spec import AnswersSpec, load_fleet
+from pytest_vllmqual.words import FloorNodes
 
 
 class StandInCluster:
@@ -43,7 +45,10 @@ def _plan(text: str, tmp_path: Path) -> tuple[FleetRun, list[str]]:
 
 
 def test_each_node_without_a_filter_is_every_node_that_can_hold_the_job(tmp_path: Path) -> None:
-    run = FleetRun(spec=load_fleet(ROOT / "fixtures" / "fleets" / "tiny-cpu.yaml"), cluster=StandInCluster(NODES),
+    shipped = load_fleet(ROOT / "fixtures" / "fleets" / "tiny-cpu.yaml")  # CI's file asks no floor: ask one here
+    jobs = tuple(dataclasses.replace(j, answers=AnswersSpec(True, FloorNodes.ONE)) if j.name == "every-node" else j
+                 for j in shipped.jobs)
+    run = FleetRun(spec=dataclasses.replace(shipped, jobs=jobs), cluster=StandInCluster(NODES),
                    progress=lambda _l: None, project_dir=ROOT)  # type: ignore[arg-type]
     attempts = run.plan()
     every = [a for a in attempts if a.job.name == "every-node" and not a.floor]
