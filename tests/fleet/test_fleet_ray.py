@@ -53,9 +53,12 @@ max_parallel: 4
 jobs:
   - {name: every, recipe: tiny-cpu, placement: {mode: each_node, resource: fleet_node}, deadline_s: 120}
 """)
-    rows = record["rows"]
+    rows = [r for r in record["rows"] if not r["floor"]]
     assert sorted(r["outcome"] for r in rows) == ["passed"] * 3
     assert len({r["node"] for r in rows}) == 3 and all(r["node"].startswith("node-") for r in rows)
+    # and once more on one of those nodes: the floor its answers are compared against (the default)
+    (floor,) = [r for r in record["rows"] if r["floor"]]
+    assert floor["outcome"] == "passed" and floor["node"] in {r["node"] for r in rows}
     assert all(r["resources"] == {"cpus": 2.0, "gpus": 0} for r in rows)
     assert all(r["queue_s"] is not None and r["queue_s"] >= 0 for r in rows)
     assert any(line.startswith("running every") for line in lines)
