@@ -93,10 +93,9 @@ def equivalence_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
         gate.threshold(depth=depth.to_dict())
         result = run_probe(client, settings, probe_prompts(recipe, tool_fixtures), depth)
     except ServerGoneError:
-        in_flight = client.last_attempt.label if client.last_attempt is not None else "the first request"
-        gate.measure(died_under_probe=True, request_in_flight=in_flight)
-        gate.summary(f"the server was gone during {in_flight}: a prompt's log probabilities are computed over the "
-                     "whole vocabulary outside vLLM's memory budget; lower gates.equivalence.max_chunk_tokens")
+        gate.server_gone(client.last_attempt, "died_under_probe",
+                         "a prompt's log probabilities are computed over the whole vocabulary outside vLLM's "
+                         "memory budget; lower gates.equivalence.max_chunk_tokens")
         raise
     except ValueError as exc:
         return GateVerdict(failure=f"the equivalence probe failed: {exc}")

@@ -69,9 +69,7 @@ def items_gate(client: QualClient, recipe: Recipe, gate: GateRecorder) -> GateVe
     try:
         run = run_bank(client, bank)
     except ServerGoneError:
-        in_flight = client.last_attempt.label if client.last_attempt is not None else "the first request"
-        gate.measure(died_under_items=True, request_in_flight=in_flight)
-        gate.summary(f"the server was gone during {in_flight}")
+        gate.server_gone(client.last_attempt, "died_under_items")
         raise
     except ValueError as exc:
         return GateVerdict(failure=f"the item bank failed: {exc}", kind=FailureKind.SERVER_ERROR)

@@ -118,9 +118,7 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
                           load_ok=lambda r: isinstance(r, StreamResult) and r.ok, progress=progress,
                           on_pass=lambda partial: write_block(Path(gate.private_dir), BLOCK_KEY, partial))
     except ServerGoneError:
-        in_flight = client.last_attempt.label if client.last_attempt is not None else "the first request"
-        gate.measure(died_under_load_floor=True, request_in_flight=in_flight)
-        gate.summary(f"the server was gone during {in_flight}")
+        gate.server_gone(client.last_attempt, "died_under_load_floor")
         raise
     except ValueError as exc:
         return GateVerdict(failure=f"the floor under load failed: {exc}", kind=FailureKind.SERVER_ERROR)

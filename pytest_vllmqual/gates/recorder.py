@@ -73,6 +73,13 @@ class GateRecorder:
     def summary(self, text: str) -> None:
         self.record.summary = text
 
+    def server_gone(self, last_attempt: Attempt | None, flag: str, hint: str = "") -> None:
+        """Record that the server died under this gate, and which request was in flight: ``flag``
+        (e.g. ``died_under_items``) is set true; ``hint`` says what the user can change."""
+        in_flight = last_attempt.label if last_attempt is not None else "the first request"
+        self.measure(**{flag: True, "request_in_flight": in_flight})
+        self.summary(f"the server was gone during {in_flight}{': ' + hint if hint else ''}")
+
     def ended(self, verdict: GateVerdict) -> GateVerdict:
         """Keep whose failure the gate's verdict is (``failure_kind``), and hand the verdict on."""
         self.record.failure_kind = None if verdict.failure is None or verdict.kind is None else str(verdict.kind)
