@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+from support.word_tokens import WordTokens
 
 from pytest_vllmqual import GateRecord, GateRecorder, QualClient, Recipe, ServerHandle, load_gate
 
 
-class WordServer:
+class WordServer(WordTokens):
     """/tokenize counts words (3 per message + 2), chat streams ``max_tokens`` one-word chunks."""
 
     def __init__(self, fail_every: int = 0, server_ttft: float | None = None) -> None:
@@ -25,15 +25,7 @@ class WordServer:
         #: Where set, /metrics reports this TTFT for every chat served so far (the server's own view).
         self.server_ttft = server_ttft
         self.chats: list[dict[str, Any]] = []
-        self.words: list[str] = []
-        self.lock = threading.Lock()
-
-    def ids(self, text: str) -> list[int]:
-        with self.lock:
-            for word in text.split():
-                if word not in self.words:
-                    self.words.append(word)
-            return [self.words.index(word) for word in text.split()]
+        super().__init__()
 
     def chat_count(self, messages: list[dict[str, Any]]) -> int:
         return sum(3 + len(str(m.get("content") or "").split()) for m in messages) + 2

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+from support.word_tokens import WordTokens
 
 from pytest_vllmqual import GateRecord, GateRecorder, QualClient, Recipe, ServerHandle
 from pytest_vllmqual.equivalence import sidecar
@@ -20,23 +20,15 @@ from pytest_vllmqual.equivalence.load_floor import floor_levels
 from pytest_vllmqual.gates.load_floor import floor_items, load_floor_gate
 
 
-class BatchedServer:
+class BatchedServer(WordTokens):
     """/tokenize counts words; a streamed chat (the load) takes a few milliseconds; a plain chat (an
     item) answers the right number alone and one more when ``moves_at`` or more streams are in flight."""
 
     def __init__(self, moves_at: int) -> None:
         self.moves_at = moves_at
         self.streams = 0
-        self.lock = threading.Lock()
+        super().__init__()
         self.items_seen_with: list[int] = []
-        self.words: list[str] = []
-
-    def ids(self, text: str) -> list[int]:
-        with self.lock:
-            for word in text.split():
-                if word not in self.words:
-                    self.words.append(word)
-            return [self.words.index(word) for word in text.split()]
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/metrics":
