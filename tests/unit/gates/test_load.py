@@ -5,9 +5,10 @@ a level above max_num_seqs measured and marked, the search, and the skip without
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -175,12 +176,14 @@ def test_ttft_is_judged_on_the_clients_figures_and_the_servers_view_is_named(tin
 
 
 def hold_the_gil(seconds: float) -> None:
-    """Keep this process's GIL for about ``seconds`` in one C call (``sum`` over a range never lets it go),
-    as a load generator busy with its own work would: no other thread of the process runs meanwhile."""
-    started = time.perf_counter()
-    sum(range(1_000_000))
-    per_item = (time.perf_counter() - started) / 1_000_000
-    sum(range(int(seconds / max(per_item, 1e-9))))
+    """Keep this process's GIL for ``seconds`` of wall time, as a load generator busy with its own work
+    would: no other thread of the process runs meanwhile. libc's ``usleep`` called through ``ctypes.PyDLL``
+    keeps the GIL and uses no CPU, so the hold lasts as long however busy the machine is (a CPU-bound
+    hold stretched on a busy machine, past the lag the reader's timer saw, and the test failed there)."""
+    LIBC.usleep(int(seconds * 1_000_000))
+
+
+LIBC = ctypes.PyDLL(ctypes.util.find_library("c"))
 
 
 class BusyClientServer(WordServer):
