@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.fidelity_chunk_rate import chunk_rate_sweep, client_at_revision
+from benchmarks.fidelity_chunk_rate import chunk_rate_sweep, client_at_revision, client_cpu_per_chunk_pairs
 from benchmarks.fidelity_common import (
     ENGINE_BINDS,
     FidelityConfig,
@@ -103,6 +103,11 @@ def run_fidelity(recipe: Recipe, *, config: FidelityConfig, workdir: Path, progr
             concurrencies=config.rate_concurrencies, prompt_tokens=config.rate_prompt_tokens,
             max_tokens=config.rate_max_tokens, progress=progress, tokenizer=tokenizer, workdir=workdir,
             reference_at=None if config.vllm_bench else ())
+        if config.vllm_bench:
+            out["client_cpu_per_chunk"] = client_cpu_per_chunk_pairs(
+                handle, builder, private_dir=private_dir, metrics_http=metrics_http,
+                concurrency=max(config.rate_concurrencies), prompt_tokens=config.rate_prompt_tokens,
+                max_tokens=config.rate_max_tokens, tokenizer=tokenizer, workdir=workdir, progress=progress)
         if extra is not None:
             out.update(extra(handle))
         metrics_http.close()

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import io
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -74,6 +75,53 @@ def chunk_rate_sweep(handle: ServerHandle, builder: ExactPromptBuilder, *, priva
                     f"{row['vllm_bench_chunks_per_s']:.0f} chunks/s"
                     if "vllm_bench_client_core_fraction" in row else ""))
     return rows
+
+
+#: How many times each client streams the reference workload for the CPU-per-chunk comparison.
+#: One pass each gave 0.80 and 1.74 in two idle runs of 2026-12-05 (a pass of about 4,000 chunks
+#: costs either client 0.15-0.25 s of CPU, so one pass's start-up, a collection or a cache miss
+#: moves it): the figure is the ratio of the medians over these rounds, in alternating order.
+CPU_PER_CHUNK_ROUNDS = 3
+
+
+def client_cpu_per_chunk_pairs(handle: ServerHandle, builder: ExactPromptBuilder, *, private_dir: Path,
+                               metrics_http: httpx.Client, concurrency: int, prompt_tokens: int, max_tokens: int,
+                               tokenizer: str, workdir: Path, rounds: int = CPU_PER_CHUNK_ROUNDS,
+                               progress: Progress | None = None) -> dict[str, Any]:
+    """The harness's and vLLM bench's client CPU per streamed chunk on the same workload, ``rounds``
+    times each, taking turns (which goes first alternates), with fresh prompts every pass.
+
+    The ratio is the harness's median over vLLM bench's median; the range is the lowest and the
+    highest ratio of one round's two passes, so a reader sees how much one pass moves it."""
+    per_round: list[dict[str, float]] = []
+    for r in range(rounds):
+        row: dict[str, float] = {}
+        for client in (("harness", "vllm_bench") if r % 2 == 0 else ("vllm_bench", "harness")):
+            prompts = build_prompts(builder, prompt_tokens, 2 * concurrency, f"cpu-{client}-c{concurrency}-r{r}")
+            if client == "harness":
+                result = harness_pass(handle, prompts, concurrency=concurrency, max_tokens=max_tokens,
+                                      private_dir=private_dir, label=f"cpu-harness-r{r}", metrics_http=metrics_http)
+                chunks = result.chunks or 0
+            else:
+                result = vllm_bench_pass(handle, prompts, concurrency=concurrency, max_tokens=max_tokens,
+                                         tokenizer=tokenizer, workdir=workdir, label=f"cpu-vllm-r{r}",
+                                         metrics_http=metrics_http)
+                chunks = result.output_tokens
+            if result.client_cpu_s is not None and chunks:
+                row[client] = result.client_cpu_s / chunks * 1e6
+        if len(row) == 2:
+            per_round.append({**row, "ratio": row["harness"] / row["vllm_bench"]})
+    out: dict[str, Any] = {"concurrency": concurrency, "rounds": per_round}
+    if per_round:
+        harness = statistics.median(r["harness"] for r in per_round)
+        theirs = statistics.median(r["vllm_bench"] for r in per_round)
+        out.update(harness_us_per_chunk=harness, vllm_bench_us_per_chunk=theirs, ratio=harness / theirs,
+                   ratio_range=[min(r["ratio"] for r in per_round), max(r["ratio"] for r in per_round)])
+        if progress is not None:
+            progress(f"client CPU per chunk at c={concurrency}, median of {len(per_round)} rounds: harness "
+                     f"{harness:.0f} µs, vllm bench {theirs:.0f} µs, ratio {harness / theirs:.3f} (one round's "
+                     f"ratio {out['ratio_range'][0]:.2f}-{out['ratio_range'][1]:.2f})")
+    return out
 
 
 def client_at_revision(revision: str) -> type[QualClient]:

@@ -92,3 +92,37 @@ def test_a_processs_cpu_seconds_and_none_for_a_process_that_is_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert fidelity_common.process_cpu_s(child.pid) is None
+
+
+def test_client_cpu_per_chunk_is_the_ratio_of_medians_over_alternating_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two idle runs gave 0.80 and 1.74 from one pass each; three passes each, taking turns, and the
+    median of each client: one pass that costs twice as much no longer moves the figure."""
+    order: list[str] = []
+    # CPU seconds per pass of 100 chunks: the harness's second pass and vLLM bench's first are outliers.
+    harness_cpu, vllm_cpu = iter([0.004, 0.009, 0.0041]), iter([0.0021, 0.005, 0.002])
+
+    def figures(tokens: int) -> list[fidelity_common.RequestFigures]:
+        return [fidelity_common.RequestFigures(8, tokens, 0.01, 0.5, True)]
+
+    def harness_pass(*_args: Any, label: str, **_kwargs: Any) -> fidelity_common.PassResult:
+        order.append(label)
+        return fidelity_common.PassResult("harness", 8, 0, figures(100), 1.0, client_cpu_s=next(harness_cpu),
+                                          chunks=100)
+
+    def vllm_bench_pass(*_args: Any, label: str, **_kwargs: Any) -> fidelity_common.PassResult:
+        order.append(label)
+        return fidelity_common.PassResult("vllm_bench", 8, 0, figures(100), 1.0, client_cpu_s=next(vllm_cpu))
+
+    monkeypatch.setattr(fidelity_chunk_rate, "harness_pass", harness_pass)
+    monkeypatch.setattr(fidelity_chunk_rate, "vllm_bench_pass", vllm_bench_pass)
+    monkeypatch.setattr(fidelity_chunk_rate, "build_prompts", lambda *_a, **_k: [])
+    lines: list[str] = []
+    out = fidelity_chunk_rate.client_cpu_per_chunk_pairs(
+        None, None, private_dir=None, metrics_http=None, concurrency=8, prompt_tokens=128,  # type: ignore[arg-type]
+        max_tokens=256, tokenizer="t", workdir=None, progress=lines.append)  # type: ignore[arg-type]
+    assert order == ["cpu-harness-r0", "cpu-vllm-r0", "cpu-vllm-r1", "cpu-harness-r1", "cpu-harness-r2",
+                     "cpu-vllm-r2"]
+    assert out["harness_us_per_chunk"] == pytest.approx(41.0) and out["vllm_bench_us_per_chunk"] == pytest.approx(21.0)
+    assert out["ratio"] == pytest.approx(41.0 / 21.0)
+    assert out["ratio_range"] == [pytest.approx(90.0 / 50.0), pytest.approx(41.0 / 20.0)]  # one round: 1.80-2.05
+    assert len(out["rounds"]) == 3 and "median of 3 rounds" in lines[0]
