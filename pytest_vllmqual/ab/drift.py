@@ -41,9 +41,9 @@ from .compare import load_arm_report
 __all__ = ["EFFECT", "NO_FLOOR", "Reference", "drift_line", "drift_section", "load_reference"]
 
 NO_FLOOR = "a drift check has no A/A floor (the reference run's own restart was not measured)"
-EFFECT = ("The drift does not change this run's verdict (it rates the run's own gates); a drift that is "
-          "not equivalent fails the session, and one not measurable or inconclusive is not measured: neither a "
-          "pass nor a failure, exit 0 unless --vllmqual-strict.")
+EFFECT = ("The drift does not change this run's verdict (it rates the run's own gates); the rule the recipe's "
+          "compare.promotion names decides (tokens by default: not equivalent): failed fails the session, and "
+          "not measured is neither a pass nor a failure, exit 0 unless --vllmqual-strict.")
 _WORDS = ArmWords(control="the reference run", candidate="this run", both="the two runs", plural="runs")
 
 

@@ -40,7 +40,8 @@ def _row_cells(row: Mapping[str, Any]) -> list[Any]:
         else row.get("verdict") or "—"
     outcome = Markup(f"<b>{esc(row.get('outcome'))}</b>" + (f"<br>{esc(row.get('reason'))}" if row.get("reason") else ""))
     overrides = Markup("<br>".join(f"<code>{esc(o)}</code>" for o in row.get("node_overrides") or [])) or "—"
-    return [row.get("job"), row.get("attempt"), row.get("node") or "—", row.get("recipe"), outcome, verdict,
+    return [row.get("job"), row.get("attempt"), row.get("node") or "—", row.get("node_key") or "—", row.get("recipe"),
+            outcome, verdict,
             f"{gates.get('passed', 0)} / {gates.get('failed', 0)} / {gates.get('not_applicable', 0)}"
             + (f" + {gates['excused_by_declaration']} excused" if gates.get("excused_by_declaration") else ""),
             _num(row.get("cold_start_s"), 1), _num(row.get("kv_cache_tokens")), _num(row.get("largest_prompt_tokens")),
@@ -110,7 +111,7 @@ def render_fleet_html(record: Mapping[str, Any]) -> str:
     rows = list(record.get("rows") or [])
     classes = ["" if r.get("outcome") == "passed" else "skip" if r.get("outcome") == "cancelled" else "fail"
                for r in rows]
-    headers = ["Job", "Attempt", "Node", "Recipe", "Outcome", "Verdict", "Gates pass / fail / n-a", "Cold start s",
+    headers = ["Job", "Attempt", "Node", "Node key", "Recipe", "Outcome", "Verdict", "Gates pass / fail / n-a", "Cold start s",
                "KV pool tokens", "Largest prompt", "TTFT s", "Queue s", "Elapsed s", "Node overrides"]
     nodes = record.get("cluster", {}).get("nodes") or []
     body = [

@@ -164,7 +164,8 @@ COMMAND_LINE_OPTIONS = (
         ("--vllmqual-reference",), "vllmqual_reference", metavar="REPORT.json",
         help="drift: compare this run's equivalence probe with the one an earlier run's report references "
         "(its probe sidecar beside it; same checkpoint pin and probe hash, else not measurable). "
-        "'not equivalent' fails the session; the run's verdict is unchanged. Not with --ab or --campaign."),
+        "The rule the recipe's compare.promotion names decides (tokens by default: 'not equivalent' fails the "
+        "session); the run's verdict is unchanged. Not with --ab or --campaign."),
     CommandLineOption(
         ("--vllmqual-strict",), "vllmqual_strict", flag_only=True,
         help="exit 1 when a check was not measured and nothing failed (a load level, the ladder, the "

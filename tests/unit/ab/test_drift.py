@@ -2,7 +2,8 @@
 same probe is equivalent with every difference at zero, a changed sidecar is not equivalent naming
 the figure, another probe or checkpoint is not measurable saying which, and a reference whose
 sidecar changed after the report was written is refused. Also the controller's whole path: one
-run's report becomes the next run's reference, and a drift that is not equivalent fails the session."""
+run's report becomes the next run's reference, and a drift that fails the rule compare.promotion
+names (tokens by default: not equivalent) fails the session."""
 
 from __future__ import annotations
 

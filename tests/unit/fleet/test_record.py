@@ -147,6 +147,15 @@ def test_html_and_junit() -> None:
     assert suites[0].get("failures") == "1" and "node-3" in str(cross.find("failure").get("message"))  # type: ignore[union-attr]
 
 
+def test_the_page_shows_each_row_s_stable_node_key() -> None:
+    """The node label (node-N) follows discovery order; the key is what names a host across runs."""
+    result = {"exit_code": 0, "timed_out": False, "elapsed_s": 58.0, "run_id": "r", "node_key": "label:rack-a-7",
+              "report_text": SAMPLE.read_text(), "html_text": "<html></html>",
+              "private": {"files": 12, "manifest_sha256": "b" * 64}}
+    page = render_fleet_html(_record([_attempt("id1", outcome_result=result), _attempt("id2")]))
+    assert ">Node key<" in page and "label:rack-a-7" in page
+
+
 def test_one_node_is_not_compared_never_consistent_and_says_why() -> None:
     """A job whose reports came from one node has nothing to compare: the verdict is 'not compared'
     (fleet-record/1 said 'consistent' with no comparison), the decision names the job and why, and
