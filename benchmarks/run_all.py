@@ -251,8 +251,16 @@ def _prompt_checks(targets: Sequence[int], largest: int) -> list[Check]:
 
 _CLIENT_CHECKS = [
     Check("client CPU per streamed chunk (replay)", ("client", "replay", "cpu_us_per_chunk"), None, 100.0, "µs"),
+    # The wall is what a user waits for, and it moves with the machine: bare pytest (the same command
+    # without the plugin, in the same run) took 0.37-0.41 s on an idle machine and 0.46-0.66 s in two
+    # runs of 2026-12-05 with other work on it, where this wall was 1.07 and 1.42 s (0.87-0.98 s
+    # idle). Past 1 s it is `missed`; the plugin's share below fails the run whatever the machine's speed.
     Check("pytest --collect-only -q suites, wall (median)", ("client", "collect", "wall_s_median"), None, 1.0,
-          "s"),
+          "s", guard=(None, 1.5)),
+    # (wall - bare pytest) / wall: 0.57-0.59 idle, 0.54 and 0.57 on the two slowed runs; a plugin
+    # whose collection cost twice as much would give about 0.73.
+    Check("pytest --collect-only -q suites: the plugin's share of the wall", ("client", "collect",
+          "plugin_share_of_wall"), None, 0.65),
 ]
 _FIDELITY_SERVER_CHECKS = [
     # The harness's own delay: from the log's startup line to ready, less the time the server took

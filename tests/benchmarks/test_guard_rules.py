@@ -128,3 +128,19 @@ def test_harness_cpu_share_is_missed_at_the_measured_figures_and_fails_past_its_
     assert check.verdict(0.018) == "ok"
     assert check.verdict(0.058) == "missed"  # 2026-12-04, with the openai_sdk and load gates
     assert check.verdict(0.09) == "FAIL"
+
+
+def test_a_slow_machine_misses_the_collect_wall_and_a_costlier_plugin_fails_its_share() -> None:
+    """The two slowed runs of 2026-12-05 (bare pytest 0.46 and 0.66 s instead of 0.37-0.41) missed the
+    1 s wall without failing; a plugin whose collection costs twice as much fails on its share."""
+    checks = {"client": run_all.build_checks(concurrencies=(1,))["client"]}
+
+    def verdicts(wall: float, bare: float) -> dict[str, str]:
+        collect = {"wall_s_median": wall, "plugin_share_of_wall": (wall - bare) / wall}
+        results = {"client": {"replay": {"cpu_us_per_chunk": 8.1}, "collect": collect}}
+        return {r["figure"]: r["verdict"] for r in run_all.evaluate(results, ["client"], checks)}
+
+    wall, share = "pytest --collect-only -q suites, wall (median)", "pytest --collect-only -q suites: the plugin's share of the wall"
+    assert verdicts(1.072, 0.459) == {"client CPU per streamed chunk (replay)": "ok", wall: "missed", share: "ok"}
+    assert verdicts(0.891, 0.371)[wall] == "ok"
+    assert verdicts(1.41, 0.38)[share] == "FAIL"  # 0.52 s of plugin doubled on an idle machine
