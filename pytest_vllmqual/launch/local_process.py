@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_vllmqual.errors import LaunchError
-from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, kill_run, process_executable, processes_of_run
+from pytest_vllmqual.launch.cleanup.procs import (
+    KILL_WAIT_S,
+    RUN_ENV,
+    kill_run,
+    process_executable,
+    processes_of_run,
+)
 from pytest_vllmqual.launch.cleanup.shm import reclaim_run_shm
 from pytest_vllmqual.launch.cleanup.shm_ledger import ShmLedger
 from pytest_vllmqual.launch.cleanup.watchdog import WATCHDOG
@@ -176,6 +182,8 @@ class SubprocessLauncher(Launcher):
             survivors=[p.describe() for p in survivors],
             shm_leftovers=leftovers,
             shm_reclaim=reclaim,
+            notes=[f"still there {KILL_WAIT_S:g} s after SIGKILL: "
+                   + ", ".join(p.describe_state() for p in survivors)] if survivors else [],
         )
         return self._stopped
 

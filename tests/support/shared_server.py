@@ -26,8 +26,9 @@ from pathlib import Path
 import httpx
 
 from pytest_vllmqual.launch.base import free_port
+from pytest_vllmqual.launch.cleanup.shm import reclaim_unheld, shm_names_held_by
 from pytest_vllmqual.recipe.loader import load_recipe
-from support.fault_harness import ROOT, kill_tagged, tiny_model_dir
+from support.fault_harness import ROOT, kill_tagged, tagged_processes, tiny_model_dir
 
 __all__ = ["READY_TIMEOUT_S", "SharedTinyServer", "start_tiny_server"]
 
@@ -101,10 +102,23 @@ def start_tiny_server(directory: Path, timeout_s: float = READY_TIMEOUT_S) -> It
                                    served_model=recipe.identity.served_model_name, log_path=log_path,
                                    recipe_path=recipe_path, pid=proc.pid, tag=tag)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            kill_tagged(tag, {proc.pid})
+            _stop(proc, tag)
+
+
+def _stop(proc: subprocess.Popen[bytes], tag: str) -> None:
+    """SIGTERM, SIGKILL after 60 s, then every tagged process; then remove the /dev/shm files the
+    tree held that nobody holds any more. vLLM leaves its message queues (``psm_*``, up to 240 MiB
+    each) behind when its workers do not shut down cleanly, and on a machine that runs the suite
+    again and again they pile up in memory."""
+    held = shm_names_held_by(p.pid for p in tagged_processes(tag, {proc.pid}))
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    kill_tagged(tag, {proc.pid})
+    deadline = time.monotonic() + 30
+    while tagged_processes(tag, {proc.pid}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    reclaim_unheld(None, held)

@@ -35,6 +35,10 @@ PROC = Path("/proc")
 BOOT_ID = PROC / "sys/kernel/random/boot_id"
 _GONE = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
 _STOPPED = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
+KILL_WAIT_S = 30.0
+"""How long a SIGKILLed process may take to go. On a busy machine a killed vLLM worker must still
+be scheduled to run its exit and free its memory, which took more than 5 s on the two-core CI
+machine; a process still there after this long is reported as a survivor."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,10 @@ class ProcInfo:
 
     def describe(self) -> str:
         return f"pid {self.pid} {self.name}"
+
+    def describe_state(self) -> str:
+        """``describe`` with the state, for the note that names a survivor."""
+        return f"{self.describe()} ({self.status})"
 
 
 def read_proc(pid: int) -> ProcInfo | None:
@@ -148,14 +156,16 @@ def kill_run(run_id: str, session: int | None, *, grace_s: float, exclude: set[i
 
 
 def terminate_then_kill(send: Callable[[signal.Signals], None], alive: Callable[[], bool], *, grace_s: float,
-                        poll_s: float = 0.1, kill_wait_s: float = 5.0,
+                        poll_s: float = 0.1, kill_wait_s: float = KILL_WAIT_S,
                         before_kill: Callable[[], None] | None = None) -> bool:
     """The package's one SIGTERM, grace, SIGKILL: ``send`` SIGTERM, poll ``alive`` for up to
     ``grace_s``, then (after ``before_kill``, e.g. freezing the survivors) ``send`` SIGKILL and
-    wait up to ``kill_wait_s``. True when nothing is left.
+    wait up to ``kill_wait_s``, sending SIGKILL again after each look. True when nothing is left.
 
     SIGTERM first so a server drains and a pytest writes its report; SIGKILL only for what
-    ignores it, so a stuck process never holds the caller past the grace period.
+    ignores it, so a stuck process never holds the caller past the grace period. SIGKILL is sent
+    again after each look because ``alive`` may find a process the first one missed (one the
+    last scan could not read yet); to a process already dying it does nothing.
     """
     send(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -171,6 +181,7 @@ def terminate_then_kill(send: Callable[[signal.Signals], None], alive: Callable[
         if not alive():
             return True
         time.sleep(min(poll_s, 0.05))
+        send(signal.SIGKILL)
     return not alive()
 
 

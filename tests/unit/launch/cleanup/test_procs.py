@@ -13,7 +13,7 @@ import uuid
 import psutil
 
 from pytest_vllmqual.launch.cleanup.owner import boot_id, owner_alive, process_start
-from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, processes_of_run, read_proc
+from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, processes_of_run, read_proc, terminate_then_kill
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -72,3 +72,23 @@ def test_a_run_s_processes_are_found_by_its_mark_or_its_session() -> None:
         for proc in (marked, grouped, other):
             proc.kill()
             proc.wait()
+
+
+def test_sigkill_is_sent_again_after_each_look_until_nothing_is_left() -> None:
+    """A process the first SIGKILL missed (the scan before it could not read it yet) is found by
+    a later look and killed by the SIGKILL sent after that look, within the kill wait."""
+    sent: list[signal.Signals] = []
+
+    def alive() -> bool:  # the tree ignores SIGTERM, and one process is only found after two SIGKILLs
+        return sent.count(signal.SIGKILL) < 3
+
+    assert terminate_then_kill(sent.append, alive, grace_s=0.05, poll_s=0.01)
+    assert sent[0] == signal.SIGTERM and sent[1:] == [signal.SIGKILL] * 3
+
+
+def test_a_process_that_outlives_the_kill_wait_is_reported() -> None:
+    sent: list[signal.Signals] = []
+    started = time.monotonic()
+    assert not terminate_then_kill(sent.append, lambda: True, grace_s=0.05, poll_s=0.01, kill_wait_s=0.2)
+    assert time.monotonic() - started < 2
+    assert sent.count(signal.SIGKILL) >= 2
