@@ -64,7 +64,8 @@ def fidelity_tables(fidelity: dict[str, Any]) -> list[str]:
             f"{_f(d['vllm_bench'].get('median_output_tok_s_per_request'), 1)} | "
             f"{_f(row['ratios'].get('median_output_tok_s_per_request'))} | "
             f"{_ci(row['ci95'].get('median_output_tok_s_per_request'))} |",
-            f"| {c} | output throughput tok/s (pass wall clock, median of passes), {decode_label} | "
+            f"| {c} | output throughput tok/s (pass wall clock: each tool's median of passes; the ratio is "
+            f"the median of the rounds' paired ratios), {decode_label} | "
             f"{_f(d['harness']['output_throughput_tok_s'], 1)} | "
             f"{_f(d['vllm_bench']['output_throughput_tok_s'], 1)} | {_f(row['ratios']['output_throughput'])} | "
             f"{_ci(row['ci95']['output_throughput'])} |",

@@ -211,7 +211,8 @@ def _fidelity_checks(concurrencies: Sequence[int]) -> list[Check]:
                   ci_path=(*ci, "median_output_tok_s_per_request"), guard=(0.9, 1.1)),
             # Reported without a guard from 2026-12-04 to 12-05 on runs of a busy machine; a ratio
             # against vLLM bench keeps a guard (check_rules), and with the engine on one core
-            # (fidelity_common.ENGINE_BINDS) no API-server stall lands in a pass.
+            # (fidelity_common.ENGINE_BINDS) no API-server stall lands in a pass. The ratio is the
+            # median of the rounds' paired ratios (fidelity_tools.paired_median_ratio).
             Check(f"fidelity c={c}: output throughput (pass wall clock), harness / vllm bench",
                   (*base, "output_throughput"), 0.97, 1.03, ci_path=(*ci, "output_throughput"), guard=(0.9, 1.1)),
             # A client cannot see the first token before the server made it: below 1 means a clock bug.

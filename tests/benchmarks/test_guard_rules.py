@@ -113,6 +113,24 @@ def test_paired_round_ratios_pair_passes_of_the_same_round() -> None:
     assert [(p["round"], p["ratio"]) for p in pairs] == [(0, pytest.approx(2.0)), (1, pytest.approx(0.5))]
 
 
+def test_the_pass_wall_throughput_ratio_is_the_median_of_the_rounds_paired_ratios() -> None:
+    """Run 6 of 2026-12-05 (c=1, tok/s per round): the pooled ratio compared the harness's slow
+    round 0 with vLLM bench's round 1 and failed the guard; each round's own pair did not."""
+    def one_pass(tool: str, r: int, tok_s: float) -> fidelity_common.PassResult:
+        reqs = [fidelity_common.RequestFigures(1024, 128, 0.05, 0.9, True)] * 9
+        return fidelity_common.PassResult(tool, 1, r, reqs, 9 * 128 / tok_s, workload="decode")
+
+    harness = [one_pass("harness", r, tok_s) for r, tok_s in enumerate((123.8, 122.6, 144.4))]
+    vllm_bench = [one_pass("vllm_bench", r, tok_s) for r, tok_s in enumerate((134.3, 138.8, 146.8))]
+    summary = fidelity_tools.summarize([*harness, *vllm_bench], 1)
+    assert summary["ratios"]["pooled_output_throughput"] == pytest.approx(123.8 / 138.8)
+    assert summary["ratios"]["output_throughput"] == pytest.approx(123.8 / 134.3)
+    (check,) = [c for c in run_all.CHECKS["fidelity"] if c.name.startswith("fidelity c=1: output throughput")]
+    assert check.verdict(summary["ratios"]["pooled_output_throughput"]) == "FAIL"
+    assert check.verdict(summary["ratios"]["output_throughput"]) == "missed"  # within its guard
+    assert fidelity_tools.paired_median_ratio(harness, []) is None
+
+
 def test_cpu_by_phase_splits_at_ready_and_report_lines() -> None:
     timeline = [(1.0, "collecting", 0.5), (30.0, "[vllmqual] tiny-cpu ready in 28.0 s at http://h:1", 1.5),
                 (60.0, "suites/test_smoke.py::test_smoke PASSED", 2.5),
