@@ -23,6 +23,7 @@ import pytest
 
 from pytest_vllmqual import QualClient, ServerHandle
 from pytest_vllmqual.errors import ServerGoneError
+from pytest_vllmqual.launch.cleanup.shm import reclaim_unheld, shm_names_held_by
 from pytest_vllmqual.launch.oom import KernelWatch
 from pytest_vllmqual.session.server import STATE_FILE, ServerGuard, death_words
 
@@ -64,6 +65,9 @@ def _server_in(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     try:
         yield proc, port
     finally:
+        # The OOM kill leaves vLLM's message queues (psm_*, up to 240 MiB) in /dev/shm: note what the
+        # tree still holds, and remove what nobody holds once it is gone.
+        held = shm_names_held_by(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -75,6 +79,7 @@ def _server_in(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
             time.sleep(0.5)
         with contextlib.suppress(OSError):
             folder.rmdir()
+        reclaim_unheld(None, held)
 
 
 def test_a_probe_request_killed_by_the_oom_killer_is_said_so(tmp_path: Path) -> None:
