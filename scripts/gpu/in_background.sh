@@ -43,10 +43,14 @@ start() {
 }
 
 show_new_lines() {
-  local shown; shown=$(cat "$dir/shown" 2>/dev/null || echo 0)
+  local shown size; shown=$(cat "$dir/shown" 2>/dev/null || echo 0)
   [ -f "$dir/log" ] || return 0
-  tail -c +"$((shown + 1))" "$dir/log"
-  stat -c %s "$dir/log" > "$dir/shown"
+  # The size first, then exactly those bytes: a line written between printing and measuring would
+  # otherwise count as shown without having been printed.
+  size=$(stat -c %s "$dir/log")
+  [ "$size" -gt "$shown" ] || return 0
+  tail -c +"$((shown + 1))" "$dir/log" | head -c "$((size - shown))"
+  echo "$size" > "$dir/shown"
 }
 
 collect() {

@@ -72,3 +72,18 @@ def test_bad_use_prints_the_usage_and_exits_2(tmp_path: Path) -> None:
         assert done.returncode == 2 and "start DIR CMD" in done.stderr, args
     nothing = run("wait", tmp_path / "never", "1")
     assert nothing.returncode == 2 and "nothing was started" in nothing.stderr
+
+
+def test_waits_one_after_another_show_every_line_once(tmp_path: Path) -> None:
+    """A step that writes all the time: the lines printed by successive waits, put together, are the
+    log, with nothing lost between measuring the log and printing it."""
+    work = tmp_path / "step"
+    assert run("start", work, "bash", "-c", "for i in $(seq 1 1000); do echo line $i; sleep 0.001; done").returncode == 0
+    shown: list[str] = []
+    for _ in range(30):
+        waited = run("wait", work, "1")
+        shown += [line for line in waited.stdout.splitlines() if not line.startswith("=== ")]
+        if waited.returncode != 75:
+            break
+    assert waited.returncode == 0, waited.stdout
+    assert shown == (work / "log").read_text().splitlines()
