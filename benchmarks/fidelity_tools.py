@@ -62,6 +62,9 @@ def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
         "median_decode_tok_s": median_of_measurable([r.decode_tok_s for r in reqs]),
         "median_output_tok_s_per_request": median_of_measurable([r.output_tok_s for r in reqs]),
         **rate_counts(reqs),
+        # The same rates as shares of the server's own pace in each request's pass (server_pace_tok_s).
+        "paced_median_decode": median_of_measurable(paced_decode(mine)),
+        "paced_median_output_per_request": median_of_measurable(paced_output(mine)),
         # Median over passes: one pass caught in a server stall (docs/PERFORMANCE.md, section 1)
         # cannot move it.
         "output_throughput_tok_s": statistics.median(p.output_throughput for p in mine) if mine else None,
@@ -83,6 +86,44 @@ def _tool_figures(mine: Sequence[PassResult]) -> dict[str, Any]:
             for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput")
         }
     return figures
+
+
+def server_pace_tok_s(p: PassResult, completion_tokens: int) -> float | None:
+    """The server's own per-request output rate in pass ``p`` for a request of ``completion_tokens``:
+    completion_tokens / (mean TTFT + (completion_tokens - 1) x mean TPOT), from its histograms read
+    around the pass. None without both means.
+
+    The two tools' passes of a round run one after the other, and on 2 cores the server's own pace
+    moved by up to 2x from one pass to the next (2026-12-06: 1 / mean TPOT 149 tok/s in one tool's
+    pass, 215 in the other's, each tool within 5 % of the server in its own pass). A tool's rate over
+    the server's pace in the same pass takes that drift out; the harness / vLLM bench ratio of those
+    shares is then the difference between the two clients."""
+    ttft, tpot = p.server_ttft_mean_s, p.server_tpot_mean_s
+    if not ttft or not tpot or completion_tokens < 1:
+        return None
+    return completion_tokens / (ttft + (completion_tokens - 1) * tpot)
+
+
+def paced_decode(mine: Sequence[PassResult]) -> list[float | None]:
+    """Each request's decode tok/s as a share of its pass's server decode rate (1 / mean TPOT)."""
+    return [r.decode_tok_s * p.server_tpot_mean_s if r.decode_tok_s is not None and p.server_tpot_mean_s else None
+            for p in mine for r in p.requests]
+
+
+def paced_output(mine: Sequence[PassResult]) -> list[float | None]:
+    """Each request's output tok/s (tokens / e2e) as a share of its pass's ``server_pace_tok_s``."""
+    shares: list[float | None] = []
+    for p in mine:
+        for r in p.requests:
+            pace = server_pace_tok_s(p, r.completion_tokens or 0)
+            shares.append(r.output_tok_s / pace if r.output_tok_s is not None and pace else None)
+    return shares
+
+
+def paced_throughput(p: PassResult) -> float | None:
+    """The pass-wall output throughput as a share of the server's pace for the pass's longest answer."""
+    pace = server_pace_tok_s(p, max((r.completion_tokens or 0 for r in p.requests), default=0))
+    return p.output_throughput / pace if pace else None
 
 
 def median_of_measurable(values: Sequence[float | None]) -> float | None:
@@ -120,6 +161,12 @@ def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
         "pooled_output_throughput": ratio(h_d["output_throughput_tok_s"], v_d["output_throughput_tok_s"]),
         "median_output_tok_s_per_request": ratio(h_d["median_output_tok_s_per_request"],
                                                  v_d["median_output_tok_s_per_request"]),
+        # The guarded fidelity ratios: each tool's figures at the server's pace of its own passes.
+        "paced_median_decode_tok_s": ratio(h_d["paced_median_decode"], v_d["paced_median_decode"]),
+        "paced_median_output_tok_s_per_request": ratio(h_d["paced_median_output_per_request"],
+                                                       v_d["paced_median_output_per_request"]),
+        "paced_output_throughput": paired_median_ratio(select("harness", "decode"), select("vllm_bench", "decode"),
+                                                       value=paced_throughput),
         "harness_ttft_vs_server_histogram": ratio(h_t["mean_ttft_s"], h_t["server_ttft_mean_s"]),
         "vllm_bench_ttft_vs_server_histogram": ratio(v_t["mean_ttft_s"], v_t["server_ttft_mean_s"]),
         "decode_workload_median_ttft": ratio(h_d["median_ttft_s"], v_d["median_ttft_s"]),
@@ -145,6 +192,14 @@ def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
         "median_output_tok_s_per_request": bootstrap_ratio_ci([r.output_tok_s for r in reqs["harness", "decode"]],
                                                               [r.output_tok_s for r in reqs["vllm_bench", "decode"]],
                                                               statistics.median),
+        "paced_median_decode_tok_s": bootstrap_ratio_ci(paced_decode(select("harness", "decode")),
+                                                        paced_decode(select("vllm_bench", "decode")), statistics.median),
+        "paced_median_output_tok_s_per_request": bootstrap_ratio_ci(paced_output(select("harness", "decode")),
+                                                                    paced_output(select("vllm_bench", "decode")),
+                                                                    statistics.median),
+        "paced_output_throughput": bootstrap_ratio_ci([paced_throughput(p) for p in select("harness", "decode")],
+                                                      [paced_throughput(p) for p in select("vllm_bench", "decode")],
+                                                      statistics.median),
     }
     out["output_throughput_by_round"] = paired_round_ratios(select("harness", "decode"), select("vllm_bench", "decode"))
     out["ttft_minus_server_histogram_ms"] = {
@@ -157,23 +212,30 @@ def summarize(passes: Sequence[PassResult], concurrency: int) -> dict[str, Any]:
     return out
 
 
-def paired_round_ratios(harness: Sequence[PassResult], vllm_bench: Sequence[PassResult]) -> list[dict[str, Any]]:
-    """Each round's pass-wall output throughput, harness over vLLM bench, the two passes of one
-    round run back to back: how far one round's pair moves, beside the pooled figure."""
+def _throughput(p: PassResult) -> float | None:
+    return p.output_throughput
+
+
+def paired_round_ratios(harness: Sequence[PassResult], vllm_bench: Sequence[PassResult],
+                        value: Callable[[PassResult], float | None] = _throughput) -> list[dict[str, Any]]:
+    """Each round's pass-wall output throughput (or another ``value`` of a pass), harness over vLLM
+    bench, the two passes of one round run back to back: how far one round's pair moves, beside the
+    pooled figure."""
     theirs = {p.round: p for p in vllm_bench}
-    return [{"round": p.round, "harness_tok_s": p.output_throughput, "vllm_bench_tok_s": theirs[p.round].output_throughput,
-             "ratio": ratio(p.output_throughput, theirs[p.round].output_throughput)}
+    return [{"round": p.round, "harness_tok_s": value(p), "vllm_bench_tok_s": value(theirs[p.round]),
+             "ratio": ratio(value(p), value(theirs[p.round]))}
             for p in harness if p.round in theirs]
 
 
-def paired_median_ratio(harness: Sequence[PassResult], vllm_bench: Sequence[PassResult]) -> float | None:
+def paired_median_ratio(harness: Sequence[PassResult], vllm_bench: Sequence[PassResult],
+                        value: Callable[[PassResult], float | None] = _throughput) -> float | None:
     """The median over rounds of each round's harness / vLLM bench pass-wall output throughput.
 
     The two passes of a round run back to back, in alternating order, so they share the machine's
     state of the moment; the ratio of each tool's median over all rounds can instead compare one
     tool's slow round with the other's fast one (2026-12-05: rounds at 0.922, 0.883 and 0.984 gave
     0.892 that way). None when no round has both passes."""
-    ratios = [r for pair in paired_round_ratios(harness, vllm_bench) if (r := pair["ratio"]) is not None]
+    ratios = [r for pair in paired_round_ratios(harness, vllm_bench, value) if (r := pair["ratio"]) is not None]
     return statistics.median(ratios) if ratios else None
 
 

@@ -39,6 +39,22 @@ def checks_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: The guarded rate ratios (fidelity_tools.server_pace_tok_s): label, ratio key, each tool's share key.
+PACED_ROWS = (("median decode tok/s as a share of the server's own in the same pass", "paced_median_decode_tok_s",
+               "paced_median_decode"),
+              ("median per-request output tok/s as a share of the server's pace in the same pass",
+               "paced_median_output_tok_s_per_request", "paced_median_output_per_request"),
+              ("pass-wall output throughput at the server's pace (median of the rounds' paired ratios)",
+               "paced_output_throughput", None))
+
+
+def _paced_row(c: int, row: dict[str, Any], label: str, key: str, share_key: str | None) -> str:
+    d = row["decode"]
+    shares = [_f(d[tool].get(share_key), 3) if share_key else "" for tool in ("harness", "vllm_bench")]
+    return (f"| {c} | **guarded:** {label} | {shares[0]} | {shares[1]} | {_f(row['ratios'].get(key))} | "
+            f"{_ci(row['ci95'].get(key))} |")
+
+
 def fidelity_tables(fidelity: dict[str, Any]) -> list[str]:
     config = fidelity.get("config") or {}
     ttft_tokens = config.get("ttft_prompt_tokens", config.get("prompt_tokens"))
@@ -70,6 +86,8 @@ def fidelity_tables(fidelity: dict[str, Any]) -> list[str]:
             f"{_f(d['vllm_bench']['output_throughput_tok_s'], 1)} | {_f(row['ratios']['output_throughput'])} | "
             f"{_ci(row['ci95']['output_throughput'])} |",
         ]
+        lines += [_paced_row(c, row, label, key, share_key) for label, key, share_key in PACED_ROWS
+                  if key in row["ratios"]]
         by_round = row.get("output_throughput_by_round") or []
         if by_round:
             lines.append(f"| {c} | pass-wall throughput ratio of each round's two passes | | | "

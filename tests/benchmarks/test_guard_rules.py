@@ -9,9 +9,19 @@ No server, no timing: the figures are given.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from benchmarks import bench_verdict, fidelity_common, fidelity_readiness, fidelity_tools, run_all
+from benchmarks import (
+    bench_verdict,
+    fidelity_common,
+    fidelity_readiness,
+    fidelity_tools,
+    recompute_fidelity,
+    run_all,
+)
 
 RATIO = run_all.Check("ratio", ("x",), 0.97, 1.03, ci_path=("ci",), guard=(0.9, 1.1))
 
@@ -48,10 +58,10 @@ def test_an_unguarded_figure_is_reported_never_ok_never_failed_and_says_why() ->
 
 
 def _fidelity_results(output_rate: float, wall: float, ci: list[float]) -> dict[str, object]:
-    ratios = {"median_ttft": 1.0, "median_decode_tok_s": 1.0, "output_throughput": wall,
-              "median_output_tok_s_per_request": output_rate, "harness_ttft_vs_server_histogram": 1.05}
-    ci95 = {"median_ttft": [0.99, 1.01], "median_decode_tok_s": [0.98, 1.02], "output_throughput": ci,
-            "median_output_tok_s_per_request": ci}
+    ratios = {"median_ttft": 1.0, "paced_median_decode_tok_s": 1.0, "paced_output_throughput": wall,
+              "paced_median_output_tok_s_per_request": output_rate, "harness_ttft_vs_server_histogram": 1.05}
+    ci95 = {"median_ttft": [0.99, 1.01], "paced_median_decode_tok_s": [0.98, 1.02], "paced_output_throughput": ci,
+            "paced_median_output_tok_s_per_request": ci}
     readiness = {"readiness_detection_s": 0.3, "ready_after_startup_complete_s": 2.55,
                  "readiness_completion_s": 2.25}
     return {"fidelity": {"summary": [{"ratios": ratios, "ci95": ci95}], "readiness": readiness,
@@ -64,15 +74,15 @@ def test_the_shipped_fidelity_checks_fail_the_past_runs_figures() -> None:
     checks = {"fidelity": run_all.build_checks(concurrencies=(1,))["fidelity"]}
     rows = {r["figure"]: r["verdict"] for r in run_all.evaluate(_fidelity_results(1.22, 1.22, [0.85, 1.49]),
                                                                 ["fidelity"], checks)}
-    assert rows["fidelity c=1: median per-request output tok/s, harness / vllm bench"] == "FAIL"
+    assert rows["fidelity c=1: median per-request output tok/s at the server's pace, harness / vllm bench"] == "FAIL"
     # The pass-wall figure keeps its guard too (a ratio against vLLM bench is never only reported).
-    assert rows["fidelity c=1: output throughput (pass wall clock), harness / vllm bench"] == "FAIL"
+    assert rows["fidelity c=1: output throughput (pass wall clock) at the server's pace, harness / vllm bench"] == "FAIL"
     # Readiness: 2.55 s after the log line is reported; the harness's own 0.3 s delay is judged.
     assert rows["readiness returned after the log's 'Application startup complete.'"] == "reported"
     assert rows["readiness detection delay after 'Application startup complete.' (its completion excluded)"] == "ok"
     rows = {r["figure"]: r["verdict"] for r in run_all.evaluate(_fidelity_results(1.0, 1.0, [0.95, 1.05]),
                                                                 ["fidelity"], checks)}
-    assert rows["fidelity c=1: median per-request output tok/s, harness / vllm bench"] == "ok"
+    assert rows["fidelity c=1: median per-request output tok/s at the server's pace, harness / vllm bench"] == "ok"
 
 
 def test_every_shipped_guarded_check_can_fail() -> None:
@@ -162,3 +172,44 @@ def test_a_slow_machine_misses_the_collect_wall_and_a_costlier_plugin_fails_its_
     assert verdicts(1.072, 0.459) == {"client CPU per streamed chunk (replay)": "ok", wall: "missed", share: "ok"}
     assert verdicts(0.891, 0.371)[wall] == "ok"
     assert verdicts(1.41, 0.38)[share] == "FAIL"  # 0.52 s of plugin doubled on an idle machine
+
+
+def _paced_pass(tool: str, r: int, server_tok_s: float, seen: float) -> fidelity_common.PassResult:
+    """A c=1 pass of 9 requests of 128 tokens on a server decoding at ``server_tok_s`` (TTFT 0.1 s);
+    the tool reads each rate ``seen`` times the server's own."""
+    tpot, ttft = 1 / server_tok_s, 0.1
+    e2e = ttft + 127 * tpot / seen
+    reqs = [fidelity_common.RequestFigures(1024, 128, ttft, e2e, True, max_gap_s=tpot, first_half_share=0.5)] * 9
+    return fidelity_common.PassResult(tool, 1, r, reqs, 9 * e2e, workload="decode", server_ttft_mean_s=ttft,
+                                      server_tpot_mean_s=tpot)
+
+
+def test_the_guarded_rate_ratios_take_the_servers_pace_of_each_pass_out() -> None:
+    """Run 11 of 2026-12-06, c=1: the server decoded at 149 tok/s in vLLM bench's pass and 215 in the
+    harness's, each tool within a few percent of the server in its own pass. The plain ratios
+    compare the two passes' servers; the guarded ones compare the two clients."""
+    harness = [_paced_pass("harness", r, 215.0, 1.0) for r in range(3)]
+    vllm_bench = [_paced_pass("vllm_bench", r, 149.0, 1.0) for r in range(3)]
+    ratios = fidelity_tools.summarize([*harness, *vllm_bench], 1)["ratios"]
+    assert ratios["median_decode_tok_s"] == pytest.approx(215 / 149)  # the plain ratio: the servers'
+    for key in ("paced_median_decode_tok_s", "paced_median_output_tok_s_per_request", "paced_output_throughput"):
+        assert ratios[key] == pytest.approx(1.0), key
+    checks = {c.path[-1]: c for c in run_all.build_checks(concurrencies=(1,))["fidelity"]}
+    assert checks["paced_median_decode_tok_s"].verdict(ratios["paced_median_decode_tok_s"]) == "ok"
+    # A client that reads the same server 12 % slower than the other still fails its guard.
+    slow = [_paced_pass("harness", r, 215.0, 0.88) for r in range(3)]
+    slow_ratios = fidelity_tools.summarize([*slow, *vllm_bench], 1)["ratios"]
+    assert slow_ratios["paced_median_decode_tok_s"] == pytest.approx(0.88)
+    assert checks["paced_median_decode_tok_s"].verdict(slow_ratios["paced_median_decode_tok_s"]) == "FAIL"
+    assert fidelity_tools.server_pace_tok_s(_paced_pass("harness", 0, 100.0, 1.0), 128) == pytest.approx(128 / 1.37)
+    assert fidelity_tools.server_pace_tok_s(fidelity_common.PassResult("harness", 1, 0, [], 1.0), 128) is None
+
+
+def test_a_stored_result_file_is_recomputed_with_todays_rules(tmp_path: Path) -> None:
+    passes = [_paced_pass("harness", r, 215.0, 1.0) for r in range(3)] + \
+             [_paced_pass("vllm_bench", r, 149.0, 1.0) for r in range(3)]
+    stored = tmp_path / "bench.json"
+    stored.write_text(json.dumps({"fidelity": {"passes": [p.to_dict() for p in passes]}}))
+    (line,) = recompute_fidelity.recompute(stored)
+    assert line == ("bench.json c=1: plain decode/output/pass-wall 1.443 1.379 1.379; "
+                    "at the server's pace 1.000 1.000 1.000")
