@@ -39,7 +39,7 @@ lint:
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(MYPY)
 
-## Every figure of docs/PERFORMANCE.md against the real tiny-cpu server (26.5 and 26.8 minutes on the idle
+## Every figure of docs/PERFORMANCE.md against the real tiny-cpu server (about 27 minutes on the idle
 ## 2-core machine, 2026-12-06; the run's last line prints its own duration); exits 1 when a figure
 ## is past its regression guard. Results: reports/bench/latest.json.
 bench:
