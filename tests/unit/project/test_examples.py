@@ -360,6 +360,29 @@ def test_one_gpu_smollm2_fp8_kv_is_not_equivalent_to_its_control_and_the_replay_
     assert '<testsuite' in (EQUIVALENCE / "ab-smollm2-fp8kv" / "comparison.xml").read_text()
 
 
+ANSWERS = GPU_TP1 / "answers-2026-12-06"
+
+
+def test_one_gpu_smollm2_task_layer_is_bracketed_and_its_depth_layer_says_why_it_is_not_measurable() -> None:
+    """SmolLM2 on one H100, FP8 KV against auto KV at 500 paired items: the replay reproduced the
+    control (the A/A floor), the task layer is inconclusive at the 3-point margin, and the depth
+    layer names the forced token the server did not generate (the diagnosis file beside it)."""
+    folder = ANSWERS / "smollm2-tasks"
+    comparison = load(folder / "comparison.json")
+    assert comparison["replay"] is not None
+    assert {f["id"]: f["status"] for f in comparison["findings"]}["replay"] == "reproduced"
+    section = comparison["equivalence"]
+    assert section["floor"]["status"] == "measured" and section["verdict"] == "not equivalent"
+    overall = section["tasks"]["blocks"][0]["overall"]
+    assert overall["paired"] == 500 and (overall["b"], overall["c"]) == (32, 27)
+    assert overall["status"] == "inconclusive" and overall["difference_points"]["candidate_minus_control"]["point"] == -1.0
+    assert section["depth"]["verdict"] == "not measurable"
+    assert "not the forced token 4470 (allowed_token_ids)" in section["depth"]["reasons"][0]
+    diagnosis = (folder / "forced-token-diagnosis.txt").read_text()
+    assert '126 357 allowed+ids {"text": "", "finish": "length", "tokens": ["token_id:0"]' in diagnosis
+    assert '126 357 no-allowed+ids {"text": " it", "finish": "length", "tokens": ["token_id:357"]' in diagnosis
+
+
 def test_one_gpu_131k_batch_token_ab_is_within_every_threshold_but_flips_cannot_be_judged() -> None:
     """The reference campaign's own variable (8,192 vs 4,096 batched tokens) on the fixture model:
     top-1 agreement 99.6%, every greedy answer identical, but one scored item per arm (the smoke)
