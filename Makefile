@@ -18,14 +18,16 @@ qualify:
 	$(PYTEST) --recipe=tiny-cpu
 
 ## Command 2: set up, lint, type-check, then run the project's own tests (CI runs exactly this).
-## The tests run two at a time, in two rounds (scripts/run_tests.sh).
+## The tests run two at a time, in two rounds (scripts/run_tests.sh). The docker image is built
+## beside lint, the type check and the first round (scripts/beside.sh): only the second round's
+## docker tests need it, and the round waits for it.
 test:
 	@rm -rf "$(VLLMQUAL_TIMES_DIR)"
 	$(TIMED) setup scripts/setup.sh --browser
+	scripts/beside.sh start docker-image $(TIMED) docker-image scripts/docker_setup.sh
 	$(TIMED) lint $(VENV)/bin/ruff check $(LINT_PATHS)
 	$(TIMED) typecheck $(MYPY)
 	$(TIMED) model $(VENV)/bin/python fixtures/model/build_tiny_model.py
-	$(TIMED) docker-image scripts/docker_setup.sh
 	$(TIMED) tests env PYTEST=$(PYTEST) scripts/run_tests.sh
 
 ## The quick loop after an edit (environment already set up): lint, type check, and the unit and

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run one step of `make test` beside the steps after it, and wait for it where its result is needed.
+# The docker image (about 255 s on a fresh machine: Debian's packages, a base rootfs, a 2.4 GB venv
+# layer compressed by `docker push`) is needed only by the round of tests with servers and
+# containers, so it is built while lint, the type check and the quick and fleet tests run.
+#
+#   scripts/beside.sh start NAME COMMAND [ARG...]   COMMAND in the background (same process group:
+#                                                   Ctrl-C and CI's time budget reach it); its output
+#                                                   goes to build/beside/NAME.log
+#   scripts/beside.sh wait NAME                     wait for it, print its output, exit with its status;
+#                                                   exit 0 at once when no NAME was started
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=build/beside
+usage() { sed -n '7,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+action=${1:-}; name=${2:-}
+[ -n "$action" ] && [ -n "$name" ] || usage
+shift 2
+
+case $action in
+  start)
+    [ $# -gt 0 ] || usage
+    mkdir -p "$DIR" && rm -f "$DIR/$name.rc" "$DIR/$name.log"
+    ( "$@"; echo $? > "$DIR/$name.rc.part"; mv "$DIR/$name.rc.part" "$DIR/$name.rc" ) < /dev/null > "$DIR/$name.log" 2>&1 &
+    echo $! > "$DIR/$name.pid"
+    echo "[beside] $name started in the background (log: $DIR/$name.log)" ;;
+  wait)
+    [ -f "$DIR/$name.pid" ] || exit 0
+    pid=$(cat "$DIR/$name.pid")
+    SECONDS=0
+    while [ ! -f "$DIR/$name.rc" ] && kill -0 "$pid" 2>/dev/null; do sleep 1; done
+    rm -f "$DIR/$name.pid"
+    echo "[beside] $name ended (waited $SECONDS s for it); its output:"
+    cat "$DIR/$name.log" 2>/dev/null
+    code=$(cat "$DIR/$name.rc" 2>/dev/null || echo 1)
+    [ "$code" -eq 0 ] || echo "[beside] $name failed with exit code $code"
+    exit "$code" ;;
+  *) usage ;;
+esac
