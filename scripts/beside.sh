@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run one step of `make test` beside the steps after it, and wait for it where its result is needed.
-# The docker image (about 255 s on a fresh machine: Debian's packages, a base rootfs, a 2.4 GB venv
-# layer compressed by `docker push`) is needed only by the round of tests with servers and
-# containers, so it is built while lint, the type check and the quick and fleet tests run.
+# The docker image (minutes on a fresh machine: Debian's packages, a base rootfs, a 2.6 GB venv
+# layer compressed by `docker push`) is needed only by the tests, so it is built while lint, the
+# type check and the model run. Not beside the tests: on a fresh machine (2 cores) the build
+# slowed the first round's fleet boots past the recipe's 240 s cold-start limit.
 #
 #   scripts/beside.sh start NAME COMMAND [ARG...]   COMMAND in the background (same process group:
 #                                                   Ctrl-C and CI's time budget reach it); its output

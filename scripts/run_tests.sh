@@ -2,16 +2,13 @@
 # The project's own tests as `make test` runs them: two at a time (pytest-xdist; tests that share
 # a server, a managed run or a Ray cluster stay in one worker, see tests/support/xdist_groups.py), in two
 # rounds. A real server's boot leaves one core idle for about half of it, which the second worker
-# fills. The Ray fleet tests run in the first round, beside the quick tiers only (unit, plugin,
-# benchmarks): beside a second real server, a local Ray cluster missed its start-up deadlines. The
-# second round boots the real servers and containers; `make test` builds the docker image beside
-# the first round (scripts/beside.sh), and the second waits for it first.
+# fills. The Ray fleet tests run in the second round, beside the quick tiers only (unit, plugin,
+# benchmarks): beside a second real server, a local Ray cluster missed its start-up deadlines.
 # Both rounds run even when tests of the first fail; an interrupted first round (Ctrl-C, SIGTERM:
-# pytest's exit status 2) ends the run. The exit status is the first round's failure, else a failed
-# docker image's, else the second round's. The project's tests are not a qualification run:
-# `-p no:vllmqual` keeps the plugin inert in the outer pytest (pyproject.toml's vllmqual_recipe
-# would otherwise make the xdist controller boot a tiny-cpu server that no test uses); the sessions
-# the tests start load it.
+# pytest's exit status 2) ends the run. The exit status is the first round's failure, else the
+# second's. The project's tests are not a qualification run: `-p no:vllmqual` keeps the plugin
+# inert in the outer pytest (pyproject.toml's vllmqual_recipe would otherwise make the xdist
+# controller boot a tiny-cpu server that no test uses); the sessions the tests start load it.
 #   scripts/run_tests.sh [PYTEST ARGS...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,15 +19,12 @@ QUICK_AND_FLEET=(tests/fleet tests/unit tests/plugin tests/benchmarks)
 ignore=()
 for folder in "${QUICK_AND_FLEET[@]}"; do ignore+=("--ignore=$folder"); done
 
-echo "[tests] round 1 of 2: the Ray fleet tests beside the unit, plugin and benchmark tests"
-"$PYTEST" -p no:vllmqual -n 2 --dist loadgroup "${QUICK_AND_FLEET[@]}" "$@"
+echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time"
+"$PYTEST" -p no:vllmqual -n 2 --dist loadgroup tests "${ignore[@]}" "$@"
 first=$?
 [ "$first" -eq 2 ] && { echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
-scripts/beside.sh wait docker-image
-image=$?
-echo "[tests] round 2 of 2: the tests that boot real servers and containers, two at a time"
-"$PYTEST" -p no:vllmqual -n 2 --dist loadgroup tests "${ignore[@]}" "$@"
+echo "[tests] round 2 of 2: the Ray fleet tests beside the unit, plugin and benchmark tests"
+"$PYTEST" -p no:vllmqual -n 2 --dist loadgroup "${QUICK_AND_FLEET[@]}" "$@"
 second=$?
 [ "$first" -ne 0 ] && exit "$first"
-[ "$image" -ne 0 ] && exit "$image"
 exit "$second"

@@ -31,10 +31,14 @@ def kill_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Real TP=2 server: bind check, smoke, prompt boundaries, same prompt twice, then SIGKILL
     of the API server mid-gate and gates after it. Canaries in the env and the server log;
     the recipe pins runtime 0.31.0 while 0.32.0 runs (a real provenance mismatch).
-    Owns its server: it SIGKILLs it, and reconfigures it (bind address, max_model_len)."""
+    Owns its server: it SIGKILLs it, and reconfigures it (bind address, max_model_len).
+    Its startup deadline is 600 s, not the recipe's 300: it boots beside the managed tiny-cpu run,
+    whose gates keep both cores busy, and its TP workers first logged 167 s and 239 s after they
+    were spawned (2026-12-06, two runs; 300 s ran out in the second)."""
     directory = tmp_path_factory.mktemp("kill")
     recipe = derive_recipe(directory, "tiny-cpu-kill", {
         "identity": {"runtime_version": "0.31.0"},
+        "startup": {"deadline_s": 600},
         "launcher": {"-host": None,  # the default bind address is what case 25 checks
                      "command": [*CANARY_WRAPPER, "{python}", "-m", "vllm.entrypoints.openai.api_server"]},
         "serve": {"max_model_len": 8192},
