@@ -51,8 +51,16 @@ def _held(folder: Path, key: str) -> int:
     return int(stat.get(f"total_{key}", stat.get(key, 0))) + int(stat.get("total_mapped_file", stat.get("file_mapped", 0)))
 
 
+def _tree_holds(folder: Path) -> set[str]:
+    """The /dev/shm names the server's processes (everything in its cgroup) map or hold open."""
+    return shm_names_held_by(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
+
+
 @contextlib.contextmanager
-def _server_in(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def _server_in(folder: Path, held: set[str]) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """The server in ``folder``'s cgroup; at the end its tree is killed and what it held in /dev/shm
+    (``held``, which the test adds to before the OOM kill, and what is held at the end) is removed
+    once nothing holds it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -65,9 +73,10 @@ def _server_in(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     try:
         yield proc, port
     finally:
-        # The OOM kill leaves vLLM's message queues (psm_*, up to 240 MiB) in /dev/shm: note what the
-        # tree still holds, and remove what nobody holds once it is gone.
-        held = shm_names_held_by(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
+        # The OOM kill leaves vLLM's message queues (psm_*, up to 240 MiB) and the killed process's
+        # multiprocessing semaphore (sem.mp-*) in /dev/shm: note what the tree still holds, and remove
+        # that and what it held before the kill once nobody holds it.
+        held |= _tree_holds(folder)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -84,7 +93,8 @@ def _server_in(folder: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
 
 def test_a_probe_request_killed_by_the_oom_killer_is_said_so(tmp_path: Path) -> None:
     folder, limit, key = _make_cgroup()
-    with _server_in(folder) as (proc, port):
+    held: set[str] = set()
+    with _server_in(folder, held) as (proc, port):
         deadline = time.monotonic() + 400
         while True:
             with contextlib.suppress(httpx.HTTPError):
@@ -92,6 +102,7 @@ def test_a_probe_request_killed_by_the_oom_killer_is_said_so(tmp_path: Path) -> 
                     break
             assert proc.poll() is None and time.monotonic() < deadline, "the tiny server did not start"
             time.sleep(1)
+        held |= _tree_holds(folder)  # before the OOM kill: what the process it kills holds
         handle = ServerHandle(base_url=f"http://127.0.0.1:{port}", served_model_name="tiny",
                               launcher_kind="subprocess", pid=proc.pid)
         guard = ServerGuard(handle, tmp_path / STATE_FILE, probe_timeout_s=10)
