@@ -383,6 +383,25 @@ def test_one_gpu_smollm2_task_layer_is_bracketed_and_its_depth_layer_says_why_it
     assert '126 357 no-allowed+ids {"text": " it", "finish": "length", "tokens": ["token_id:357"]' in diagnosis
 
 
+def test_cpu_smollm2_floor_under_load_at_two_levels_is_every_answer_identical() -> None:
+    """SmolLM2 on 2 CPU cores, the floor under load at 1 and 4 in flight (the probe's 4 chunks, its 8
+    greedy prompts and 12 items each time): every answer identical to the answer alone."""
+    import gzip
+
+    from pytest_vllmqual.equivalence.load_floor import arm_floor, batch_invariance
+
+    folder = CPU_SMOLLM2 / "floor-2026-12-06"
+    report = load(folder / "smollm2-cpu-20261206T065607Z.json")
+    gz = folder / report["equivalence_probe"]["file"]
+    assert hashlib.sha256(gz.read_bytes()).hexdigest() == report["equivalence_probe"]["sha256"]
+    floor = arm_floor(json.loads(gzip.decompress(gz.read_bytes())))
+    assert floor["status"] == "measured" and [level["in_flight"] for level in floor["levels"]] == [1, 4]
+    for level in floor["levels"]:
+        assert level["answers_identical"] and level["items"]["items"] == 12 and level["items"]["changed_answers"] == 0
+        assert level["probe"]["greedy_identical"] == 8 and level["probe"]["top1_agreement"]["point"] == 1.0
+    assert batch_invariance({"control": floor})["status"] == "passed"
+
+
 def test_one_gpu_131k_batch_token_ab_is_within_every_threshold_but_flips_cannot_be_judged() -> None:
     """The reference campaign's own variable (8,192 vs 4,096 batched tokens) on the fixture model:
     top-1 agreement 99.6%, every greedy answer identical, but one scored item per arm (the smoke)
