@@ -218,7 +218,7 @@ def end_to_end(rows: list[tuple[str, float | None, str]], started: dict[str, flo
 
 
 def print_steps(rows: list[tuple[str, float | None, str]], base: dict[str, Any] | None,
-                started: dict[str, float] | None = None) -> None:
+                started: dict[str, float]) -> None:
     if base is None:
         print(f"{'step':<24}{'seconds':>9}  result")
     else:
@@ -231,7 +231,7 @@ def print_steps(rows: list[tuple[str, float | None, str]], base: dict[str, Any] 
         print(f"{shown}  {result}")
     total = sum(s for _, s, _ in rows if s is not None)
     print(f"{'all steps':<24}{total:>9.0f}")
-    wall = end_to_end(rows, started or {})
+    wall = end_to_end(rows, started)
     if wall is not None and wall < total - 1:
         print(f"{'end to end':<24}{wall:>9.0f}  (a step ran beside the others)")
 

@@ -14,6 +14,7 @@ from support import ROOT, load_script
 from pytest_vllmqual.ab.compare import report_digest, validate_comparison
 from pytest_vllmqual.cli import EXIT_OK, main
 from pytest_vllmqual.equivalence import sidecar
+from pytest_vllmqual.equivalence.load_floor import arm_floor, batch_invariance
 from pytest_vllmqual.fleet.record import validate_record as validate_fleet_record
 from pytest_vllmqual.report.decision import with_decision
 from pytest_vllmqual.report.public import validate_report
@@ -386,15 +387,11 @@ def test_one_gpu_smollm2_task_layer_is_bracketed_and_its_depth_layer_says_why_it
 def test_cpu_smollm2_floor_under_load_at_two_levels_is_every_answer_identical() -> None:
     """SmolLM2 on 2 CPU cores, the floor under load at 1 and 4 in flight (the probe's 4 chunks, its 8
     greedy prompts and 12 items each time): every answer identical to the answer alone."""
-    import gzip
-
-    from pytest_vllmqual.equivalence.load_floor import arm_floor, batch_invariance
-
     folder = CPU_SMOLLM2 / "floor-2026-12-06"
     report = load(folder / "smollm2-cpu-20261206T065607Z.json")
-    gz = folder / report["equivalence_probe"]["file"]
-    assert hashlib.sha256(gz.read_bytes()).hexdigest() == report["equivalence_probe"]["sha256"]
-    floor = arm_floor(json.loads(gzip.decompress(gz.read_bytes())))
+    answers, why_not = sidecar.load(report["equivalence_probe"], folder)
+    assert why_not is None, why_not
+    floor = arm_floor(answers)
     assert floor["status"] == "measured" and [level["in_flight"] for level in floor["levels"]] == [1, 4]
     for level in floor["levels"]:
         assert level["answers_identical"] and level["items"]["items"] == 12 and level["items"]["changed_answers"] == 0
