@@ -9,11 +9,13 @@ every prompt position (the logits over the whole vocabulary), its answer grows w
 (hundreds of megabytes at 393K tokens), and vLLM never reads the prefix cache for it: "cache the
 context, then score a short tail with prompt log probabilities" would recompute the whole prompt
 each time. So the depth probe teacher-forces on the decode side instead: for a scored position p
-it sends the first p tokens of the text with ``max_tokens: 1``, ``logprobs: K`` and
-``allowed_token_ids`` holding only the text's token at p. The server reads the context from its
+it sends the first p tokens of the text with ``max_tokens: 1``, ``logprobs: K`` and the text's
+token at p forced: by ``allowed_token_ids`` holding only that token (the default), or by a
+``logit_bias`` of +100 on it (``depth_force: logit_bias``, for a server whose mask goes wrong: GPU
+vLLM 0.24.0 masked a forced token that already occurs in the prompt). The server reads the context from its
 prefix cache (the previous request left it there), computes the few tokens after the last cached
 block, and returns the raw log probabilities of position p (vLLM takes them before the forcing
-mask, under its default ``--logprobs-mode raw_logprobs``): the text's token and the top K, exactly
+mask and the bias, under its default ``--logprobs-mode raw_logprobs``): the text's token and the top K, exactly
 what ``prompt_logprobs`` gives at that position, with the candidate's KV cache read as a decode
 step reads it. Requests go one at a time, the shallowest first, so each extends the cached
 prefix. Without prefix caching every request recomputes its context: the probe stops at its
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_vllmqual.hashing import canonical_sha256
+from pytest_vllmqual.words import Word
 
 from .probe import token_id
 
@@ -45,6 +48,7 @@ __all__ = [
     "DepthPlan",
     "DepthSettings",
     "DepthWindow",
+    "Forcing",
     "default_edges",
     "forced_request",
     "parse_forced",
@@ -62,8 +66,24 @@ DEFAULT_WINDOW_TOKENS = 16
 DEFAULT_BUDGET_S = 900.0
 """The depth probe stops after this many seconds (a server without prefix caching recomputes every context)."""
 METHOD = ("one-token /v1/completions requests over the text's first p tokens (token IDs), max_tokens 1, "
-          "temperature 0, logprobs K, allowed_token_ids [the text's token at p], prefix read from the cache; "
+          "temperature 0, logprobs K, the text's token at p forced ({forcing}), prefix read from the cache; "
           "raw log probabilities of position p")
+LOGIT_BIAS = 100.0
+"""The bias that forces a token under ``depth_force: logit_bias``: the most the OpenAI API allows."""
+
+
+class Forcing(Word):
+    """How a depth request forces the text's token (``gates.equivalence.depth_force``)."""
+
+    ALLOWED_TOKEN_IDS = "allowed_token_ids"
+    LOGIT_BIAS = "logit_bias"
+
+    def body(self, token: int) -> dict[str, Any]:
+        """The request keys that force ``token``."""
+        if self is Forcing.LOGIT_BIAS:
+            return {"logit_bias": {str(token): LOGIT_BIAS}}
+        return {"allowed_token_ids": [token]}
+
 
 PostFn = Callable[[dict[str, Any]], Mapping[str, Any]]
 """Send one completion body (without the model) and return the parsed answer; raise ValueError on failure."""
@@ -93,6 +113,7 @@ class DepthSettings:
     windows_per_bucket: int = DEFAULT_WINDOWS
     window_tokens: int = DEFAULT_WINDOW_TOKENS
     budget_s: float = DEFAULT_BUDGET_S
+    forcing: Forcing = Forcing.ALLOWED_TOKEN_IDS
     #: Where the largest depth came from (the ladder's largest rung, max_model_len, the recipe).
     max_depth_source: str = ""
     #: Why depth is not probed (None: it is).
@@ -109,6 +130,7 @@ class DepthSettings:
         windows = int(settings.get("depth_windows") or DEFAULT_WINDOWS)
         width = int(settings.get("depth_window_tokens") or DEFAULT_WINDOW_TOKENS)
         budget = float(settings.get("depth_budget_s") or DEFAULT_BUDGET_S)
+        forcing = Forcing(settings.get("depth_force") or Forcing.ALLOWED_TOKEN_IDS)
         if settings.get("depth_edges"):
             edges = sorted({int(e) for e in settings["depth_edges"]})
             source = "gates.equivalence.depth_edges"
@@ -124,11 +146,11 @@ class DepthSettings:
             edges = [e for e in edges if e <= limit]
         if not edges:
             return cls(off=f"no depth bucket fits max_model_len {max_model_len}")
-        return cls(tuple(edges), windows, width, budget, source)
+        return cls(tuple(edges), windows, width, budget, forcing, source)
 
     def to_dict(self) -> dict[str, Any]:
         return {"edges": list(self.edges), "windows_per_bucket": self.windows_per_bucket,
-                "window_tokens": self.window_tokens, "budget_s": self.budget_s,
+                "window_tokens": self.window_tokens, "budget_s": self.budget_s, "forcing": self.forcing.value,
                 "max_depth_source": self.max_depth_source, "off": self.off}
 
 
@@ -173,19 +195,21 @@ def plan_windows(settings: DepthSettings, text_tokens: int) -> DepthPlan:
     return DepthPlan(tuple(buckets), tuple(windows), tuple(dropped))
 
 
-def forced_request(tokens: Sequence[int], position: int, top_k: int) -> dict[str, Any]:
+def forced_request(tokens: Sequence[int], position: int, top_k: int,
+                   forcing: Forcing = Forcing.ALLOWED_TOKEN_IDS) -> dict[str, Any]:
     """The body that scores ``position``: its context as token IDs, the text's token forced."""
     return {"prompt": list(tokens[:position]), "max_tokens": 1, "temperature": 0, "logprobs": top_k,
-            "allowed_token_ids": [int(tokens[position])], "return_tokens_as_token_ids": True}
+            **forcing.body(int(tokens[position])), "return_tokens_as_token_ids": True}
 
 
-def parse_forced(answer: Mapping[str, Any], token: int, top_k: int) -> list[Any]:
+def parse_forced(answer: Mapping[str, Any], token: int, top_k: int,
+                 forcing: Forcing = Forcing.ALLOWED_TOKEN_IDS) -> list[Any]:
     """[token, logprob, [[id, logprob], …]] from a forced one-token answer (the sidecar's position
     form). The server must have generated the forced token and returned raw log probabilities."""
     logprobs = ((answer.get("choices") or [{}])[0] or {}).get("logprobs") or {}
     generated = [token_id(str(t)) for t in logprobs.get("tokens") or []]
     if generated[:1] != [token]:
-        raise ValueError(f"the server generated {generated[:1]}, not the forced token {token} (allowed_token_ids)")
+        raise ValueError(f"the server generated {generated[:1]}, not the forced token {token} ({forcing.value})")
     entries = (logprobs.get("top_logprobs") or [None])[0] or {}
     pairs = [(token_id(str(k)), float(v)) for k, v in entries.items()]
     top: list[list[Any]] = [[k, v] for k, v in sorted(((k, v) for k, v in pairs if k is not None),
@@ -196,9 +220,10 @@ def parse_forced(answer: Mapping[str, Any], token: int, top_k: int) -> list[Any]
     return [token, float(logprobs["token_logprobs"][0]), top]
 
 
-def score_window(post: PostFn, tokens: Sequence[int], window: DepthWindow, top_k: int) -> list[list[Any]]:
+def score_window(post: PostFn, tokens: Sequence[int], window: DepthWindow, top_k: int,
+                 forcing: Forcing = Forcing.ALLOWED_TOKEN_IDS) -> list[list[Any]]:
     """The window's positions, one forced request each, the shallowest first."""
-    return [parse_forced(post(forced_request(tokens, p, top_k)), int(tokens[p]), top_k)
+    return [parse_forced(post(forced_request(tokens, p, top_k, forcing)), int(tokens[p]), top_k, forcing)
             for p in range(window.depth, window.depth + window.width)]
 
 
@@ -222,11 +247,11 @@ def run_depth(post: PostFn, tokens: Sequence[int], settings: DepthSettings, top_
                            "(is prefix caching off?)")
             break
         try:
-            positions = score_window(post, tokens, window, top_k)
+            positions = score_window(post, tokens, window, top_k, settings.forcing)
         except ValueError as exc:
             dropped.append(f"the depth windows stopped at depth {window.depth:,}: {exc}")
             break
         scored.append({"bucket": window.bucket, "depth": window.depth,
                        "context_sha256": context_sha256(tokens, window), "positions": positions})
-    return {"method": METHOD, "settings": settings.to_dict(), "buckets": [list(b) for b in plan.buckets],
+    return {"method": METHOD.format(forcing=settings.forcing.value), "settings": settings.to_dict(), "buckets": [list(b) for b in plan.buckets],
             "dropped": dropped, "windows": scored, "seconds": round(time.perf_counter() - started, 3)}

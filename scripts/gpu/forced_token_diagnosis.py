@@ -3,12 +3,15 @@
 Boots SmolLM2 from fixtures/model/build (the smollm2-gpu recipe's folder) on port 8011, with prefix
 caching and then without, and prints the answer to one-token /v1/completions requests over the first
 p tokens of a repeated text at several depths p: with the text's token forced by allowed_token_ids,
-without forcing, forced without return_tokens_as_token_ids, with a second allowed token, and at
-temperature 1. Run on the GPU host from the repo root with the bundle on PYTHONPATH:
+without forcing, forced without return_tokens_as_token_ids, with a second allowed token, at
+temperature 1, forced with neutral penalties set in the request, and forced by a logit_bias of +100
+instead (the depth probe's ``depth_force: logit_bias``); then the server log's lines on sampling
+defaults. Run on the GPU host from the repo root with the bundle on PYTHONPATH:
 
     python3 scripts/gpu/forced_token_diagnosis.py > forced-token-diagnosis.txt
 
-Its output of 2026-12-06 is reports/examples/gpu-tp1/answers-2026-12-06/smollm2-tasks/forced-token-diagnosis.txt.
+Its output of 2026-12-06 (an H100) is
+reports/examples/gpu-tp1/answers-2026-12-06/smollm2-three-layers/forced-token-diagnosis.txt.
 """
 from __future__ import annotations
 
@@ -64,12 +67,24 @@ def run(label: str) -> None:
                             ("allowed-noids", {"allowed_token_ids": [t]}),
                             ("allowed-two", {"allowed_token_ids": [t, 13], "return_tokens_as_token_ids": True}),
                             ("allowed-temp1", {"allowed_token_ids": [t], "return_tokens_as_token_ids": True,
-                                               "temperature": 1.0})):
+                                               "temperature": 1.0}),
+                            ("allowed-neutral", {"allowed_token_ids": [t], "return_tokens_as_token_ids": True,
+                                                 "repetition_penalty": 1.0, "frequency_penalty": 0.0,
+                                                 "presence_penalty": 0.0}),
+                            ("bias100", {"logit_bias": {str(t): 100}, "return_tokens_as_token_ids": True})):
             body = {"prompt": tokens[:depth], "max_tokens": 1, "temperature": 0, "logprobs": 5, **extra}
             print(depth, t, name, json.dumps(post(body)), flush=True)
     # the probe's own text, as the depth probe sends it: a chat-free prompt of token IDs from the start
     body = {"prompt": "The quick brown fox", "max_tokens": 4, "temperature": 0, "logprobs": 3}
     print("plain", json.dumps(post(body)), flush=True)
+
+
+def sampling_lines(extra: list[str]) -> None:
+    """The server log's lines on sampling defaults and the sampler (a generation config's overrides)."""
+    with open(f"/tmp/diag-{len(extra)}.log", encoding="utf-8", errors="replace") as log:
+        for line in log:
+            if any(word in line.lower() for word in ("sampling", "generation config", "sampler", "logits")):
+                print("log:", line.rstrip()[-300:], flush=True)
 
 
 for extra, label in (([], "default"), (["--no-enable-prefix-caching"], "no-prefix-cache")):
@@ -80,3 +95,4 @@ for extra, label in (([], "default"), (["--no-enable-prefix-caching"], "no-prefi
         p.terminate()
         p.wait(60)
         time.sleep(3)
+    sampling_lines(extra)

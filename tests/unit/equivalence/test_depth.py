@@ -14,6 +14,7 @@ from support.equivalence_samples import depth_body
 from pytest_vllmqual.equivalence.depth import (
     DepthSettings,
     DepthWindow,
+    Forcing,
     default_edges,
     forced_request,
     parse_forced,
@@ -84,6 +85,29 @@ def test_a_forced_request_scores_the_texts_token_with_its_context() -> None:
     # The forced token ranked below K: vLLM returns K + 1 entries; the row keeps the top K and its own log probability.
     row = parse_forced(_answer(7, -5.0, {1: -0.1, 2: -1.0, 7: -5.0}), 7, 2)
     assert row == [7, -5.0, [[1, -0.1], [2, -1.0]]]
+
+
+def test_depth_force_logit_bias_forces_with_the_largest_bias_and_is_recorded() -> None:
+    """A server whose allowed_token_ids mask goes wrong (GPU vLLM 0.24.0 masked a forced token that
+    already occurs in the prompt) can be forced by logit_bias instead; the settings and the method
+    say which, and a refusal names it."""
+    settings = DepthSettings.from_recipe({"depth_force": "logit_bias"}, 4096, 8192)
+    assert settings.forcing is Forcing.LOGIT_BIAS and settings.to_dict()["forcing"] == "logit_bias"
+    assert DepthSettings.from_recipe({}, 4096, 8192).forcing is Forcing.ALLOWED_TOKEN_IDS
+    body = forced_request([5, 6, 7, 8], 2, 20, Forcing.LOGIT_BIAS)
+    assert body["logit_bias"] == {"7": 100.0} and "allowed_token_ids" not in body
+    with pytest.raises(ValueError, match=r"not the forced token 7 \(logit_bias\)"):
+        parse_forced(_answer(1, -0.1, {1: -0.1, 7: -5.0}), 7, 2, Forcing.LOGIT_BIAS)
+    seen: list[dict[str, Any]] = []
+
+    def post(sent: dict[str, Any]) -> dict[str, Any]:
+        seen.append(sent)
+        forced = int(next(iter(sent["logit_bias"])))
+        return _answer(forced, -0.5, {forced: -0.5, 3: -1.0})
+
+    result = run_depth(post, list(range(3000)), DepthSettings(edges=(1024,), window_tokens=2,
+                                                              forcing=Forcing.LOGIT_BIAS), 2)
+    assert len(result["windows"]) == 8 and len(seen) == 16 and "(logit_bias)" in result["method"]
 
 
 def test_a_server_that_did_not_force_or_masked_the_log_probabilities_is_refused() -> None:

@@ -364,24 +364,30 @@ def test_one_gpu_smollm2_fp8_kv_is_not_equivalent_to_its_control_and_the_replay_
 ANSWERS = GPU_TP1 / "answers-2026-12-06"
 
 
-def test_one_gpu_smollm2_task_layer_is_bracketed_and_its_depth_layer_says_why_it_is_not_measurable() -> None:
-    """SmolLM2 on one H100, FP8 KV against auto KV at 500 paired items: the replay reproduced the
-    control (the A/A floor), the task layer is inconclusive at the 3-point margin, and the depth
-    layer names the forced token the server did not generate (the diagnosis file beside it)."""
-    folder = ANSWERS / "smollm2-tasks"
+def test_one_gpu_smollm2_three_layers_are_bracketed_and_the_depth_windows_are_forced_by_logit_bias() -> None:
+    """SmolLM2 on one H100, FP8 KV against auto KV, bracketed: the token layer is not equivalent, the
+    task layer inconclusive at the 3-point margin over 500 paired items, and the depth layer, forced by
+    logit_bias (GPU vLLM 0.24.0 masks an allowed_token_ids token that already occurs in the prompt,
+    the diagnosis file beside it), scores 8 windows in each of 4 buckets to 8,110 tokens with an A/A
+    floor of identical answers."""
+    folder = ANSWERS / "smollm2-three-layers"
     comparison = load(folder / "comparison.json")
-    assert comparison["replay"] is not None
     assert {f["id"]: f["status"] for f in comparison["findings"]}["replay"] == "reproduced"
     section = comparison["equivalence"]
     assert section["floor"]["status"] == "measured" and section["verdict"] == "not equivalent"
     overall = section["tasks"]["blocks"][0]["overall"]
-    assert overall["paired"] == 500 and (overall["b"], overall["c"]) == (32, 27)
-    assert overall["status"] == "inconclusive" and overall["difference_points"]["candidate_minus_control"]["point"] == -1.0
-    assert section["depth"]["verdict"] == "not measurable"
-    assert "not the forced token 4470 (allowed_token_ids)" in section["depth"]["reasons"][0]
+    assert overall["paired"] == 500 and (overall["b"], overall["c"]) == (32, 27) and overall["status"] == "inconclusive"
+    depth = section["depth"]
+    assert depth["verdict"] == "not equivalent" and "(logit_bias)" in depth["method"]
+    assert [b["windows"] for b in depth["buckets"]] == [8, 8, 8, 8]
+    top1 = [next(f for f in b["figures"] if f["figure"] == "top1_agreement") for b in depth["buckets"]]
+    assert all(80 < f["point"] < 95 and f["floor"]["point"] == 100.0 for f in top1)
+    layers = {layer["layer"]: layer["verdict"] for layer in section["promotion"]["layers"]}
+    assert layers == {"tokens": "not equivalent", "tasks": "inconclusive", "depth": "not equivalent"}
     diagnosis = (folder / "forced-token-diagnosis.txt").read_text()
     assert '126 357 allowed+ids {"text": "", "finish": "length", "tokens": ["token_id:0"]' in diagnosis
-    assert '126 357 no-allowed+ids {"text": " it", "finish": "length", "tokens": ["token_id:357"]' in diagnosis
+    assert '126 357 allowed-neutral {"text": "", "finish": "length", "tokens": ["token_id:0"]' in diagnosis
+    assert '126 357 bias100 {"text": " it", "finish": "length", "tokens": ["token_id:357"]' in diagnosis
 
 
 def test_cpu_smollm2_floor_under_load_at_two_levels_is_every_answer_identical() -> None:
