@@ -15,6 +15,22 @@ cd "$(dirname "$0")/.."
 trap 'exit 130' INT
 trap 'exit 143' TERM
 PYTEST=${PYTEST:-.venv/bin/pytest}
+
+# The kernel's autogroup scheduling puts each session in a group of its own, and every server runs
+# in a session of its own. vLLM's TP workers spin (sched_yield) for a second after each engine step,
+# and a spinning group keeps its cores from every other group: measured on this 2-core machine
+# (docs/PERFORMANCE.md), a second tiny-cpu server booting beside one under sequential requests made no
+# progress in 9 minutes with autogroup on, and was ready in 53 s with it off. So the tests run with it
+# off where this user may switch it (root; VLLMQUAL_KEEP_AUTOGROUP=1 leaves it alone), and it is
+# switched back on when they end.
+AUTOGROUP=${VLLMQUAL_AUTOGROUP_FILE:-/proc/sys/kernel/sched_autogroup_enabled}
+restore_autogroup() { :; }
+if [ -z "${VLLMQUAL_KEEP_AUTOGROUP:-}" ] && [ "$(cat "$AUTOGROUP" 2>/dev/null)" = 1 ] \
+    && { echo 0 > "$AUTOGROUP"; } 2>/dev/null; then
+  echo "[tests] kernel autogroup scheduling off while the tests run (a spinning vLLM server would starve the other sessions)"
+  restore_autogroup() { echo 1 > "$AUTOGROUP"; echo "[tests] kernel autogroup scheduling back on"; }
+fi
+trap restore_autogroup EXIT
 QUICK_AND_FLEET=(tests/fleet tests/unit tests/plugin tests/benchmarks)
 ignore=()
 for folder in "${QUICK_AND_FLEET[@]}"; do ignore+=("--ignore=$folder"); done
