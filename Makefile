@@ -19,8 +19,9 @@ qualify:
 
 ## Command 2: set up, lint, type-check, then run the project's own tests (CI runs exactly this).
 ## The tests run two at a time, in two rounds (scripts/run_tests.sh). The docker image is built
-## beside lint, the type check and the model (scripts/beside.sh), and the tests wait for it: built
-## beside the tests as well, it slowed a fresh machine's fleet boots past their cold-start limit.
+## beside lint, the type check, the model and the first round (scripts/beside.sh): the docker tests
+## wait for it (tests/docker/conftest.py), and the fleet round starts only after it ended (built
+## beside the fleet round, it slowed a fresh machine's fleet boots past their cold-start limit).
 test:
 	@rm -rf "$(VLLMQUAL_TIMES_DIR)"
 	$(TIMED) setup scripts/setup.sh --browser
@@ -28,7 +29,6 @@ test:
 	$(TIMED) lint $(VENV)/bin/ruff check $(LINT_PATHS)
 	$(TIMED) typecheck $(MYPY)
 	$(TIMED) model $(VENV)/bin/python fixtures/model/build_tiny_model.py
-	scripts/beside.sh wait docker-image
 	$(TIMED) tests env PYTEST=$(PYTEST) scripts/run_tests.sh
 
 ## The quick loop after an edit (environment already set up): lint, type check, and the unit and

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run one step of `make test` beside the steps after it, and wait for it where its result is needed.
 # The docker image (minutes on a fresh machine: Debian's packages, a base rootfs, a 2.6 GB venv
-# layer compressed by `docker push`) is needed only by the tests, so it is built while lint, the
-# type check and the model run. Not beside the tests: on a fresh machine (2 cores) the build
-# slowed the first round's fleet boots past the recipe's 240 s cold-start limit.
+# layer compressed by `docker push`) is needed only by the docker tests, so it is built while lint,
+# the type check, the model and the first round of tests run; the docker tests wait for it. Not
+# beside the fleet round: on a fresh machine (2 cores) the build slowed its Ray boots past the
+# recipe's 240 s cold-start limit.
 #
 #   scripts/beside.sh start NAME COMMAND [ARG...]   COMMAND in the background (same process group:
 #                                                   Ctrl-C and CI's time budget reach it); its output
@@ -13,7 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=build/beside
-usage() { sed -n '7,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '9,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 action=${1:-}; name=${2:-}
 [ -n "$action" ] && [ -n "$name" ] || usage
 shift 2

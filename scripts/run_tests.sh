@@ -39,6 +39,12 @@ echo "[tests] round 1 of 2: the tests that boot real servers and containers, two
 "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup tests "${ignore[@]}" "$@"
 first=$?
 [ "$first" -eq 2 ] && { echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
+# The docker image `make test` builds beside round 1 (the docker tests waited for it; nothing to wait
+# for when they did, or when no build was started): ended before the fleet round, whose Ray boots it
+# slowed past their deadlines; a failed build fails the run.
+scripts/beside.sh wait docker-image
+image=$?
+[ "$first" -eq 0 ] && first=$image
 echo "[tests] round 2 of 2: the Ray fleet tests beside the unit, plugin and benchmark tests"
 "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup "${QUICK_AND_FLEET[@]}" "$@"
 second=$?

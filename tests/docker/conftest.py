@@ -1,10 +1,16 @@
-"""The real docker tests skip, with the reason, where no Docker engine can run; the terminal
-summary says which way it went, so a CI log never hides that they did not run."""
+"""The real docker tests wait for the image ``make test`` builds beside the first round of tests
+(``scripts/beside.sh``), then skip, with the reason, where no Docker engine can run; the terminal
+summary says which way it went, so a log never hides that they did not run.
+
+Whether they can run is known only once the build step has ended (it installs and starts the
+engine), so it is decided when the first of them starts, not at collection."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
-from docker_harness import image_reference, unavailable_reason
+from docker_harness import ROOT, image_reference, unavailable_reason
 
 _REASON = pytest.StashKey[str | None]()
 
@@ -15,15 +21,26 @@ def pytest_configure(config: pytest.Config) -> None:
         "where none can run)")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    marked = [item for item in items if item.get_closest_marker("needs_docker")]
-    if not marked:
-        return
+@pytest.fixture(scope="session")
+def docker_image(pytestconfig: pytest.Config) -> str:
+    """The image reference, once the build step started beside the tests has ended (at once when
+    none was started); a failed build fails every docker test with the build's output."""
+    waited = subprocess.run(["bash", str(ROOT / "scripts" / "beside.sh"), "wait", "docker-image"],
+                            capture_output=True, text=True, check=False)
+    if waited.returncode != 0:
+        pytest.fail(f"the docker image build failed (exit {waited.returncode}):\n{waited.stdout[-4000:]}",
+                    pytrace=False)
     reason = unavailable_reason()
-    config.stash[_REASON] = reason
+    pytestconfig.stash[_REASON] = reason
     if reason is not None:
-        for item in marked:
-            item.add_marker(pytest.mark.skip(reason=reason))
+        pytest.skip(reason)
+    return image_reference()
+
+
+@pytest.fixture(autouse=True)
+def _docker_ready(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("needs_docker"):
+        request.getfixturevalue("docker_image")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -50,8 +50,9 @@ class DockerRun:
 
 
 @pytest.fixture(scope="module")
-def docker_run(tmp_path_factory: pytest.TempPathFactory) -> DockerRun:
-    """Owns its server: the managed container run is what is tested (pull, start, gates, teardown)."""
+def docker_run(tmp_path_factory: pytest.TempPathFactory, docker_image: str) -> DockerRun:
+    """Owns its server: the managed container run is what is tested (pull, start, gates, teardown).
+    Asks for ``docker_image`` (tests/docker/conftest.py) so the image is waited for before it."""
     client = engine()
     try:  # only the engine's copy, every tag of it: the registry keeps the image, the run pulls it back
         client.images.remove(client.images.get(image_reference()).id, force=True)
