@@ -55,7 +55,7 @@ def docker_run(tmp_path_factory: pytest.TempPathFactory, docker_image: str) -> D
     Asks for ``docker_image`` (tests/docker/conftest.py) so the image is waited for before it."""
     client = engine()
     try:  # only the engine's copy, every tag of it: the registry keeps the image, the run pulls it back
-        client.images.remove(client.images.get(image_reference()).id, force=True)
+        client.images.remove(client.images.get(docker_image).id, force=True)
     except docker.errors.ImageNotFound:
         pass
     reports = tmp_path_factory.mktemp("docker-reports")
