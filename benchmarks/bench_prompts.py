@@ -103,7 +103,7 @@ def builtin_tokenizer() -> Any:
     )
     chunks = [text[i : i + 4000] for i in range(0, len(text), 4000)] + extras * 50
     tokenizer.train_from_iterator(chunks, trainer)
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, chat_template=BUILTIN_TEMPLATE, eos_token="<|im_end|>"
     )
 

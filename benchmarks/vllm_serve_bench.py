@@ -24,9 +24,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # 0.24 and older keep it in vllm.utils
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
+        from vllm.utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser(  # type: ignore[no-untyped-call]
+    parser = FlexibleArgumentParser(
         description="vLLM's serving benchmark (vllm bench serve)")
     add_cli_args(parser)
     args = parser.parse_args(list(argv) if argv is not None else None)

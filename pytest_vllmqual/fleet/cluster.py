@@ -40,7 +40,8 @@ def import_ray() -> ModuleType:
         import ray
     except ImportError:
         raise FleetError(f"vllmqual fleet runs on Ray, which is not installed here. {INSTALL_HINT}") from None
-    return ray
+    module: ModuleType = ray  # the type check does not read Ray (pyproject.toml), so it is Any here
+    return module
 
 
 def is_loopback(address: str | None) -> bool:
