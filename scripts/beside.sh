@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run one step of `make test` beside the steps after it, and wait for it where its result is needed.
 # The docker image (minutes on a fresh machine: Debian's packages, a base rootfs, a 2.6 GB venv
-# layer compressed by `docker push`) is needed only by the docker tests, so it is built while lint,
+# layer committed and pushed) is needed only by the docker tests, so it is built while lint,
 # the type check, the model and the first round of tests run; the docker tests wait for it. Not
 # beside the fleet round: on a fresh machine (2 cores) the build slowed its Ray boots past the
 # recipe's 240 s cold-start limit.

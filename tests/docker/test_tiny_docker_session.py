@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
+import httpx
 import pytest
-from docker_harness import DIGEST_FILE, RUN_LABEL, containers, engine, image_reference
+from docker_harness import DIGEST_FILE, REPOSITORY, RUN_LABEL, containers, engine, image_reference
 from support.gatekit import run_shm_files, wait_for
 
 from pytest_vllmqual.gates.registry import COMPARISON_GATES
@@ -113,6 +114,17 @@ def test_pull_shows_each_layer_and_start_names_container_and_log(docker_run: Doc
     start = next(line for line in out.splitlines() if "started for recipe tiny-docker" in line)
     run_id = docker_run.report["run"]["id"]
     assert f"container vllmqual-{run_id}" in start and "server.log" in start and "docker logs" in start, start
+
+
+def test_the_pulled_image_is_the_one_built_and_its_layers_were_pushed_uncompressed(docker_run: DockerRun) -> None:
+    """fixtures/docker/push_uncompressed.py pushed the layers as ``docker save`` wrote them: the
+    registry's manifest lists them with the uncompressed media type, and what the run pulled by
+    that digest has the image ID (the config's digest) the manifest names."""
+    host, repo = REPOSITORY.replace("localhost", "127.0.0.1").split("/", 1)
+    manifest = httpx.get(f"http://{host}/v2/{repo}/manifests/{DIGEST_FILE.read_text().strip()}",
+                         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"}).json()
+    assert [layer["mediaType"] for layer in manifest["layers"]] == ["application/vnd.docker.image.rootfs.diff.tar"] * 2
+    assert engine().images.get(image_reference()).id == manifest["config"]["digest"]
 
 
 def test_teardown_leaves_no_container_and_no_shm_file(docker_run: DockerRun) -> None:
