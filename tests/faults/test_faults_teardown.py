@@ -14,28 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fault_harness import ProcessSampler, Session, derive_recipe, kill_tagged, survivors, wait_gone
+from support.fault_harness import (
+    ProcessSampler,
+    Session,
+    derive_recipe,
+    kill_tagged,
+    survivors,
+    wait_gone,
+    watchdogs_of,
+)
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
-from pytest_vllmqual.launch.cleanup.watchdog import MODULE as WATCHDOG_MODULE
 
 SHM = Path("/dev/shm")
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}
-
-
-def watchdogs_of(owner: int) -> list[int]:
-    """The watchdog processes that watch pytest process ``owner`` (their command line names it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if WATCHDOG_MODULE.encode() in argv and argv[argv.index(b"--owner") + 1:][:1] == [str(owner).encode()]:
-            found.append(int(entry.name))
-    return found
 
 
 def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, ProcessSampler, float]:

@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from pytest_vllmqual.launch.cleanup.procs import ProcInfo, processes_of_run, read_proc
+from pytest_vllmqual.launch.cleanup.watchdog import MODULE as WATCHDOG_MODULE
 from pytest_vllmqual.layout import expand_placeholders
 from support import ROOT, TESTS, python_path
 
@@ -544,3 +545,20 @@ class ProcessSampler:
         engine_cores = {row["pid"] for row in self.seen.values() if row["ppid"] == row["session"]}
         return sorted(row["pid"] for row in self.seen.values() if row["ppid"] in engine_cores
                       and any("spawn_main" in c or "VLLM::Worker_TP" in c for c in row["cmdlines"]))
+
+
+def watchdogs_of(owner: int) -> list[int]:
+    """The watchdog processes that watch process ``owner`` (their command line names it), found on
+    the whole machine: not through the owner's psutil ``children()``, which leaves out a child whose
+    start time it reads as earlier than the parent's (once, under load, the watchdog itself)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if WATCHDOG_MODULE.encode() in argv and argv[argv.index(b"--owner") + 1:][:1] == [str(owner).encode()]:
+            found.append(int(entry.name))
+    return found

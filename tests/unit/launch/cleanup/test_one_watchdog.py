@@ -17,9 +17,9 @@ import uuid
 from pathlib import Path
 
 from support import ROOT
+from support.fault_harness import watchdogs_of
 
 from pytest_vllmqual.launch.cleanup.procs import group_alive, processes_of_run, psutil
-from pytest_vllmqual.launch.cleanup.watchdog import MODULE as WATCHDOG_MODULE
 
 PACKAGE = ROOT / "pytest_vllmqual"
 PROCS = PACKAGE / "launch" / "cleanup" / "procs.py"
@@ -95,18 +95,6 @@ WATCHDOG.watch_run(run_id + "-b", server.pid, time.time())
 print(first, WATCHDOG.pid, server.pid, group.pid, flush=True)
 time.sleep(120)
 """
-
-
-def watchdogs_of(owner: int) -> list[int]:
-    """Every watchdog process on the machine whose command line names ``owner``. Not the owner's
-    ``children()``: psutil leaves out a child whose start time it reads as earlier than the parent's,
-    and under load that list once came back without the watchdog (the cause was not pinned down)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        argv = proc.info["cmdline"] or []
-        if WATCHDOG_MODULE in argv and argv[argv.index("--owner") + 1:][:1] == [str(owner)]:
-            found.append(proc.pid)
-    return found
 
 
 def test_one_watchdog_per_owner_ends_what_it_registered_when_the_owner_is_killed() -> None:
