@@ -11,10 +11,12 @@
 #                                                   goes to build/beside/NAME.log
 #   scripts/beside.sh wait NAME                     wait for it, print its output, exit with its status;
 #                                                   exit 0 at once when no NAME was started
+#   scripts/beside.sh running NAME                  exit 0 while it runs, 1 otherwise (the tests' scheduler
+#                                                   starts other tests first while their step runs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=build/beside
-usage() { sed -n '9,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '9,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 action=${1:-}; name=${2:-}
 [ -n "$action" ] && [ -n "$name" ] || usage
 shift 2
@@ -37,5 +39,7 @@ case $action in
     code=$(cat "$DIR/$name.rc" 2>/dev/null || echo 1)
     [ "$code" -eq 0 ] || echo "[beside] $name failed with exit code $code"
     exit "$code" ;;
+  running)
+    [ -f "$DIR/$name.pid" ] && [ ! -f "$DIR/$name.rc" ] && kill -0 "$(cat "$DIR/$name.pid")" 2>/dev/null ;;
   *) usage ;;
 esac

@@ -4,6 +4,7 @@ probe only) and in bf16 again (the replay: the probe and the scored gates, so th
 against its restart has the items scored in both arms its flips need), one server at a time:
 
     pytest suites --ab=smollm2-cpu,smollm2-cpu-fp8kv --bracket --vllmqual-no-fail-fast
+        --vllmqual-arm-marks 'control=not load and not load_floor and not items'
         --vllmqual-arm-marks 'candidate=smoke or equivalence'
         --vllmqual-arm-marks 'replay=equivalence or functional or quality'
 
@@ -32,7 +33,7 @@ from pytest_vllmqual.report.public import validate_report
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ROOT / "tests" / "data" / "smollm2-cpu-expected.yaml"
-ARM_MARKS = ["--vllmqual-arm-marks", "control=not load and not load_floor",
+ARM_MARKS = ["--vllmqual-arm-marks", "control=not load and not load_floor and not items",
              "--vllmqual-arm-marks", "candidate=smoke or equivalence",
              "--vllmqual-arm-marks", "replay=equivalence or functional or quality"]
 SCORED = {"smoke", "json", "tools", "streaming_tool", "tool_continuation", "responses", "openai_sdk",
@@ -127,7 +128,9 @@ def test_what_makes_the_control_outcomes_true(bracket: Bracket) -> None:
 
 
 def test_the_other_arms_ran_only_their_gates_and_name_the_rest_deselected(bracket: Bracket) -> None:
-    for role, ran in (("candidate", {"smoke", "equivalence"}), ("replay", {"equivalence", *SCORED})):
+    # The tool-call replay carries the equivalence marker: each arm records it, skipped as declared.
+    for role, ran in (("candidate", {"smoke", "equivalence", "tool_replay"}),
+                      ("replay", {"equivalence", "tool_replay", *SCORED})):
         report = bracket.report(role)
         assert {g["gate"] for g in report["gates"]} == ran, (role, [g["gate"] for g in report["gates"]])
         deselected = report["run"]["deselected_gates"]

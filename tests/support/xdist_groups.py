@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,10 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-__all__ = ["FLEET_ELSEWHERE", "GROUPS_INPUT", "SERIAL_FOLDERS", "FixtureGroupScheduling", "XdistGroupHooks", "configure", "group_tests", "write_groups"]
+from support import ROOT
+
+__all__ = ["FLEET_ELSEWHERE", "GROUPS_INPUT", "SERIAL_FOLDERS", "STEP_OF_MARK", "FixtureGroupScheduling", "XdistGroupHooks",
+           "beside_step_running", "configure", "group_tests", "waiting_tests", "write_groups"]
 
 GROUPS_INPUT = "vllmqual_test_groups"
 """The ``workerinput`` key naming the file the workers write the groups to."""
@@ -40,6 +44,12 @@ containers and /dev/shm files, and a Ray cluster does not start beside another C
 
 FLEET_ELSEWHERE = ("tests/benchmarks/test_bench_fleet_quick.py",)
 """Files outside tests/fleet/ that start a Ray cluster: they run in the fleet folder's group."""
+
+STEP_OF_MARK = {"needs_docker": "docker-image"}
+"""Marks whose tests wait for a step ``make test`` runs beside them (``scripts/beside.sh``): the docker
+tests wait for the image. While that step runs, the scheduler hands out every other group first:
+given first (it is the heaviest), the docker group kept a worker waiting 480-530 s for the image on a
+fresh machine while the other worker ran alone."""
 
 HEAVY_WEIGHT = 30
 """Seconds a test that boots a real server (``real_vllm``, ``needs_docker``) or a Ray cluster
@@ -136,22 +146,55 @@ def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, float]]:
     return groups
 
 
+def waiting_tests(items: list[pytest.Item]) -> dict[str, str]:
+    """Each test that waits for a step run beside the tests, with that step's name (``STEP_OF_MARK``)."""
+    return {item.nodeid: step for item in items for mark, step in STEP_OF_MARK.items() if item.get_closest_marker(mark)}
+
+
+def beside_step_running(step: str) -> bool:
+    """Whether the step ``scripts/beside.sh start STEP`` began is still running."""
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "beside.sh"), "running", step], check=False, timeout=30)
+    return done.returncode == 0
+
+
 class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
-    """``loadscope`` with the workers' groups as scopes, the heaviest group first."""
+    """``loadscope`` with the workers' groups as scopes, the heaviest group first, except that a group
+    waiting for a step still running beside the tests goes after every group that does not."""
 
     def __init__(self, config: pytest.Config, log: Any, groups_file: Path) -> None:
         super().__init__(config, log)
         self.groups_file = groups_file
         self._groups: dict[str, tuple[str, float]] | None = None
+        self._scope_steps: dict[str, str] = {}
+        self._steps_ended: set[str] = set()
 
     def _group(self, nodeid: str) -> tuple[str, float]:
         if self._groups is None:
             data = json.loads(self.groups_file.read_text()) if self.groups_file.is_file() else {}
-            self._groups = {key: (value[0], float(value[1])) for key, value in data.items()}
+            groups = data.get("groups", {})
+            self._groups = {key: (value[0], float(value[1])) for key, value in groups.items()}
+            self._scope_steps = {self._groups[key][0]: step for key, step in data.get("waits", {}).items()
+                                 if key in self._groups}
         return self._groups.get(nodeid, (nodeid.split("::")[0], 1))
 
     def _split_scope(self, nodeid: str) -> str:
         return self._group(nodeid)[0]
+
+    def _waits(self, scope: str) -> bool:
+        step = self._scope_steps.get(scope)
+        if step is None or step in self._steps_ended:
+            return False
+        if beside_step_running(step):
+            return True
+        self._steps_ended.add(step)
+        return False
+
+    def _assign_work_unit(self, node: Any) -> None:
+        """The first group of the queue that waits for no running step, else the first one."""
+        ready = next((scope for scope in self.workqueue if not self._waits(scope)), None)
+        if ready is not None:
+            self.workqueue.move_to_end(ready, last=False)
+        super()._assign_work_unit(node)
 
     def schedule(self) -> None:
         """As ``LoadScopeScheduling.schedule``, with the work queue ordered by group weight."""
@@ -222,5 +265,5 @@ def write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
         return
     path = Path(target)
     staging = path.with_name(f"{path.name}.{os.getpid()}")
-    staging.write_text(json.dumps(group_tests(items)))
+    staging.write_text(json.dumps({"groups": group_tests(items), "waits": waiting_tests(items)}))
     os.replace(staging, path)

@@ -50,3 +50,12 @@ def test_bad_arguments_print_the_usage(tmp_path: Path) -> None:
     script = copy_script(tmp_path)
     out = beside(script, "start", "step")
     assert out.returncode == 2 and "beside.sh start NAME COMMAND" in out.stderr
+
+
+def test_running_says_whether_the_step_still_runs(tmp_path: Path) -> None:
+    script = copy_script(tmp_path)
+    assert beside(script, "running", "step").returncode == 1, "a step never started is not running"
+    assert beside(script, "start", "step", "bash", "-c", "sleep 3").returncode == 0
+    assert beside(script, "running", "step").returncode == 0
+    assert beside(script, "wait", "step").returncode == 0
+    assert beside(script, "running", "step").returncode == 1, "an ended step is not running"
