@@ -107,6 +107,12 @@ def test_one_watchdog_per_owner_ends_what_it_registered_when_the_owner_is_killed
         first, again, server, group = (int(word) for word in owner.stdout.readline().split())
         pids = [server, group, first]
         assert first == again, "a second registration started a second watchdog"
+        # Popen returns once the watchdog's exec has begun; until the kernel has set up its new
+        # command line, /proc/PID/cmdline reads empty (seen under the unit tier's load: state R,
+        # parent the owner, cmdline b''), so wait for it to read as the watchdog's.
+        deadline = time.monotonic() + 10
+        while watchdogs_of(owner.pid) != [first] and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert watchdogs_of(owner.pid) == [first]
         time.sleep(1.0)
         assert processes_of_run(run_id) and group_alive(group), "the owner lives: nothing is ended"
