@@ -168,19 +168,23 @@ class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         self._scope_steps: dict[str, str] = {}
         self._steps_ended: set[str] = set()
 
-    def _group(self, nodeid: str) -> tuple[str, float]:
+    def _load(self) -> dict[str, tuple[str, float]]:
+        """The workers' groups file, read once: each test's group and weight, each group's step."""
         if self._groups is None:
             data = json.loads(self.groups_file.read_text()) if self.groups_file.is_file() else {}
-            groups = data.get("groups", {})
-            self._groups = {key: (value[0], float(value[1])) for key, value in groups.items()}
+            self._groups = {key: (value[0], float(value[1])) for key, value in data.get("groups", {}).items()}
             self._scope_steps = {self._groups[key][0]: step for key, step in data.get("waits", {}).items()
                                  if key in self._groups}
-        return self._groups.get(nodeid, (nodeid.split("::")[0], 1))
+        return self._groups
+
+    def _group(self, nodeid: str) -> tuple[str, float]:
+        return self._load().get(nodeid, (nodeid.split("::")[0], 1))
 
     def _split_scope(self, nodeid: str) -> str:
         return self._group(nodeid)[0]
 
     def _waits(self, scope: str) -> bool:
+        self._load()
         step = self._scope_steps.get(scope)
         if step is None or step in self._steps_ended:
             return False
