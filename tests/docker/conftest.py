@@ -8,17 +8,31 @@ engine), so it is decided when the first of them starts, not at collection."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from docker_harness import ROOT, image_reference, unavailable_reason
 
 _REASON = pytest.StashKey[str | None]()
+SESSION_MODULE = "test_tiny_docker_session.py"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "needs_docker: starts real containers on a real Docker engine (skipped, with the reason, "
         "where none can run)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The container session's tests go first among the tests of this folder: the build only pushes the
+    image to the registry, so the session's pull (the image removed first, as it tests) is the one
+    pull, and the other docker tests start from the engine's copy instead of pulling it again."""
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if item.path.parent == here]
+    # a stable sort: each module's tests stay together, so the session's module fixture is set up once
+    ordered = sorted((items[i] for i in slots), key=lambda item: item.path.name != SESSION_MODULE)
+    for slot, item in zip(slots, ordered, strict=True):
+        items[slot] = item
 
 
 @pytest.fixture(scope="session")

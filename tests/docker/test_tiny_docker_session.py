@@ -117,9 +117,9 @@ def test_pull_shows_each_layer_and_start_names_container_and_log(docker_run: Doc
 
 
 def test_the_pulled_image_is_the_one_built_and_its_layers_were_pushed_uncompressed(docker_run: DockerRun) -> None:
-    """fixtures/docker/push_uncompressed.py pushed the layers as ``docker save`` wrote them: the
-    registry's manifest lists them with the uncompressed media type, and what the run pulled by
-    that digest has the image ID (the config's digest) the manifest names."""
+    """fixtures/docker/assemble_image.py pushed the layers as the tars it wrote: the registry's
+    manifest lists them with the uncompressed media type, and what the run pulled by that digest has
+    the image ID (the config's digest) the manifest names."""
     host, repo = REPOSITORY.replace("localhost", "127.0.0.1").split("/", 1)
     manifest = httpx.get(f"http://{host}/v2/{repo}/manifests/{DIGEST_FILE.read_text().strip()}",
                          headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"}).json()
