@@ -201,13 +201,17 @@ class BusyClientServer(WordServer):
 
 def test_a_miss_while_the_load_generator_fell_behind_is_not_measured(tiny: Recipe, tmp_path: Path) -> None:
     """Each request's TTFT (~200 ms) misses a 100 ms SLO, but the client's own reader could not run for ~200 ms
-    at a time: the miss may be the client's, so the level is neither met nor missed."""
+    at a time: the miss may be the client's, so the level is neither met nor missed. The minimum goodput is 50%,
+    not 99%: with the lag taken off, the rest of a request must stay under 100 ms for the level to be not
+    measured rather than missed, and on a machine busy with two real servers one request in 32 did not (at 99%,
+    one such request made the level missed)."""
     rec, lines = recorder_in(tmp_path), []
-    verdict = load_gate(client_of(BusyClientServer(0.2)), with_load(tiny, levels=[1], e2e_s=None, ttft_ms=100), rec,
+    verdict = load_gate(client_of(BusyClientServer(0.2)),
+                        with_load(tiny, levels=[1], e2e_s=None, ttft_ms=100, min_goodput_pct=50), rec,
                         progress=lines.append)
     assert verdict.failure is None, verdict.failure
     assert verdict.skip_reason is not None and "the load generator fell behind" in verdict.skip_reason
     row = rec.record.measurements["load_levels"][0]
-    assert row["slo_judgement"] == "not measured" and row["goodput_pct"] < 99.0
+    assert row["slo_judgement"] == "not measured" and row["goodput_pct"] < 50.0
     assert row["client_fell_behind"] is True and row["not_measured_because"].startswith(
         "the load generator fell behind: its stream reader's 10 ms timer fired ")
