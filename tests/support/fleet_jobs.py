@@ -70,6 +70,10 @@ def machine_addresses() -> set[str]:
 
 
 def cluster_env(tmp_path: Path) -> dict[str, str]:
-    """What every node's workers see: this checkout first on sys.path, a work folder of the test's own."""
+    """What every node's workers see: this checkout first on sys.path, a work folder of the test's own,
+    and this user's vLLM cache. A cluster's HOME is a folder of its own (tests/support/local_cluster.py),
+    where vLLM's default cache would be empty: every cluster's first servers would then inspect the
+    model's class again, in a subprocess that imports vLLM (about 14 CPU-s each, twice per fleet run)."""
+    cache = os.environ.get("VLLM_CACHE_ROOT") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm")
     return {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "VLLMQUAL_FLEET_WORKDIR": str(tmp_path / "node-work")}
+            "VLLMQUAL_FLEET_WORKDIR": str(tmp_path / "node-work"), "VLLM_CACHE_ROOT": cache}
