@@ -117,10 +117,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     parts = report.nodeid.split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
     worker = getattr(getattr(report, "node", None), "gateway", None)
-    # scripts/run_tests.sh runs the quick tiers in a session of their own beside the first round's workers
-    worker_name = os.environ.get("VLLMQUAL_TIMES_SESSION", "") + getattr(worker, "id", "main")
     line = json.dumps({"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
-                       "tier": tier, "outcome": report.outcome, "worker": worker_name,
+                       "tier": tier, "outcome": report.outcome, "worker": getattr(worker, "id", "main"),
                        "stop": round(report.stop, 1)})
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "tests.jsonl"), "a", encoding="utf-8") as out:
