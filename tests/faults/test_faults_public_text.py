@@ -77,9 +77,12 @@ def test_planted_identifiers_leave_no_trace_after_a_failed_start(kv_starved_sess
 
 @pytest.mark.real_vllm
 def test_planted_identifiers_leave_no_trace_when_gates_fail(tmp_path: Path) -> None:
-    """Owns its server: it plants identifiers in its environment and SIGKILLs it."""
+    """Owns its server: it plants identifiers in its environment and SIGKILLs it. Served at TP=1, one
+    rank on both cores: what leaks is the same at any TP (the rank's own log lines, its message-queue
+    segments), and a TP=1 start spawns one worker fewer."""
     recipe = derive_recipe(tmp_path, "tiny-cpu-canary-gates", {
-        "launcher": {"env": ENV},
+        "launcher": {"env": {**ENV, "VLLM_CPU_OMP_THREADS_BIND": "0-1"}},
+        "serve": {"tensor_parallel_size": 1},
         "gates": {"engine": {"min_kv_tokens": 1_000_000_000},
                   "smoke": {"expect_substring": "zebra-never-said"}},
     }, real_model=True)
