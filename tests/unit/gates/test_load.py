@@ -203,8 +203,8 @@ def test_a_miss_while_the_load_generator_fell_behind_is_not_measured(tiny: Recip
     """Each request's TTFT (~200 ms) misses a 100 ms SLO, but the client's own reader could not run for ~200 ms
     at a time: the miss may be the client's, so the level is neither met nor missed. The minimum goodput is 50%,
     not 99%: with the lag taken off, the rest of a request must stay under 100 ms for the level to be not
-    measured rather than missed, and on a machine busy with two real servers one request in 32 did not (at 99%,
-    one such request made the level missed)."""
+    measured rather than missed, and at 99% a single request whose rest took longer made it missed (once in
+    CI, on a machine busy with two real servers, the level came out missed at goodput 0.0%)."""
     rec, lines = recorder_in(tmp_path), []
     verdict = load_gate(client_of(BusyClientServer(0.2)),
                         with_load(tiny, levels=[1], e2e_s=None, ttft_ms=100, min_goodput_pct=50), rec,
