@@ -61,13 +61,20 @@ def shipped_campaigns_dir() -> Path:
     return fixtures_dir() / "campaigns"
 
 
+def user_cache_root(env: dict[str, str] | None = None) -> Path:
+    """``$XDG_CACHE_HOME``, else ``~/.cache``: where this user's tools keep their caches (ours in
+    ``vllmqual/``, vLLM's in ``vllm/``)."""
+    env = dict(os.environ) if env is None else env
+    xdg = env.get("XDG_CACHE_HOME")
+    return Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+
+
 def cache_dir(env: dict[str, str] | None = None) -> Path:
     """``$VLLMQUAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllmqual``, else ``~/.cache/vllmqual``."""
     env = dict(os.environ) if env is None else env
     if env.get(CACHE_ENV):
         return Path(env[CACHE_ENV]).expanduser()
-    xdg = env.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "vllmqual"
+    return user_cache_root(env) / "vllmqual"
 
 
 def fixture_model_build_dir(env: dict[str, str] | None = None) -> Path:
@@ -166,4 +173,4 @@ def raise_if_invalid(instance: Any, name: str, *, error: type[VllmQualError], wh
     from pytest_vllmqual.schema_errors import raise_if_invalid as raise_first
     raise_first(instance, name, error=error, where=where, what=what)
 
-__all__ = ["CACHE_ENV", "COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "TOP_LEVEL", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir", "fixtures_dir", "is_shipped_suite", "key_path", "load_schema", "names_shipped_gates", "raise_if_invalid", "resolve_project_path", "schema_errors", "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir"]
+__all__ = ["CACHE_ENV", "COMPARISON_SCHEMA", "RECIPE_SCHEMA", "REPORT_SCHEMA", "TOP_LEVEL", "checkout_root", "data_root", "expand_placeholders", "fixture_model_build_dir", "fixtures_dir", "is_shipped_suite", "key_path", "load_schema", "names_shipped_gates", "raise_if_invalid", "resolve_project_path", "schema_errors", "shipped_campaigns_dir", "shipped_recipes_dir", "suites_dir", "user_cache_root"]

@@ -39,8 +39,9 @@ def work_root() -> Path:
     configured = os.environ.get(WORKDIR_ENV)
     if configured:
         return Path(configured)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "vllmqual" / "fleet"
+    from pytest_vllmqual.layout import user_cache_root
+
+    return user_cache_root() / "vllmqual" / "fleet"
 
 
 def assigned_gpu_override(gpus: int, cuda_visible_devices: str | None) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pytest_vllmqual.layout import user_cache_root
 from support import ROOT, TESTS
 
 __all__ = ["DATA", "FAKE_JOB", "REPORT_SAMPLE", "ROOT", "cluster_env", "fake_argv", "machine_addresses",
@@ -74,6 +75,6 @@ def cluster_env(tmp_path: Path) -> dict[str, str]:
     and this user's vLLM cache. A cluster's HOME is a folder of its own (tests/support/local_cluster.py),
     where vLLM's default cache would be empty: every cluster's first servers would then inspect the
     model's class again, in a subprocess that imports vLLM (about 14 CPU-s each, twice per fleet run)."""
-    cache = os.environ.get("VLLM_CACHE_ROOT") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm")
+    cache = os.environ.get("VLLM_CACHE_ROOT") or str(user_cache_root() / "vllm")
     return {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
             "VLLMQUAL_FLEET_WORKDIR": str(tmp_path / "node-work"), "VLLM_CACHE_ROOT": cache}
