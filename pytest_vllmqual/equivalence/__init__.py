@@ -16,7 +16,7 @@ from .items.runner import run_bank
 from .layers import PromotionSettings, layer_cases, layers_lines, promotion_section
 from .load_floor import BLOCK_KEY as LOAD_FLOOR_KEY
 from .load_floor import FloorSettings, floor_levels
-from .load_floor_runner import FloorQuestions, run_floor
+from .load_floor_runner import FloorQuestions, RecordedAnswers, run_floor
 from .memory import ProbeMemory, model_vocab, server_memory, size_probe
 from .outcomes import ItemOutcome
 from .probe import OPEN_PROMPTS, ProbeSettings
@@ -31,7 +31,7 @@ from .verdict import FIGURES, FigureSpec, Thresholds, fmt_interval
 
 __all__ = ["BANK_VERSION", "BLOCKS_DIR", "FIGURES", "LOAD_FLOOR_KEY", "OPEN_PROMPTS", "PRIVATE_NAME", "TOOL_REPLAY_FAMILY",
            "TOOL_REPLAY_KEY", "BankSettings", "DepthSettings", "FigureSpec", "FloorQuestions", "FloorSettings", "Item", "ItemOutcome", "NumberAnswer",
-           "ProbeMemory", "ProbeSettings", "PromotionSettings", "TaskSettings", "Thresholds", "build_bank",
+           "ProbeMemory", "ProbeSettings", "PromotionSettings", "RecordedAnswers", "TaskSettings", "Thresholds", "build_bank",
            "depth_lines", "floor_levels", "fmt_interval", "has_answers", "judge_final_number", "layer_cases", "layers_lines",
            "load_sidecar", "model_vocab", "promotion_section", "publish", "run_bank", "run_floor", "run_probe", "server_memory",
            "size_probe", "tasks_line", "tool_replay_range", "write_block"]

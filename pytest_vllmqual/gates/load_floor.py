@@ -7,11 +7,15 @@ when every pass was answered, fails on an HTTP error of a measured request, and 
 that dies under it with the request in flight. It asks the first ``items_per_family`` items of
 each family of the recipe's own bank (the very questions the item bank asks; the needle family
 only when named) and the probe's chunks and greedy prompts, and runs after the probe, before the
-ladder, with the server to itself but for its own load.
+ladder, with the server to itself but for its own load. The answers alone are the ones the probe
+and the item bank recorded earlier in the run when they asked exactly the same questions (the
+probe's chunk tokens, ``top_k`` and greedy prompts; the bank's items and answer length), else
+this gate asks them again first.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +25,13 @@ from pytest_vllmqual.client.results import StreamResult
 from pytest_vllmqual.equivalence import (
     BANK_VERSION,
     BLOCKS_DIR,
+    PRIVATE_NAME,
     BankSettings,
     FloorQuestions,
     FloorSettings,
     Item,
     ProbeSettings,
+    RecordedAnswers,
     build_bank,
     floor_levels,
     run_floor,
@@ -40,12 +46,13 @@ from pytest_vllmqual.records import FailureKind
 from pytest_vllmqual.words import ItemFamily
 
 from .equivalence import probe_prompts
+from .items import SIDECAR_KEY as ITEMS_KEY
 from .load import LevelRunner
 from .recorder import GateRecorder
 from .tool_fixtures import ToolCase
 from .verdict import GateVerdict
 
-__all__ = ["GATE_NAME", "floor_items", "level_row", "level_summary", "load_floor_gate"]
+__all__ = ["GATE_NAME", "floor_items", "level_row", "level_summary", "load_floor_gate", "recorded_answers"]
 
 GATE_NAME = "load_floor"
 
@@ -87,6 +94,20 @@ def level_summary(level: dict[str, Any]) -> str:
             f"(b {items['b']}, c {items['c']})")
 
 
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def recorded_answers(private_dir: Path, bank_settings: BankSettings) -> RecordedAnswers:
+    """What the probe and the item bank of this run left in its private folder (None where absent)."""
+    return RecordedAnswers(_read_json(private_dir / PRIVATE_NAME), _read_json(private_dir / BLOCKS_DIR / f"{ITEMS_KEY}.json"),
+                           build_bank(bank_settings).items_sha256())
+
+
 def _load_runner(client: QualClient, recipe: Recipe, settings: FloorSettings, progress: ProgressFn) -> LevelRunner:
     load = load_settings(recipe.gates) or LoadSettings(levels=settings.levels, prompt_tokens=settings.prompt_tokens,
                                                        output_tokens=settings.output_tokens)
@@ -116,7 +137,8 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
         block = run_floor(client, settings, questions,
                           lambda level, i: runner.send(pool[i % len(pool)], f"floor-load-{level}-{i}"),
                           load_ok=lambda r: isinstance(r, StreamResult) and r.ok, progress=progress,
-                          on_pass=lambda partial: write_block(Path(gate.private_dir), BLOCK_KEY, partial))
+                          on_pass=lambda partial: write_block(Path(gate.private_dir), BLOCK_KEY, partial),
+                          recorded=recorded_answers(Path(gate.private_dir), bank_settings))
     except ServerGoneError:
         gate.server_gone(client.last_attempt, "died_under_load_floor")
         raise
@@ -126,7 +148,10 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
     block["load_prompts_distinct"] = len(pool)
     write_block(Path(gate.private_dir), BLOCK_KEY, block)
     levels = floor_levels(block)
-    gate.measure(levels=[level_row(lv) for lv in levels], passes_seconds=[p["seconds"] for p in block["passes"]],
+    alone = block["passes"][0]
+    gate.measure(alone_answers="recorded by the probe and the item bank of this run" if alone.get("recorded_by")
+                 else "asked by this gate",
+                 levels=[level_row(lv) for lv in levels], passes_seconds=[p["seconds"] for p in block["passes"]],
                  sidecar=f"{BLOCKS_DIR}/{BLOCK_KEY}.json",
                  answers_identical_at_every_level=all(lv["answers_identical"] for lv in levels))
     gate.summary("; ".join(level_summary(lv) for lv in levels))

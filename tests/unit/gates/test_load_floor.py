@@ -118,3 +118,39 @@ def test_a_recipe_without_load_levels_is_not_applicable(tiny: Recipe, tmp_path: 
     recipe = dataclasses.replace(tiny, gates={k: v for k, v in tiny.gates.items() if k not in ("load", "load_floor")})
     verdict = load_floor_gate(client_of(BatchedServer(1)), recipe, recorder_in(tmp_path), [], progress=lambda _l: None)
     assert verdict.skip_reason is not None and "sets no gates.load levels" in verdict.skip_reason
+
+
+def items_recorder_in(tmp_path: Path) -> GateRecorder:
+    return GateRecorder(GateRecord(nodeid="t::items", gate="items", title="Item bank"), tmp_path)
+
+
+def test_answers_the_item_bank_recorded_alone_are_the_alone_pass(tiny: Recipe, tmp_path: Path) -> None:
+    """The bank asked these items alone earlier in the run: the gate takes those answers as its alone
+    pass instead of asking them again, says so, and still counts the flips at each level."""
+    from pytest_vllmqual.gates.items import items_gate
+
+    server, recipe = BatchedServer(moves_at=1), with_floor(tiny)
+    assert items_gate(client_of(server), recipe, items_recorder_in(tmp_path)).passed
+    asked_by_bank = len(server.items_seen_with)
+    gate = recorder_in(tmp_path)
+    assert load_floor_gate(client_of(server), recipe, gate, [], progress=lambda _line: None).passed
+    assert len(server.items_seen_with) - asked_by_bank == 2 * 4, "four items at each of the two levels, none alone"
+    block = json.loads((tmp_path / sidecar.BLOCKS_DIR / "load_floor.json").read_text())
+    alone = block["passes"][0]
+    assert alone["recorded_by"] == ["equivalence", "items"] and alone["answers"][0]["text"] == "4"
+    assert [a["item_id"] for a in alone["answers"]] == block["items"]["item_ids"]
+    assert all(level["items"]["b"] > 0 for level in floor_levels(block))
+    assert gate.record.measurements["alone_answers"] == "recorded by the probe and the item bank of this run"
+
+
+def test_a_bank_of_other_items_is_asked_again_alone(tiny: Recipe, tmp_path: Path) -> None:
+    from pytest_vllmqual.gates.items import items_gate
+
+    server = BatchedServer(moves_at=1)
+    other = dataclasses.replace(tiny, gates={**with_floor(tiny).gates, "items": {"families": ["arithmetic"], "count": 5}})
+    assert items_gate(client_of(server), other, items_recorder_in(tmp_path)).passed
+    asked_by_bank = len(server.items_seen_with)
+    gate = recorder_in(tmp_path)
+    assert load_floor_gate(client_of(server), with_floor(tiny), gate, [], progress=lambda _line: None).passed
+    assert len(server.items_seen_with) - asked_by_bank == 3 * 4, "alone again, then at each level"
+    assert gate.record.measurements["alone_answers"] == "asked by this gate"

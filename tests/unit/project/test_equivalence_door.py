@@ -24,7 +24,8 @@ CURATED = {
     "the sidecar": ("BLOCKS_DIR", "has_answers", "load_sidecar", "publish", "write_block"),
     "the figures, the task layer and their words": ("FIGURES", "FigureSpec", "TaskSettings", "Thresholds",
                                                     "depth_lines", "fmt_interval", "tasks_line"),
-    "the floor under load": ("LOAD_FLOOR_KEY", "FloorQuestions", "FloorSettings", "floor_levels", "run_floor"),
+    "the floor under load": ("LOAD_FLOOR_KEY", "FloorQuestions", "FloorSettings", "RecordedAnswers", "floor_levels",
+                             "run_floor"),
     "the promotion rule and the layers": ("PromotionSettings", "layer_cases", "layers_lines", "promotion_section"),
 }
 
