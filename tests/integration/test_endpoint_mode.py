@@ -42,7 +42,7 @@ def test_endpoint_with_recipe_takes_the_kv_pool_from_metrics(shared_tiny_server:
     assert result.returncode == 0, result.stdout[-4000:]
     assert report["run"]["mode"] == "direct-only" and report["recipe"]["origin"] == "file"
     engine = report["engine"]
-    assert engine["kv_cache_tokens"] == 2_097_152  # VLLM_CPU_KVCACHE_SPACE=1 GiB per rank, default CPU setting
+    assert engine["kv_cache_tokens"] == 1_048_576  # VLLM_CPU_KVCACHE_SPACE=1 GiB per rank, the recipe's float32
     assert engine["sources"]["kv_cache_tokens"] == "metrics"
     assert engine["sources"]["ranks"] == "not observable from the endpoint"
     gates = {g["gate"]: g for g in report["gates"]}
