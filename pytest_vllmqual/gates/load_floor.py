@@ -57,14 +57,20 @@ __all__ = ["GATE_NAME", "floor_items", "level_row", "level_summary", "load_floor
 GATE_NAME = "load_floor"
 
 
-def floor_items(recipe: Recipe, settings: FloorSettings) -> tuple[list[Item], BankSettings]:
-    """The first ``items_per_family`` items of each chosen family of the recipe's bank."""
+def _floor_bank(recipe: Recipe, settings: FloorSettings) -> tuple[list[Item], BankSettings, str]:
+    """The floor's items, the bank's settings and the bank's items hash (to match the bank's recorded block)."""
     bank_settings = BankSettings.from_recipe(recipe.gate("items"), recipe.serve.max_model_len, recipe.project_root)
     bank = build_bank(bank_settings)
     families = settings.families or tuple(str(f) for f in bank_settings.families if f is not ItemFamily.NEEDLE)
     items: list[Item] = []
     for family in families:
         items += [item for item in bank.items if item.family == family][:settings.items_per_family]
+    return items, bank_settings, bank.items_sha256()
+
+
+def floor_items(recipe: Recipe, settings: FloorSettings) -> tuple[list[Item], BankSettings]:
+    """The first ``items_per_family`` items of each chosen family of the recipe's bank."""
+    items, bank_settings, _hash = _floor_bank(recipe, settings)
     return items, bank_settings
 
 
@@ -102,10 +108,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def recorded_answers(private_dir: Path, bank_settings: BankSettings) -> RecordedAnswers:
-    """What the probe and the item bank of this run left in its private folder (None where absent)."""
+def recorded_answers(private_dir: Path, items_sha256: str) -> RecordedAnswers:
+    """What the probe and the item bank of this run left in its private folder (None where absent);
+    ``items_sha256`` is the hash of the bank the floor's items come from."""
     return RecordedAnswers(_read_json(private_dir / PRIVATE_NAME), _read_json(private_dir / BLOCKS_DIR / f"{ITEMS_KEY}.json"),
-                           build_bank(bank_settings).items_sha256())
+                           items_sha256)
 
 
 def _load_runner(client: QualClient, recipe: Recipe, settings: FloorSettings, progress: ProgressFn) -> LevelRunner:
@@ -121,7 +128,7 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
     if settings.off is not None:
         return GateVerdict(skip_reason=f"not applicable to recipe {recipe.name}: {settings.off}")
     try:
-        items, bank_settings = floor_items(recipe, settings)
+        items, bank_settings, items_sha256 = _floor_bank(recipe, settings)
     except (ValueError, OSError) as exc:
         return GateVerdict(failure=f"gates.items: {exc}", kind=FailureKind.CONFIG)
     probe_section = {**recipe.gate("equivalence"), **({"context_lengths": list(settings.context_lengths)}
@@ -138,7 +145,7 @@ def load_floor_gate(client: QualClient, recipe: Recipe, gate: GateRecorder, tool
                           lambda level, i: runner.send(pool[i % len(pool)], f"floor-load-{level}-{i}"),
                           load_ok=lambda r: isinstance(r, StreamResult) and r.ok, progress=progress,
                           on_pass=lambda partial: write_block(Path(gate.private_dir), BLOCK_KEY, partial),
-                          recorded=recorded_answers(Path(gate.private_dir), bank_settings))
+                          recorded=recorded_answers(Path(gate.private_dir), items_sha256))
     except ServerGoneError:
         gate.server_gone(client.last_attempt, "died_under_load_floor")
         raise
