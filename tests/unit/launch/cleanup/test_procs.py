@@ -13,7 +13,13 @@ import uuid
 import psutil
 
 from pytest_vllmqual.launch.cleanup.owner import boot_id, owner_alive, process_start
-from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, processes_of_run, read_proc, terminate_then_kill
+from pytest_vllmqual.launch.cleanup.procs import (
+    RUN_ENV,
+    environment_at_start,
+    processes_of_run,
+    read_proc,
+    terminate_then_kill,
+)
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -92,3 +98,16 @@ def test_a_process_that_outlives_the_kill_wait_is_reported() -> None:
     assert not terminate_then_kill(sent.append, lambda: True, grace_s=0.05, poll_s=0.01, kill_wait_s=0.2)
     assert time.monotonic() - started < 2
     assert sent.count(signal.SIGKILL) >= 2
+
+
+def test_the_environment_at_start_is_what_exec_gave_not_what_was_set_since() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import os, time; os.environ['SET_LATER'] = '1'; time.sleep(30)"],
+                             env={**os.environ, "GIVEN_AT_START": "yes"})
+    try:
+        time.sleep(0.5)
+        started = environment_at_start(child.pid)
+        assert started is not None and started["GIVEN_AT_START"] == "yes" and "SET_LATER" not in started
+    finally:
+        child.kill()
+        child.wait()
+    assert environment_at_start(child.pid) is None, "a process that is gone has no environment to read"
