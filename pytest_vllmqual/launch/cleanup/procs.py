@@ -97,7 +97,7 @@ def environment_at_start(pid: int | None = None, proc: Path = PROC) -> dict[str,
         raw = (proc / (str(pid) if pid is not None else "self") / "environ").read_bytes()
     except OSError:
         return None
-    pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0") if entry)
+    pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0") if b"=" in entry)
     return {name: value for name, _sep, value in pairs}
 
 
