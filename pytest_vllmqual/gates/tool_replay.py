@@ -1,4 +1,5 @@
-"""The tool-call replay as a gate: each arm answers the same typed tool cases, one by one.
+"""The tool-call replay as a gate: each arm answers the same typed tool cases, one at a time unless
+the recipe sets ``in_flight`` (the record says which).
 
 Like the equivalence probe, the gate does not judge the arm: a comparison pairs two arms' answers
 case by case (agreement, flips both ways, McNemar, non-inferiority). The gate passes when every
@@ -22,8 +23,10 @@ typed tools gate already checks), and a comparison of such an arm has no replay 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +46,7 @@ from .tool_fixtures import ToolCase
 from .tool_replay_bank import DEFAULT_COUNT, DEFAULT_SEED, ReplayBank, ReplayCase, build_bank
 from .verdict import GateVerdict, failed_request
 
-__all__ = ["GATE_NAME", "JudgedCall", "judge_call", "replay_bank", "tool_replay_gate"]
+__all__ = ["GATE_NAME", "JudgedCall", "judge_call", "replay_bank", "replay_in_flight", "tool_replay_gate"]
 
 GATE_NAME = "tool_replay"
 
@@ -97,6 +100,13 @@ def replay_bank(recipe: Recipe, fixtures: Sequence[ToolCase]) -> ReplayBank:
                       max_tokens=int(settings.get("max_tokens", tools.get("max_tokens", 256))))
 
 
+def replay_in_flight(recipe: Recipe) -> int:
+    """How many cases the replay keeps in flight (``gates.tool_replay.in_flight``, default 1: each case
+    alone). Both arms of a comparison send the same way; more than one is for a server whose answers
+    do not depend on the batch they share (the floor under load gate measures that)."""
+    return max(1, int(recipe.gate(GATE_NAME).get("in_flight", 1)))
+
+
 def _template_sha256(client: QualClient, bank: ReplayBank) -> str | None:
     """The SHA-256 of every case's token IDs as this server's chat template renders them (tools,
     system, effort included): two arms were asked the same tokens only when it matches."""
@@ -122,6 +132,27 @@ def _ask(client: QualClient, recipe: Recipe, bank: ReplayBank, case: ReplayCase,
                       result.completion_tokens)
 
 
+def _ask_all(client: QualClient, recipe: Recipe, bank: ReplayBank,
+             in_flight: int) -> list[JudgedCall | GateVerdict | None]:
+    """Every case's answer in the bank's order, ``in_flight`` at a time. After a request the server did
+    not answer no new case is sent (as one at a time stops there); those cases come back as None."""
+    stop = threading.Event()
+
+    def ask(pair: tuple[ReplayCase, dict[str, Any]]) -> JudgedCall | GateVerdict | None:
+        if stop.is_set():
+            return None
+        answer = _ask(client, recipe, bank, *pair)
+        if isinstance(answer, GateVerdict):
+            stop.set()
+        return answer
+
+    pairs = list(zip(bank.cases, bank.requests(), strict=True))
+    if in_flight == 1:
+        return [ask(pair) for pair in pairs]
+    with ThreadPoolExecutor(in_flight, thread_name_prefix="vllmqual-replay") as pool:
+        return list(pool.map(ask, pairs))
+
+
 def _by_shape(bank: ReplayBank, judged: Sequence[JudgedCall]) -> dict[str, list[int]]:
     shapes: dict[str, list[int]] = {}
     for case, one in zip(bank.cases, judged, strict=True):
@@ -133,7 +164,8 @@ def _by_shape(bank: ReplayBank, judged: Sequence[JudgedCall]) -> dict[str, list[
 
 def tool_replay_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
                      tool_fixtures: Sequence[ToolCase]) -> GateVerdict:
-    """Ask every replay case once, in order, and keep the judged answers for the sidecar."""
+    """Ask every replay case once (``in_flight`` at a time) and keep the judged answers, in the bank's order,
+    for the sidecar."""
     reason = declaration(recipe, GATE_NAME)
     if reason is not None:
         return gate.ended(not_run(recipe, gate, reason, "the replay's requests would only repeat what the typed "
@@ -147,12 +179,12 @@ def tool_replay_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
     gate.threshold(count=len(bank.cases), useful_range=[0.2, 0.8])
     started = time.monotonic()
     described["chat_template_sha256"] = _template_sha256(client, bank)
+    described["in_flight"] = in_flight = replay_in_flight(recipe)
     judged: list[JudgedCall] = []
-    for case, body in zip(bank.cases, bank.requests(), strict=True):
-        answer = _ask(client, recipe, bank, case, body)
-        if isinstance(answer, GateVerdict):
+    for answer in _ask_all(client, recipe, bank, in_flight):
+        if not isinstance(answer, JudgedCall):
             gate.measure(bank_sha256=bank.sha256, answered=len(judged), count=len(bank.cases))
-            return gate.ended(answer)
+            return gate.ended(answer or GateVerdict(failure="tool-call replay: a case was not asked"))
         judged.append(answer)
     seconds = round(time.monotonic() - started, 3)
     return gate.ended(_recorded(gate, bank, described, judged, seconds))
@@ -173,7 +205,8 @@ def _recorded(gate: GateRecorder, bank: ReplayBank, described: dict[str, Any], j
                  chat_template_sha256=described["chat_template_sha256"], count=len(outcomes),
                  correct=span["correct"], accuracy=span["accuracy"], informative=span["informative"],
                  informative_reason=span["informative_reason"], not_parsed=unparsed, hit_max_tokens=at_limit,
-                 by_shape=shapes, replay_seconds=seconds, sidecar_block=SIDECAR_KEY)
+                 by_shape=shapes, replay_seconds=seconds, in_flight=described["in_flight"],
+                 sidecar_block=SIDECAR_KEY)
     said = "" if span["informative"] else "; outside the useful range 20-80%: a comparison cannot tell arms apart on it"
     gate.summary(f"{span['correct']}/{len(outcomes)} cases correct ({(span['accuracy'] or 0) * 100:.1f}%) in "
                  f"{seconds:.1f} s{said}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +168,50 @@ def test_a_recipe_that_declares_it_not_applicable_sends_nothing(tmp_path: Path) 
 def test_without_typed_tools_it_is_not_measured(tmp_path: Path) -> None:
     verdict = tool_replay_gate(client(small_lists_only, []), tiny(), recorder(tmp_path), [])
     assert verdict.skip_reason is not None and verdict.skip_reason.startswith("not measured:")
+
+
+def test_cases_sent_four_at_a_time_come_back_in_the_bank_s_order(tmp_path: Path) -> None:
+    """``in_flight: 4``: never more than four chats at once, and the outcomes in the bank's order
+    whatever order the answers came back in (later cases answer sooner here)."""
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def slow_then_fast(body: dict[str, Any]) -> httpx.Response:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.05 if len(body["tools"]) > 2 else 0.01)
+        with lock:
+            now[0] -= 1
+        return small_lists_only(body)
+
+    recipe = with_replay({"count": 20, "in_flight": 4})
+    gate = recorder(tmp_path)
+    verdict = tool_replay_gate(client(slow_then_fast, []), recipe, gate, FIXTURES)
+    assert verdict.passed, verdict.failure
+    bank = replay_bank(recipe, FIXTURES)
+    block = json.loads((tmp_path / BLOCKS_DIR / "tool_replay.json").read_text())
+    assert [o["item_id"] for o in block["outcomes"]] == [case.case_id for case in bank.cases]
+    assert [o["correct"] for o in block["outcomes"]] == [len(case.tools) <= 2 for case in bank.cases]
+    assert 1 < most[0] <= 4
+    assert block["bank"]["in_flight"] == 4 and gate.record.measurements["in_flight"] == 4
+
+
+def test_after_a_request_the_server_did_not_answer_no_new_case_is_sent(tmp_path: Path) -> None:
+    chats: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def third_fails(body: dict[str, Any]) -> httpx.Response:
+        with lock:
+            chats.append(body)
+            arrived = len(chats)
+        if arrived == 3:
+            return httpx.Response(500, json={"error": {"message": "boom"}})
+        time.sleep(0.02)
+        return small_lists_only(body)
+
+    gate = recorder(tmp_path)
+    verdict = tool_replay_gate(client(third_fails, []), with_replay({"count": 40, "in_flight": 2}), gate, FIXTURES)
+    assert verdict.failure is not None and "tool-call replay case" in verdict.failure
+    assert len(chats) <= 5  # the failed one, the one beside it, and at most one each worker had taken
+    assert gate.record.measurements["answered"] <= 3  # cases before the failed one in the bank's order
+    assert not (tmp_path / BLOCKS_DIR / "tool_replay.json").exists()
