@@ -133,9 +133,9 @@ def _ask(client: QualClient, recipe: Recipe, bank: ReplayBank, case: ReplayCase,
 
 
 def _ask_all(client: QualClient, recipe: Recipe, bank: ReplayBank,
-             in_flight: int) -> list[JudgedCall | GateVerdict | None]:
-    """Every case's answer in the bank's order, ``in_flight`` at a time. After a request the server did
-    not answer no new case is sent (as one at a time stops there); those cases come back as None."""
+             in_flight: int) -> tuple[list[JudgedCall], GateVerdict | None]:
+    """The cases' answers in the bank's order, ``in_flight`` at a time, up to the first request the
+    server did not answer, and that failure. After it no new case is sent (as one at a time stops there)."""
     stop = threading.Event()
 
     def ask(pair: tuple[ReplayCase, dict[str, Any]]) -> JudgedCall | GateVerdict | None:
@@ -148,9 +148,16 @@ def _ask_all(client: QualClient, recipe: Recipe, bank: ReplayBank,
 
     pairs = list(zip(bank.cases, bank.requests(), strict=True))
     if in_flight == 1:
-        return [ask(pair) for pair in pairs]
-    with ThreadPoolExecutor(in_flight, thread_name_prefix="vllmqual-replay") as pool:
-        return list(pool.map(ask, pairs))
+        answers = [ask(pair) for pair in pairs]
+    else:
+        with ThreadPoolExecutor(in_flight, thread_name_prefix="vllmqual-replay") as pool:
+            answers = list(pool.map(ask, pairs))
+    judged: list[JudgedCall] = []
+    for answer in answers:
+        if not isinstance(answer, JudgedCall):
+            break
+        judged.append(answer)
+    return judged, next((a for a in answers if isinstance(a, GateVerdict)), None)
 
 
 def _by_shape(bank: ReplayBank, judged: Sequence[JudgedCall]) -> dict[str, list[int]]:
@@ -180,12 +187,10 @@ def tool_replay_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
     started = time.monotonic()
     described["chat_template_sha256"] = _template_sha256(client, bank)
     described["in_flight"] = in_flight = replay_in_flight(recipe)
-    judged: list[JudgedCall] = []
-    for answer in _ask_all(client, recipe, bank, in_flight):
-        if not isinstance(answer, JudgedCall):
-            gate.measure(bank_sha256=bank.sha256, answered=len(judged), count=len(bank.cases))
-            return gate.ended(answer or GateVerdict(failure="tool-call replay: a case was not asked"))
-        judged.append(answer)
+    judged, failure = _ask_all(client, recipe, bank, in_flight)
+    if failure is not None:
+        gate.measure(bank_sha256=bank.sha256, answered=len(judged), count=len(bank.cases))
+        return gate.ended(failure)
     seconds = round(time.monotonic() - started, 3)
     return gate.ended(_recorded(gate, bank, described, judged, seconds))
 
