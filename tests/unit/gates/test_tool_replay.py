@@ -172,7 +172,7 @@ def test_without_typed_tools_it_is_not_measured(tmp_path: Path) -> None:
 
 def test_cases_sent_four_at_a_time_come_back_in_the_bank_s_order(tmp_path: Path) -> None:
     """``in_flight: 4``: never more than four chats at once, and the outcomes in the bank's order
-    whatever order the answers came back in (later cases answer sooner here)."""
+    whatever order the answers came back in (here a case offered more than two tools answers later)."""
     lock, now, most = threading.Lock(), [0], [0]
 
     def slow_then_fast(body: dict[str, Any]) -> httpx.Response:
