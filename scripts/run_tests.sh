@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The project's own tests as `make test` runs them: two at a time (pytest-xdist; tests that share
-# a server, a managed run or a Ray cluster stay in one worker, see tests/support/xdist_groups.py), in two
-# rounds. A real server's boot leaves one core idle for about half of it, which the second worker
-# fills. The Ray fleet tests run in the second round, beside the quick tiers only (unit, plugin,
-# benchmarks): beside a second real server, a local Ray cluster missed its start-up deadlines.
-# Both rounds run even when tests of the first fail; an interrupted first round (Ctrl-C, SIGTERM:
+# The project's own tests as `make test` runs them:
+#   round 1: the tests that boot real servers and containers, two at a time (pytest-xdist; tests that
+#     share a server, a managed run or a Ray cluster stay in one worker, see tests/support/xdist_groups.py).
+#     A real server's boot leaves one core idle for about half of it, which the second worker fills.
+#     Beside them, in a session of their own at a lower CPU priority (nice), the quick tiers (unit,
+#     plugin, benchmarks; no server of their own): they take the CPU the servers leave idle (their
+#     boots' imports, the tests that wait on a timeout) and yield it whenever a server's process
+#     wants it, so the servers' tests keep their pace. At the same priority, they slowed the first
+#     round by 140 s.
+#   round 2: the Ray fleet tests, alone: beside a second real server, a local Ray cluster missed its
+#     start-up deadlines. The quick tiers, if still running, go on beside it.
+# Every part runs even when tests of another fail; an interrupted first round (Ctrl-C, SIGTERM:
 # pytest's exit status 2) ends the run. The exit status is the first round's failure, else the
-# second's. The project's tests are not a qualification run: `-p no:vllmqual` keeps the plugin
-# inert in the outer pytest (pyproject.toml's vllmqual_recipe would otherwise make the xdist
-# controller boot a tiny-cpu server that no test uses); the sessions the tests start load it.
+# quick tiers', else the fleet round's. The project's tests are not a qualification run:
+# `-p no:vllmqual` keeps the plugin inert in the outer pytest (pyproject.toml's vllmqual_recipe
+# would otherwise make the xdist controller boot a tiny-cpu server that no test uses); the
+# sessions the tests start load it.
 #   scripts/run_tests.sh [PYTEST ARGS...]
+#   VLLMQUAL_QUICK_NICE (default 10): the quick tiers' niceness.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-trap 'exit 130' INT
-trap 'exit 143' TERM
 PYTEST=${PYTEST:-.venv/bin/pytest}
 
 # The kernel's autogroup scheduling puts each session in a group of its own, and every server runs
@@ -31,22 +37,43 @@ if [ -z "${VLLMQUAL_KEEP_AUTOGROUP:-}" ] && [ "$(cat "$AUTOGROUP" 2>/dev/null)" 
   restore_autogroup() { echo 1 > "$AUTOGROUP"; echo "[tests] kernel autogroup scheduling back on"; }
 fi
 trap restore_autogroup EXIT
-QUICK_AND_FLEET=(tests/fleet tests/unit tests/plugin tests/benchmarks)
+QUICK=(tests/unit tests/plugin tests/benchmarks)
+FLEET=(tests/fleet tests/benchmarks/test_bench_fleet_quick.py)
+# tests/support/xdist_groups.py FLEET_ELSEWHERE: a file outside tests/fleet that starts a Ray cluster.
 ignore=()
-for folder in "${QUICK_AND_FLEET[@]}"; do ignore+=("--ignore=$folder"); done
+for folder in "${QUICK[@]}" "${FLEET[@]}"; do ignore+=("--ignore=$folder"); done
+QUICK_PID=
+stop_quick() {  # on an interrupt: end the quick tiers and show what they printed so far
+  [ -z "$QUICK_PID" ] && return
+  kill -TERM "$QUICK_PID" 2>/dev/null; wait "$QUICK_PID" 2>/dev/null
+  cat "$QUICK_LOG" 2>/dev/null; rm -f "$QUICK_LOG"
+}
+trap 'stop_quick; exit 130' INT
+trap 'stop_quick; exit 143' TERM
 
-echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time"
+echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time; beside them, at a lower priority, the unit, plugin and benchmark tests"
+# The quick tiers' output is held back and printed when they end, so the two sessions do not interleave.
+QUICK_LOG=$(mktemp)
+VLLMQUAL_TIMES_SESSION=quick- nice -n "${VLLMQUAL_QUICK_NICE:-10}" "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup \
+  "${QUICK[@]}" --ignore="${FLEET[1]}" "$@" > "$QUICK_LOG" 2>&1 &
+QUICK_PID=$!
 "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup tests "${ignore[@]}" "$@"
 first=$?
-[ "$first" -eq 2 ] && { echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
+[ "$first" -eq 2 ] && { stop_quick; echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
 # The docker image `make test` builds beside round 1 (the docker tests waited for it; nothing to wait
 # for when they did, or when no build was started): ended before the fleet round, whose Ray boots it
 # slowed past their deadlines; a failed build fails the run.
 scripts/beside.sh wait docker-image
 image=$?
 [ "$first" -eq 0 ] && first=$image
-echo "[tests] round 2 of 2: the Ray fleet tests beside the unit, plugin and benchmark tests"
-"$PYTEST" -p no:vllmqual -n 2 --dist loadgroup "${QUICK_AND_FLEET[@]}" "$@"
+echo "[tests] round 2 of 2: the Ray fleet tests (the unit, plugin and benchmark tests go on beside them if not done)"
+"$PYTEST" -p no:vllmqual "${FLEET[@]}" "$@"
 second=$?
+wait "$QUICK_PID"
+quick=$?
+QUICK_PID=
+echo "[tests] the unit, plugin and benchmark tests (run beside both rounds):"
+cat "$QUICK_LOG"; rm -f "$QUICK_LOG"
 [ "$first" -ne 0 ] && exit "$first"
+[ "$quick" -ne 0 ] && exit "$quick"
 exit "$second"

@@ -131,8 +131,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     parts = report.nodeid.split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
     worker = getattr(getattr(report, "node", None), "gateway", None)
+    session = os.environ.get("VLLMQUAL_TIMES_SESSION", "")  # scripts/run_tests.sh names its quick session
     line = json.dumps({"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
-                       "tier": tier, "outcome": report.outcome, "worker": getattr(worker, "id", "main"),
+                       "tier": tier, "outcome": report.outcome, "worker": session + getattr(worker, "id", "main"),
                        "stop": round(report.stop, 1)})
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "tests.jsonl"), "a", encoding="utf-8") as out:

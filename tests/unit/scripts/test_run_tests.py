@@ -1,7 +1,9 @@
-"""scripts/run_tests.sh: the kernel's autogroup scheduling is off while the tests run and back on after.
+"""scripts/run_tests.sh: the kernel's autogroup scheduling is off while the tests run and back on after;
+the quick tiers run beside the first round at a lower priority, the fleet tests alone after it.
 
 A file stands in for /proc/sys/kernel/sched_autogroup_enabled (``VLLMQUAL_AUTOGROUP_FILE``), and a
-fake pytest records what it read there during each round."""
+fake pytest records what it read there during each session (three: the quick tiers, round 1, the
+fleet round)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ def run(tmp_path: Path, autogroup: str | None, exit_code: int = 0, **env: str) -
         setting.write_text(autogroup + "\n")
     seen = tmp_path / "seen"
     fake = tmp_path / "fake-pytest"
-    fake.write_text(f'#!/bin/sh\ncat "{setting}" >> "{seen}" 2>/dev/null || echo none >> "{seen}"\nexit {exit_code}\n')
+    fake.write_text(f'#!/bin/sh\ncat "{setting}" >> "{seen}" 2>/dev/null || echo none >> "{seen}"\n'
+                    f'echo "$(nice) $*" >> "{seen}.sessions"\nexit {exit_code}\n')
     fake.chmod(0o755)
     done = subprocess.run(["bash", str(tmp_path / "scripts" / "run_tests.sh")], capture_output=True, text=True,
                           timeout=60, check=False,
@@ -35,7 +38,7 @@ def run(tmp_path: Path, autogroup: str | None, exit_code: int = 0, **env: str) -
 def test_autogroup_is_off_during_both_rounds_and_back_on_after_even_when_they_fail(tmp_path: Path) -> None:
     done, seen = run(tmp_path, "1", exit_code=1)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert seen.read_text().split() == ["0", "0"], "each round ran with autogroup off"
+    assert seen.read_text().split() == ["0", "0", "0"], "each round ran with autogroup off"
     assert (tmp_path / "autogroup").read_text().strip() == "1"
     assert "autogroup scheduling off" in done.stdout and "back on" in done.stdout
 
@@ -49,15 +52,46 @@ def test_a_docker_image_build_that_failed_beside_the_first_round_fails_the_run(t
                     "echo built halfway; exit 4"], check=True, capture_output=True, timeout=30)
     done, seen = run(tmp_path, "0")
     assert done.returncode == 4, done.stdout + done.stderr
-    assert seen.read_text().split() == ["0", "0"] and "built halfway" in done.stdout
+    assert seen.read_text().split() == ["0", "0", "0"] and "built halfway" in done.stdout
 
 
 def test_a_setting_already_off_or_kept_is_left_alone(tmp_path: Path) -> None:
     done, seen = run(tmp_path, "0")
-    assert done.returncode == 0 and seen.read_text().split() == ["0", "0"]
+    assert done.returncode == 0 and seen.read_text().split() == ["0", "0", "0"]
     assert (tmp_path / "autogroup").read_text().strip() == "0" and "autogroup" not in done.stdout
     kept = tmp_path / "kept"
     kept.mkdir()
     done, seen = run(kept, "1", VLLMQUAL_KEEP_AUTOGROUP="1")
-    assert seen.read_text().split() == ["1", "1"] and (kept / "autogroup").read_text().strip() == "1"
+    assert seen.read_text().split() == ["1", "1", "1"] and (kept / "autogroup").read_text().strip() == "1"
     assert "autogroup" not in done.stdout
+
+
+def test_the_quick_tiers_run_niced_beside_round_1_and_the_fleet_alone_after(tmp_path: Path) -> None:
+    done, seen = run(tmp_path, "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    sessions = Path(f"{seen}.sessions").read_text().splitlines()
+    base = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
+    by_niceness = {int(line.split()[0]) - base: line for line in sessions}
+    quick = by_niceness[min(10, 19 - base)]
+    assert "tests/unit tests/plugin tests/benchmarks" in quick and "-n 2" in quick
+    at_base = [line for line in sessions if int(line.split()[0]) == base]
+    assert len(at_base) == 2, sessions
+    round_1 = next(line for line in at_base if "--ignore=tests/unit" in line)
+    fleet = next(line for line in at_base if line is not round_1)
+    assert "--ignore=tests/fleet" in round_1 and "-n 2" in round_1
+    assert fleet.split()[1:] == ["-p", "no:vllmqual", "tests/fleet", "tests/benchmarks/test_bench_fleet_quick.py"]
+    assert "run beside both rounds" in done.stdout
+
+
+def test_a_failure_of_the_quick_tiers_alone_fails_the_run(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    fake_dir = tmp_path / "bin"
+    fake_dir.mkdir()
+    fake = fake_dir / "pytest"
+    fake.write_text('#!/bin/sh\ncase "$*" in *"tests/unit tests/plugin"*) echo quick failed; exit 1;; esac\nexit 0\n')
+    fake.chmod(0o755)
+    shutil.copy(SCRIPT, tmp_path / "scripts" / "run_tests.sh")
+    shutil.copy(ROOT / "scripts" / "beside.sh", tmp_path / "scripts" / "beside.sh")
+    done = subprocess.run(["bash", str(tmp_path / "scripts" / "run_tests.sh")], capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, "PYTEST": str(fake), "VLLMQUAL_KEEP_AUTOGROUP": "1"})
+    assert done.returncode == 1 and "quick failed" in done.stdout, done.stdout + done.stderr
