@@ -11,6 +11,8 @@ with the first rule that broke, in the words the test fails with, and whose fail
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +181,22 @@ def _tool_case(client: QualClient, recipe: Recipe, fixture: ToolCase, all_tools:
     return case
 
 
+def tools_in_flight(recipe: Recipe) -> int:
+    """How many typed-tool cases are asked at once (``gates.tools.in_flight``, default 1: each case
+    alone, as an operator's preflight asks them). More only where the server's answers do not depend
+    on the batch they share, as the floor under load gate measures."""
+    return max(1, int(recipe.gate("tools").get("in_flight", 1)))
+
+
+def _each_case(ask: Callable[[ToolCase], _ToolCase], chosen: Sequence[ToolCase], in_flight: int) -> list[_ToolCase]:
+    """Every chosen case asked, ``in_flight`` at a time, its result in the fixtures' order. A request
+    the server did not answer fails its own case only, at any ``in_flight`` (as one at a time does)."""
+    if in_flight == 1:
+        return [ask(fixture) for fixture in chosen]
+    with ThreadPoolExecutor(in_flight, thread_name_prefix="vllmqual-tools") as pool:
+        return list(pool.map(ask, chosen))
+
+
 def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
                tool_fixtures: list[ToolCase]) -> GateVerdict:
     """Typed tools N/N: every tool called by name with schema-valid arguments.
@@ -200,14 +218,15 @@ def _typed_tools(client: QualClient, recipe: Recipe, gate: GateRecorder,
     runs = int(settings.get("repeat", 1))
     chosen = tool_fixtures[:settings.get("count", 20)]
     all_tools = [f.openai_tool() for f in tool_fixtures]
-    cases = [_tool_case(client, recipe, fixture, all_tools, runs) for fixture in chosen]
+    in_flight = tools_in_flight(recipe)
+    cases = _each_case(lambda fixture: _tool_case(client, recipe, fixture, all_tools, runs), chosen, in_flight)
     failed = [case for case in cases if case.passed < case.runs]
     passed = len(chosen) - len(failed)
     mode = settings.get("tool_choice", "auto")
     each = f", {runs} runs each" if runs > 1 else ""
     gate.summary(f"{passed}/{len(chosen)}" + (f" ({runs} runs each)" if runs > 1 else ""))
     gate.measure(passed=passed, total=len(chosen), tool_choice=mode,
-                 value_checks=bool(settings.get("value_checks", False)), repeat=runs,
+                 value_checks=bool(settings.get("value_checks", False)), repeat=runs, in_flight=in_flight,
                  passed_runs=sum(case.passed for case in cases), total_runs=len(chosen) * runs,
                  failed_cases=[case.record() for case in failed],
                  items={case.name: case.passed == case.runs for case in cases})  # per item, for flips

@@ -45,7 +45,7 @@ def test_functional_preflight_six_of_six_with_twenty_tools(tiny_run: SessionRun)
     assert tiny_run.report["preflight"]["summary"] == "6/6"
     tools = tiny_run.gate("tools")
     assert tools["outcome"] == "passed" and tools["summary"] == "20/20"
-    assert tools["measurements"]["tool_choice"] == "auto"
+    assert tools["measurements"]["tool_choice"] == "auto" and tools["measurements"]["in_flight"] == 4
     stream = tiny_run.gate("streaming_tool")
     assert stream["measurements"]["saw_done"] and stream["measurements"]["usage_chunk"]
 

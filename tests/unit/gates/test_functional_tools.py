@@ -1,5 +1,6 @@
 """The typed-tools gate: a failed case says the schema path and the kind of value, keeps its
-answer by SHA-256 in the private folder, and ``gates.tools.repeat`` asks each case N times.
+answer by SHA-256 in the private folder, ``gates.tools.repeat`` asks each case N times and
+``gates.tools.in_flight`` asks that many cases at once, their results in the fixtures' order.
 
 Answers are replayed through httpx.MockTransport (a real model cannot be made to break a
 schema on demand); the recorder writes the private artifacts as in a run."""
@@ -9,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,10 @@ def recorder(tmp_path: Path) -> GateRecorder:
 
 
 def with_tools(recipe: Recipe, **settings: Any) -> Recipe:
-    return dataclasses.replace(recipe, gates={**recipe.gates, "tools": {**recipe.gate("tools"), **settings}})
+    """The recipe's tools settings with these; one case at a time unless a test asks for more (the
+    scripted answers come in turn, and the attempts are then recorded in the cases' order)."""
+    return dataclasses.replace(recipe, gates={**recipe.gates, "tools": {**recipe.gate("tools"), "in_flight": 1,
+                                                                          **settings}})
 
 
 def scripted(answers: dict[str, list[dict[str, Any]]]) -> tuple[QualClient, dict[str, int]]:
@@ -175,3 +181,44 @@ def test_failed_cases_and_sdk_findings_fit_the_report_schema(tiny: Recipe, recor
         "create_event", 1, 2, ["start.time"], ["missing"])
     assert gates["openai_sdk"]["measurements"]["findings"][0]["path"] == "usage.input_tokens_details.cache_write_tokens"
     assert "strict validation noted 1 deviation(s)" in gates["openai_sdk"]["proves"]
+
+
+def test_cases_asked_four_at_a_time_keep_the_fixtures_order(tiny: Recipe, recorder: GateRecorder) -> None:
+    """``in_flight: 4``: never more than four chats at once, and the per-case results in the fixtures'
+    order whatever order the answers came back in (here each later case answers sooner)."""
+    names = [f"tool_{n:02d}" for n in range(12)]
+    fixtures = [dataclasses.replace(WEATHER, name=name, prompt=f"Weather {name}?") for name in names]
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def later_answers_sooner(request: httpx.Request) -> httpx.Response:
+        name = json.loads(request.content)["messages"][-1]["content"].split()[1].rstrip("?")
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.01 * (len(names) - names.index(name)))
+        with lock:
+            now[0] -= 1
+        arguments = {"city": "Lima"} if name != "tool_05" else {}
+        call = {"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        return httpx.Response(200, json={
+            "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "tool_calls",
+                         "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}})
+
+    client = _client(later_answers_sooner)
+    client.sink = recorder
+    verdict = tools_gate(client, with_tools(tiny, value_checks=False, in_flight=4), recorder, fixtures)
+    measurements = recorder.record.measurements
+    assert list(measurements["items"]) == names and [n for n, ok in measurements["items"].items() if not ok] == ["tool_05"]
+    assert verdict.failure is not None and verdict.failure.startswith("typed tools 11/12 (tool_choice=auto): tool_05: ")
+    assert 1 < most[0] <= 4 and measurements["in_flight"] == 4
+    assert sorted(a.label for a in recorder.record.attempts) == sorted(f"tool-{name}" for name in names)
+
+
+def test_a_recipe_without_in_flight_asks_each_case_alone(tiny: Recipe) -> None:
+    from pytest_vllmqual.gates.functional import tools_in_flight
+
+    settings = {k: v for k, v in tiny.gate("tools").items() if k != "in_flight"}
+    assert tools_in_flight(dataclasses.replace(tiny, gates={**tiny.gates, "tools": settings})) == 1
+    assert tools_in_flight(tiny) == 4, "tiny-cpu asks four at once (its floor under load gate says why it may)"
