@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from support.fault_harness import tiny_model_dir
+from support.xdist_groups import FLEET_ELSEWHERE
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -59,9 +60,16 @@ class QuickRun:
 EXTRA_ARGS: dict[str, list[str]] = {}
 
 
+RUN_ELSEWHERE = {"bench_fleet": ROOT / "tests" / "benchmarks" / "test_bench_fleet_quick.py"}
+"""Benchmarks whose quick run a test of its own makes, with more checks than these: the fleet benchmark
+starts a local Ray cluster, so its test runs with the fleet tests (tests/support/xdist_groups.py
+``FLEET_ELSEWHERE``), not here beside the real servers."""
+
+
 def quick_scripts() -> list[str]:
-    """Every benchmark (benchmarks/bench_*.py, found, not listed) and ``make bench``'s driver."""
-    return ["run_all", *sorted(path.stem for path in BENCHMARKS.glob("bench_*.py"))]
+    """Every benchmark (benchmarks/bench_*.py, found, not listed) but those ``RUN_ELSEWHERE``, and ``make
+    bench``'s driver."""
+    return ["run_all", *sorted(path.stem for path in BENCHMARKS.glob("bench_*.py") if path.stem not in RUN_ELSEWHERE)]
 
 
 def _runs(out: Path) -> dict[str, QuickRun]:
@@ -199,6 +207,15 @@ def test_quick_mode_finishes(quick_runs: dict[str, QuickRun], name: str) -> None
     assert run.code is not None, f"{name} --quick still ran after {DEADLINE_S:.0f} s:\n{run.output[-3000:]}"
     data = run.data()
     assert data, f"{name} --quick wrote an empty result"
+
+
+@pytest.mark.parametrize("name", sorted(RUN_ELSEWHERE))
+def test_a_benchmark_run_elsewhere_has_a_quick_run_of_its_own(name: str) -> None:
+    """Left out of ``quick_runs`` only because another test runs the same quick command and asserts its
+    exit status and result."""
+    text = RUN_ELSEWHERE[name].read_text()
+    assert f'"benchmarks.{name}", "--quick", "--json"' in text and "proc.returncode == 0" in text
+    assert str(RUN_ELSEWHERE[name].relative_to(ROOT)) in FLEET_ELSEWHERE
 
 
 @pytest.mark.parametrize("script", ["bench_fidelity", "bench_load_fidelity"])

@@ -137,6 +137,7 @@ def _sleeper(start_new_session: bool = True) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=start_new_session)
 
 
+@pytest.mark.wall_clock
 def test_watchdog_ends_its_groups_the_moment_its_pipe_closes() -> None:
     """The owner's pipe closing (what a dead worker's pipe does) ends the watched groups, not the done ones."""
     owner, watched, finished = _sleeper(False), _sleeper(), _sleeper()

@@ -11,6 +11,7 @@ import time
 import uuid
 
 import psutil
+import pytest
 
 from pytest_vllmqual.launch.cleanup.owner import boot_id, owner_alive, process_start
 from pytest_vllmqual.launch.cleanup.procs import (
@@ -92,6 +93,7 @@ def test_sigkill_is_sent_again_after_each_look_until_nothing_is_left() -> None:
     assert sent[0] == signal.SIGTERM and sent[1:] == [signal.SIGKILL] * 3
 
 
+@pytest.mark.wall_clock
 def test_a_process_that_outlives_the_kill_wait_is_reported() -> None:
     sent: list[signal.Signals] = []
     started = time.monotonic()
