@@ -120,13 +120,26 @@ def flip_items(report: Mapping[str, Any]) -> dict[str, bool]:
     return items
 
 
+def _tools_in_flight(report: Mapping[str, Any]) -> int:
+    """How many typed tool cases the run asked at once (a report from before ``in_flight``: one)."""
+    gate = next((g for g in report.get("gates") or [] if g.get("gate") == "tools"), None)
+    return int(((gate or {}).get("measurements") or {}).get("in_flight") or 1)
+
+
 def _flips(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The scored items both reports hold, paired. The typed tool cases are left out when the two runs
+    asked them differently (one at a time against several at once): on a GPU an answer can change with
+    the batch it shares, so such a flip could be the batch's; ``left_out`` then says so."""
     left, right = flip_items(control), flip_items(candidate)
-    shared = sorted(set(left) & set(right))
+    sent = (_tools_in_flight(control), _tools_in_flight(candidate))
+    shared = sorted(k for k in set(left) & set(right) if sent[0] == sent[1] or not k.startswith("tools:"))
     count = count_flips([(left[k], right[k]) for k in shared])
-    record = {"items": count.n, "b": count.b, "c": count.c, "flips": round(count.flips, 6),
-              "delta_accuracy": round(count.delta_accuracy, 6), "mcnemar_p": round(count.p_value, 6),
-              "flipped": [k for k in shared if left[k] != right[k]]}
+    record: dict[str, Any] = {"items": count.n, "b": count.b, "c": count.c, "flips": round(count.flips, 6),
+                              "delta_accuracy": round(count.delta_accuracy, 6), "mcnemar_p": round(count.p_value, 6),
+                              "flipped": [k for k in shared if left[k] != right[k]]}
+    if sent[0] != sent[1]:
+        record["left_out"] = (f"the typed tool cases: asked {sent[0]} against {sent[1]} at once, so a flip could be "
+                              "the batch's, not the change's")
     interval = exact_interval(count.b + count.c, count.n).to_dict() if count.n else None
     return record, interval
 
@@ -305,7 +318,7 @@ def _token_section(control: Mapping[str, Any], candidate: Mapping[str, Any],
             "teacher_forced": tf, "greedy": greedy, "flips": flips,
             "depth": depth_comparison(ctrl, cand, rep if floor_intervals is not None and isinstance(rep, dict)
                                       else None, thresholds),
-            "notes": [LOWER_BOUND_NOTE]}
+            "notes": [LOWER_BOUND_NOTE, *([f"the flips leave out {flips['left_out']}"] if "left_out" in flips else [])]}
 
 
 def summary_line(section: Mapping[str, Any], *, label: str = "equivalence") -> str:

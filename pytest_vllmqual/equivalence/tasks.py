@@ -83,6 +83,17 @@ def _bank_difference(control: Mapping[str, Any], candidate: Mapping[str, Any], l
             f"{str(candidate.get('sha256'))[:12]}…{differ}): two arms compare only on the same bank")
 
 
+def _sending_difference(control: Mapping[str, Any], candidate: Mapping[str, Any], label: str, both: str) -> str | None:
+    """Why two arms' answers to the same bank do not pair when they were sent differently: one case at
+    a time against several at once (``in_flight``; a bank without it was sent one at a time). On a GPU
+    an answer can change with the batch it shares, so a flip could be the batch's, not the change's."""
+    sent = [int(bank.get("in_flight") or 1) for bank in (control, candidate)]
+    if sent[0] == sent[1]:
+        return None
+    return (f"{both} sent their {label} cases differently ({sent[0]} against {sent[1]} at once): a flip could "
+            "be the batch's, not the change's; two arms compare only when sent the same way")
+
+
 def _not_measured(key: str, label: str, reason: str, *, carried: bool) -> dict[str, Any]:
     return {"block": key, "label": label, "verdict": TaskVerdict.NOT_MEASURED.value, "reasons": [reason],
             "carried": carried, "families": [], "overall": None}
@@ -119,7 +130,8 @@ def block_section(key: str, label: str, control: Mapping[str, Any] | str | None,
         if side.why is not None:
             return _not_measured(key, label, side.why, carried=True)
     assert left.bank is not None and right.bank is not None and left.outcomes is not None
-    differ = _bank_difference(left.bank, right.bank, label, names.both)
+    differ = (_bank_difference(left.bank, right.bank, label, names.both)
+              or _sending_difference(left.bank, right.bank, label, names.both))
     if differ is not None:
         return _not_measured(key, label, differ, carried=True)
     try:

@@ -162,6 +162,26 @@ def test_flip_items_read_gates_tool_cases_and_ladder_smokes() -> None:
                                   "tools:set_thermostat": False, "ladder:1024": True}
 
 
+def test_typed_tool_cases_asked_differently_are_left_out_of_the_flips(tmp_path: Path, arms: Arms) -> None:
+    """One arm asked its typed tool cases one at a time, the other four at once: their per-case results
+    are not paired (a flip could be the batch's), and the section says so; asked the same way they are."""
+    control, candidate, _replay = arms
+    tools = [next(g for g in report["gates"] if g["gate"] == "tools") for report in (control, candidate)]
+    for gate, answers in zip(tools, ({"get_weather": True, "set_alarm": True}, {"get_weather": True,
+                                                                                 "set_alarm": False}), strict=True):
+        gate["measurements"]["items"] = answers
+    tools[1]["measurements"]["in_flight"] = 4
+    section = compare(tmp_path, arms, probe_body(), probe_body())["equivalence"]
+    flips = section["flips"]
+    assert not any(key.startswith("tools:") for key in flips["flipped"])
+    assert flips["left_out"] == ("the typed tool cases: asked 1 against 4 at once, so a flip could be the batch's, "
+                                 "not the change's")
+    assert f"the flips leave out {flips['left_out']}" in section["notes"]
+    tools[0]["measurements"]["in_flight"] = 4
+    same = compare(tmp_path, arms, probe_body(), probe_body())["equivalence"]["flips"]
+    assert "left_out" not in same and same["items"] == flips["items"] + 2 and "tools:set_alarm" in same["flipped"]
+
+
 # -- equivalence needs its evidence: every figure measured on enough units -------------------
 
 

@@ -63,6 +63,19 @@ def test_different_banks_are_not_measured_and_say_which_keys_differ() -> None:
     assert section["verdict"] == "not measured"
 
 
+def test_the_same_bank_sent_differently_is_not_measured() -> None:
+    """One case at a time against four at once (a bank without ``in_flight`` was sent one at a time)."""
+    control, _ = items_block({"tool_replay": LARGE_EVEN})
+    _, candidate = items_block({"tool_replay": LARGE_EVEN}, in_flight=4)
+    replay = block(tasks_section(*sidecars(replay=(control, candidate)), TaskSettings()), "tool_replay")
+    assert replay["verdict"] == "not measured" and replay["overall"] is None
+    assert replay["reasons"] == ["the arms sent their tool-call replay cases differently (1 against 4 at once): a "
+                                 "flip could be the batch's, not the change's; two arms compare only when sent the "
+                                 "same way"]
+    both_four = items_block({"tool_replay": LARGE_EVEN}, in_flight=4)
+    assert block(tasks_section(*sidecars(replay=both_four), TaskSettings()), "tool_replay")["verdict"] == "non-inferior"
+
+
 def test_a_block_one_arm_lacks_is_not_measured_and_keeps_the_layer_from_passing() -> None:
     control, candidate = sidecars(items_block({"math": LARGE_EVEN}), items_block({"tool_replay": LARGE_EVEN}))
     del candidate["tool_replay"]
