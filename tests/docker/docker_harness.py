@@ -28,6 +28,7 @@ from pytest_vllmqual.launch.cleanup.owner import (
     process_start,
 )
 from pytest_vllmqual.launch.cleanup.procs import read_proc
+from pytest_vllmqual.launch.docker.reaper import labelled_containers
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_DOCKER = ROOT / "fixtures" / "recipes" / "tiny-docker.yaml"
@@ -86,8 +87,9 @@ def derive_docker_recipe(directory: Path, name: str, overrides: dict[str, Any] |
 
 
 def containers(client: docker.DockerClient, label: str) -> list[Any]:
-    """Containers (any state) carrying ``label`` (``key`` or ``key=value``)."""
-    return list(client.containers.list(all=True, filters={"label": label}))
+    """Containers (any state) carrying ``label`` (``key`` or ``key=value``), as the package lists them
+    (one removed between the listing and its inspection is left out)."""
+    return labelled_containers(client, label)
 
 
 def owned_sleeper(client: docker.DockerClient, run_id: str, owner_pid: int, owner_start: str) -> Any:

@@ -51,7 +51,7 @@ from pytest_vllmqual.records import StartupStatus
 from ..base import FAILED_START_GRACE_S, ProgressFn, ServerHandle, TeardownResult, free_port
 from .image import image_reference, local_image, pinned_by_digest
 from .kind import DockerKind
-from .reaper import container_pids, kill_frozen
+from .reaper import container_pids, kill_frozen, labelled_containers
 from .spec import (
     CONTAINER_HOST,
     CONTAINER_PORT,
@@ -219,7 +219,7 @@ class DockerLauncher(DockerKind):
         A container of a concurrent run (its pytest still runs), of another host sharing the
         daemon, or without owner labels is kept: removing it could kill someone's live server.
         """
-        leftovers = self.client.containers.list(all=True, filters={"label": RUN_LABEL})
+        leftovers = labelled_containers(self.client, RUN_LABEL)
         reaped: list[str] = []
         held: set[str] = set()
         kept = 0

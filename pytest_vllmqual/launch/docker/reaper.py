@@ -71,11 +71,26 @@ def kill_frozen(client: Any, container: Any, *, root: Path = SHM_ROOT) -> set[st
     return held
 
 
+def labelled_containers(client: Any, label: str) -> list[Any]:
+    """Every container (any state) carrying ``label`` (``key`` or ``key=value``). One removed between
+    the engine's listing and its inspection (a concurrent run's teardown, a sweep) is left out, where
+    docker-py's ``containers.list`` raises NotFound for it."""
+    import docker.errors  # only now: an idle watchdog should cost nothing
+
+    found = []
+    for summary in client.api.containers(all=True, filters={"label": label}):
+        try:
+            found.append(client.containers.get(summary["Id"]))
+        except docker.errors.NotFound:
+            continue
+    return found
+
+
 def remove_run_containers(client: Any, run_id: str) -> tuple[int, set[str]]:
     """Force-remove every container labelled with the run id; (how many, shm names they held)."""
     held: set[str] = set()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
+    for container in labelled_containers(client, f"{RUN_LABEL}={run_id}"):
         held |= kill_frozen(client, container)
         try:
             container.remove(force=True, v=True)
