@@ -11,8 +11,6 @@ with the first rule that broke, in the words the test fails with, and whose fail
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +32,7 @@ from pytest_vllmqual.recipe.model import Recipe
 from pytest_vllmqual.records import Attempt, FailureKind, worst_failure
 
 from .declared import declaration, judged
+from .in_flight import each_in_order, gate_in_flight
 from .recorder import GateRecorder
 from .schema_checks import check_json_content
 from .smoke import SMOKE_PROMPT, run_smoke
@@ -183,18 +182,9 @@ def _tool_case(client: QualClient, recipe: Recipe, fixture: ToolCase, all_tools:
 
 def tools_in_flight(recipe: Recipe) -> int:
     """How many typed-tool cases are asked at once (``gates.tools.in_flight``, default 1: each case
-    alone, as an operator's preflight asks them). More only where the server's answers do not depend
-    on the batch they share, as the floor under load gate measures."""
-    return max(1, int(recipe.gate("tools").get("in_flight", 1)))
-
-
-def _each_case(ask: Callable[[ToolCase], _ToolCase], chosen: Sequence[ToolCase], in_flight: int) -> list[_ToolCase]:
-    """Every chosen case asked, ``in_flight`` at a time, its result in the fixtures' order. A request
-    the server did not answer fails its own case only, at any ``in_flight`` (as one at a time does)."""
-    if in_flight == 1:
-        return [ask(fixture) for fixture in chosen]
-    with ThreadPoolExecutor(in_flight, thread_name_prefix="vllmqual-tools") as pool:
-        return list(pool.map(ask, chosen))
+    alone, as an operator's preflight asks them). A request the server did not answer fails its own
+    case only, at any setting (as one at a time does)."""
+    return gate_in_flight(recipe, "tools")
 
 
 def tools_gate(client: QualClient, recipe: Recipe, gate: GateRecorder,
@@ -219,7 +209,8 @@ def _typed_tools(client: QualClient, recipe: Recipe, gate: GateRecorder,
     chosen = tool_fixtures[:settings.get("count", 20)]
     all_tools = [f.openai_tool() for f in tool_fixtures]
     in_flight = tools_in_flight(recipe)
-    cases = _each_case(lambda fixture: _tool_case(client, recipe, fixture, all_tools, runs), chosen, in_flight)
+    cases = each_in_order(lambda fixture: _tool_case(client, recipe, fixture, all_tools, runs), chosen, in_flight,
+                          "tools")
     failed = [case for case in cases if case.passed < case.runs]
     passed = len(chosen) - len(failed)
     mode = settings.get("tool_choice", "auto")

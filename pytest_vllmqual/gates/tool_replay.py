@@ -26,7 +26,6 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,7 @@ from pytest_vllmqual.not_measured import not_measured
 from pytest_vllmqual.recipe.model import Recipe
 
 from .declared import declaration, not_run
+from .in_flight import each_in_order, gate_in_flight
 from .recorder import GateRecorder
 from .tool_checks import auto_tool_choice, tool_call_problems
 from .tool_fixtures import ToolCase
@@ -104,7 +104,7 @@ def replay_in_flight(recipe: Recipe) -> int:
     """How many cases the replay keeps in flight (``gates.tool_replay.in_flight``, default 1: each case
     alone). Both arms of a comparison send the same way; more than one is for a server whose answers
     do not depend on the batch they share (the floor under load gate measures that)."""
-    return max(1, int(recipe.gate(GATE_NAME).get("in_flight", 1)))
+    return gate_in_flight(recipe, GATE_NAME)
 
 
 def _template_sha256(client: QualClient, bank: ReplayBank) -> str | None:
@@ -146,12 +146,7 @@ def _ask_all(client: QualClient, recipe: Recipe, bank: ReplayBank,
             stop.set()
         return answer
 
-    pairs = list(zip(bank.cases, bank.requests(), strict=True))
-    if in_flight == 1:
-        answers = [ask(pair) for pair in pairs]
-    else:
-        with ThreadPoolExecutor(in_flight, thread_name_prefix="vllmqual-replay") as pool:
-            answers = list(pool.map(ask, pairs))
+    answers = each_in_order(ask, list(zip(bank.cases, bank.requests(), strict=True)), in_flight, "replay")
     judged: list[JudgedCall] = []
     for answer in answers:
         if not isinstance(answer, JudgedCall):
