@@ -54,8 +54,16 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def engine() -> docker.DockerClient:
-    return docker.from_env(timeout=60)
+ENGINE_TIMEOUT_S = 60
+"""docker-py's read timeout for the engine's answers to the tests' own calls."""
+IMAGE_REMOVAL_TIMEOUT_S = 600
+"""Removing the several-GiB image deletes its unpacked layers, tens of thousands of files: a busy
+CI machine took more than a minute for it (docker-py's ReadTimeout at 60 s failed the container
+session's setup)."""
+
+
+def engine(timeout_s: int = ENGINE_TIMEOUT_S) -> docker.DockerClient:
+    return docker.from_env(timeout=timeout_s)
 
 
 def image_reference() -> str:

@@ -19,7 +19,15 @@ from typing import Any
 import docker.errors
 import httpx
 import pytest
-from docker_harness import DIGEST_FILE, REPOSITORY, RUN_LABEL, containers, engine, image_reference
+from docker_harness import (
+    DIGEST_FILE,
+    IMAGE_REMOVAL_TIMEOUT_S,
+    REPOSITORY,
+    RUN_LABEL,
+    containers,
+    engine,
+    image_reference,
+)
 from support.gatekit import run_shm_files, wait_for
 
 from pytest_vllmqual.gates.registry import COMPARISON_GATES
@@ -54,7 +62,7 @@ class DockerRun:
 def docker_run(tmp_path_factory: pytest.TempPathFactory, docker_image: str) -> DockerRun:
     """Owns its server: the managed container run is what is tested (pull, start, gates, teardown).
     Asks for ``docker_image`` (tests/docker/conftest.py) so the image is waited for before it."""
-    client = engine()
+    client = engine(IMAGE_REMOVAL_TIMEOUT_S)
     try:  # only the engine's copy, every tag of it: the registry keeps the image, the run pulls it back
         client.images.remove(client.images.get(docker_image).id, force=True)
     except docker.errors.ImageNotFound:

@@ -57,36 +57,36 @@ HEAVY_WEIGHT = 30
 
 FILE_SECONDS: dict[str, float] = {
     "tests/integration/test_smollm2_ab.py": 409,
-    "tests/integration/test_items_tiny.py": 332,
-    "tests/fleet/test_fleet_tiny_cpu.py": 266,
-    "tests/integration/test_ab_campaign.py": 205,
-    "tests/docker/test_tiny_docker_session.py": 180,
-    "tests/docker/test_docker_reaper.py": 170,
-    "tests/faults/test_faults_bad_input.py": 169,
-    "tests/faults/test_faults_startup.py": 157,
-    "tests/faults/test_faults_public_text.py": 124,
-    "tests/faults/test_faults_teardown.py": 118,
-    "tests/faults/test_faults_sdk.py": 106,
-    "tests/load/test_load_sessions.py": 97,
-    "tests/fleet/test_fleet_faults.py": 88,
+    "tests/integration/test_items_tiny.py": 395,
+    "tests/faults/test_faults_bad_input.py": 301,
+    "tests/fleet/test_fleet_tiny_cpu.py": 198,
+    "tests/docker/test_tiny_docker_session.py": 175,
+    "tests/faults/test_faults_startup.py": 165,
+    "tests/faults/test_faults_public_text.py": 164,
+    "tests/faults/test_faults_teardown.py": 127,
+    "tests/faults/test_faults_gates.py": 110,
+    "tests/docker/test_docker_reaper.py": 82,
     "tests/benchmarks/test_quick_modes.py": 81,
-    "tests/docker/test_docker_failures.py": 62,
-    "tests/faults/test_faults_gates.py": 60,
-    "tests/packaging/test_wheel.py": 48,
+    "tests/load/test_load_sessions.py": 78,
+    "tests/faults/test_faults_sdk.py": 76,
+    "tests/fleet/test_fleet_faults.py": 60,
+    "tests/packaging/test_wheel.py": 56,
+    "tests/integration/test_ab_campaign.py": 55,
+    "tests/docker/test_docker_failures.py": 48,
     "tests/integration/test_probe_oom_cgroup.py": 42,
-    "tests/integration/test_smollm2_prepare.py": 36,
-    "tests/fleet/test_fleet_ray.py": 30,
-    "tests/integration/test_endpoint_mode.py": 16,
+    "tests/integration/test_smollm2_prepare.py": 32,
+    "tests/fleet/test_fleet_ray.py": 27,
+    "tests/integration/test_endpoint_mode.py": 11,
 }
-"""Seconds each slow file's tests took in a fresh-clone ``CI=true bash .ci/run`` of 2026-12-05 on a
-busy 2-core machine (``scripts/ci_times.py files``; the shared fixtures' setup counted in the first
-file that used them: the managed tiny-cpu run in test_items_tiny), with two exceptions: the docker
-session as reduced since (about 180 s), and the SmolLM2 A/B from CI (409 s; it skips on a CPU
-without AVX-512, where no local figure exists), and the tiny-cpu fleet, which now also carries the
-nodes' answers (five nodes; 266 s alone under the shared lock). Every key names a file that exists
+"""Seconds each slow file's tests took, the mean of two fresh-clone ``CI=true bash .ci/run`` runs of
+2026-12-07 on a 2-core machine, the quick tiers beside them (``scripts/ci_times.py files``; the
+shared fixtures' setup counted in the first file that used them: the managed tiny-cpu run in
+test_items_tiny), with two exceptions: the SmolLM2 A/B from an earlier CI (409 s; it skips on a
+CPU without AVX-512, where no local figure exists), and the quick modes' benchmark file, which runs
+in the quick tiers' session (its figure from 2026-12-05). Every key names a file that exists
 (tests/unit/project/test_xdist_groups.py): a moved file would otherwise drop out of the order
 silently. Groups start heaviest first (the longest-processing-time rule), so none of them is left
-to run alone at the end: a group weighed too light (the campaign file, once guessed at 54 s, takes
+to run alone at the end: a group weighed too light (the campaign file, once guessed at 54 s, took
 205) starts late and runs alone while the other worker idles."""
 
 
@@ -199,6 +199,21 @@ class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         if ready is not None:
             self.workqueue.move_to_end(ready, last=False)
         super()._assign_work_unit(node)
+
+    def _reschedule(self, node: Any) -> None:
+        """As ``LoadScopeScheduling._reschedule``, except that a worker gets its next group when one test
+        of what it holds is left, not two. A worker runs a test only once it knows the next one (for the
+        fixtures' teardown), so the last test waits for the next group or the shutdown; xdist's margin
+        of two committed a group to a worker a whole test earlier, and with tests of a minute or two
+        (a server boot each) the last groups queued behind one worker while the other sat idle."""
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        if self._pending_of(self.assigned_work[node]) > 1:
+            return
+        self._assign_work_unit(node)
 
     def schedule(self) -> None:
         """As ``LoadScopeScheduling.schedule``, with the work queue ordered by group weight."""

@@ -77,3 +77,22 @@ def test_the_docker_tests_wait_for_the_image_step() -> None:
                            get_closest_marker=lambda name: object() if name == "needs_docker" else None)
     plain = SimpleNamespace(nodeid="tests/unit/test_b.py::test_b", get_closest_marker=lambda name: None)
     assert waiting_tests([item, plain]) == {"tests/docker/test_a.py::test_a": "docker-image"}  # type: ignore[list-item]
+
+
+def test_a_worker_gets_its_next_group_when_one_test_of_its_own_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tests left: nothing more for this worker yet (the other one may free up first); one left
+    (it waits to know its next test): the next group; nothing queued: the shutdown."""
+    monkeypatch.setattr(xdist_groups, "beside_step_running", lambda step: False)
+    scheduler, worker, tests = _scheduler(tmp_path)
+    worker.shutting_down = False  # type: ignore[attr-defined]
+    worker.shutdown = lambda: setattr(worker, "shutting_down", True)  # type: ignore[attr-defined]
+    scheduler.assigned_work[worker] = {"held": {"tests/x.py::test_1": False, "tests/x.py::test_2": False}}
+    scheduler._reschedule(worker)
+    assert worker.sent == [], "a group was committed to a worker with two tests of its own left"
+    scheduler.assigned_work[worker]["held"]["tests/x.py::test_1"] = True
+    scheduler._reschedule(worker)
+    assert worker.sent == [[tests.index("tests/docker/test_a.py::test_a")]]
+    scheduler.workqueue.clear()
+    scheduler._reschedule(worker)
+    assert worker.shutting_down is True  # type: ignore[attr-defined]
