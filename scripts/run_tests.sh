@@ -3,7 +3,10 @@
 #   round 1: the tests that boot real servers and containers, two at a time (pytest-xdist; tests that
 #     share a server, a managed run or a Ray cluster stay in one worker, see tests/support/xdist_groups.py).
 #     A real server's boot leaves one core idle for about half of it, which the second worker fills.
-#     Beside them, in a session of their own at a lower CPU priority (nice), the quick tiers (unit,
+#     Beside them, in a session of their own at normal priority, round 1's tests that boot neither
+#     (`--lane light`, tests/support/lanes.py: the fault server, failing launch commands, bad recipes,
+#     the headless browser), which mostly wait and would otherwise hold a worker's queue back.
+#     Beside both, in a session of their own at a lower CPU priority (nice), the quick tiers (unit,
 #     plugin, benchmarks; no server of their own): they take the CPU the servers leave idle (their
 #     boots' imports, the tests that wait on a timeout) and yield it whenever a server's process
 #     wants it, so the servers' tests keep their pace. At the same priority, they slowed the first
@@ -13,8 +16,9 @@
 #     start-up deadlines), with the wall_clock tests beside them at normal priority. The quick
 #     tiers, if still running, go on beside them.
 # Every part runs even when tests of another fail; an interrupted first round (Ctrl-C, SIGTERM:
-# pytest's exit status 2) ends the run. The exit status is the first round's failure, else the
-# quick tiers', else the fleet round's. The project's tests are not a qualification run:
+# pytest's exit status 2) ends the run. The exit status is the first round's failure (either
+# lane), else the quick tiers', else the wall_clock tests', else the fleet round's. The project's
+# tests are not a qualification run:
 # `-p no:vllmqual` keeps the plugin inert in the outer pytest (pyproject.toml's vllmqual_recipe
 # would otherwise make the xdist controller boot a tiny-cpu server that no test uses); the
 # sessions the tests start load it.
@@ -45,23 +49,34 @@ FLEET=(tests/fleet tests/benchmarks/test_bench_fleet_quick.py)
 ignore=()
 for folder in "${QUICK[@]}" "${FLEET[@]}"; do ignore+=("--ignore=$folder"); done
 QUICK_PID=
-stop_quick() {  # on an interrupt: end the quick tiers and show what they printed so far
-  [ -z "$QUICK_PID" ] && return
-  kill -TERM "$QUICK_PID" 2>/dev/null; wait "$QUICK_PID" 2>/dev/null
-  cat "$QUICK_LOG" 2>/dev/null; rm -f "$QUICK_LOG"
+LIGHT_PID=
+stop_beside() {  # on an interrupt: end the sessions beside round 1 and show what they printed so far
+  for pid in $QUICK_PID $LIGHT_PID; do kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+  cat "$LIGHT_LOG" "$QUICK_LOG" 2>/dev/null; rm -f "$LIGHT_LOG" "$QUICK_LOG"
 }
-trap 'stop_quick; exit 130' INT
-trap 'stop_quick; exit 143' TERM
+trap 'stop_beside; exit 130' INT
+trap 'stop_beside; exit 143' TERM
 
-echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time; beside them, at a lower priority, the unit, plugin and benchmark tests"
-# The quick tiers' output is held back and printed when they end, so the two sessions do not interleave.
+echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time; beside them, those of round 1 that boot none, and at a lower priority the unit, plugin and benchmark tests"
+# The output of the sessions beside round 1 is held back and printed when they end, so they do not interleave.
 QUICK_LOG=$(mktemp)
+LIGHT_LOG=$(mktemp)
 VLLMQUAL_TIMES_SESSION=quick- nice -n "${VLLMQUAL_QUICK_NICE:-10}" "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup \
   -m "not wall_clock" "${QUICK[@]}" --ignore="${FLEET[1]}" "$@" > "$QUICK_LOG" 2>&1 &
 QUICK_PID=$!
-"$PYTEST" -p no:vllmqual -n 2 --dist loadgroup tests "${ignore[@]}" "$@"
+VLLMQUAL_TIMES_SESSION=light- "$PYTEST" -p no:vllmqual --lane light tests "${ignore[@]}" "$@" > "$LIGHT_LOG" 2>&1 &
+LIGHT_PID=$!
+"$PYTEST" -p no:vllmqual -n 2 --dist loadgroup --lane servers tests "${ignore[@]}" "$@"
 first=$?
-[ "$first" -eq 2 ] && { stop_quick; echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
+[ "$first" -eq 2 ] && { stop_beside; echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
+wait "$LIGHT_PID"
+light=$?
+LIGHT_PID=
+[ "$light" -eq 5 ] && light=0  # pytest's "no tests collected": arguments that select none of this lane
+echo "[tests] round 1's tests that boot no server (beside it):"
+cat "$LIGHT_LOG"; rm -f "$LIGHT_LOG"
+[ "$first" -eq 5 ] && first=0
+[ "$first" -eq 0 ] && first=$light
 # The docker image `make test` builds beside round 1 (the docker tests waited for it; nothing to wait
 # for when they did, or when no build was started): ended before the fleet round, whose Ray boots it
 # slowed past their deadlines; a failed build fails the run.

@@ -29,6 +29,7 @@ from support.fault_harness import (
     kill_tagged,
     server_sessions,
 )
+from support.lanes import add_lane_option, select_lane
 from support.shared_server import SharedTinyServer, start_tiny_server
 from support.tiny_run import SessionRun, run_tiny_cpu
 from support.xdist_groups import configure as configure_test_groups
@@ -38,7 +39,8 @@ from support.xdist_groups import write_groups
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """``make test`` runs with ``-p no:vllmqual`` (the tests are not a qualification run): the
     ini keys pyproject.toml sets for the plugin are then declared here, so pytest does not warn
-    that it does not know them."""
+    that it does not know them. ``--lane`` picks one lane of the first round (tests/support/lanes.py)."""
+    add_lane_option(parser)
     if pluginmanager.is_blocked("vllmqual"):
         for key in ("vllmqual_recipe", "vllmqual_reports_dir", "vllmqual_recipes_dir"):
             parser.addini(key, "read by pytest_vllmqual (not loaded in this run)", default=None)
@@ -69,8 +71,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``-n 2 --dist loadgroup``, tell the controller which tests must share a worker
-    (tests/support/xdist_groups.py)."""
+    """With ``--lane``, keep that lane's tests (tests/support/lanes.py); under ``-n 2 --dist loadgroup``,
+    tell the controller which tests must share a worker (tests/support/xdist_groups.py)."""
+    select_lane(config, items)
     write_groups(config, items)
 
 

@@ -33,7 +33,7 @@ from xdist.scheduler import LoadScopeScheduling
 from support import ROOT
 
 __all__ = ["FLEET_ELSEWHERE", "GROUPS_INPUT", "SERIAL_FOLDERS", "STEP_OF_MARK", "FixtureGroupScheduling", "XdistGroupHooks",
-           "beside_step_running", "configure", "group_tests", "waiting_tests", "write_groups"]
+           "beside_step_running", "configure", "group_tests", "shared_fixtures", "waiting_tests", "write_groups"]
 
 GROUPS_INPUT = "vllmqual_test_groups"
 """The ``workerinput`` key naming the file the workers write the groups to."""
@@ -105,7 +105,7 @@ class _Union:
         self.parent[self.find(second)] = self.find(first)
 
 
-def _shared_fixtures(item: pytest.Item) -> list[str]:
+def shared_fixtures(item: pytest.Item) -> list[str]:
     """Fixtures of the item wider than one test and defined under tests/ (not pytest's own)."""
     info = getattr(item, "_fixtureinfo", None)
     shared = []
@@ -127,7 +127,7 @@ def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, float]]:
     for item in items:
         path = item.nodeid.split("::")[0]
         keys = [f"file:{path}"]
-        keys += [f"fixture:{name}" for name in _shared_fixtures(item)]
+        keys += [f"fixture:{name}" for name in shared_fixtures(item)]
         keys += [f"mark:{mark.args[0]}" for mark in item.iter_markers("xdist_group") if mark.args]
         keys += [f"folder:{folder}" for folder in SERIAL_FOLDERS if path.startswith(folder)]
         keys += ["folder:tests/fleet/"] if path in FLEET_ELSEWHERE else []
