@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from support.fault_harness import (
-    ONE_RANK_ARGS,
+    NO_WORKER_ARGS,
     ROOT,
     ProcessSampler,
     Session,
@@ -106,9 +106,10 @@ def xdist_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]
     functional gates that run in parallel and capacity gates that must run alone.
 
     The recipe is the repo's tiny-cpu (a copy named tiny-cpu, with the model path made
-    absolute and a tag in the server's env), served at TP=1 (``ONE_RANK_ARGS``): one server
-    tree handed to both workers, and measurements that never overlap other traffic, do not
-    depend on TP. The sampler records every server process.
+    absolute and a tag in the server's env), served at TP=1 with no worker process (``NO_WORKER_ARGS``:
+    the API server and its engine core): one server tree handed to both workers, and measurements
+    that never overlap other traffic, depend on neither TP nor a worker. The sampler records every
+    server process.
     Owns its server: the managed ``-n 2`` run is what is tested (one tree, handed to both workers).
     """
     directory = tmp_path_factory.mktemp("xdist")
@@ -116,7 +117,7 @@ def xdist_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]
     recipe = derive_recipe(recipes, "tiny-cpu", real_model=True)
     session = Session(directory, None,
                       [ROOT / "suites" / "test_smoke.py", ROOT / "suites" / "test_engine.py", "xdist_traffic"],
-                      args=["-n", "2", "--recipe=tiny-cpu", "--vllmqual-recipes-dir", str(recipes), *ONE_RANK_ARGS])
+                      args=["-n", "2", "--recipe=tiny-cpu", "--vllmqual-recipes-dir", str(recipes), *NO_WORKER_ARGS])
     session.recipe = recipe
     try:
         with ProcessSampler(recipe.tag) as sampler:

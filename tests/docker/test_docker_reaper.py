@@ -64,10 +64,12 @@ def test_sigkilled_pytest_leaves_no_container_after_30_s(tmp_path: Path) -> None
 
 
 def one_core_recipe(directory: Path, name: str, core: str) -> Recipe:
-    """tiny-docker at TP=1 on one core of its own: two of them side by side on a 2-core machine
-    do not fight over the same cores (the sweep under test does not depend on TP)."""
+    """tiny-docker at TP=1 on one core of its own, the engine core running the model itself (no
+    worker process: one vLLM import fewer): two of them side by side on a 2-core machine do not
+    fight over the same cores (the sweep under test depends on neither TP nor a worker)."""
     return derive_docker_recipe(directory, name, {"serve": {"tensor_parallel_size": 1},
-                                                  "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": core}}})
+                                                  "launcher": {"env": {"VLLM_CPU_OMP_THREADS_BIND": core,
+                                                                       "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}})
 
 
 def test_two_concurrent_runs_keep_their_containers(tmp_path: Path) -> None:

