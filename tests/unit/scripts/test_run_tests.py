@@ -85,7 +85,7 @@ def test_the_quick_tiers_run_niced_beside_round_1_and_the_fleet_alone_after(tmp_
     assert "--ignore=tests/unit" in light and "--ignore=tests/fleet" in light and "-n" not in light.split()
     (clock,) = [line for line in at_base if "-m wall_clock" in line]
     assert "tests/unit tests/plugin tests/benchmarks" in clock
-    assert "-p no:vllmqual tests/fleet tests/benchmarks/test_bench_fleet_quick.py" in at_base
+    assert "-p no:vllmqual tests/benchmarks/test_bench_fleet_quick.py tests/fleet" in at_base
     assert "(beside both rounds)" in done.stdout and "(beside round 2)" in done.stdout
     assert "boot no server (beside it)" in done.stdout
 
