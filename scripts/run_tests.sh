@@ -78,7 +78,7 @@ LIGHT_PID=
 [ "$light" -eq 5 ] && light=0  # pytest's "no tests collected": arguments that select none of this lane
 echo "[tests] round 1's tests that boot no server (beside it):"
 cat "$LIGHT_LOG"; rm -f "$LIGHT_LOG"
-[ "$first" -eq 5 ] && first=0
+[ "$first" -eq 5 ] && first=0  # the same for the servers' lane
 [ "$first" -eq 0 ] && first=$light
 # The docker image `make test` builds beside round 1 (the docker tests waited for it; nothing to wait
 # for when they did, or when no build was started): ended before the fleet round, whose Ray boots it

@@ -58,36 +58,38 @@ HEAVY_WEIGHT = 30
 FILE_SECONDS: dict[str, float] = {
     "tests/integration/test_smollm2_ab.py": 409,
     "tests/integration/test_items_tiny.py": 395,
-    "tests/faults/test_faults_bad_input.py": 301,
+    "tests/faults/test_faults_bad_input.py": 225,
     "tests/fleet/test_fleet_tiny_cpu.py": 198,
-    "tests/docker/test_tiny_docker_session.py": 175,
-    "tests/faults/test_faults_startup.py": 165,
-    "tests/faults/test_faults_public_text.py": 164,
-    "tests/faults/test_faults_teardown.py": 127,
-    "tests/faults/test_faults_gates.py": 110,
-    "tests/docker/test_docker_reaper.py": 82,
+    "tests/faults/test_faults_startup.py": 142,
+    "tests/faults/test_faults_teardown.py": 139,
+    "tests/docker/test_tiny_docker_session.py": 136,
+    "tests/faults/test_faults_gates.py": 121,
+    "tests/docker/test_docker_reaper.py": 109,
+    "tests/faults/test_faults_public_text.py": 103,
     "tests/benchmarks/test_quick_modes.py": 81,
-    "tests/load/test_load_sessions.py": 78,
-    "tests/faults/test_faults_sdk.py": 76,
+    "tests/integration/test_ab_campaign.py": 71,
+    "tests/faults/test_faults_sdk.py": 65,
     "tests/fleet/test_fleet_faults.py": 60,
-    "tests/packaging/test_wheel.py": 56,
-    "tests/integration/test_ab_campaign.py": 55,
-    "tests/docker/test_docker_failures.py": 48,
-    "tests/integration/test_probe_oom_cgroup.py": 42,
-    "tests/integration/test_smollm2_prepare.py": 32,
+    "tests/packaging/test_wheel.py": 53,
+    "tests/integration/test_probe_oom_cgroup.py": 47,
+    "tests/docker/test_docker_failures.py": 45,
+    "tests/integration/test_smollm2_prepare.py": 35,
     "tests/fleet/test_fleet_ray.py": 27,
-    "tests/integration/test_endpoint_mode.py": 11,
+    "tests/integration/test_endpoint_mode.py": 13,
+    "tests/faults/test_faults_security.py": 10,
 }
-"""Seconds each slow file's tests took, the mean of two fresh-clone ``CI=true bash .ci/run`` runs of
-2026-12-07 on a 2-core machine, the quick tiers beside them (``scripts/ci_times.py files``; the
+"""Seconds each slow file's tests took on the two workers of the first round's servers lane (its tests
+that boot no server run in a lane of their own, tests/support/lanes.py), the mean of two fresh-clone
+``CI=true bash .ci/run`` runs of 2026-12-07 on a 2-core machine (``scripts/ci_times.py files``; the
 shared fixtures' setup counted in the first file that used them: the managed tiny-cpu run in
-test_items_tiny), with two exceptions: the SmolLM2 A/B from an earlier CI (409 s; it skips on a
-CPU without AVX-512, where no local figure exists), and the quick modes' benchmark file, which runs
-in the quick tiers' session (its figure from 2026-12-05). Every key names a file that exists
-(tests/unit/project/test_xdist_groups.py): a moved file would otherwise drop out of the order
-silently. Groups start heaviest first (the longest-processing-time rule), so none of them is left
-to run alone at the end: a group weighed too light (the campaign file, once guessed at 54 s, took
-205) starts late and runs alone while the other worker idles."""
+test_items_tiny), with three exceptions: the SmolLM2 A/B from an earlier CI (409 s; it skips on a
+CPU without AVX-512, where no local figure exists), the quick modes' benchmark file, which runs in
+the quick tiers' session, and the fleet files, which run in the fleet round (from earlier runs of
+the same week). Every key names a file that exists (tests/unit/project/test_xdist_groups.py): a
+moved file would otherwise drop out of the order silently. Groups start heaviest first (the
+longest-processing-time rule), so none of them is left to run alone at the end: a group weighed too
+light (the campaign file, once guessed at 54 s, took 205) starts late and runs alone while the other
+worker idles."""
 
 
 class _Union:
