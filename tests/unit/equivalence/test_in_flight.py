@@ -30,10 +30,19 @@ class Counting:
         return not (self.fail_every and (index + 1) % self.fail_every == 0)
 
 
+def _until_sending(send: Counting, timeout_s: float = 10.0) -> None:
+    """Wait until a worker is inside ``send``: on a starved machine (this test once ran beside two real
+    servers at a low priority) the block can start before any worker took its next request."""
+    deadline = time.monotonic() + timeout_s
+    while send.now < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def test_the_level_is_kept_in_flight_and_each_mark_sees_it() -> None:
     send = Counting()
     with InFlight(3, send, ok=bool) as load:
         for _ in range(5):
+            _until_sending(send)
             assert load.mark() >= 1
             time.sleep(0.01)
     figures = load.figures.to_dict()
