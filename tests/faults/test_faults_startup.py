@@ -231,9 +231,10 @@ the engine core within the first. The engine core is stopped as soon as it exist
 vLLM import (the API server's): 24 s under the shared test lock (load average 7.7); beside the
 managed tiny-cpu run's long prompts the import alone took 72 s and a 90 s deadline (80 s to stop
 it) failed twice. The rest of the deadline is waited out for nothing (the API server waits for
-the stopped engine core) and, on two xdist workers, keeps one worker from the other tests: 110 s
-leaves 100 s to stop it, the worst case seen with room to spare, instead of 150 s for every run;
-a start slower still gets a second one with more than three times the worst import."""
+the stopped engine core), so `make test` runs it in the first round's light lane (``mostly_waits``),
+not on a server worker, whose queue it held back: 110 s leaves 100 s to stop it, the worst case seen
+with room to spare, instead of 150 s for every run; a start slower still gets a second one with
+more than three times the worst import."""
 
 
 def start_and_stop_engine_core(directory: Path, deadline_s: float) -> tuple[Session, list[int]]:
@@ -264,6 +265,7 @@ def start_and_stop_engine_core(directory: Path, deadline_s: float) -> tuple[Sess
 
 
 @pytest.mark.real_vllm
+@pytest.mark.mostly_waits
 def test_05_server_hangs_during_startup(tmp_path: Path) -> None:
     """The engine core is SIGSTOPped while the real server starts: the deadline fires, the report
     shows the last startup phase reached, and the whole tree (the stopped process too) is killed.

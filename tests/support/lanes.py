@@ -11,6 +11,9 @@ they use little CPU and nobody waits for them.
 A test stays in the servers' lane when it is marked ``real_vllm`` or ``needs_docker``, lives in a
 serial folder (the docker tests count the engine's containers), or shares a fixture wider than a
 test with one that does: that fixture (a built wheel, a managed run) would otherwise run twice.
+A real-server test marked ``mostly_waits`` runs in the light lane all the same: it starts one and
+stops part of it, then waits out a deadline (test_05 imports vLLM once, then waited about 90 s of its
+117 on a worker, 2026-12-07), so on a worker it held back the tests queued behind it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pytest
 
 from support.xdist_groups import SERIAL_FOLDERS, shared_fixtures
 
-__all__ = ["LANE_OPTION", "Lane", "add_lane_option", "lane_of_each", "select_lane"]
+__all__ = ["LANE_OPTION", "WAITING_MARK", "Lane", "add_lane_option", "lane_of_each", "select_lane"]
 
 LANE_OPTION = "--lane"
 
@@ -32,6 +35,7 @@ class Lane(StrEnum):
 
 
 SERVER_MARKS = ("real_vllm", "needs_docker")
+WAITING_MARK = "mostly_waits"
 
 
 def add_lane_option(parser: pytest.Parser) -> None:
@@ -42,6 +46,8 @@ def add_lane_option(parser: pytest.Parser) -> None:
 
 def _boots_a_server(item: pytest.Item) -> bool:
     path = item.nodeid.split("::")[0]
+    if item.get_closest_marker(WAITING_MARK):
+        return False
     return any(item.get_closest_marker(mark) for mark in SERVER_MARKS) or path.startswith(SERIAL_FOLDERS)
 
 

@@ -60,7 +60,6 @@ FILE_SECONDS: dict[str, float] = {
     "tests/integration/test_items_tiny.py": 395,
     "tests/faults/test_faults_bad_input.py": 225,
     "tests/fleet/test_fleet_tiny_cpu.py": 198,
-    "tests/faults/test_faults_startup.py": 142,
     "tests/faults/test_faults_teardown.py": 139,
     "tests/docker/test_tiny_docker_session.py": 136,
     "tests/faults/test_faults_gates.py": 121,
@@ -75,6 +74,7 @@ FILE_SECONDS: dict[str, float] = {
     "tests/docker/test_docker_failures.py": 45,
     "tests/integration/test_smollm2_prepare.py": 35,
     "tests/fleet/test_fleet_ray.py": 27,
+    "tests/faults/test_faults_startup.py": 25,
     "tests/integration/test_endpoint_mode.py": 13,
     "tests/faults/test_faults_security.py": 10,
 }
@@ -82,7 +82,7 @@ FILE_SECONDS: dict[str, float] = {
 that boot no server run in a lane of their own, tests/support/lanes.py), the mean of two fresh-clone
 ``CI=true bash .ci/run`` runs of 2026-12-07 on a 2-core machine (``scripts/ci_times.py files``; the
 shared fixtures' setup counted in the first file that used them: the managed tiny-cpu run in
-test_items_tiny), with three exceptions: the SmolLM2 A/B from an earlier CI (409 s; it skips on a
+test_items_tiny; test_faults_startup less its test_05, which runs in the light lane), with three exceptions: the SmolLM2 A/B from an earlier CI (409 s; it skips on a
 CPU without AVX-512, where no local figure exists), the quick modes' benchmark file, which runs in
 the quick tiers' session, and the fleet files, which run in sessions of their own (scripts/run_tests.sh;
 from earlier runs of the same week). Every key names a file that exists (tests/unit/project/test_xdist_groups.py): a

@@ -33,9 +33,24 @@ def test_a_test_sharing_a_wide_fixture_with_a_server_test_stays_with_it() -> Non
     }
 
 
-def test_no_real_server_test_of_the_tree_is_in_the_light_lane() -> None:
-    collected = subprocess.run(
+def test_a_real_server_test_that_mostly_waits_is_in_the_light_lane() -> None:
+    items = [_item("tests/faults/test_s.py::test_hang", ("real_vllm", "mostly_waits")),
+             _item("tests/faults/test_s.py::test_boot", ("real_vllm",))]
+    assert lane_of_each(items) == {"tests/faults/test_s.py::test_hang": Lane.LIGHT,
+                                   "tests/faults/test_s.py::test_boot": Lane.SERVERS}
+
+
+def _light_lane(marks: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:vllmqual", "-p", "no:cacheprovider", "--collect-only", "-q",
-         "--lane", "light", "-m", "real_vllm or needs_docker", "tests/faults", "tests/load", "tests/integration",
+         "--lane", "light", "-m", marks, "tests/faults", "tests/load", "tests/integration",
          "tests/packaging", "tests/docker"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_no_real_server_test_of_the_tree_is_in_the_light_lane_unless_it_mostly_waits() -> None:
+    collected = _light_lane("(real_vllm or needs_docker) and not mostly_waits")
     assert collected.returncode == 5, collected.stdout[-3000:] + collected.stderr[-2000:]  # nothing collected
+    waiting = _light_lane("mostly_waits")
+    assert waiting.returncode == 0, waiting.stdout[-3000:] + waiting.stderr[-2000:]
+    assert [line for line in waiting.stdout.splitlines() if "::" in line] == [
+        "tests/faults/test_faults_startup.py::test_05_server_hangs_during_startup"]
