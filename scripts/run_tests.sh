@@ -5,23 +5,19 @@
 #     A real server's boot leaves one core idle for about half of it, which the second worker fills.
 #     Beside them, in a session of their own at normal priority, round 1's tests that boot neither
 #     (`--lane light`, tests/support/lanes.py: the fault server, failing launch commands, bad recipes,
-#     the headless browser), which mostly wait and would otherwise hold a worker's queue back; when
-#     they end, in the same place, the fleet's Ray-side tests (FLEET_RAY: local Ray clusters whose
-#     jobs are stand-in commands, no vLLM), which also mostly wait: alone in round 2 they left about
-#     40 % of the two cores idle for two minutes.
+#     the headless browser), which mostly wait and would otherwise hold a worker's queue back.
 #     Beside both, in a session of their own at a lower CPU priority (nice), the quick tiers (unit,
 #     plugin, benchmarks; no server of their own): they take the CPU the servers leave idle (their
 #     boots' imports, the tests that wait on a timeout) and yield it whenever a server's process
 #     wants it, so the servers' tests keep their pace. At the same priority, they slowed the first
 #     round by 140 s. Their tests marked wall_clock (an upper bound on seconds, which a starved
 #     process can miss) are left to round 2.
-#   round 2: the fleet benchmark's quick run (an upper bound on a makespan) and the tiny-cpu fleet
-#     (real servers on Ray nodes, which keep both cores busy), alone, with the wall_clock tests
-#     beside them at normal priority. The quick tiers, if still running, go on beside them.
+#   round 2: the Ray fleet tests, alone (beside a second real server, a local Ray cluster missed its
+#     start-up deadlines), with the wall_clock tests beside them at normal priority. The quick
+#     tiers, if still running, go on beside them.
 # Every part runs even when tests of another fail; an interrupted first round (Ctrl-C, SIGTERM:
 # pytest's exit status 2) ends the run. The exit status is the first round's failure (either
-# lane, or the Ray-side fleet tests after the light one), else the quick tiers', else the
-# wall_clock tests', else the fleet round's. The project's
+# lane), else the quick tiers', else the wall_clock tests', else the fleet round's. The project's
 # tests are not a qualification run:
 # `-p no:vllmqual` keeps the plugin inert in the outer pytest (pyproject.toml's vllmqual_recipe
 # would otherwise make the xdist controller boot a tiny-cpu server that no test uses); the
@@ -50,61 +46,47 @@ trap restore_autogroup EXIT
 QUICK=(tests/unit tests/plugin tests/benchmarks)
 FLEET_BENCH=tests/benchmarks/test_bench_fleet_quick.py
 # tests/support/xdist_groups.py FLEET_ELSEWHERE: a file outside tests/fleet that starts a Ray cluster.
-# It goes first in the fleet round, which leaves a core mostly idle for the quick tiers still
-# running; the tiny-cpu fleet, which keeps both cores busy, last.
-FLEET=("$FLEET_BENCH" tests/fleet/test_fleet_tiny_cpu.py)
-FLEET_RAY=(tests/fleet/test_fleet_faults.py tests/fleet/test_fleet_ray.py)
+# It goes first in the fleet round with the fleet's Ray-side and fault tests, which leave a core
+# mostly idle for the quick tiers still running; the tiny-cpu fleet, which keeps both cores busy, last.
+FLEET=("$FLEET_BENCH" tests/fleet)
 ignore=()
-for folder in "${QUICK[@]}" "$FLEET_BENCH" tests/fleet; do ignore+=("--ignore=$folder"); done
+for folder in "${QUICK[@]}" "${FLEET[@]}"; do ignore+=("--ignore=$folder"); done
 QUICK_PID=
 LIGHT_PID=
 stop_beside() {  # on an interrupt: end the sessions beside round 1 and show what they printed so far
   for pid in $QUICK_PID $LIGHT_PID; do kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
-  cat "$LIGHT_LOG" "$RAY_LOG" "$QUICK_LOG" 2>/dev/null; rm -f "$LIGHT_LOG" "$RAY_LOG" "$LIGHT_RC" "$QUICK_LOG"
+  cat "$LIGHT_LOG" "$QUICK_LOG" 2>/dev/null; rm -f "$LIGHT_LOG" "$QUICK_LOG"
 }
 trap 'stop_beside; exit 130' INT
 trap 'stop_beside; exit 143' TERM
 
-echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time; beside them, those of round 1 that boot none, then the fleet's Ray-side tests, and at a lower priority the unit, plugin and benchmark tests"
+echo "[tests] round 1 of 2: the tests that boot real servers and containers, two at a time; beside them, those of round 1 that boot none, and at a lower priority the unit, plugin and benchmark tests"
 # The output of the sessions beside round 1 is held back and printed when they end, so they do not interleave.
 QUICK_LOG=$(mktemp)
 LIGHT_LOG=$(mktemp)
-RAY_LOG=$(mktemp)
-LIGHT_RC=$(mktemp)
 VLLMQUAL_TIMES_SESSION=quick- nice -n "${VLLMQUAL_QUICK_NICE:-10}" "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup \
   -m "not wall_clock" "${QUICK[@]}" --ignore="$FLEET_BENCH" "$@" > "$QUICK_LOG" 2>&1 &
 QUICK_PID=$!
-light_then_ray() {  # its exit status is the Ray-side tests'; the light lane's goes to $LIGHT_RC
-  VLLMQUAL_TIMES_SESSION=light- "$PYTEST" -p no:vllmqual --lane light tests "${ignore[@]}" "$@" > "$LIGHT_LOG" 2>&1
-  echo $? > "$LIGHT_RC"
-  VLLMQUAL_TIMES_SESSION=ray- "$PYTEST" -p no:vllmqual "${FLEET_RAY[@]}" "$@" > "$RAY_LOG" 2>&1
-}
-light_then_ray "$@" &
+VLLMQUAL_TIMES_SESSION=light- "$PYTEST" -p no:vllmqual --lane light tests "${ignore[@]}" "$@" > "$LIGHT_LOG" 2>&1 &
 LIGHT_PID=$!
 "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup --lane servers tests "${ignore[@]}" "$@"
 first=$?
 [ "$first" -eq 2 ] && { stop_beside; echo "[tests] round 1 was interrupted; round 2 does not run"; exit 2; }
 wait "$LIGHT_PID"
-ray=$?
+light=$?
 LIGHT_PID=
-light=$(cat "$LIGHT_RC" 2>/dev/null)
-light=${light:-1}  # no status written: the lane did not end
 [ "$light" -eq 5 ] && light=0  # pytest's "no tests collected": arguments that select none of this lane
-[ "$ray" -eq 5 ] && ray=0
 echo "[tests] round 1's tests that boot no server (beside it):"
-cat "$LIGHT_LOG"
-echo "[tests] the fleet's Ray-side tests (beside round 1, after those above):"
-cat "$RAY_LOG"; rm -f "$LIGHT_LOG" "$RAY_LOG" "$LIGHT_RC"
+cat "$LIGHT_LOG"; rm -f "$LIGHT_LOG"
 [ "$first" -eq 5 ] && first=0  # the same for the servers' lane
 [ "$first" -eq 0 ] && first=$light
-[ "$first" -eq 0 ] && first=$ray
 # The docker image `make test` builds beside round 1 (the docker tests waited for it; nothing to wait
 # for when they did, or when no build was started): ended before the fleet round, whose Ray boots it
 # slowed past their deadlines; a failed build fails the run.
 scripts/beside.sh wait docker-image
 image=$?
 [ "$first" -eq 0 ] && first=$image
-echo "[tests] round 2 of 2: the fleet benchmark and the tiny-cpu fleet, and beside them the wall_clock tests of the quick tiers (which go on beside both if not done)"
+echo "[tests] round 2 of 2: the Ray fleet tests, and beside them the wall_clock tests of the quick tiers (which go on beside both if not done)"
 CLOCK_LOG=$(mktemp)
 VLLMQUAL_TIMES_SESSION=clock- "$PYTEST" -p no:vllmqual -m wall_clock "${QUICK[@]}" --ignore="$FLEET_BENCH" "$@" \
   > "$CLOCK_LOG" 2>&1 &

@@ -84,8 +84,8 @@ that boot no server run in a lane of their own, tests/support/lanes.py), the mea
 shared fixtures' setup counted in the first file that used them: the managed tiny-cpu run in
 test_items_tiny; test_faults_startup less its test_05, which runs in the light lane), with three exceptions: the SmolLM2 A/B from an earlier CI (409 s; it skips on a
 CPU without AVX-512, where no local figure exists), the quick modes' benchmark file, which runs in
-the quick tiers' session, and the fleet files, which run in sessions of their own (scripts/run_tests.sh;
-from earlier runs of the same week). Every key names a file that exists (tests/unit/project/test_xdist_groups.py): a
+the quick tiers' session, and the fleet files, which run in the fleet round (from earlier runs of
+the same week). Every key names a file that exists (tests/unit/project/test_xdist_groups.py): a
 moved file would otherwise drop out of the order silently. Groups start heaviest first (the
 longest-processing-time rule), so none of them is left to run alone at the end: a group weighed too
 light (the campaign file, once guessed at 54 s, took 205) starts late and runs alone while the other
