@@ -32,12 +32,21 @@ def test_the_reader_timer_fires_only_while_watched_and_records_its_oversleep() -
     assert timer.timeout(1.0, now=128.0) == 1.0 and timer.due is None
 
 
+def _seconds_per_item() -> float:
+    """The fastest of five timings of a 1,000,000-item sum, per item: one timing preempted (this test
+    once ran niced beside two real servers) sized the GIL holds too short to fill the wall time asked."""
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        sum(range(1_000_000))
+        timings.append(time.perf_counter() - started)
+    return min(timings) / 1_000_000
+
+
 def test_a_reader_thread_kept_from_the_gil_is_measured_late() -> None:
     """The real reader thread: while another thread of the process holds the GIL for 0.15 s at a time in
     one C call (five times), the reader's 10 ms timer cannot fire."""
-    started = time.perf_counter()
-    sum(range(1_000_000))
-    items = int(0.15 / max((time.perf_counter() - started) / 1_000_000, 1e-9))
+    items = int(0.15 / max(_seconds_per_item(), 1e-9))
     meter = LagMeter()
     meter.start()
     for _ in range(5):

@@ -129,6 +129,16 @@ def test_freeze_run_stops_the_whole_tree(tmp_path: Path, run_id: str) -> None:
     server.wait(timeout=10)
 
 
+def _until_sampling(pid: int, timeout_s: float = 60.0) -> None:
+    """Wait until the reaper's ledger thread runs (its second thread): on a starved machine (this test
+    once ran niced beside two real servers) the reaper could still be starting when a fixed wait had
+    passed, and then never saw the segment it was to reclaim."""
+    deadline = time.monotonic() + timeout_s
+    while len(os.listdir(f"/proc/{pid}/task")) < 2:
+        assert time.monotonic() < deadline, "the reaper's ledger never started"
+        time.sleep(0.05)
+
+
 def test_reaper_reclaims_a_segment_whose_holder_died_before_the_owner(run_id: str) -> None:
     """End to end, as after a SIGKILLed pytest: one process of the run made a segment in
     /dev/shm and died; then the owner dies. The reaper kills the rest and reclaims the segment,
@@ -144,6 +154,7 @@ def test_reaper_reclaims_a_segment_whose_holder_died_before_the_owner(run_id: st
         env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"
+        _until_sampling(reaper.pid)
         time.sleep(2.5)  # the reaper's ledger samples every second
         holder.kill()
         holder.wait(timeout=10)
