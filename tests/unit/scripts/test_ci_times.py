@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 from support import ROOT, load_script
 
 SCRIPT = ROOT / "scripts" / "ci_times.py"
@@ -69,29 +73,37 @@ def test_every_known_step_and_tier_is_listed_and_an_unknown_one_still_shows(tmp_
     assert rows["unit"] == ["1.5"] and rows["gpu"] == ["2.5"]
 
 
-def timed_under_timeout(times: Path, signal_name: str) -> subprocess.CompletedProcess[str]:
-    """``scripts/timed.sh tests sleep 30`` stopped after 1 s by ``timeout -s SIGNAL`` (CI's budget)."""
-    return subprocess.run(["timeout", "-s", signal_name, "1", "bash", str(TIMED), "tests", "sleep", "30"],
-                          capture_output=True, text=True, check=False, timeout=20,
-                          env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin"})
+def timed_then_signalled(times: Path, sig: signal.Signals) -> int:
+    """``scripts/timed.sh tests sleep 30`` in a process group of its own, sent ``sig`` as a group (as CI's
+    budget, ``timeout``, does) once the step runs: its start recorded and its command started. A fixed
+    delay instead (``timeout 1``) once ran out before the step's start was recorded, in a quick-tier
+    session niced beside two real servers. Returns the step's exit status."""
+    step = subprocess.Popen(["bash", str(TIMED), "tests", "sleep", "30"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 60
+    while not any("sleep" in child.name() for child in psutil.Process(step.pid).children()):
+        assert step.poll() is None and time.monotonic() < deadline, "the step never started its command"
+        time.sleep(0.05)
+    os.killpg(step.pid, sig)
+    return step.wait(timeout=30)
 
 
 def test_a_step_stopped_by_sigterm_is_recorded_with_its_seconds(tmp_path: Path) -> None:
     times = tmp_path / "times"
     assert run(times, "record", "setup", "12", "0").returncode == 0
-    assert timed_under_timeout(times, "TERM").returncode == 124
+    assert timed_then_signalled(times, signal.SIGTERM) == 143
     text = run(times, "table").stdout
     row = next(line for line in text.splitlines() if line.startswith("tests "))
-    # Stopped 1 s after `timeout` started, but bash's SECONDS counts whole clock seconds from when the
-    # script set it (after bash itself started, a fraction of a second later on a busy machine): 0 or 1
-    # here, and recording the start and the stop each start Python (seconds on a busy machine).
+    # Stopped as soon as its command ran, but bash's SECONDS counts whole clock seconds, and recording
+    # the start and the stop each start Python (seconds on a busy machine).
     assert 0 <= int(row.split()[1]) <= 4 and "exit 143 (stopped by SIGTERM)" in row, text
     assert "setup" in text and "12" in text
 
 
 def test_a_step_killed_outright_still_shows_as_stopped(tmp_path: Path) -> None:
     times = tmp_path / "times"
-    assert timed_under_timeout(times, "KILL").returncode in (137, -9)  # timeout kills its own group too
+    assert timed_then_signalled(times, signal.SIGKILL) == -signal.SIGKILL
     text = run(times, "table").stdout
     row = next(line for line in text.splitlines() if line.startswith("tests "))
     assert "stopped (no exit recorded)" in row, text
