@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from support.gatekit import wait_for
 
 from pytest_vllmqual.equivalence.in_flight import InFlight
 
@@ -30,12 +31,10 @@ class Counting:
         return not (self.fail_every and (index + 1) % self.fail_every == 0)
 
 
-def _until_sending(send: Counting, timeout_s: float = 10.0) -> None:
+def _until_sending(send: Counting) -> None:
     """Wait until a worker is inside ``send``: on a starved machine (this test once ran beside two real
     servers at a low priority) the block can start before any worker took its next request."""
-    deadline = time.monotonic() + timeout_s
-    while send.now < 1 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    wait_for(lambda: send.now >= 1, timeout_s=10.0, interval_s=0.001)
 
 
 def test_the_level_is_kept_in_flight_and_each_mark_sees_it() -> None:

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 from support import ROOT, load_script
+from support.gatekit import wait_for
 
 SCRIPT = ROOT / "scripts" / "ci_times.py"
 
@@ -81,10 +81,9 @@ def timed_then_signalled(times: Path, sig: signal.Signals) -> int:
     step = subprocess.Popen(["bash", str(TIMED), "tests", "sleep", "30"], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin"})
-    deadline = time.monotonic() + 60
-    while not any("sleep" in child.name() for child in psutil.Process(step.pid).children()):
-        assert step.poll() is None and time.monotonic() < deadline, "the step never started its command"
-        time.sleep(0.05)
+    running = wait_for(lambda: any("sleep" in child.name() for child in psutil.Process(step.pid).children()),
+                       timeout_s=60.0, interval_s=0.05)
+    assert running, "the step never started its command"
     os.killpg(step.pid, sig)
     return step.wait(timeout=30)
 

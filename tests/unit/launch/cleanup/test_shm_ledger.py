@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from support import ROOT
+from support.gatekit import wait_for
 
 from pytest_vllmqual.launch.cleanup.owner import process_start
 from pytest_vllmqual.launch.cleanup.procs import RUN_ENV, freeze_run, kill_run, processes_of_run, read_proc
@@ -129,14 +130,12 @@ def test_freeze_run_stops_the_whole_tree(tmp_path: Path, run_id: str) -> None:
     server.wait(timeout=10)
 
 
-def _until_sampling(pid: int, timeout_s: float = 60.0) -> None:
+def _until_sampling(pid: int) -> None:
     """Wait until the reaper's ledger thread runs (its second thread): on a starved machine (this test
     once ran niced beside two real servers) the reaper could still be starting when a fixed wait had
     passed, and then never saw the segment it was to reclaim."""
-    deadline = time.monotonic() + timeout_s
-    while len(os.listdir(f"/proc/{pid}/task")) < 2:
-        assert time.monotonic() < deadline, "the reaper's ledger never started"
-        time.sleep(0.05)
+    assert wait_for(lambda: len(os.listdir(f"/proc/{pid}/task")) >= 2, timeout_s=60.0, interval_s=0.05), \
+        "the reaper's ledger never started"
 
 
 def test_reaper_reclaims_a_segment_whose_holder_died_before_the_owner(run_id: str) -> None:
