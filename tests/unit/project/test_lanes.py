@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from support import ROOT
-from support.lanes import Lane, lane_of_each
+from support.lanes import WAITING_MARK, Lane, lane_of_each
 
 
 def _item(nodeid: str, marks: tuple[str, ...] = (), fixtures: tuple[str, ...] = ()) -> Any:
@@ -34,7 +34,7 @@ def test_a_test_sharing_a_wide_fixture_with_a_server_test_stays_with_it() -> Non
 
 
 def test_a_real_server_test_that_mostly_waits_is_in_the_light_lane() -> None:
-    items = [_item("tests/faults/test_s.py::test_hang", ("real_vllm", "mostly_waits")),
+    items = [_item("tests/faults/test_s.py::test_hang", ("real_vllm", WAITING_MARK)),
              _item("tests/faults/test_s.py::test_boot", ("real_vllm",))]
     assert lane_of_each(items) == {"tests/faults/test_s.py::test_hang": Lane.LIGHT,
                                    "tests/faults/test_s.py::test_boot": Lane.SERVERS}
@@ -48,9 +48,9 @@ def _light_lane(marks: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_no_real_server_test_of_the_tree_is_in_the_light_lane_unless_it_mostly_waits() -> None:
-    collected = _light_lane("(real_vllm or needs_docker) and not mostly_waits")
+    collected = _light_lane(f"(real_vllm or needs_docker) and not {WAITING_MARK}")
     assert collected.returncode == 5, collected.stdout[-3000:] + collected.stderr[-2000:]  # nothing collected
-    waiting = _light_lane("mostly_waits")
+    waiting = _light_lane(WAITING_MARK)
     assert waiting.returncode == 0, waiting.stdout[-3000:] + waiting.stderr[-2000:]
     assert [line for line in waiting.stdout.splitlines() if "::" in line] == [
         "tests/faults/test_faults_startup.py::test_05_server_hangs_during_startup"]

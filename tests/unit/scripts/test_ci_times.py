@@ -81,11 +81,16 @@ def timed_then_signalled(times: Path, sig: signal.Signals) -> int:
     step = subprocess.Popen(["bash", str(TIMED), "tests", "sleep", "30"], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={"VLLMQUAL_TIMES_DIR": str(times), "PATH": "/usr/bin:/bin"})
-    running = wait_for(lambda: any("sleep" in child.name() for child in psutil.Process(step.pid).children()),
-                       timeout_s=60.0, interval_s=0.05)
-    assert running, "the step never started its command"
-    os.killpg(step.pid, sig)
-    return step.wait(timeout=30)
+    try:
+        running = wait_for(lambda: any("sleep" in child.name() for child in psutil.Process(step.pid).children()),
+                           timeout_s=60.0, interval_s=0.05)
+        assert running, "the step never started its command"
+        os.killpg(step.pid, sig)
+        return step.wait(timeout=30)
+    finally:  # a step that never started, or outlived its signal, is not left behind
+        if step.poll() is None:
+            os.killpg(step.pid, signal.SIGKILL)
+            step.wait()
 
 
 def test_a_step_stopped_by_sigterm_is_recorded_with_its_seconds(tmp_path: Path) -> None:
