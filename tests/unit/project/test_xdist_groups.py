@@ -1,7 +1,6 @@
 """The CI schedule (tests/support/xdist_groups.py): its file timings name files that exist (a test file moved
-or renamed without its key would fall back to a guessed weight and start late, silently), a group
-that waits for a step run beside the tests is handed out after the groups that do not, and the tests of
-every TP=2 server are one group."""
+or renamed without its key would fall back to a guessed weight and start late, silently), and a group
+that waits for a step run beside the tests is handed out after the groups that do not."""
 
 from __future__ import annotations
 
@@ -11,14 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from support import ROOT, xdist_groups
-from support.xdist_groups import (
-    FILE_SECONDS,
-    SERIAL_FOLDERS,
-    TWO_RANK_FIXTURES,
-    FixtureGroupScheduling,
-    group_tests,
-    waiting_tests,
-)
+from support.xdist_groups import FILE_SECONDS, SERIAL_FOLDERS, FixtureGroupScheduling, waiting_tests
 
 
 def test_every_timed_file_exists() -> None:
@@ -104,26 +96,3 @@ def test_a_worker_gets_its_next_group_when_one_test_of_its_own_is_left(
     scheduler.workqueue.clear()
     scheduler._reschedule(worker)
     assert worker.shutting_down is True  # type: ignore[attr-defined]
-
-
-def _item(nodeid: str, *fixtures: str) -> SimpleNamespace:
-    """A collected test that uses ``fixtures``, each session-scoped and defined under tests/."""
-    definitions = {name: [SimpleNamespace(scope="session", baseid="tests")] for name in fixtures}
-    return SimpleNamespace(nodeid=nodeid, _fixtureinfo=SimpleNamespace(name2fixturedefs=definitions),
-                           iter_markers=lambda name: iter(()), get_closest_marker=lambda name: None)
-
-
-def test_the_tests_of_every_two_rank_server_are_one_group() -> None:
-    """Tests of different TP=2 servers, in different files, run in one worker one after another; a
-    test of another shared server keeps a group of its own."""
-    items = [_item(f"tests/x/test_{name}.py::test_it", name) for name in TWO_RANK_FIXTURES]
-    items.append(_item("tests/x/test_other.py::test_it", "xdist_session"))
-    groups = group_tests(items)  # type: ignore[arg-type]
-    assert len({groups[item.nodeid][0] for item in items[:-1]}) == 1, groups
-    assert groups[items[-1].nodeid][0] == "tests/x/test_other.py"
-
-
-def test_every_two_rank_fixture_is_defined_under_tests() -> None:
-    """A renamed fixture would silently leave its tests out of the group."""
-    sources = "".join(path.read_text() for path in (ROOT / "tests").rglob("conftest.py"))
-    assert [name for name in TWO_RANK_FIXTURES if f"def {name}(" not in sources] == []
