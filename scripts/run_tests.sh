@@ -6,15 +6,12 @@
 #     Beside them, in a session of their own at normal priority, round 1's tests that boot neither
 #     (`--lane light`, tests/support/lanes.py: the fault server, failing launch commands, bad recipes,
 #     the headless browser), which mostly wait and would otherwise hold a worker's queue back.
-#     Beside both, in a session of their own under the idle scheduling policy (SCHED_IDLE), the quick
-#     tiers (unit, plugin, benchmarks; no server of their own): they take the CPU the servers leave
-#     idle (their boots' imports, the tests that wait on a timeout) and give it back whenever a
-#     server's process wants it, so the servers' tests keep their pace. At the same priority, they
-#     slowed the first round by 140 s. A TP=2 server's ranks poll between steps with sched_yield and
-#     so lose their core to any runnable process; beside the quick tiers the managed tiny-cpu run took
-#     513 s at the same priority, 483 s with the quick tiers at niceness 10 and 415 s with them under
-#     the idle policy (250 s alone; docs/PERFORMANCE.md). Their tests marked wall_clock (an upper
-#     bound on seconds, which a starved process can miss) are left to round 2.
+#     Beside both, in a session of their own at a lower CPU priority (nice), the quick tiers (unit,
+#     plugin, benchmarks; no server of their own): they take the CPU the servers leave idle (their
+#     boots' imports, the tests that wait on a timeout) and yield it whenever a server's process
+#     wants it, so the servers' tests keep their pace. At the same priority, they slowed the first
+#     round by 140 s. Their tests marked wall_clock (an upper bound on seconds, which a starved
+#     process can miss) are left to round 2.
 #   round 2: the Ray fleet tests, alone (beside a second real server, a local Ray cluster missed its
 #     start-up deadlines), with the wall_clock tests beside them at normal priority. The quick
 #     tiers, if still running, go on beside them.
@@ -26,8 +23,7 @@
 # would otherwise make the xdist controller boot a tiny-cpu server that no test uses); the
 # sessions the tests start load it.
 #   scripts/run_tests.sh [PYTEST ARGS...]
-#   VLLMQUAL_QUICK_NICE: run the quick tiers at this niceness instead of the idle policy
-#     (also the fallback, at 19, where chrt cannot set it).
+#   VLLMQUAL_QUICK_NICE (default 10): the quick tiers' niceness.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=${PYTEST:-.venv/bin/pytest}
@@ -48,11 +44,6 @@ if [ -z "${VLLMQUAL_KEEP_AUTOGROUP:-}" ] && [ "$(cat "$AUTOGROUP" 2>/dev/null)" 
 fi
 trap restore_autogroup EXIT
 QUICK=(tests/unit tests/plugin tests/benchmarks)
-if [ -z "${VLLMQUAL_QUICK_NICE:-}" ] && chrt --idle 0 true 2>/dev/null; then
-  QUICK_PRIORITY=(chrt --idle 0)
-else
-  QUICK_PRIORITY=(nice -n "${VLLMQUAL_QUICK_NICE:-19}")
-fi
 FLEET_BENCH=tests/benchmarks/test_bench_fleet_quick.py
 # tests/support/xdist_groups.py FLEET_ELSEWHERE: a file outside tests/fleet that starts a Ray cluster.
 # It goes first in the fleet round with the fleet's Ray-side and fault tests, which leave a core
@@ -73,7 +64,7 @@ echo "[tests] round 1 of 2: the tests that boot real servers and containers, two
 # The output of the sessions beside round 1 is held back and printed when they end, so they do not interleave.
 QUICK_LOG=$(mktemp)
 LIGHT_LOG=$(mktemp)
-VLLMQUAL_TIMES_SESSION=quick- "${QUICK_PRIORITY[@]}" "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup \
+VLLMQUAL_TIMES_SESSION=quick- nice -n "${VLLMQUAL_QUICK_NICE:-10}" "$PYTEST" -p no:vllmqual -n 2 --dist loadgroup \
   -m "not wall_clock" "${QUICK[@]}" --ignore="$FLEET_BENCH" "$@" > "$QUICK_LOG" 2>&1 &
 QUICK_PID=$!
 VLLMQUAL_TIMES_SESSION=light- "$PYTEST" -p no:vllmqual --lane light tests "${ignore[@]}" "$@" > "$LIGHT_LOG" 2>&1 &

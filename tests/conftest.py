@@ -69,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "make test runs it in the first round's light lane (tests/support/lanes.py)")
     config.addinivalue_line(
         "markers", "wall_clock: asserts an upper bound on seconds of wall clock that a starved process "
-        "can miss; scripts/run_tests.sh runs these at normal priority, not in its quick session under the idle policy")
+        "can miss; scripts/run_tests.sh runs these at normal priority, not in its niced quick session")
     configure_test_groups(config)
 
 

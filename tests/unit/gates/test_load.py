@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from support.word_tokens import WordTokens
 
 from pytest_vllmqual import GateRecord, GateRecorder, QualClient, Recipe, ServerHandle, load_gate
@@ -156,7 +155,6 @@ def test_a_recipe_without_gates_load_skips_with_the_reason(tiny: Recipe, tmp_pat
     assert verdict.skip_reason is not None and "sets no gates.load" in verdict.skip_reason
 
 
-@pytest.mark.wall_clock  # a starved process's load generator falls behind its schedule, which the row then says
 def test_ttft_is_judged_on_the_clients_figures_and_the_servers_view_is_named(tiny: Recipe, tmp_path: Path) -> None:
     """The server says each first token took 2.7 s, in its (2.5, 5] s bucket around the 3 s SLO; the
     in-process client read each within a few ms. TTFT is judged on what the client waited (met), the

@@ -28,17 +28,11 @@ def run(tmp_path: Path, autogroup: str | None, exit_code: int = 0, **env: str) -
     seen = tmp_path / "seen"
     fake = tmp_path / "fake-pytest"
     fake.write_text(f'#!/bin/sh\ncat "{setting}" >> "{seen}" 2>/dev/null || echo none >> "{seen}"\n'
-                    f'echo "$(nice) $(chrt -p $$ | head -1 | sed \'s/.*: //\') $*" >> "{seen}.sessions"\nexit {exit_code}\n')
+                    f'echo "$(nice) $*" >> "{seen}.sessions"\nexit {exit_code}\n')
     fake.chmod(0o755)
-    bin_dir = tmp_path / "bin"  # a chrt that says how it was called, then is the real one
-    bin_dir.mkdir(exist_ok=True)
-    chrt = bin_dir / "chrt"
-    chrt.write_text(f'#!/bin/sh\necho "$*" >> "{seen}.chrt"\nexec {shutil.which("chrt")} "$@"\n')
-    chrt.chmod(0o755)
     done = subprocess.run(["bash", str(tmp_path / "scripts" / "run_tests.sh")], capture_output=True, text=True,
                           timeout=60, check=False,
-                          env={**os.environ, "PYTEST": str(fake), "VLLMQUAL_AUTOGROUP_FILE": str(setting),
-                               "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env})
+                          env={**os.environ, "PYTEST": str(fake), "VLLMQUAL_AUTOGROUP_FILE": str(setting), **env})
     return done, seen
 
 
@@ -73,25 +67,17 @@ def test_a_setting_already_off_or_kept_is_left_alone(tmp_path: Path) -> None:
     assert "autogroup" not in done.stdout
 
 
-def _sessions(seen: Path) -> list[tuple[int, str, str]]:
-    """Each session the fake pytest ran: its niceness, its scheduling policy and its arguments."""
-    rows = [line.split(" ", 2) for line in Path(f"{seen}.sessions").read_text().splitlines()]
-    return [(int(nice), policy, args) for nice, policy, args in rows]
-
-
-def test_the_quick_tiers_run_at_idle_policy_beside_round_1_and_the_fleet_alone_after(tmp_path: Path) -> None:
-    """The quick tiers under the idle scheduling policy (less their wall_clock tests), round 1's two lanes
-    (the servers two at a time, the rest in one session) and the fleet round at the caller's priority,
-    and the wall_clock tests beside the fleet round at the caller's too."""
+def test_the_quick_tiers_run_niced_beside_round_1_and_the_fleet_alone_after(tmp_path: Path) -> None:
+    """The quick tiers at niceness 10 (less their wall_clock tests), round 1's two lanes (the servers two
+    at a time, the rest in one session) and the fleet round at the caller's, and the wall_clock tests
+    beside the fleet round at the caller's too."""
     done, seen = run(tmp_path, "0")
     assert done.returncode == 0, done.stdout + done.stderr
-    sessions = _sessions(seen)
-    base = _caller()
-    (quick,) = [(nice, policy, args) for nice, policy, args in sessions if "-m not wall_clock" in args]
-    assert quick[:2] == (base[0], "SCHED_IDLE") and f"--idle 0 {seen.parent / 'fake-pytest'} {quick[2]}" in Path(
-        f"{seen}.chrt").read_text()
-    assert "tests/unit tests/plugin tests/benchmarks" in quick[2] and "-n 2" in quick[2]
-    at_base = [args for nice, policy, args in sessions if (nice, policy) == base and args != quick[2]]
+    sessions = Path(f"{seen}.sessions").read_text().splitlines()
+    base = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
+    (quick,) = [line for line in sessions if int(line.split()[0]) == min(base + 10, 19)]
+    assert "tests/unit tests/plugin tests/benchmarks" in quick and "-n 2" in quick and "-m not wall_clock" in quick
+    at_base = [line.split(" ", 1)[1] for line in sessions if int(line.split()[0]) == base]
     assert len(at_base) == 4, sessions
     (round_1,) = [line for line in at_base if "--lane servers" in line]
     assert "--ignore=tests/unit" in round_1 and "--ignore=tests/fleet" in round_1 and "-n 2" in round_1
@@ -116,19 +102,3 @@ def test_a_failure_of_the_quick_tiers_alone_fails_the_run(tmp_path: Path) -> Non
     done = subprocess.run(["bash", str(tmp_path / "scripts" / "run_tests.sh")], capture_output=True, text=True,
                           timeout=60, check=False, env={**os.environ, "PYTEST": str(fake), "VLLMQUAL_KEEP_AUTOGROUP": "1"})
     assert done.returncode == 1 and "quick failed" in done.stdout, done.stdout + done.stderr
-
-
-def test_a_niceness_asked_for_replaces_the_idle_policy(tmp_path: Path) -> None:
-    done, seen = run(tmp_path, "0", VLLMQUAL_QUICK_NICE="7")
-    assert done.returncode == 0, done.stdout + done.stderr
-    nice, policy = _caller()
-    quick = [(n, p) for n, p, args in _sessions(seen) if "-m not wall_clock" in args]
-    assert quick == [(min(nice + 7, 19), policy)] and "--idle" not in Path(f"{seen}.chrt").read_text()
-
-
-def _caller() -> tuple[int, str]:
-    """This process's niceness and scheduling policy, as the fake pytest records its own (under `make
-    test` the quick tiers, and so this test, run under the idle policy)."""
-    nice = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
-    policy = subprocess.run(["chrt", "-p", str(os.getpid())], capture_output=True, text=True, check=True)
-    return nice, policy.stdout.splitlines()[0].rsplit(": ", 1)[1]
