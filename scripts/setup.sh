@@ -14,18 +14,7 @@
 # VLLMQUAL_SHARED_ENV=0 installs everything into .venv instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The interpreter: $PYTHON, else the system's /usr/bin/python3 when it is 3.11 or newer with venv, else
-# python3 on PATH. A distribution's Python is built with profile-guided and link-time optimisation; a
-# pyenv or source build is not unless asked to, and every vLLM process imports some 3,000 modules
-# first: a TP=2 tiny-cpu boot and smoke took 63-66 CPU-s under Debian's 3.11.2 against 76-90 under a
-# pyenv 3.11.7 (idle 2-core machine, 2026-12-07, two runs each), the import of vLLM's API server
-# 9.8-10.4 user-s against 11.5-12.1.
-system_python() {  # [CANDIDATE]: print it when it is a Python 3.11 or newer with venv
-  local candidate=${1:-/usr/bin/python3}
-  "$candidate" -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-    && echo "$candidate"
-}
-PY=${PYTHON:-$(system_python || echo python3)}
+PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.vllmqual-setup
 # What the dependency environment holds; its key hashes these, pyproject.toml's dependency lists and

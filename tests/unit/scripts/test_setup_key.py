@@ -31,21 +31,3 @@ def test_tool_settings_keep_the_key_and_dependencies_change_it(tmp_path: Path) -
     assert dependency_lists(tmp_path) == before
     (tmp_path / "pyproject.toml").write_text(text.replace('"psutil>=5.9"', '"psutil>=6"', 1))
     assert '"psutil>=5.9"' in text and dependency_lists(tmp_path) != before
-
-
-def system_python(candidate: Path) -> str:
-    """What setup.sh's system_python prints for ``candidate`` (its own function, run alone)."""
-    function = re.search(r"^system_python\(\) \{.*?^\}$", SETUP.read_text(), re.M | re.S)
-    assert function, "setup.sh has no system_python function"
-    done = subprocess.run(["bash", "-c", f"{function.group(0)}\nsystem_python {candidate} || echo none"],
-                          capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-def test_the_system_python_is_chosen_only_when_it_is_3_11_or_newer_with_venv(tmp_path: Path) -> None:
-    assert system_python(Path(sys.executable)) == sys.executable  # the tests run on 3.11 or newer
-    old = tmp_path / "python3"
-    old.write_text("#!/bin/sh\nexit 1\n")  # what an older Python, or one without venv, answers the check
-    old.chmod(0o755)
-    assert system_python(old) == "none"
-    assert system_python(tmp_path / "missing") == "none"
