@@ -12,10 +12,9 @@
 #     wants it, so the servers' tests keep their pace. At the same priority, they slowed the first
 #     round by 140 s. Their tests marked wall_clock (an upper bound on seconds, which a starved
 #     process can miss) are left to round 2.
-#   round 2: the Ray fleet tests, after round 1 (beside a second real server, a local Ray cluster
-#     missed its start-up deadlines): the tiny-cpu fleet in one session, and beside it the other Ray
-#     tests (each starts a cluster of its own) in another, with the wall_clock tests beside them at
-#     normal priority. The quick tiers, if still running, go on beside them.
+#   round 2: the Ray fleet tests, alone (beside a second real server, a local Ray cluster missed its
+#     start-up deadlines), with the wall_clock tests beside them at normal priority. The quick
+#     tiers, if still running, go on beside them.
 # Every part runs even when tests of another fail; an interrupted first round (Ctrl-C, SIGTERM:
 # pytest's exit status 2) ends the run. The exit status is the first round's failure (either
 # lane), else the quick tiers', else the wall_clock tests', else the fleet round's. The project's
@@ -47,19 +46,16 @@ trap restore_autogroup EXIT
 QUICK=(tests/unit tests/plugin tests/benchmarks)
 FLEET_BENCH=tests/benchmarks/test_bench_fleet_quick.py
 # tests/support/xdist_groups.py FLEET_ELSEWHERE: a file outside tests/fleet that starts a Ray cluster.
-# It runs in the fleet round with the fleet's Ray-side and fault tests, in a session of their own beside
-# the tiny-cpu fleet (each test starts its own local cluster): one after the other, they left a core
-# mostly idle for about 150 s once the quick tiers had ended (docs/PERFORMANCE.md, twentieth pass).
+# It goes first in the fleet round with the fleet's Ray-side and fault tests, which leave a core
+# mostly idle for the quick tiers still running; the tiny-cpu fleet, which keeps both cores busy, last.
 FLEET=("$FLEET_BENCH" tests/fleet)
-FLEET_SERVERS=tests/fleet/test_fleet_tiny_cpu.py
 ignore=()
 for folder in "${QUICK[@]}" "${FLEET[@]}"; do ignore+=("--ignore=$folder"); done
 QUICK_PID=
 LIGHT_PID=
-RAY_PID=
-stop_beside() {  # on an interrupt: end the sessions beside a round and show what they printed so far
-  for pid in $QUICK_PID $LIGHT_PID $RAY_PID; do kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
-  cat "$LIGHT_LOG" "$QUICK_LOG" "${RAY_LOG:-}" 2>/dev/null; rm -f "$LIGHT_LOG" "$QUICK_LOG" "${RAY_LOG:-}"
+stop_beside() {  # on an interrupt: end the sessions beside round 1 and show what they printed so far
+  for pid in $QUICK_PID $LIGHT_PID; do kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+  cat "$LIGHT_LOG" "$QUICK_LOG" 2>/dev/null; rm -f "$LIGHT_LOG" "$QUICK_LOG"
 }
 trap 'stop_beside; exit 130' INT
 trap 'stop_beside; exit 143' TERM
@@ -90,23 +86,13 @@ cat "$LIGHT_LOG"; rm -f "$LIGHT_LOG"
 scripts/beside.sh wait docker-image
 image=$?
 [ "$first" -eq 0 ] && first=$image
-echo "[tests] round 2 of 2: the tiny-cpu fleet, and beside it the other Ray fleet tests and the wall_clock tests of the quick tiers (which go on beside both if not done)"
+echo "[tests] round 2 of 2: the Ray fleet tests, and beside them the wall_clock tests of the quick tiers (which go on beside both if not done)"
 CLOCK_LOG=$(mktemp)
 VLLMQUAL_TIMES_SESSION=clock- "$PYTEST" -p no:vllmqual -m wall_clock "${QUICK[@]}" --ignore="$FLEET_BENCH" "$@" \
   > "$CLOCK_LOG" 2>&1 &
 CLOCK_PID=$!
-RAY_LOG=$(mktemp)
-VLLMQUAL_TIMES_SESSION=ray- "$PYTEST" -p no:vllmqual "${FLEET[@]}" --ignore="$FLEET_SERVERS" "$@" > "$RAY_LOG" 2>&1 &
-RAY_PID=$!
-"$PYTEST" -p no:vllmqual "$FLEET_SERVERS" "$@"
+"$PYTEST" -p no:vllmqual "${FLEET[@]}" "$@"
 second=$?
-wait "$RAY_PID"
-ray=$?
-RAY_PID=
-echo "[tests] the other Ray fleet tests (beside the tiny-cpu fleet):"
-cat "$RAY_LOG"; rm -f "$RAY_LOG"
-# pytest's "no tests collected" (5) from one of the two fleet sessions: arguments that select none of its tests
-if [ "$second" -eq 5 ]; then second=$ray; elif [ "$second" -eq 0 ] && [ "$ray" -ne 5 ]; then second=$ray; fi
 wait "$CLOCK_PID"
 clock=$?
 [ "$clock" -eq 5 ] && clock=0  # pytest's "no tests collected": arguments that select no wall_clock test
