@@ -18,16 +18,20 @@ qualify:
 	$(PYTEST) --recipe=tiny-cpu
 
 ## Command 2: set up, lint, type-check, then run the project's own tests (CI runs exactly this).
-## The tests run two at a time, in two rounds (scripts/run_tests.sh). The docker image is built
-## beside lint, the type check, the model and the first round (scripts/beside.sh): the docker tests
-## wait for it (tests/docker/conftest.py), and the fleet round starts only after it ended (built
-## beside the fleet round, it slowed a fresh machine's fleet boots past their cold-start limit).
+## The tests run two at a time, in two rounds (scripts/run_tests.sh). Debian's chromium (a minute on
+## a fresh machine) and the docker image are set up beside lint, the model and the first round, and
+## the type check (half a minute without its cache) runs beside them at a lower priority
+## (scripts/beside.sh): the HTML page tests wait for chromium, the docker tests for the image
+## (tests/docker/conftest.py), and the fleet round starts only after all three ended (built beside
+## the fleet round, the image slowed a fresh machine's fleet boots past their cold-start limit); a
+## failed one fails the run.
 test:
 	@rm -rf "$(VLLMQUAL_TIMES_DIR)"
-	$(TIMED) setup scripts/setup.sh --browser
+	$(TIMED) setup scripts/setup.sh
+	scripts/beside.sh start browser $(TIMED) browser scripts/browser_setup.sh
 	scripts/beside.sh start docker-image $(TIMED) docker-image scripts/docker_setup.sh
 	$(TIMED) lint $(VENV)/bin/ruff check $(LINT_PATHS)
-	$(TIMED) typecheck $(MYPY)
+	scripts/beside.sh start typecheck $(TIMED) typecheck nice -n 10 $(MYPY)
 	$(TIMED) model $(VENV)/bin/python fixtures/model/build_tiny_model.py
 	$(TIMED) tests env PYTEST=$(PYTEST) scripts/run_tests.sh
 

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("setup", "docker-image", "lint", "typecheck", "model", "tests")
-"""The steps of ``make test``, in the order they start (the docker image is built beside the steps
-after it, see scripts/beside.sh)."""
+STEPS = ("setup", "browser", "docker-image", "lint", "typecheck", "model", "tests")
+"""The steps of ``make test``, in the order they start (chromium's install and the docker image run
+beside the steps after them, see scripts/beside.sh)."""
 TEST_TIERS = ("unit", "plugin", "integration", "identity", "faults", "docker", "packaging", "fleet", "load", "benchmarks")
 """The folders under tests/, in the order the table lists them."""
 

@@ -36,7 +36,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$SUDO" != none ] || unavailable "Debian's ${missing[*]} is not installed, and installing it needs root"
   say "installing Debian's ${missing[*]}"
   t0=$(date +%s)
-  { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+  # apt waits for the package lock rather than failing: `make test` installs chromium beside this
+  # (scripts/browser_setup.sh). NEEDRESTART_SUSPEND: docker.io recommends needrestart, whose scan of
+  # every running process after each install is of no use to a set-up.
+  APT=(apt-get -qq -o DPkg::Lock::Timeout=600)
+  { $SUDO "${APT[@]}" update && $SUDO env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 "${APT[@]}" install -y "${missing[@]}"; } \
     > "$OUT/apt.log" 2>&1 || unavailable "apt-get install ${missing[*]} failed (see $OUT/apt.log)"
   say "installed in $(( $(date +%s) - t0 )) s"
 fi

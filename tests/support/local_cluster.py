@@ -61,6 +61,12 @@ class NodeSpec:
     prefix: tuple[str, ...] = ()
 
 
+NO_LOG_MONITOR = ("--include-log-monitor=false",)
+"""No node runs Ray's log monitor, which reads every worker's log files and sends their lines to the
+drivers: the fleet's driver asks for none of them (``log_to_driver=False``), and on this 2-core machine
+each node's monitor polled for as long as its cluster ran."""
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,8 +114,12 @@ class LocalRayCluster:
         # at the lowest priority on a machine that was doing anything else (measured beside a
         # second test worker: each boot took minutes); a qualification measures the server as it
         # runs when it is alone, and the job runs nothing else.
+        # No idle workers started ahead of a task (RAY_enable_worker_prestart, RAY_prestart_worker_first_driver):
+        # each node would start one per CPU, each importing Ray, for jobs that start one process each
+        # (2026-12-07, CI: Ray's worker processes took about 66 CPU-s of a run).
         self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.temp_dir),
-                    "RAY_worker_niceness": "0"}
+                    "RAY_worker_niceness": "0", "RAY_enable_worker_prestart": "0",
+                    "RAY_prestart_worker_first_driver": "0"}
         self.address = ""
 
     def _ray(self, *args: str, node: NodeSpec | None = None) -> None:
@@ -117,7 +127,7 @@ class LocalRayCluster:
         env = {**self.env, **(node.env if node else {}), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
         prefix = list(node.prefix) if node else []
         proc = subprocess.run([*prefix, sys.executable, "-c", RAY_START, "start", *args, "--node-ip-address=127.0.0.1",
-                               f"--temp-dir={self.temp_dir}", "--disable-usage-stats"], env=env,
+                               f"--temp-dir={self.temp_dir}", "--disable-usage-stats", *NO_LOG_MONITOR], env=env,
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"ray start {' '.join(args)} failed: {proc.stderr[-2000:]}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,20 @@ from pytest_vllmqual.gates.load_floor import floor_items, load_floor_gate
 
 class BatchedServer(WordTokens):
     """/tokenize counts words; a streamed chat (the load) takes a few milliseconds; a plain chat (an
-    item) answers the right number alone and one more when ``moves_at`` or more streams are in flight."""
+    item) answers the right number alone and one more when ``moves_at`` or more streams are in flight.
+
+    Once the load has begun, an item waits (up to ``LOAD_WAIT_S``) for ``moves_at`` streams to be in
+    flight: the gate keeps the load going while it asks, but a starved test process can send an item
+    in the gap between one load request and the next, where a real server's batch would still hold."""
+
+    LOAD_WAIT_S = 2.0
 
     def __init__(self, moves_at: int) -> None:
         self.moves_at = moves_at
         self.streams = 0
+        self.load_began = False
         super().__init__()
+        self.in_flight = threading.Condition(self.lock)
         self.items_seen_with: list[int] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -43,8 +52,10 @@ class BatchedServer(WordTokens):
             tokens = self.ids(body["prompt"])
             return httpx.Response(200, json={"count": len(tokens), "tokens": tokens, "max_model_len": 4096})
         if body.get("stream"):
-            with self.lock:
+            with self.in_flight:
                 self.streams += 1
+                self.load_began = True
+                self.in_flight.notify_all()
             time.sleep(0.05)
             with self.lock:
                 self.streams -= 1
@@ -54,7 +65,9 @@ class BatchedServer(WordTokens):
             text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
             return httpx.Response(200, stream=httpx.ByteStream(text.encode()),
                                   headers={"content-type": "text/event-stream"})
-        with self.lock:
+        with self.in_flight:
+            if self.load_began:
+                self.in_flight.wait_for(lambda: self.streams >= self.moves_at, timeout=self.LOAD_WAIT_S)
             busy = self.streams
         self.items_seen_with.append(busy)
         prompt = body["messages"][0]["content"]

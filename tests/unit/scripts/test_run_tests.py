@@ -85,7 +85,8 @@ def test_the_quick_tiers_run_niced_beside_round_1_and_the_fleet_alone_after(tmp_
     assert "--ignore=tests/unit" in light and "--ignore=tests/fleet" in light and "-n" not in light.split()
     (clock,) = [line for line in at_base if "-m wall_clock" in line]
     assert "tests/unit tests/plugin tests/benchmarks" in clock
-    assert "-p no:vllmqual tests/benchmarks/test_bench_fleet_quick.py tests/fleet" in at_base
+    (fleet,) = [line for line in at_base if "tests/fleet/" in line and "--lane" not in line]
+    assert fleet.startswith("-p no:vllmqual tests/fleet/test_fleet_tiny_cpu.py tests/benchmarks/test_bench_fleet_quick.py")
     assert "(beside both rounds)" in done.stdout and "(beside round 2)" in done.stdout
     assert "boot no server (beside it)" in done.stdout
 
