@@ -36,16 +36,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$SUDO" != none ] || unavailable "Debian's ${missing[*]} is not installed, and installing it needs root"
   say "installing Debian's ${missing[*]}"
   t0=$(date +%s)
-  # `make test` installs chromium beside this (scripts/browser_setup.sh): both take the lock file
-  # APT_LOCK first, as apt refuses a second `apt-get update` at once instead of waiting.
-  # NEEDRESTART_SUSPEND: docker.io recommends needrestart, whose scan of every running process
-  # after each install is of no use to a set-up.
-  APT=(apt-get -qq -o DPkg::Lock::Timeout=600)
-  exec 9>"${TMPDIR:-/tmp}/vllmqual-apt.lock"
-  flock -w 900 9 || unavailable "waited 900 s for another set-up's apt-get (${TMPDIR:-/tmp}/vllmqual-apt.lock)"
-  { $SUDO "${APT[@]}" update && $SUDO env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 "${APT[@]}" install -y "${missing[@]}"; } \
-    > "$OUT/apt.log" 2>&1 || unavailable "apt-get install ${missing[*]} failed (see $OUT/apt.log)"
-  flock -u 9; exec 9>&-
+  # scripts/apt_install.sh: one set-up's apt-get at a time (`make test` installs chromium beside this).
+  scripts/apt_install.sh "${missing[@]}" > "$OUT/apt.log" 2>&1 \
+    || unavailable "apt-get install ${missing[*]} failed (see $OUT/apt.log)"
   say "installed in $(( $(date +%s) - t0 )) s"
 fi
 

@@ -63,8 +63,9 @@ class NodeSpec:
 
 NO_LOG_MONITOR = ("--include-log-monitor=false",)
 """No node runs Ray's log monitor, which reads every worker's log files and sends their lines to the
-drivers: the fleet's driver asks for none of them (``log_to_driver=False``), and on this 2-core machine
-each node's monitor polled for as long as its cluster ran."""
+drivers: the fleet's driver asks for none of them (``log_to_driver=False``), and each node's monitor
+polled for as long as its cluster ran (in a CI run on a 2-core machine, 2026-12-07, Ray's log monitors
+and agents took 153 CPU-s with it, 39 without)."""
 
 
 def _free_port() -> int:
@@ -115,8 +116,8 @@ class LocalRayCluster:
         # second test worker: each boot took minutes); a qualification measures the server as it
         # runs when it is alone, and the job runs nothing else.
         # No idle workers started ahead of a task (RAY_enable_worker_prestart, RAY_prestart_worker_first_driver):
-        # each node would start one per CPU, each importing Ray, for jobs that start one process each
-        # (2026-12-07, CI: Ray's worker processes took about 66 CPU-s of a run).
+        # the jobs start one process each (Ray's worker processes took 74 CPU-s of a CI run with the
+        # prestart and 69 without, 2026-12-07: one run each, little either way).
         self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(self.temp_dir),
                     "RAY_worker_niceness": "0", "RAY_enable_worker_prestart": "0",
                     "RAY_prestart_worker_first_driver": "0"}
