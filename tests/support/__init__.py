@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ROOT", "TESTS", "UNIT_DATA", "load_script", "python_path"]
+__all__ = ["ROOT", "TESTS", "UNIT_DATA", "cpu_flags", "load_script", "python_path"]
 
 TESTS = Path(__file__).resolve().parents[1]
 """The ``tests/`` folder."""
@@ -22,6 +22,17 @@ ROOT = TESTS.parent
 """The checkout."""
 UNIT_DATA = TESTS / "unit" / "data"
 """Recorded inputs of the unit tests: engine logs, Docker API answers, reference reports."""
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags this machine's CPU reports (``/proc/cpuinfo``; none where it cannot be
+    read): a few real-server tests hold only on CPUs with, or without, some of them."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
 
 
 def python_path(inherited: str | None = None) -> str:
