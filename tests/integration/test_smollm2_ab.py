@@ -18,7 +18,7 @@ order, no process left, one changed variable).
 Every arm probes context depth in two buckets (up to 1,024 and 2,048 tokens, 8 windows of 4 positions
 each: 64 one-token requests) instead of the recipe's four buckets up to its 8,110-token ladder rung at
 16 positions: no assertion here reads a depth figure, and on 2 CPU cores the full profile took 156 s of
-each arm's 186-s equivalence gate, three times over (measured 2026-12-08). The same override in every
+the control arm's 186-s equivalence gate (measured 2026-12-08), and every arm runs the probe. The same override in every
 arm changes no controlled variable. Depth is probed on a real server by the managed tiny-cpu run (its
 recipe's CI profile), and tests/unit/equivalence/test_depth_evidence.py reads a full-depth SmolLM2 run."""
 
